@@ -1,0 +1,42 @@
+"""The ``wanreduce`` command line: a thin layer over :mod:`wanreduce.host` and :mod:`wanreduce.sim`."""
+
+import argparse
+import importlib
+import sys
+
+from .commands import COMMANDS
+from .errors import WanreduceError
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="wanreduce",
+        description="FPGA in-network aggregation for training across continents: packet tools, "
+        "RTL checks and the WAN sync-schedule optimizer.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except WanreduceError as exc:
+        print(f"wanreduce {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"wanreduce {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `wanreduce inspect big.pcap | head` must not print a traceback.
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
