@@ -110,7 +110,7 @@ class Drop(enum.IntEnum):
     BAD_UDP_LENGTH = 7     # UDP length disagrees with the IPv4 total length
     BAD_UDP_CHECKSUM = 8   # nonzero and wrong (zero means "not computed" and is accepted)
     # Header (rules 1, 2, 3, 7 and the size limit of rule 2).
-    BAD_LENGTH = 9         # UDP payload length != 32 + count * size(dtype) (or shorter than the header)
+    SHORT_HEADER = 9       # UDP payload shorter than the 32-byte header
     BAD_MAGIC = 10
     BAD_VERSION = 11
     BAD_KIND = 12
@@ -118,16 +118,17 @@ class Drop(enum.IntEnum):
     BAD_FLAGS = 14
     BAD_RESERVED = 15
     BAD_COUNT = 16         # count == 0
-    RESULT_ON_INPUT = 17
-    BAD_BITMAP = 18        # CONTRIB bitmap != 1 << src (src >= 64 included)
-    TOO_LARGE = 19         # count * size(dtype) > the slot's per-member buffer
+    BAD_LENGTH = 17        # UDP payload length != 32 + count * size(dtype)
+    RESULT_ON_INPUT = 18
+    BAD_BITMAP = 19        # CONTRIB bitmap != 1 << src (src >= 64 included)
+    TOO_LARGE = 20         # count * size(dtype) > the slot's per-member buffer
     # Schedule (rule 4).
-    UNEXPECTED_SRC = 20    # src not in the expected set of this site's group for (job, round)
+    UNEXPECTED_SRC = 21    # src not in the expected set of this site's group for (job, round)
     # Reorder buffer (rules 6, 5, 1).
-    STALE = 21             # older than the chunk the slot holds or last completed
-    AHEAD_OF_WINDOW = 22   # the slot is held by another live chunk
-    DUPLICATE = 23         # this rank already contributed to this chunk
-    SLOT_MISMATCH = 24     # dtype or count differs from the slot's first contribution
+    STALE = 22             # older than the chunk the slot holds or last completed
+    AHEAD_OF_WINDOW = 23   # the slot is held by another live chunk
+    DUPLICATE = 24         # this rank already contributed to this chunk
+    SLOT_MISMATCH = 25     # dtype or count differs from the slot's first contribution
 
     @property
     def counter(self):
@@ -140,7 +141,7 @@ class Drop(enum.IntEnum):
 
 _RULE = {
     **{d: 0 for d in (Drop.NOT_IPV4, Drop.BAD_IP_HEADER, Drop.NOT_UDP, Drop.WRONG_PORT)},
-    **{d: 2 for d in (Drop.TRUNCATED, Drop.BAD_IP_CHECKSUM, Drop.BAD_UDP_LENGTH, Drop.BAD_UDP_CHECKSUM,
+    **{d: 2 for d in (Drop.TRUNCATED, Drop.SHORT_HEADER, Drop.BAD_IP_CHECKSUM, Drop.BAD_UDP_LENGTH, Drop.BAD_UDP_CHECKSUM,
                       Drop.BAD_LENGTH, Drop.BAD_COUNT, Drop.TOO_LARGE)},
     **{d: 1 for d in (Drop.BAD_MAGIC, Drop.BAD_VERSION, Drop.BAD_KIND, Drop.BAD_DTYPE, Drop.BAD_FLAGS,
                       Drop.BAD_RESERVED, Drop.SLOT_MISMATCH)},
@@ -160,7 +161,7 @@ def frame_drops():
 
 def header_drops():
     """The reasons decided from one packet alone (header parser)."""
-    return [d for d in Drop if Drop.BAD_LENGTH <= d <= Drop.TOO_LARGE]
+    return [d for d in Drop if Drop.SHORT_HEADER <= d <= Drop.TOO_LARGE]
 
 
 def slot_drops():
