@@ -141,8 +141,8 @@ class Drop(enum.IntEnum):
 
 _RULE = {
     **{d: 0 for d in (Drop.NOT_IPV4, Drop.BAD_IP_HEADER, Drop.NOT_UDP, Drop.WRONG_PORT)},
-    **{d: 2 for d in (Drop.TRUNCATED, Drop.SHORT_HEADER, Drop.BAD_IP_CHECKSUM, Drop.BAD_UDP_LENGTH, Drop.BAD_UDP_CHECKSUM,
-                      Drop.BAD_LENGTH, Drop.BAD_COUNT, Drop.TOO_LARGE)},
+    **{d: 2 for d in (Drop.TRUNCATED, Drop.SHORT_HEADER, Drop.BAD_IP_CHECKSUM, Drop.BAD_UDP_LENGTH,
+                      Drop.BAD_UDP_CHECKSUM, Drop.BAD_LENGTH, Drop.BAD_COUNT, Drop.TOO_LARGE)},
     **{d: 1 for d in (Drop.BAD_MAGIC, Drop.BAD_VERSION, Drop.BAD_KIND, Drop.BAD_DTYPE, Drop.BAD_FLAGS,
                       Drop.BAD_RESERVED, Drop.SLOT_MISMATCH)},
     Drop.RESULT_ON_INPUT: 7,
