@@ -1,0 +1,55 @@
+"""``wanreduce inspect``: one line per frame of a pcap, and a tally of drop reasons."""
+
+from collections import Counter
+
+from ..frames import parse_frame
+from ..pcap import read_pcap
+from ..protocol import UDP_PORT, Drop, DType, Kind
+from ..validate import check_payload
+from ._common import int_in
+
+__all__ = ["register", "run", "describe"]
+
+
+def register(sub):
+    p = sub.add_parser(
+        "inspect", help="list the wanreduce packets in a pcap and why any would be dropped",
+        description="Print one line per frame: kind, job, round, chunk, src, group, count, bitmap, or the "
+        "drop reason (the framing and header rules of PROTOCOL.md, codes 1-20; the schedule and slot rules "
+        "need an aggregator's state and are not applied), then a count per reason.")
+    p.add_argument("pcap", metavar="FILE.pcap", help="capture to read (classic pcap, Ethernet)")
+    p.add_argument("--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT,
+                   help=f"UDP destination port of wanreduce traffic (default: {UDP_PORT})")
+    p.add_argument("--slot-bytes", type=int_in(1, 1 << 30, "--slot-bytes"), default=None,
+                   help="apply the too_large rule for this per-member slot size (default: not applied)")
+    p.add_argument("--quiet", action="store_true", help="print only the summary (default: every frame)")
+    p.set_defaults(func=run)
+
+
+def describe(frame, *, port, slot_bytes=None):
+    """``(line, reason_or_None)`` for one frame."""
+    payload, _, reason = parse_frame(frame, port=port)
+    if reason is None:
+        h, reason = check_payload(payload, slot_bytes=slot_bytes, contrib_input=False)
+    else:
+        h = None
+    if reason is not None:
+        return f"DROP {reason.counter} (rule {reason.rule or 'framing'})", reason
+    last = " LAST" if h.flags & 1 else ""
+    return (f"{Kind(h.kind).name:<7} job={h.job} round={h.round} chunk={h.chunk} src={h.src} group={h.group} "
+            f"{DType(h.dtype).label} count={h.count} bitmap={h.bitmap:#x}{last}"), None
+
+
+def run(args):
+    frames = read_pcap(args.pcap)
+    tally = Counter()
+    for i, frame in enumerate(frames):
+        line, reason = describe(frame, port=args.port, slot_bytes=args.slot_bytes)
+        tally[reason.counter if reason else "ok"] += 1
+        if not args.quiet:
+            print(f"{i:>6} {line}")
+    print(f"{len(frames)} frames: {tally['ok']} ok, {len(frames) - tally['ok']} dropped")
+    for reason in Drop:
+        if tally[reason.counter]:
+            print(f"  {reason.counter:<18} {tally[reason.counter]}")
+    return 0

@@ -1,0 +1,66 @@
+"""``wanreduce pack``: a tensor becomes CONTRIB frames in a pcap file."""
+
+
+from ..frames import build_frames
+from ..packet import MAX_COUNT, pack_tensor
+from ..pcap import write_pcap
+from ..protocol import MAX_RANKS, UDP_PORT, DType
+from ._common import int_in, load_npy
+
+__all__ = ["register", "run"]
+
+
+def register(sub):
+    p = sub.add_parser(
+        "pack", help="turn a tensor (.npy) into CONTRIB frames (.pcap)",
+        description="Pack a tensor into wanreduce v1 CONTRIB packets, one per chunk, wrapped in "
+        "Ethernet/IPv4/UDP and written as a pcap. Values are rounded to the wire dtype (nearest even); a "
+        "finite value too large for it is an error.")
+    p.add_argument("tensor", metavar="TENSOR.npy", help="the tensor to send (any shape, floating point)")
+    p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="pcap file to write (required)")
+    p.add_argument("--dtype", choices=[d.label for d in DType], default="fp32",
+                   help="element type on the wire (default: fp32)")
+    p.add_argument("--rank", type=int_in(0, MAX_RANKS - 1, "--rank"), required=True,
+                   help="this site's rank, 0..63 (required)")
+    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
+    p.add_argument("--round", type=int_in(0, 0xFFFFFFFF, "--round"), default=0,
+                   help="schedule round number (default: 0)")
+    p.add_argument("--group", type=int_in(0, 0xFFFF, "--group"), default=0,
+                   help="group id within the round (default: 0)")
+    p.add_argument("--chunk-elems", type=int_in(1, MAX_COUNT, "--chunk-elems"), default=256,
+                   help="elements per packet (default: 256, i.e. 1 KiB of fp32)")
+    p.add_argument("--first-chunk", type=int_in(0, 0xFFFFFFFF, "--first-chunk"), default=0,
+                   help="index of the first chunk (default: 0)")
+    p.add_argument("--src-mac", default=None, help="source MAC (default: 02:57:52:00:00:<rank>)")
+    p.add_argument("--dst-mac", default=None, help="destination MAC (default: 01:00:5e:57:52:<group>)")
+    p.add_argument("--src-ip", default=None, help="source IPv4 (default: 10.87.82.<rank>)")
+    p.add_argument("--dst-ip", default=None, help="destination IPv4 (default: multicast 239.87.82.<group>)")
+    p.add_argument("--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT,
+                   help=f"UDP source and destination port (default: {UDP_PORT})")
+    p.add_argument("--no-udp-checksum", action="store_true",
+                   help="write 0 (not computed) in the UDP checksum (default: compute it)")
+    p.add_argument("--force", action="store_true", help="replace OUT.pcap if it exists (default: refuse)")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    tensor = load_npy(args.tensor)
+    dtype = DType.from_label(args.dtype)
+    payloads = pack_tensor(tensor, dtype=dtype, rank=args.rank, job=args.job, round=args.round,
+                           group=args.group, chunk_elems=args.chunk_elems, first_chunk=args.first_chunk)
+    g = args.group & 0xFF
+    addressing = dict(
+        src_mac=args.src_mac or f"02:57:52:00:00:{args.rank:02x}",
+        dst_mac=args.dst_mac or f"01:00:5e:57:52:{g:02x}",
+        src_ip=args.src_ip or f"10.87.82.{args.rank}",
+        dst_ip=args.dst_ip or f"239.87.82.{g}",
+        sport=args.port, dport=args.port, udp_checksum=not args.no_udp_checksum,
+    )
+    blocks = [build_frames(b, **addressing) for b in payloads.blocks]
+    frames = (row for block in blocks for row in block)
+    write_pcap(args.output, frames, overwrite=args.force, protect=[args.tensor])
+    print(f"{args.output}: {len(payloads)} CONTRIB frames, {tensor.size} {dtype.label} elements, "
+          f"rank {args.rank}, job {args.job}, round {args.round}, group {args.group}")
+    return 0
+
+
