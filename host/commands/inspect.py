@@ -1,5 +1,6 @@
 """``wanreduce inspect``: one line per frame of a pcap, and a tally of drop reasons."""
 
+import sys
 from collections import Counter
 
 from ..frames import parse_frame
@@ -16,7 +17,8 @@ def register(sub):
         "inspect", help="list the wanreduce packets in a pcap and why any would be dropped",
         description="Print one line per frame: kind, job, round, chunk, src, group, count, bitmap, or the "
         "drop reason (the framing and header rules of PROTOCOL.md, codes 1-20; the schedule and slot rules "
-        "need an aggregator's state and are not applied), then a count per reason.")
+        "need an aggregator's state and are not applied), then a count per reason. Exits 1 if any "
+        "frame would be dropped.")
     p.add_argument("pcap", metavar="FILE.pcap", help="capture to read (classic pcap, Ethernet)")
     p.add_argument("--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT,
                    help=f"UDP destination port of wanreduce traffic (default: {UDP_PORT})")
@@ -52,4 +54,9 @@ def run(args):
     for reason in Drop:
         if tally[reason.counter]:
             print(f"  {reason.counter:<18} {tally[reason.counter]}")
+    dropped = len(frames) - tally["ok"]
+    if dropped:
+        # Like a linter: the listing above names each problem; the exit status says there was one.
+        print(f"wanreduce inspect: {dropped} of {len(frames)} frames would be dropped", file=sys.stderr)
+        return 1
     return 0
