@@ -2,7 +2,8 @@
 
 import struct
 
-HEADER = struct.Struct(">HBBBBHIIHHHHQ")  # magic version kind dtype flags job round chunk src group count rsvd bitmap
+# magic version kind dtype flags job round chunk src group count reserved bitmap
+HEADER = struct.Struct(">HBBBBHIIHHHHQ")
 NAMES = ("magic", "version", "kind", "dtype", "flags", "job", "round", "chunk", "src", "group", "count",
          "reserved", "bitmap")
 ELEMENT = {0: ("<f", 4), 1: ("<e", 2), 2: ("<H", 2)}  # bf16 has no struct code: read its bits
