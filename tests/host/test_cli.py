@@ -1,0 +1,153 @@
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scapy.utils import rdpcap
+
+import wanreduce.host.scapy_layer as scapy_layer
+from wanreduce.host.cli import main
+from wanreduce.host.frames import build_frame
+from wanreduce.host.pcap import read_pcap, write_pcap
+
+from .wire import decode_frame, decode_payload
+
+
+def run(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def tensor(tmp_path):
+    path = tmp_path / "t.npy"
+    np.save(path, np.linspace(-3, 3, 1000, dtype=np.float32).reshape(10, 100))
+    return path
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_pack_then_independent_decoders(capsys, tmp_path, tensor, dtype):
+    out = tmp_path / "o.pcap"
+    code, text, _ = run(capsys, "pack", str(tensor), "-o", str(out), "--dtype", dtype, "--rank", "4",
+                        "--round", "9", "--group", "2", "--chunk-elems", "300")
+    assert code == 0 and "4 CONTRIB frames" in text
+    frames = read_pcap(out)
+    assert len(frames) == 4
+    for i, f in enumerate(frames):
+        ethertype, proto, dport, payload = decode_frame(f)
+        h, _ = decode_payload(payload)
+        assert (ethertype, proto, dport) == (0x0800, 17, 47000)
+        assert (h["src"], h["round"], h["group"], h["chunk"], h["bitmap"]) == (4, 9, 2, i, 1 << 4)
+    # scapy's own pcap reader and dissector, with our layer bound to the port, see the same fields.
+    pkts = rdpcap(str(out))
+    assert [p[scapy_layer.Wanreduce].chunk for p in pkts] == [0, 1, 2, 3]
+    assert pkts[3][scapy_layer.Wanreduce].flags == 1 and pkts[3][scapy_layer.Wanreduce].count == 100
+
+
+def test_inspect_lists_frames_and_tallies_drops(capsys, tmp_path, tensor):
+    out = tmp_path / "o.pcap"
+    assert run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "1", "--chunk-elems", "500")[0] == 0
+    code, text, _ = run(capsys, "inspect", str(out))
+    assert code == 0 and text.count("CONTRIB") == 2 and "2 frames: 2 ok, 0 dropped" in text
+    frames = read_pcap(out)
+    bad = bytearray(frames[0])
+    bad[23] = 6  # TCP, and the IPv4 checksum no longer matches either: the checksum rule comes first
+    mixed = tmp_path / "mixed.pcap"
+    write_pcap(mixed, [frames[0], bytes(bad), frames[1][:60]])
+    code, text, err = run(capsys, "inspect", str(mixed))
+    assert code == 1 and "DROP bad_ip_checksum" in text and "DROP truncated" in text
+    assert "2 of 3 frames would be dropped" in err
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: None, "no such file"),
+    (lambda p: p.write_bytes(b"\xd4\xc3\xb2\xa1" + b"\0" * 10), "too short to be a pcap"),
+    (lambda p: p.write_bytes(b"hello world, this is not a capture"), "not a pcap file"),
+    (lambda p: p.write_bytes(b"\x0a\x0d\x0d\x0a" + b"\0" * 40), "pcapng"),
+])
+def test_inspect_bad_files(capsys, tmp_path, make, message):
+    path = tmp_path / "x.pcap"
+    make(path)
+    code, _, err = run(capsys, "inspect", str(path))
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_inspect_truncated_pcap(capsys, tmp_path, tensor):
+    out = tmp_path / "o.pcap"
+    run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "1")
+    data = out.read_bytes()
+    out.write_bytes(data[:-5])
+    code, _, err = run(capsys, "inspect", str(out))
+    assert code == 2 and "truncated: record 3" in err
+
+
+def test_inspect_wrong_port_and_non_udp(capsys, tmp_path):
+    payload = bytes(32 + 4)
+    f = build_frame(payload, src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02", src_ip="1.2.3.4",
+                    dst_ip="5.6.7.8", sport=1, dport=53)
+    arp = bytes(12) + b"\x08\x06" + bytes(28)
+    path = tmp_path / "x.pcap"
+    write_pcap(path, [f, arp])
+    code, text, _ = run(capsys, "inspect", str(path))
+    assert code == 1 and "DROP wrong_port" in text and "DROP not_ipv4" in text
+    code, text, _ = run(capsys, "inspect", str(path), "--port", "53")
+    assert "DROP bad_magic" in text
+
+
+def test_pack_errors(capsys, tmp_path, tensor):
+    out = tmp_path / "o.pcap"
+    ints = tmp_path / "i.npy"
+    np.save(ints, np.arange(5))
+    big = tmp_path / "big.npy"
+    np.save(big, np.array([1e10], np.float32))
+    cases = [
+        (["pack", str(tmp_path / "missing.npy"), "-o", str(out), "--rank", "0"], "no such file"),
+        (["pack", str(ints), "-o", str(out), "--rank", "0"], "only floating-point"),
+        (["pack", str(big), "-o", str(out), "--rank", "0", "--dtype", "fp16"], "too large for fp16"),
+        (["pack", str(tensor), "-o", str(tensor), "--rank", "0", "--force"], "is also an input"),
+        (["pack", str(tensor), "-o", str(out), "--rank", "0", "--src-mac", "zz"], "not a MAC address"),
+        (["pack", str(tensor), "-o", str(out), "--rank", "0", "--dst-ip", "1.2.3"], "not an IPv4 address"),
+    ]
+    for argv, message in cases:
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
+    garbage = tmp_path / "g.npy"
+    garbage.write_bytes(b"\x93NUMPY garbage")
+    code, _, err = run(capsys, "pack", str(garbage), "-o", str(out), "--rank", "0")
+    assert code == 2 and "not a readable .npy" in err
+    before = tensor.read_bytes()
+    assert tensor.read_bytes() == before and not out.exists()
+
+
+def test_pack_refuses_to_overwrite_without_force(capsys, tmp_path, tensor):
+    out = tmp_path / "o.pcap"
+    out.write_bytes(b"precious")
+    code, _, err = run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "0")
+    assert code == 2 and "exists" in err and out.read_bytes() == b"precious"
+    assert run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "0", "--force")[0] == 0
+    assert len(read_pcap(out)) == 4
+
+
+@pytest.mark.parametrize("argv", [["pack", "x.npy", "-o", "y.pcap", "--rank", "64"],
+                                  ["pack", "x.npy", "-o", "y.pcap", "--rank", "0", "--chunk-elems", "0"],
+                                  ["pack", "x.npy", "-o", "y.pcap", "--rank", "0", "--dtype", "fp64"]])
+def test_option_range_errors(capsys, argv):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "error" in err and "Traceback" not in err
+
+
+def test_console_script_prints_no_traceback(tmp_path):
+    exe = os.path.join(os.path.dirname(sys.executable), "wanreduce")
+    r = subprocess.run([exe, "inspect", str(tmp_path / "none.pcap")], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip() == f"wanreduce inspect: error: {tmp_path / 'none.pcap'}: " \
+        "no such file"
+
+
+def test_demo_passes(capsys):
+    code, text, _ = run(capsys, "demo", "--elements", "3000")
+    assert code == 0 and text.count("identical to the bit: True") == 3 and "demo: PASS" in text
