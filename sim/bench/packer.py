@@ -7,6 +7,7 @@ import statistics
 import time
 
 import numpy as np
+
 from wanreduce.host.packet import pack_tensor, unpack_payloads
 from wanreduce.host.protocol import DType
 
