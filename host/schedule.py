@@ -1,0 +1,539 @@
+"""Sync schedules: mixing matrices, the consensus score, exact constructions and the optimizer.
+
+Information model. In a round every member of a group ends with the average of the group, so a
+round is the doubly stochastic matrix ``W`` with ``W[i, j] = 1/|g|`` for ``i, j`` in the same group
+``g`` and ``W[i, i] = 1`` for a site that waits. A schedule of period ``R`` reaches *exact consensus*
+when ``W_{R-1} ... W_0 = (1/N) 11^T``. Otherwise it contracts the disagreement by its second singular
+value ``sigma2`` per period and needs ``ceil(ln eps / ln sigma2)`` periods to reach ``eps``.
+
+Constructions. A mixed-radix grid of shape ``(k_1, ..., k_d)`` with ``k_1 ... k_d = N`` places each
+site at a position (a tuple of digits); round ``r`` groups the sites whose positions differ only in
+digit ``r``. Each round averages along one axis, so after ``d`` rounds every site holds the mean: the
+grid is exact. ``(N,)`` is one all-to-all group. A shape whose product exceeds ``N`` leaves holes
+(smaller groups) and is scored by ``sigma2``.
+
+Search. Which site takes which position is what the cost model decides (the best 3x3 grid on the
+nine cities is not one group per continent). :func:`optimize` runs, for every shape, steepest-descent
+swaps evaluated in bulk with numpy plus perturbation restarts; :func:`exhaustive` tries every
+placement for ``N <= 9`` and serves to measure the heuristic's optimality gap.
+"""
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import WanreduceError
+from .schedfile import (
+    MAX_RANKS,
+    Schedule,
+    expected_bitmap,
+    group_of,
+    load_schedule,
+    parse_schedule,
+    schedule_from_obj,
+    write_schedule,
+)
+
+__all__ = [
+    "Schedule",
+    "load_schedule",
+    "parse_schedule",
+    "schedule_from_obj",
+    "write_schedule",
+    "expected_bitmap",
+    "group_of",
+    "Plan",
+    "mixing_matrix",
+    "period_product",
+    "consensus",
+    "shapes",
+    "grid_rounds",
+    "evaluate",
+    "optimize",
+    "exhaustive",
+    "plan_to_schedule",
+]
+
+_EXACT_TOL = 1e-9
+
+
+# -- information ----------------------------------------------------------------------------------
+def mixing_matrix(n, groups):
+    """The ``n x n`` averaging matrix of one round."""
+    w = np.eye(n)
+    for g in groups:
+        idx = np.asarray(list(g), dtype=np.int64)
+        if len(idx) == 0:
+            continue
+        w[np.ix_(idx, idx)] = 1.0 / len(idx)
+    return w
+
+
+def period_product(n, rounds):
+    p = np.eye(n)
+    for groups in rounds:
+        p = mixing_matrix(n, groups) @ p
+    return p
+
+
+def consensus(n, rounds, *, epsilon=1e-6):
+    """``(exact, sigma2, periods)``: whether one period averages exactly, its contraction rate, and the
+    number of periods needed to bring the disagreement below ``epsilon`` (``inf`` if never)."""
+    p = period_product(n, rounds)
+    dev = p - 1.0 / n
+    if np.abs(dev).max() < _EXACT_TOL:
+        return True, 0.0, 1
+    sigma2 = float(np.linalg.norm(dev, 2))
+    if sigma2 >= 1 - 1e-12:
+        return False, sigma2, math.inf
+    if sigma2 < 1e-300:
+        return False, sigma2, 1
+    return False, sigma2, max(1, math.ceil(math.log(epsilon) / math.log(sigma2) - 1e-9))
+
+
+# -- constructions --------------------------------------------------------------------------------
+def _factorizations(n, smallest=2):
+    """Non-decreasing factor tuples of ``n``, each factor >= 2."""
+    if n == 1:
+        yield ()
+        return
+    for f in range(smallest, n + 1):
+        if n % f == 0:
+            for rest in _factorizations(n // f, f):
+                yield (f, *rest)
+
+
+def shapes(n, *, group_size=None, holes=None):
+    """Grid shapes to try for ``n`` sites: exact factorizations, plus shapes with a few holes.
+
+    ``group_size`` keeps only shapes made of that size. Shapes with holes (product above ``n``) are
+    included for ``n <= 64`` when ``holes`` is not False; they are what a prime ``n`` can use besides
+    one all-to-all group.
+    """
+    if holes is None:
+        holes = n <= 64
+    found = []
+    if group_size is None:
+        found.extend(_factorizations(n))
+        if holes:
+            for p in range(n + 1, n + max(2, n // 4) + 1):
+                for f in _factorizations(p):
+                    # every axis must still hold real groups; at most 3 rounds keeps the family small
+                    if 2 <= len(f) <= 3 and p - n < min(f) and p // max(f) < n:
+                        found.append(f)
+    else:
+        if not 2 <= group_size <= n:
+            raise WanreduceError(f"group size must be between 2 and the {n} sites, got {group_size}")
+        d = max(1, math.ceil(math.log(n) / math.log(group_size) - 1e-12))
+        found.append((group_size,) * d)
+    out = []
+    for s in found:
+        if s not in out:
+            out.append(s)
+    return out
+
+
+class _Grid:
+    """Positions of a mixed-radix grid and, for each round, which positions form each group."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+        self.size = math.prod(self.shape)
+        digits = np.array(np.unravel_index(np.arange(self.size), self.shape)).T  # (P, d)
+        self.gid = []  # per round: (P,) group id of each position
+        self.members = []  # per round: (groups, k_r) positions
+        self.slot = []  # per round: (P,) column of a position inside its group
+        for r, k in enumerate(self.shape):
+            other = np.delete(digits, r, axis=1)
+            other_shape = tuple(np.delete(np.array(self.shape), r))
+            gid = np.ravel_multi_index(other.T, other_shape) if other_shape else np.zeros(self.size, int)
+            order = np.lexsort((digits[:, r], gid))
+            self.gid.append(gid)
+            self.members.append(order.reshape(-1, k))
+            self.slot.append(digits[:, r])
+
+    def rounds(self, perm):
+        """Groups of sites per round for ``perm`` (position -> site, -1 for a hole)."""
+        out = []
+        for mem in self.members:
+            groups = []
+            for row in perm[mem]:
+                g = sorted(int(s) for s in row if s >= 0)
+                if g:
+                    groups.append(g)
+            out.append(groups)
+        return out
+
+
+def grid_rounds(shape, placement):
+    """Rounds of the grid ``shape`` with ``placement[p]`` the site at position ``p`` (-1: hole)."""
+    grid = _Grid(shape)
+    perm = np.asarray(placement, dtype=np.int64)
+    if perm.shape != (grid.size,):
+        raise ValueError(f"The placement must give one site or -1 for each of the {grid.size} positions.")
+    return grid.rounds(perm)
+
+
+def _shape_name(shape, n):
+    if len(shape) == 1 and shape[0] == n:
+        return "all-to-all"
+    holes = math.prod(shape) - n
+    name = "grid " + "x".join(map(str, shape))
+    return name + (f" ({holes} hole{'s' if holes > 1 else ''})" if holes else "")
+
+
+# -- evaluation -----------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """A schedule with its cost: rounds of groups, round costs, period and time to consensus."""
+
+    name: str
+    shape: tuple
+    rounds: list
+    round_costs: list
+    period_s: float
+    exact: bool
+    sigma2: float
+    periods: float
+    score_s: float
+
+    @property
+    def round_s(self):
+        return [rc.time_s for rc in self.round_costs]
+
+
+def evaluate(model, rounds, *, name="schedule", shape=()):
+    """Cost ``rounds`` under the full model (backbone sharing included) and score them."""
+    n = model.topology.n
+    costs = [model.round(groups) for groups in rounds]
+    period = sum(c.time_s for c in costs)
+    exact, sigma2, periods = consensus(n, rounds, epsilon=model.params.epsilon)
+    score = period * periods if math.isfinite(periods) else math.inf
+    return Plan(name, tuple(shape), [list(map(list, g)) for g in rounds], costs, period, exact, sigma2,
+                periods, score)
+
+
+def _batch_times(model, mem):
+    """Group times for many groups at once, ignoring the backbone. ``mem``: (R, k) sites, -1 = hole.
+
+    The same formula as :meth:`CostModel.group_time`, vectorised; the tests hold the two equal.
+    """
+    p = model.params
+    valid = mem >= 0
+    idx = np.where(valid, mem, 0)
+    d = model.D[idx[:, :, None], idx[:, None, :]]  # d[g, j, m]: one-way j -> m
+    vv = valid[:, :, None] & valid[:, None, :]
+    cnt = valid.sum(axis=1)
+    dneg = np.where(vv, d, -np.inf)
+    lat = dneg.max(axis=(1, 2))
+    colmax = dneg.max(axis=1)
+    colsum = np.where(vv, d, 0.0).sum(axis=1)
+    wait = np.where(valid, cnt[:, None] * np.where(valid, colmax, 0.0) - colsum, 0.0).max(axis=1)
+    site = np.where(valid, model.site_rate[idx], np.inf).min(axis=1)
+    with np.errstate(divide="ignore"):
+        fpga = model.fpga_rate / cnt
+        memr = np.where(wait > 0, p.memory_bytes / np.where(wait > 0, wait, 1.0), np.inf)
+    memr = np.where(cnt * p.chunk_bytes > p.memory_bytes, 0.0, memr)
+    rate = np.minimum(np.minimum(site, fpga), memr)
+    with np.errstate(divide="ignore"):
+        t = lat + np.where(rate > 0, p.tensor_bytes / np.where(rate > 0, rate, 1.0), np.inf)
+    return np.where(cnt < 2, 0.0, t)
+
+
+# Search objective per round: its time (the slowest group) plus a share of the q-power mean of all
+# its groups. The max alone is flat under most swaps; the power mean rewards improving the groups
+# that are next in line, which lets the descent walk across plateaus.
+_Q = 8
+_MIX = 0.25
+
+
+def _pmean(psum, count):
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = (psum / count) ** (1.0 / _Q)
+    return np.where(np.isnan(out), np.inf, out)
+
+
+class _GridSearch:
+    """Steepest-descent swaps of the sites on one grid, every swap of a position scored at once."""
+
+    def __init__(self, model, shape):
+        self.model = model
+        self.grid = _Grid(shape)
+        self.n = model.topology.n
+
+    def _round_times(self, perm):
+        return [_batch_times(self.model, perm[m]) for m in self.grid.members]
+
+    def objective(self, times):
+        total = 0.0
+        for t in times:
+            with np.errstate(over="ignore"):
+                total += float(t.max()) + _MIX * float(_pmean(np.sum(t**_Q), len(t)))
+        return total
+
+    def _best_swap(self, perm, times, a):
+        g = self.grid
+        size = g.size
+        site_a = perm[a]
+        total = np.zeros(size)
+        for r in range(len(g.shape)):
+            gid, mem, slot = g.gid[r], g.members[r], g.slot[r]
+            t = times[r]
+            ga = gid[a]
+            # group of a with a replaced by the site at b, for every b
+            mem_a = np.repeat(perm[mem[ga]][None, :], size, axis=0)
+            mem_a[:, slot[a]] = perm
+            # group of b with b replaced by a
+            mem_b = perm[mem[gid]]
+            mem_b[np.arange(size), slot] = site_a
+            ta = _batch_times(self.model, mem_a)
+            tb = _batch_times(self.model, mem_b)
+            # largest time among the groups other than ga and gid[b]: the top three suffice
+            top = np.argsort(t)[::-1][:3]
+            rest = np.full(size, 0.0)
+            done = np.zeros(size, bool)
+            for k in top:
+                take = (~done) & (k != ga) & (k != gid)
+                rest = np.where(take, t[k], rest)
+                done |= take
+            same = gid == ga
+            with np.errstate(over="ignore", invalid="ignore"):
+                tq = t**_Q
+                psum = np.where(same, tq.sum(), tq.sum() - tq[ga] - tq[gid] + ta**_Q + tb**_Q)
+            new_max = np.where(same, t.max(), np.maximum(rest, np.maximum(ta, tb)))
+            total += new_max + _MIX * _pmean(psum, len(t))
+        total[a] = np.inf
+        if site_a < 0:
+            total[perm < 0] = np.inf
+        b = int(np.argmin(total))
+        return b, float(total[b])
+
+    def descend(self, perm, deadline, rng, *, sample=16):
+        """Apply the best swap of one position at a time until no position improves.
+
+        Each pass tries the members of the three slowest groups of every round (the only swaps that
+        can cut a round's time) plus ``sample`` random positions (which reshape the rest).
+        """
+        times = self._round_times(perm)
+        cur = self.objective(times)
+        size = self.grid.size
+        while time.perf_counter() < deadline:
+            cand = set(rng.choice(size, min(sample, size), replace=False).tolist())
+            for r, t in enumerate(times):
+                for gi in np.argsort(t)[::-1][:3]:
+                    cand.update(self.grid.members[r][gi].tolist())
+            improved = False
+            for a in rng.permutation(sorted(cand)):
+                b, val = self._best_swap(perm, times, a)
+                if val < cur - 1e-12 * max(1.0, cur):
+                    perm[a], perm[b] = perm[b], perm[a]
+                    times = self._round_times(perm)
+                    cur = self.objective(times)
+                    improved = True
+                if time.perf_counter() >= deadline:
+                    break
+            if not improved:
+                break
+        return perm, cur
+
+    def _chain(self, rng):
+        """Sites in a nearest-neighbour chain: consecutive sites are close, so filling a grid in
+        order makes the groups of the fastest-varying axis local."""
+        d = self.model.D
+        n = self.n
+        order, left = [int(rng.integers(n))], set(range(n))
+        left.discard(order[0])
+        while left:
+            nxt = min(left, key=lambda s: d[order[-1], s])
+            order.append(nxt)
+            left.discard(nxt)
+        return np.array(order)
+
+    def initial(self, rng, axes=None):
+        """A start placement: the chain filled along ``axes`` (fastest-varying last; ``None``: random).
+
+        Holes are spread over the grid rather than packed into the last groups.
+        """
+        n, size, shape = self.n, self.grid.size, self.grid.shape
+        order = rng.permutation(n) if axes is None else self._chain(rng)
+        fill = np.arange(size)
+        if axes is not None:
+            dims = tuple(shape[x] for x in axes)
+            digits = np.unravel_index(np.arange(size), dims)
+            full = [None] * len(shape)
+            for k, x in enumerate(axes):
+                full[x] = digits[k]
+            fill = np.ravel_multi_index(tuple(full), shape)
+        used = np.ones(size, bool)
+        if size > n:
+            used[fill[np.linspace(0, size - 1, size - n).round().astype(int)]] = False
+        perm = np.full(size, -1, dtype=np.int64)
+        perm[fill[used[fill]]] = order
+        return perm
+
+    def starts(self, rng, count=2):
+        """The ``count`` best chain placements over distinct axis orders (up to 24 tried), then a
+        random one."""
+        orders = []
+        for axes in itertools.permutations(range(len(self.grid.shape))):
+            key = tuple(self.grid.shape[x] for x in axes)
+            if key not in [k for k, _ in orders]:
+                orders.append((key, axes))
+            if len(orders) >= 24:
+                break
+        cands = []
+        for _, axes in orders:
+            perm = self.initial(rng, axes)
+            cands.append((self.objective(self._round_times(perm)), perm))
+        cands.sort(key=lambda c: c[0])
+        return [c for c in cands[:count]], self.initial(rng, None)
+
+    def run(self, deadline, rng, *, starts=None, max_restarts=40, patience=8):
+        best_perm, best = None, math.inf
+        if starts is None:
+            chained, rand = self.starts(rng)
+            starts = [p for _, p in chained] + [rand]
+        for perm in starts:
+            perm, val = self.descend(perm.copy(), deadline, rng)
+            if val < best:
+                best_perm, best = perm.copy(), val
+            if time.perf_counter() >= deadline:
+                return best_perm, best
+        stale = 0
+        for _ in range(max_restarts):
+            if time.perf_counter() >= deadline or stale >= patience:
+                break
+            perm = best_perm.copy()
+            for _ in range(int(rng.integers(2, 5))):
+                a, b = rng.choice(self.grid.size, 2, replace=False)
+                perm[a], perm[b] = perm[b], perm[a]
+            perm, val = self.descend(perm, deadline, rng)
+            if val < best - 1e-12 * max(1.0, best):
+                best_perm, best, stale = perm.copy(), val, 0
+            else:
+                stale += 1
+        return best_perm, best
+
+
+def optimize(model, *, group_size=None, time_limit_s=30.0, seed=0, shape_list=None, screen=2.0):
+    """Best plan over grid shapes (all-to-all included) and site placements, by time to consensus.
+
+    Every shape first gets cheap chain placements; shapes are then searched best-first, each with an
+    equal share of the remaining ``time_limit_s``; a shape whose best start is more than ``screen``
+    times the best start of all shapes keeps its start placement. The search ignores the backbone;
+    the plans returned are scored under the full model.
+
+    Returns ``(best, per_shape)`` where ``per_shape`` maps each shape to its best plan.
+    """
+    n = model.topology.n
+    if not time_limit_s > 0:
+        raise WanreduceError(f"the time limit must be positive, got {time_limit_s}")
+    todo = shape_list if shape_list is not None else shapes(n, group_size=group_size)
+    rng = np.random.default_rng(seed)
+    start = time.perf_counter()
+    per_shape = {}
+    searches = []
+    for s in todo:
+        if len(s) == 1:
+            perm = np.concatenate([np.arange(n), np.full(s[0] - n, -1)])
+            per_shape[s] = evaluate(model, grid_rounds(s, perm), name=_shape_name(s, n), shape=s)
+            continue
+        search = _GridSearch(model, s)
+        chained, rand = search.starts(rng)
+        searches.append((chained[0][0], s, search, [p for _, p in chained] + [rand]))
+    searches.sort(key=lambda x: x[0])
+    best_start = searches[0][0] if searches else math.inf
+    for i, (score, s, search, starts) in enumerate(searches):
+        if score > screen * best_start or time.perf_counter() - start >= time_limit_s:
+            perm = starts[0]
+        else:
+            left = time_limit_s - (time.perf_counter() - start)
+            deadline = time.perf_counter() + max(left, 0.0) / (len(searches) - i)
+            perm, _ = search.run(deadline, rng, starts=starts)
+        per_shape[s] = evaluate(model, search.grid.rounds(perm), name=_shape_name(s, n), shape=s)
+    if not per_shape:
+        raise WanreduceError(f"no schedule shape fits {n} sites with the options given")
+    best = min(per_shape.values(), key=lambda p: (p.score_s, p.period_s, len(p.rounds)))
+    return best, per_shape
+
+
+_EXHAUSTIVE = {}
+
+
+def _exhaustive_structure(n, shape):
+    """For every placement, which distinct partition each round makes (independent of the costs)."""
+    key = (n, tuple(shape))
+    if key not in _EXHAUSTIVE:
+        perms = np.array(list(itertools.permutations(range(n))), dtype=np.int64)
+        grid = _Grid(shape)
+        per_round = []
+        for mem in grid.members:
+            masks = (np.int64(1) << perms[:, mem]).sum(axis=2)  # (perms, groups) member bitmasks
+            masks.sort(axis=1)
+            code = np.zeros(len(perms), dtype=np.int64)
+            for col in range(masks.shape[1]):  # groups * n <= 36 bits, so one int64 names a partition
+                code |= masks[:, col] << (col * n)
+            uniq, inverse = np.unique(code, return_inverse=True)
+            parts = [[[s for s in range(n) if c >> (col * n + s) & 1] for col in range(masks.shape[1])]
+                     for c in uniq.tolist()]
+            per_round.append((parts, inverse.ravel()))
+        _EXHAUSTIVE[key] = (perms, grid, per_round)
+    return _EXHAUSTIVE[key]
+
+
+def exhaustive(model, shape):
+    """The best placement on an exact grid ``shape`` by trying all ``N!`` of them (``N <= 9``).
+
+    Round costs are computed once per distinct partition (280 for a 3x3 grid), under the full model.
+    """
+    n = model.topology.n
+    if n > 9:
+        raise WanreduceError(f"exhaustive search is for at most 9 sites, got {n}")
+    if math.prod(shape) != n or len(shape) < 2:
+        raise WanreduceError(f"exhaustive search needs a grid of at least 2 axes with {n} positions, "
+                             f"got {shape}")
+    perms, grid, per_round = _exhaustive_structure(n, shape)
+    total = np.zeros(len(perms))
+    for parts, inverse in per_round:
+        cost = np.array([model.round_time(part) for part in parts])
+        total += cost[inverse]
+    best = int(np.argmin(total))
+    return evaluate(model, grid.rounds(perms[best]), name=_shape_name(shape, n) + " (exhaustive)",
+                    shape=shape)
+
+
+def plan_to_schedule(plan, model):
+    """The :class:`Schedule` (PROTOCOL.md file) for ``plan``, with its parameters and metrics."""
+    topo, p = model.topology, model.params
+    if topo.n > MAX_RANKS:
+        raise WanreduceError(
+            f"protocol v1 schedule files hold at most {MAX_RANKS} ranks; {topo.n} sites need "
+            "hierarchical aggregation"
+        )
+    return Schedule(
+        sites=topo.sites,
+        rounds=tuple([list(map(int, g)) for g in rnd if len(g) > 0] for rnd in plan.rounds),
+        params={
+            "memory_bytes": p.memory_bytes,
+            "chunk_bytes": p.chunk_bytes,
+            "tensor_bytes": p.tensor_bytes,
+            "site_gbps": p.site_gbps,
+            "fpga_ingress_gbps": p.fpga_ingress_gbps,
+            "clock_mhz": p.clock_mhz,
+            "bus_bits": p.bus_bits,
+            "epsilon": p.epsilon,
+            "topology": topo.name,
+            "construction": plan.name,
+        },
+        metrics={
+            "period_s": plan.period_s,
+            "round_s": plan.round_s,
+            "exact_consensus": bool(plan.exact),
+            "sigma2": plan.sigma2,
+            "time_to_consensus_s": plan.score_s,
+            "round_bound": [rc.bound for rc in plan.round_costs],
+        },
+    )
