@@ -147,10 +147,20 @@ def write_schedule(schedule, path):
     """Write ``schedule`` (validated again first, so a file we write always loads)."""
     obj = schedule_to_obj(schedule)
     schedule_from_obj(json.loads(json.dumps(obj)), source=str(path))
+    # one line per round keeps the file readable next to PROTOCOL.md's example
+    rounds = ",\n".join(f"    {json.dumps(r)}" for r in obj["rounds"])
+    text = (
+        "{\n"
+        f'  "version": {obj["version"]},\n'
+        f'  "sites": {json.dumps(obj["sites"])},\n'
+        f'  "rounds": [\n{rounds}\n  ],\n'
+        f'  "params": {json.dumps(obj["params"])},\n'
+        f'  "metrics": {json.dumps(obj["metrics"])}\n'
+        "}\n"
+    )
     try:
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
+            f.write(text)
     except OSError as exc:
         raise WanreduceError(f"cannot write schedule file {path}: {exc}") from None
 

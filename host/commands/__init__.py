@@ -8,4 +8,6 @@ COMMANDS = [
     "wanreduce.host.commands.pack",
     "wanreduce.host.commands.inspect",
     "wanreduce.host.commands.demo",
+    "wanreduce.host.commands.schedule",
+    "wanreduce.host.commands.sweep",
 ]

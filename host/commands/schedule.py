@@ -1,0 +1,164 @@
+"""``wanreduce schedule``: the best sync schedule for a topology, written as PROTOCOL.md's JSON file."""
+
+import math
+import os
+
+from ..baselines import all_baselines
+from ..costmodel import CostModel, CostParams, format_seconds, format_size, parse_size
+from ..errors import WanreduceError
+from ..schedule import exhaustive, optimize, plan_to_schedule, shapes, write_schedule
+from ..topology import EMBEDDED, load_topology
+
+__all__ = ["register", "run", "add_model_arguments", "model_from_args", "topology_from_args", "number"]
+
+DEFAULT_OUT = os.path.join("build", "schedule.json")
+
+
+def add_model_arguments(p, *, memory_help=None):
+    """Options shared by ``schedule`` and ``sweep``: the topology and every cost-model parameter."""
+    d = CostParams()
+    p.add_argument("--topology", default="nine-city", metavar="NAME|FILE.csv",
+                   help=f"{' or '.join(EMBEDDED)}, or a CSV of public links (City1,City2,Latency[,Bandwidth]"
+                   ") or private links (Device1,Device2,Latency,Bandwidth); latencies are RTT in ms "
+                   "(default: nine-city)")
+    p.add_argument("--sites", default=None, metavar="A,B,...",
+                   help="use only these cities, in this rank order (default: every city, sorted)")
+    if memory_help is not None:
+        p.add_argument("--memory", default=format_size(d.memory_bytes), metavar="SIZE", help=memory_help)
+    p.add_argument("--chunk-bytes", default=str(d.chunk_bytes), metavar="SIZE",
+                   help=f"payload bytes per packet (default: {d.chunk_bytes})")
+    p.add_argument("--tensor-bytes", default=format_size(d.tensor_bytes), metavar="SIZE",
+                   help=f"bytes each site contributes per sync (default: {format_size(d.tensor_bytes)})")
+    p.add_argument("--site-gbps", default=d.site_gbps, metavar="GBPS",
+                   help=f"each site's access link, Gbit/s per direction, unless the topology gives it "
+                   f"(default: {d.site_gbps:g})")
+    p.add_argument("--fpga-ingress-gbps", default=d.fpga_ingress_gbps, metavar="GBPS",
+                   help=f"sum of the aggregator's input ports, Gbit/s (default: {d.fpga_ingress_gbps:g})")
+    p.add_argument("--clock-mhz", default=d.clock_mhz, metavar="MHZ",
+                   help=f"aggregator datapath clock, one bus beat per cycle (default: {d.clock_mhz:g})")
+    p.add_argument("--bus-bits", default=d.bus_bits, metavar="BITS",
+                   help=f"aggregator datapath width in bits (default: {d.bus_bits})")
+    p.add_argument("--link-gbps", default=None, metavar="GBPS",
+                   help="capacity of public links without a Bandwidth column, Gbit/s per direction "
+                   "(default: unlimited)")
+    p.add_argument("--epsilon", default=d.epsilon, metavar="EPS",
+                   help=f"consensus target for schedules that are not exact (default: {d.epsilon:g})")
+    p.add_argument("--time-limit", default=20.0, metavar="SECONDS",
+                   help="search budget for the optimizer; small networks finish well before "
+                   "(default: 20)")
+    p.add_argument("--seed", default=0, help="seed of the randomised search (default: 0)")
+
+
+def number(text, what, *, kind=float, positive=True, allow_none=False):
+    """Convert an option's text, with a one-line error naming the option (argparse's would be two)."""
+    if text is None and allow_none:
+        return None
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        noun = "an integer" if kind is int else "a number"
+        raise WanreduceError(f"{what} must be {noun}, got {text!r}") from None
+    if kind is float and not math.isfinite(value):
+        raise WanreduceError(f"{what} must be a finite number, got {text!r}")
+    if positive and value <= 0:
+        raise WanreduceError(f"{what} must be positive, got {text}")
+    return value
+
+
+def topology_from_args(args):
+    sites = None
+    if args.sites is not None:
+        sites = [s.strip() for s in args.sites.split(",")]
+        if any(not s for s in sites):
+            raise WanreduceError(f"--sites {args.sites!r} has an empty name")
+    link = number(args.link_gbps, "--link-gbps", allow_none=True)
+    return load_topology(args.topology, link_gbps=link, sites=sites)
+
+
+def params_from_args(args, *, memory=None):
+    args.time_limit = number(args.time_limit, "--time-limit")
+    args.seed = number(args.seed, "--seed", kind=int, positive=False)
+    if memory is None:
+        memory = parse_size(args.memory, what="--memory")
+    return CostParams(
+        memory_bytes=memory,
+        chunk_bytes=parse_size(args.chunk_bytes, what="--chunk-bytes"),
+        tensor_bytes=parse_size(args.tensor_bytes, what="--tensor-bytes"),
+        site_gbps=number(args.site_gbps, "--site-gbps"),
+        fpga_ingress_gbps=number(args.fpga_ingress_gbps, "--fpga-ingress-gbps"),
+        clock_mhz=number(args.clock_mhz, "--clock-mhz"),
+        bus_bits=number(args.bus_bits, "--bus-bits", kind=int),
+        epsilon=number(args.epsilon, "--epsilon"),
+    )
+
+
+def model_from_args(args):
+    return CostModel(topology_from_args(args), params_from_args(args))
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "schedule",
+        help="compute the best sync schedule for a topology and write it as JSON",
+        description="Search group sizes, partitions, rotations and site placements under the WAN cost "
+        "model; print the rounds and what bounds each, compare with the baselines, and write "
+        "PROTOCOL.md's schedule file.",
+    )
+    add_model_arguments(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
+    p.add_argument("--group-size", default=None, metavar="K",
+                   help="only rotating groups of K sites (default: any size from 2 to N)")
+    p.add_argument("-o", "--output", default=DEFAULT_OUT, metavar="FILE.json",
+                   help=f"schedule file to write (default: {DEFAULT_OUT})")
+    p.set_defaults(func=run)
+
+
+def _names(topo, group):
+    return "{" + ",".join(topo.sites[i] for i in group) + "}"
+
+
+def run(args):
+    model = model_from_args(args)
+    topo, params = model.topology, model.params
+    if args.group_size is not None:
+        args.group_size = number(args.group_size, "--group-size", kind=int)
+        shapes(topo.n, group_size=args.group_size)  # validates the size
+    best, per = optimize(model, group_size=args.group_size, time_limit_s=args.time_limit, seed=args.seed)
+    gap_line = None
+    if topo.n <= 9 and len(best.shape) > 1 and math.prod(best.shape) == topo.n:
+        exact = exhaustive(model, best.shape)
+        gap = best.score_s / exact.score_s - 1 if exact.score_s > 0 else 0.0
+        gap_line = (f"exhaustive check over all {math.factorial(topo.n)} placements on {best.name}: "
+                    f"optimum {format_seconds(exact.score_s)}, heuristic gap {gap * 100:.2f}%")
+        if exact.score_s < best.score_s:
+            best = exact
+    if not math.isfinite(best.score_s):
+        raise WanreduceError(
+            f"no schedule reaches consensus: {format_size(params.memory_bytes)} of memory cannot hold "
+            f"one slot of {format_size(params.chunk_bytes)} chunks for any group of 2 or more sites"
+        )
+    sched = plan_to_schedule(best, model)
+    out = args.output
+    if os.path.dirname(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+    write_schedule(sched, out)
+
+    print(f"topology {topo.name}: {topo.n} sites; memory {format_size(params.memory_bytes)}, "
+          f"chunk {params.chunk_bytes} B, tensor {format_size(params.tensor_bytes)}, "
+          f"site {params.site_gbps:g} Gbit/s, FPGA ingress {params.fpga_ingress_gbps:g} Gbit/s, "
+          f"datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz")
+    kind = "exact consensus" if best.exact else f"sigma2 {best.sigma2:.3g}, {best.periods} periods"
+    print(f"schedule: {best.name} ({kind}), period {format_seconds(best.period_s)}, "
+          f"time to consensus {format_seconds(best.score_s)}")
+    print(f"{'round':>5}  {'time':>10}  {'bound':<9}  groups")
+    for r, (rnd, cost) in enumerate(zip(best.rounds, best.round_costs, strict=True)):
+        groups = " ".join(_names(topo, g) for g in rnd)
+        print(f"{r:>5}  {format_seconds(cost.time_s):>10}  {cost.bound:<9}  {groups}")
+    others = sorted(per.values(), key=lambda p: p.score_s)
+    print("shapes: " + "; ".join(f"{p.name} {format_seconds(p.score_s)}" for p in others))
+    if gap_line:
+        print(gap_line)
+    for b in all_baselines(model):
+        speed = b.time_s / best.score_s
+        print(f"baseline {b.name:<12} {format_seconds(b.time_s):>10}  speedup {speed:.3g}x  ({b.detail})")
+    print(f"wrote {out}")
+    return 0

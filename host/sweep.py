@@ -1,0 +1,111 @@
+"""Memory sweeps: the best schedule at each FPGA memory size and the memory crossover.
+
+The crossover is the memory above which one all-to-all group reaches consensus sooner than the best
+rotating groups of 3 (the grid of 3s, e.g. 3x3 on nine sites). Below it the reorder buffer limits
+the rate and small, delay-homogeneous groups win; above it only delay and bandwidth remain and one
+round that pays the WAN delay once wins, unless the tensor is so large that bandwidth dominates (then
+there is no crossover at all).
+"""
+
+import math
+from dataclasses import dataclass
+
+from .baselines import all_baselines
+from .costmodel import CostModel
+from .schedule import exhaustive, optimize, shapes
+
+__all__ = ["SweepPoint", "family_plans", "sweep", "crossover"]
+
+
+@dataclass
+class SweepPoint:
+    memory_bytes: int
+    groups3: object  # Plan: best rotating groups of 3
+    all_to_all: object  # Plan: one group of every site
+    best: object  # Plan: the optimizer's choice
+    gap: float  # heuristic's gap to the exhaustive optimum of the exact shapes (N <= 9), else nan
+
+
+def _exact_shapes(n):
+    return [s for s in shapes(n, holes=False) if len(s) > 1]
+
+
+def family_plans(model, *, time_limit_s=2.0, seed=0, check_exhaustive=True):
+    """(groups of 3, all-to-all, optimizer's best, gap) for one model."""
+    n = model.topology.n
+    all_shape = (n,)
+    best, per = optimize(model, time_limit_s=time_limit_s, seed=seed)
+    a2a = per[all_shape]
+    three = shapes(n, group_size=3) if n >= 3 else []
+    g3 = None
+    if three:
+        s3 = three[0]
+        if n <= 9 and math.prod(s3) == n and len(s3) > 1:
+            g3 = exhaustive(model, s3)
+        elif s3 in per:
+            g3 = per[s3]
+        else:
+            g3 = optimize(model, time_limit_s=time_limit_s, seed=seed, shape_list=[s3])[0]
+    gap = math.nan
+    if check_exhaustive and n <= 9:
+        exact = [exhaustive(model, s) for s in _exact_shapes(n)]
+        if exact:
+            heur = min(per[s].score_s for s in _exact_shapes(n))
+            opt = min(p.score_s for p in exact)
+            gap = heur / opt - 1 if math.isfinite(opt) and opt > 0 else 0.0
+            # report the true optimum when the heuristic missed it
+            best = min([best, *exact], key=lambda p: (p.score_s, p.period_s))
+    if g3 is not None and g3.score_s < best.score_s:
+        best = g3
+    return g3, a2a, best, gap
+
+
+def sweep(topology, params, memories, *, time_limit_s=2.0, seed=0):
+    """One :class:`SweepPoint` per memory size, plus the baselines (which do not use the FPGA)."""
+    points = []
+    for mem in memories:
+        model = CostModel(topology, params.replace(memory_bytes=int(mem)))
+        g3, a2a, best, gap = family_plans(model, time_limit_s=time_limit_s, seed=seed)
+        points.append(SweepPoint(int(mem), g3, a2a, best, gap))
+    baselines = all_baselines(CostModel(topology, params))
+    return points, baselines
+
+
+def _a2a_vs_groups3(topology, params, mem, time_limit_s, seed):
+    model = CostModel(topology, params.replace(memory_bytes=int(mem)))
+    n = topology.n
+    a2a = optimize(model, time_limit_s=time_limit_s, seed=seed, shape_list=[(n,)])[0]
+    three = shapes(n, group_size=3) if n >= 3 else []
+    if not three:
+        return a2a.score_s, math.inf
+    s3 = three[0]
+    if n <= 9 and math.prod(s3) == n and len(s3) > 1:
+        g3 = exhaustive(model, s3)
+    else:
+        g3 = optimize(model, time_limit_s=time_limit_s, seed=seed, shape_list=[s3])[0]
+    return a2a.score_s, g3.score_s
+
+
+def crossover(topology, params, *, low=1 << 10, high=1 << 40, time_limit_s=1.0, seed=0, rel=0.01):
+    """Smallest memory (bytes) at which all-to-all is at least as fast as groups of 3.
+
+    Bisection on log(memory) between ``low`` and ``high`` to a relative precision ``rel``. Returns
+    ``None`` when groups of 3 still win at ``high`` (no crossover: bandwidth-bound), ``low`` when
+    all-to-all already wins at ``low``.
+    """
+    def a2a_wins(mem):
+        a, g = _a2a_vs_groups3(topology, params, mem, time_limit_s, seed)
+        return math.isfinite(a) and a <= g
+
+    if not a2a_wins(high):
+        return None
+    if a2a_wins(low):
+        return low
+    lo, hi = math.log(low), math.log(high)
+    while hi - lo > math.log1p(rel):
+        mid = (lo + hi) / 2
+        if a2a_wins(math.exp(mid)):
+            hi = mid
+        else:
+            lo = mid
+    return int(math.ceil(math.exp(hi)))
