@@ -81,7 +81,7 @@ def parse_size(text, *, what="size"):
             "B, KiB, MiB, GiB, TiB, kB, MB, GB or TB (e.g. 256KiB)"
         )
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value < 1 or value != math.floor(value) or not math.isfinite(value):
+    if not math.isfinite(value) or value < 1 or value != math.floor(value):
         raise WanreduceError(f"{what} {text!r} must be a whole, positive number of bytes")
     return int(value)
 

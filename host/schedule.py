@@ -398,7 +398,7 @@ class _GridSearch:
             starts = [p for _, p in chained] + [rand]
         for perm in starts:
             perm, val = self.descend(perm.copy(), deadline, rng)
-            if val < best:
+            if best_perm is None or val < best:
                 best_perm, best = perm.copy(), val
             if time.perf_counter() >= deadline:
                 return best_perm, best
