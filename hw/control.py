@@ -1,0 +1,139 @@
+"""Control port: configuration registers, the schedule-table write path, counters and their read-out.
+
+The register map is defined once, in :mod:`wanreduce.host.control` (documented in ``docs/control.md``).
+Writes take effect the cycle after ``we``; reads return ``rdata`` the cycle after ``re``. Counters count
+events from the slot table's commit stage (at most one packet per cycle) and wrap at 32 bits.
+"""
+
+from amaranth.hdl import Const, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..host import control as regs
+from ..host.protocol import UDP_PORT
+
+__all__ = ["ControlSignature", "Control"]
+
+
+class ControlSignature(wiring.Signature):
+    """The initiator's view of the control port: ``addr`` (16), ``wdata`` (32), ``we``, ``re``; ``rdata``
+    (32) comes back the cycle after ``re``."""
+
+    def __init__(self):
+        super().__init__({
+            "addr": Out(16), "wdata": Out(32), "we": Out(1), "re": Out(1), "rdata": In(32),
+        })
+
+
+class Control(wiring.Component):
+    """Register file of the core. ``params`` are the read-only build parameters (name → value)."""
+
+    def __init__(self, *, jobs, rounds, dests, params, port=UDP_PORT):
+        if rounds & (rounds - 1) or jobs & (jobs - 1):
+            raise ValueError("The job and round capacities of the schedule table must be powers of two.")
+        self.jobs, self.rounds, self.dests = jobs, rounds, dests
+        self.params = dict(params)
+        self.port_init = port
+        super().__init__({
+            "ctl": In(ControlSignature()),
+            "rank": Out(6), "port": Out(16, init=port), "mac": Out(48), "ip": Out(32),
+            "ndest": Out(range(dests + 1)),
+            "job_id": Out(16).array(jobs), "job_period": Out(range(rounds + 1)).array(jobs),
+            "dest_mac": Out(48).array(dests), "dest_ip": Out(32).array(dests),
+            "dest_port": Out(16).array(dests),
+            "sched_addr": Out(range(jobs * rounds)), "sched_data": Out(64), "sched_en": Out(1),
+            "ev_valid": In(1), "ev_code": In(5), "ev_result": In(1),
+            "in_beat": In(1), "out_beat": In(1), "reduce_read": In(1), "reduce_active": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.ctl
+        counters = [Signal(32, name=f"cnt_{name}") for name in regs.COUNTER_NAMES]
+        perf = [Signal(32, name=f"perf_{name}") for name in regs.PERF_NAMES]
+        sched_lo = Signal(32)
+
+        # Events. Counters are zeroed by a write to REG_CLEAR, which wins over a same-cycle event.
+        clear = c.we & (c.addr == regs.REG_CLEAR) & c.wdata[0]
+        with m.If(self.ev_valid):
+            m.d.sync += counters[0].eq(counters[0] + 1)
+            with m.Switch(self.ev_code):
+                for code in range(1, len(regs.COUNTER_NAMES) - 1):
+                    with m.Case(code):
+                        m.d.sync += counters[code].eq(counters[code] + 1)
+        with m.If(self.ev_result):
+            m.d.sync += counters[-1].eq(counters[-1] + 1)
+        for sig, strobe in zip(perf, [Const(1), self.in_beat, self.out_beat, self.reduce_read,
+                                      self.reduce_active], strict=True):
+            with m.If(strobe):
+                m.d.sync += sig.eq(sig + 1)
+        with m.If(clear):
+            m.d.sync += [s.eq(0) for s in counters + perf]
+
+        # Writes.
+        m.d.comb += [self.sched_data.eq(Const(0, 64) | (c.wdata << 32) | sched_lo),
+                     self.sched_addr.eq((c.addr - regs.SCHED_BASE) >> 1)]
+        with m.If(c.we):
+            with m.If(c.addr >= regs.SCHED_BASE):
+                with m.If(c.addr[0]):
+                    m.d.comb += self.sched_en.eq((c.addr - regs.SCHED_BASE) >> 1 < self.jobs * self.rounds)
+                with m.Else():
+                    m.d.sync += sched_lo.eq(c.wdata)
+            with m.Switch(c.addr):
+                with m.Case(regs.REG_RANK):
+                    m.d.sync += self.rank.eq(c.wdata)
+                with m.Case(regs.REG_PORT):
+                    m.d.sync += self.port.eq(c.wdata)
+                with m.Case(regs.REG_MAC_HI):
+                    m.d.sync += self.mac[32:].eq(c.wdata)
+                with m.Case(regs.REG_MAC_LO):
+                    m.d.sync += self.mac[:32].eq(c.wdata)
+                with m.Case(regs.REG_IP):
+                    m.d.sync += self.ip.eq(c.wdata)
+                with m.Case(regs.REG_NDEST):
+                    m.d.sync += self.ndest.eq(c.wdata)
+                for j in range(self.jobs):
+                    with m.Case(regs.JOB_BASE + regs.JOB_STRIDE * j):
+                        m.d.sync += self.job_id[j].eq(c.wdata)
+                    with m.Case(regs.JOB_BASE + regs.JOB_STRIDE * j + 1):
+                        m.d.sync += self.job_period[j].eq(c.wdata)
+                for d in range(self.dests):
+                    base = regs.DEST_BASE + regs.DEST_STRIDE * d
+                    with m.Case(base):
+                        m.d.sync += self.dest_mac[d][32:].eq(c.wdata)
+                    with m.Case(base + 1):
+                        m.d.sync += self.dest_mac[d][:32].eq(c.wdata)
+                    with m.Case(base + 2):
+                        m.d.sync += self.dest_ip[d].eq(c.wdata)
+                    with m.Case(base + 3):
+                        m.d.sync += self.dest_port[d].eq(c.wdata)
+
+        # Reads.
+        values = {
+            regs.REG_ID: regs.ID_VALUE, regs.REG_WIDTH: self.params.get("width", 0),
+            regs.REG_SLOTS: self.params.get("slots", 0), regs.REG_MEMBERS: self.params.get("members", 0),
+            regs.REG_SLOT_BYTES: self.params.get("slot_bytes", 0), regs.REG_DESTS: self.dests,
+            regs.REG_JOBS: self.jobs, regs.REG_ROUNDS: self.rounds,
+            regs.REG_ENTRY: self.params.get("entry", 0),
+            regs.REG_RANK: self.rank, regs.REG_PORT: self.port, regs.REG_MAC_HI: self.mac[32:],
+            regs.REG_MAC_LO: self.mac[:32], regs.REG_IP: self.ip, regs.REG_NDEST: self.ndest,
+        }
+        for j in range(self.jobs):
+            values[regs.JOB_BASE + regs.JOB_STRIDE * j] = self.job_id[j]
+            values[regs.JOB_BASE + regs.JOB_STRIDE * j + 1] = self.job_period[j]
+        for d in range(self.dests):
+            base = regs.DEST_BASE + regs.DEST_STRIDE * d
+            values.update({base: self.dest_mac[d][32:], base + 1: self.dest_mac[d][:32],
+                           base + 2: self.dest_ip[d], base + 3: self.dest_port[d]})
+        for n, sig in enumerate(counters):
+            values[regs.COUNTER_BASE + n] = sig
+        for n, sig in enumerate(perf):
+            values[regs.PERF_BASE + n] = sig
+        with m.If(c.re):
+            with m.Switch(c.addr):
+                for addr, value in values.items():
+                    with m.Case(addr):
+                        m.d.sync += c.rdata.eq(value)
+                with m.Default():
+                    m.d.sync += c.rdata.eq(0)
+        return m

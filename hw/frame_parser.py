@@ -1,0 +1,177 @@
+"""Frame parser: Ethernet II / IPv4 / UDP frames in, UDP payloads out, drop codes 1-8 decided.
+
+Latency: one cycle from an input beat to the output beat it completes. The UDP payload starts at frame
+byte 42, which is not a beat boundary for any supported width, so output beat ``k`` is assembled from the
+tails and heads of input beats ``42 // B + k`` and ``42 // B + k + 1`` (``B`` = bytes per beat). Each frame
+yields exactly one payload packet, possibly a single empty beat, and its last beat carries the frame's
+drop vector (codes 1-8): checks that need the whole frame (truncation, UDP checksum) are only known at its
+end, so the payload streams on speculatively and the slot table discards it at its last beat.
+
+Back-pressure: one output register; ``i.ready`` follows ``o.ready`` combinationally. One input beat per
+cycle is accepted back to back across frames; the only bubble is when a frame's payload needs one more
+output beat than the frame had input beats after its header *and* the next frame is a single beat long.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..host import protocol
+from .layouts import Beat, PayloadBeat, be_bytes
+
+__all__ = ["FrameParser"]
+
+_HDR = protocol.FRAME_OVERHEAD  # 42
+_ETH = protocol.ETH_HEADER_BYTES
+
+
+def _fold16(value):
+    """One's-complement fold of a wide sum down to 16 bits (three folds cover 48-bit sums)."""
+    for _ in range(3):
+        value = value[:16] + value[16:]
+    return value[:16]
+
+
+class FrameParser(wiring.Component):
+    """Ethernet/IPv4/UDP parser.
+
+    Parameters: ``width`` (bits per beat, 64..512). Ports: ``i`` (frames as :func:`Beat` beats), ``o``
+    (UDP payloads as :func:`PayloadBeat` beats, Ethernet padding removed), ``port`` (the UDP destination
+    port the aggregator listens on).
+    """
+
+    def __init__(self, *, width):
+        if width not in (64, 128, 256, 512):
+            raise ValueError(f"The beat width must be 64, 128, 256 or 512 bits, not {width}.")
+        self.width = width
+        super().__init__({
+            "i": In(stream.Signature(Beat(width))),
+            "o": Out(stream.Signature(PayloadBeat(width))),
+            "port": In(16),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        B = W // 8
+        q, o = divmod(_HDR, B)
+        ib = self.i.payload
+
+        j = Signal(16)                      # beat index within the frame (saturates)
+        hdr = Signal(8 * _HDR)              # header bytes captured so far
+        prev = Signal(W)                    # previous input beat
+        csum = Signal(40)                   # running UDP sum over frame bytes [34, 14 + total length)
+        flush = Signal()                    # one more output beat owed by the previous frame
+        flush_data = Signal(W)
+        flush_bytes = Signal(range(B + 1))
+        flush_drops = Signal(32)
+
+        en = ~self.o.valid | self.o.ready
+        m.d.comb += self.i.ready.eq(en & ~(flush & ib.last))
+        accept = self.i.valid & self.i.ready
+
+        # The header as it stands with this beat's bytes merged in.
+        cur = Signal(8 * _HDR)
+        m.d.comb += cur.eq(hdr)
+        for k in range(-(-_HDR // B)):
+            lo, hi = k * B, min(_HDR, (k + 1) * B)
+            with m.If(j == k):
+                m.d.comb += cur[8 * lo: 8 * hi].eq(ib.data[: 8 * (hi - lo)])
+
+        def byte(n):
+            return cur[8 * n: 8 * n + 8]
+
+        def be16(n):
+            return be_bytes(cur, n, 2)
+
+        ethertype = be16(12)
+        total = be16(16)
+        frag = be16(20)
+        udp_len = be16(38)
+        udp_csum = be16(40)
+        end = Signal(17)                    # frame byte where the UDP payload ends
+        m.d.comb += end.eq(total + _ETH)
+
+        # UDP checksum contribution of this beat: big-endian 16-bit words of bytes in [34, end).
+        start = Signal(17)
+        m.d.comb += start.eq(j * B)
+        words = []
+        for w in range(B // 2):
+            f = start + 2 * w
+            hi_ok = (f >= 34) & (f < end)
+            lo_ok = (f >= 34) & (f + 1 < end)
+            words.append(Cat(Mux(lo_ok, ib.data[16 * w + 8: 16 * w + 16], 0),
+                             Mux(hi_ok, ib.data[16 * w: 16 * w + 8], 0)))
+        beat_sum = Signal(24)
+        m.d.comb += beat_sum.eq(sum(words))
+
+        flen = Signal(17)
+        m.d.comb += flen.eq(start + ib.bytes)
+        end_eff = Signal(17)
+        m.d.comb += end_eff.eq(Mux(end < flen, end, flen))
+
+        # Drop codes 1-8, evaluated on the last beat from the merged header.
+        ip_words = [be16(14 + 2 * n) for n in range(10)]
+        ip_ok = _fold16(Cat(sum(ip_words), Const(0, 8))) == 0xFFFF
+        pseudo = be16(26) + be16(28) + be16(30) + be16(32) + protocol.IPPROTO_UDP + udp_len
+        udp_ok = _fold16(Cat(csum + beat_sum + pseudo, Const(0, 8))) == 0xFFFF
+        drops = Signal(32)
+        D = protocol.Drop
+        m.d.comb += [
+            drops[D.TRUNCATED].eq((flen < _HDR) | ((ethertype == protocol.ETHERTYPE_IPV4) & (end > flen))),
+            drops[D.NOT_IPV4].eq(ethertype != protocol.ETHERTYPE_IPV4),
+            drops[D.BAD_IP_HEADER].eq((byte(14) != 0x45) | (frag & 0x3FFF).any() |
+                                      (total < protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES)),
+            drops[D.BAD_IP_CHECKSUM].eq(~ip_ok),
+            drops[D.NOT_UDP].eq(byte(23) != protocol.IPPROTO_UDP),
+            drops[D.WRONG_PORT].eq(be16(36) != self.port),
+            drops[D.BAD_UDP_LENGTH].eq(udp_len != total - protocol.IPV4_HEADER_BYTES),
+            drops[D.BAD_UDP_CHECKSUM].eq((udp_csum != 0) & ~udp_ok),
+        ]
+
+        # Output beat k = frame bytes [(j-1)B + o, jB + o): the top B-o bytes of the previous beat and the
+        # low o bytes of this one.
+        joined = Cat(prev[8 * o:], ib.data[: 8 * o])
+        k_start = Signal(18)
+        m.d.comb += k_start.eq(start - B + o)
+        lim = Mux(ib.last, end_eff, end)
+        has_k = (j >= q + 1) & (k_start < lim)
+        k_bytes = Mux(lim - k_start >= B, B, lim - k_start)
+        tail_start = start + o
+        need_flush = ib.last & (j >= q) & (end_eff > tail_start)
+        tail = Cat(ib.data[8 * o:], Const(0, 8 * o))
+        tail_bytes = (end_eff - tail_start)[: len(flush_bytes)]
+
+        ov, ob = Signal(), Signal.like(self.o.payload)
+        # While a flush is owed, only a non-last beat can be accepted and it emits nothing (a frame's first
+        # beat never completes an output beat), so the two never compete for the output register.
+        with m.If(flush):
+            m.d.comb += [ov.eq(1), ob.data.eq(flush_data), ob.bytes.eq(flush_bytes), ob.last.eq(1),
+                         ob.drops.eq(flush_drops)]
+        with m.Elif(accept):
+            with m.If(has_k):
+                m.d.comb += [ov.eq(1), ob.data.eq(joined), ob.bytes.eq(k_bytes),
+                             ob.last.eq(ib.last & ~need_flush)]
+            with m.Elif(need_flush):
+                m.d.comb += [ov.eq(1), ob.data.eq(tail), ob.bytes.eq(tail_bytes), ob.last.eq(1)]
+            with m.Elif(ib.last):
+                m.d.comb += [ov.eq(1), ob.bytes.eq(0), ob.last.eq(1)]
+            m.d.comb += ob.drops.eq(Mux(ib.last & ~(has_k & need_flush), drops, 0))
+
+        with m.If(en):
+            m.d.sync += [self.o.valid.eq(ov), self.o.payload.eq(ob)]
+            with m.If(flush):
+                m.d.sync += flush.eq(0)
+
+        with m.If(accept):
+            m.d.sync += prev.eq(ib.data)
+            with m.If(ib.last):
+                m.d.sync += [j.eq(0), hdr.eq(0), csum.eq(0)]
+                with m.If(has_k & need_flush):
+                    m.d.sync += [flush.eq(1), flush_data.eq(tail), flush_bytes.eq(tail_bytes),
+                                 flush_drops.eq(drops)]
+            with m.Else():
+                m.d.sync += [hdr.eq(cur), csum.eq(csum + beat_sum)]
+                with m.If(j != 0xFFFF):
+                    m.d.sync += j.eq(j + 1)
+        return m

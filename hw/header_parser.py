@@ -1,0 +1,132 @@
+"""Header parser: the 32-byte wanreduce header checked against drop codes 9-20.
+
+Latency: one cycle (one output register). The header fills the first ``ceil(32 / B)`` beats of a payload
+(``B`` bytes per beat); the beat that completes it (or the last beat of a shorter packet) is marked ``hc``
+and from then on every beat of the packet carries the decoded :data:`Desc` and the drop bits decided so far,
+so later stages can look at any beat. Codes that need the payload length (``short_header``,
+``bad_length``) are set on the last beat, which also carries the frame parser's codes 1-8; the slot table
+applies the precedence rule (lowest code wins) there.
+
+Back-pressure: ``i.ready`` follows ``o.ready`` combinationally; one beat per cycle.
+"""
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..host import protocol
+from .layouts import DTypeCode, KindCode, ParsedBeat, PayloadBeat, be_field
+
+__all__ = ["HeaderParser"]
+
+
+class HeaderParser(wiring.Component):
+    """Decode and check the wanreduce header.
+
+    Parameters: ``width`` (bits per beat), ``slot_bytes`` (C, for ``too_large``).
+    Ports: ``i`` (:func:`PayloadBeat`), ``o`` (:func:`ParsedBeat`).
+    """
+
+    def __init__(self, *, width, slot_bytes):
+        if width not in (64, 128, 256, 512):
+            raise ValueError(f"The beat width must be 64, 128, 256 or 512 bits, not {width}.")
+        if slot_bytes < 1:
+            raise ValueError(f"The slot size must be at least one byte, not {slot_bytes}.")
+        self.width = width
+        self.slot_bytes = slot_bytes
+        super().__init__({
+            "i": In(stream.Signature(PayloadBeat(width))),
+            "o": Out(stream.Signature(ParsedBeat(width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        B = W // 8
+        HB = -(-protocol.HEADER_BYTES // B)
+        ib = self.i.payload
+        D = protocol.Drop
+
+        pw = Signal(16)
+        nbytes = Signal(17)
+        hdr = Signal(8 * protocol.HEADER_BYTES)
+        held_desc = Signal.like(self.o.payload.desc)
+        held_drops = Signal(32)
+
+        en = ~self.o.valid | self.o.ready
+        m.d.comb += self.i.ready.eq(en)
+        accept = self.i.valid & en
+
+        cur = Signal(8 * protocol.HEADER_BYTES)
+        m.d.comb += cur.eq(hdr)
+        for k in range(HB):
+            lo, hi = k * B, min(protocol.HEADER_BYTES, (k + 1) * B)
+            with m.If(pw == k):
+                m.d.comb += cur[8 * lo: 8 * hi].eq(ib.data[: 8 * (hi - lo)])
+
+        hc = Signal()
+        m.d.comb += hc.eq((pw == HB - 1) | (ib.last & (pw < HB - 1)))
+
+        def f(name):
+            return be_field(cur, name)
+
+        dtype = f("dtype")
+        count = f("count")
+        kind = f("kind")
+        src = f("src")
+        size = Mux(dtype == DTypeCode.FP32.value, 4, 2)
+        elem_bytes = Signal(19)
+        m.d.comb += elem_bytes.eq(count * size)
+
+        new_desc = Signal.like(held_desc)
+        m.d.comb += [
+            new_desc.job.eq(f("job")), new_desc.round.eq(f("round")), new_desc.chunk.eq(f("chunk")),
+            new_desc.src.eq(src[:6]), new_desc.group.eq(f("group")), new_desc.count.eq(count),
+            new_desc.dtype.eq(dtype[:2]), new_desc.flags.eq(f("flags")[0]),
+        ]
+        hc_drops = Signal(32)
+        m.d.comb += [
+            hc_drops[D.BAD_MAGIC].eq(f("magic") != protocol.MAGIC),
+            hc_drops[D.BAD_VERSION].eq(f("version") != protocol.VERSION),
+            hc_drops[D.BAD_KIND].eq((kind != KindCode.CONTRIB.value) & (kind != KindCode.RESULT.value)),
+            hc_drops[D.BAD_DTYPE].eq(dtype > max(d.value for d in DTypeCode)),
+            hc_drops[D.BAD_FLAGS].eq((f("flags") & ~protocol.FLAGS_VALID & 0xFF).any()),
+            hc_drops[D.BAD_RESERVED].eq(f("reserved") != 0),
+            hc_drops[D.BAD_COUNT].eq(count == 0),
+            hc_drops[D.RESULT_ON_INPUT].eq(kind == KindCode.RESULT.value),
+            hc_drops[D.BAD_BITMAP].eq((kind == KindCode.CONTRIB.value) &
+                                      ((src >= protocol.MAX_RANKS) |
+                                       (f("bitmap") != (Const(1, 1) << src[:6])))),
+            hc_drops[D.TOO_LARGE].eq(elem_bytes > self.slot_bytes),
+        ]
+
+        desc = Signal.like(held_desc)
+        m.d.comb += desc.eq(Mux(hc, new_desc, held_desc))
+        drops = Signal(32)
+        total = Signal(17)
+        m.d.comb += total.eq(nbytes + ib.bytes)
+        length_drops = Signal(32)
+        m.d.comb += [
+            length_drops[D.SHORT_HEADER].eq(total < protocol.HEADER_BYTES),
+            length_drops[D.BAD_LENGTH].eq(total != protocol.HEADER_BYTES + desc.count *
+                                          Mux(desc.dtype == DTypeCode.FP32.value, 4, 2)),
+        ]
+        m.d.comb += drops.eq(Mux(hc, hc_drops, held_drops) | Mux(ib.last, length_drops | ib.drops, 0))
+
+        with m.If(en):
+            m.d.sync += [
+                self.o.valid.eq(self.i.valid),
+                self.o.payload.data.eq(ib.data), self.o.payload.bytes.eq(ib.bytes),
+                self.o.payload.last.eq(ib.last), self.o.payload.pw.eq(pw), self.o.payload.hc.eq(hc),
+                self.o.payload.desc.eq(desc), self.o.payload.drops.eq(drops),
+            ]
+        with m.If(accept):
+            with m.If(ib.last):
+                m.d.sync += [pw.eq(0), nbytes.eq(0), hdr.eq(0), held_drops.eq(0)]
+            with m.Else():
+                m.d.sync += [nbytes.eq(total), hdr.eq(cur)]
+                with m.If(pw != 0xFFFF):
+                    m.d.sync += pw.eq(pw + 1)
+                with m.If(hc):
+                    m.d.sync += [held_desc.eq(new_desc), held_drops.eq(hc_drops)]
+        return m

@@ -1,0 +1,147 @@
+"""Beat and descriptor layouts shared by the aggregator's pipeline stages.
+
+Every stream in the core carries beats of ``width`` bits in which byte ``b`` of the beat is bits
+``[8*b, 8*b + 8)``: the first byte on the wire is the least significant. Little-endian elements therefore
+sit in their lanes as they are, and big-endian header fields are byte-swapped when they are read
+(:func:`be_field`). The protocol's constants come from :mod:`wanreduce.host.protocol`, never retyped.
+"""
+
+from amaranth.hdl import Cat, Const, Mux
+from amaranth.lib import data, enum
+
+from ..host import protocol
+
+__all__ = [
+    "KindCode", "DTypeCode", "HEADER_FIELD_OFFSETS", "WireHeader", "be_field", "be_bytes",
+    "Beat", "PayloadBeat", "Desc", "ParsedBeat", "ScheduledBeat", "Completion", "ResultWord",
+    "DROP_BITS", "lowest_drop", "drop_mask", "payload_words", "header_words",
+]
+
+
+class KindCode(enum.Enum, shape=8):
+    """``kind`` codes of the header, from :class:`wanreduce.host.protocol.Kind`."""
+    CONTRIB = protocol.Kind.CONTRIB.value
+    RESULT = protocol.Kind.RESULT.value
+
+
+class DTypeCode(enum.Enum, shape=2):
+    """``dtype`` codes of the header (two bits suffice once the header parser has checked them)."""
+    FP32 = protocol.DType.FP32.value
+    FP16 = protocol.DType.FP16.value
+    BF16 = protocol.DType.BF16.value
+
+
+def _offsets():
+    out, pos = {}, 0
+    for name, _ in protocol.HEADER_FIELDS:
+        size = protocol.HEADER_DTYPE.fields[name][0].itemsize
+        out[name] = (pos, size)
+        pos += size
+    assert pos == protocol.HEADER_BYTES
+    return out
+
+
+#: ``{field: (byte offset, byte size)}`` of the 32-byte header, derived from ``protocol.HEADER_FIELDS``.
+HEADER_FIELD_OFFSETS = _offsets()
+
+#: The header as it sits in a beat: field ``f`` holds its wire bytes with the first at the low end, that
+#: is byte-swapped with respect to the big-endian value (read values with :func:`be_field`).
+WireHeader = data.StructLayout({name: 8 * size for name, (_, size) in HEADER_FIELD_OFFSETS.items()})
+
+
+def be_bytes(value, offset, size):
+    """The big-endian number in bytes ``[offset, offset + size)`` of a byte-ordered value."""
+    return Cat(*[value[8 * (offset + size - 1 - k): 8 * (offset + size - k)] for k in range(size)])
+
+
+def be_field(header_bits, name):
+    """Big-endian value of header field ``name`` from the 256 header bits (first wire byte lowest)."""
+    offset, size = HEADER_FIELD_OFFSETS[name]
+    return be_bytes(header_bits, offset, size)
+
+
+def encode_be(value, size):
+    """Bytes of ``value`` (an Amaranth value) in wire order, first byte lowest: the inverse of be_bytes."""
+    return Cat(*[value[8 * (size - 1 - k): 8 * (size - k)] for k in range(size)])
+
+
+#: Bit ``d`` of a drop vector stands for ``protocol.Drop(d)``; bit 0 is unused.
+DROP_BITS = 32
+assert max(protocol.Drop) < DROP_BITS
+
+
+def drop_mask(codes):
+    """An integer mask with the bits of ``codes`` set."""
+    mask = 0
+    for c in codes:
+        mask |= 1 << int(c)
+    return mask
+
+
+def lowest_drop(vector):
+    """The lowest set bit of a drop vector as a 5-bit code (0 when none): the precedence rule."""
+    code = Const(0, 5)
+    for d in sorted(protocol.Drop, reverse=True):
+        code = Mux(vector[int(d)], int(d), code)
+    return code
+
+
+def header_words(width):
+    """Whole beats taken by the 32-byte header alone: they are not stored in the member buffers."""
+    return protocol.HEADER_BYTES // (width // 8)
+
+
+def payload_words(width, slot_bytes):
+    """Beats of one member buffer: the payload beats of the largest contribution, minus header_words."""
+    nbytes = width // 8
+    return -(-(protocol.HEADER_BYTES + slot_bytes) // nbytes) - header_words(width)
+
+
+def _nbytes_shape(width):
+    return range(width // 8 + 1)
+
+
+def Beat(width):
+    """A stream beat: ``data``, ``bytes`` valid bytes (all of them except on the last beat), ``last``."""
+    return data.StructLayout({"data": width, "bytes": _nbytes_shape(width), "last": 1})
+
+
+def PayloadBeat(width):
+    """A UDP-payload beat out of the frame parser: ``drops`` carries codes 1-8 on the last beat."""
+    return data.StructLayout({"data": width, "bytes": _nbytes_shape(width), "last": 1, "drops": DROP_BITS})
+
+
+#: What the slot table needs of a CONTRIB header.
+Desc = data.StructLayout({
+    "job": 16, "round": 32, "chunk": 32, "src": 6, "group": 16, "count": 16, "dtype": 2, "flags": 1,
+})
+
+
+def ParsedBeat(width):
+    """A payload beat with the header parser's results: ``pw`` is the beat's index in the payload, ``hc``
+    marks the beat that completes the header (or ends a shorter packet), ``desc`` is valid from ``hc`` on and
+    ``drops`` accumulates every code decided so far (complete on the last beat)."""
+    return data.StructLayout({
+        "data": width, "bytes": _nbytes_shape(width), "last": 1, "pw": 16, "hc": 1,
+        "drops": DROP_BITS, "desc": Desc,
+    })
+
+
+def ScheduledBeat(width, members):
+    """A parsed beat with the schedule table's answer: the expected set and the sender's member index."""
+    return data.StructLayout({
+        "data": width, "bytes": _nbytes_shape(width), "last": 1, "pw": 16, "hc": 1,
+        "drops": DROP_BITS, "desc": Desc, "expected": 64, "midx": range(max(members, 64)),
+    })
+
+
+def Completion(slots):
+    """A completed chunk for the reduce engine: where it is, how to sum it, what goes in the RESULT."""
+    return data.StructLayout({
+        "slot": range(slots), "g": range(65), "nwords": 16, "desc": Desc, "bitmap": 64,
+    })
+
+
+def ResultWord(width, slots):
+    """One reduced beat in payload order, with its chunk's completion record."""
+    return data.StructLayout({"data": width, "last": 1, "cd": Completion(slots)})

@@ -1,0 +1,181 @@
+"""Reduce engine: sums a completed chunk's member buffers in ascending rank order through the adder lanes.
+
+How it hides the adders' latency. The engine is a ring of ``K = L + 2`` pipeline positions (issue → read
+register → ``L`` adder stages → accumulator register → issue again). Every position works on one beat
+position ``w`` of one chunk: on its first pass it reads member 0's beat and adds ``-0.0`` (which leaves
+every number as it is and turns NaN into the canonical NaN, as the golden model does); on pass ``m`` it
+reads member ``m``'s beat and adds it to the partial sum that has just come around the ring, so the sum
+is ``((x0 + x1) + x2) + ...`` with one rounding per addition, exactly the rank order. After ``g`` passes
+the sum leaves the ring into the output FIFO and the position takes the next beat, of the same chunk or
+of the next one. Because ``K`` positions are in flight at once, one member-buffer beat is read and one
+addition is started every cycle, whatever ``L`` is, and for any chunk size: consecutive beats of a chunk
+and beats of different chunks interleave freely. Beats leave the ring in the order they entered it: a new
+beat is started only if it finishes after every beat already in the ring (``g * K`` greater than the
+remaining time of the last one started), which only delays a chunk whose group is smaller than the one
+before it.
+
+Cost: the ring holds ``K`` partial sums in its own pipeline registers (no accumulator memory), all three
+formats' adders run side by side (``W/32`` fp32 lanes plus ``W/16`` fp16 and ``W/16`` bf16 lanes; the
+result is selected per beat by dtype), and a beat costs ``g`` read cycles, the same as it cost the input
+to write (one beat per contribution), so the engine keeps pace with a fully loaded input.
+
+Back-pressure: a beat is started only when the output FIFO has room reserved for its sum, so a stalled
+output never interrupts a sum in flight; it just stops new beats from starting.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..host.protocol import DType
+from .layouts import Completion, ResultWord
+
+__all__ = ["Reduce"]
+
+
+def _default_adder(fmt, stages):
+    from .fadd import FAdd
+    return FAdd(fmt, stages=stages)
+
+
+def _formats():
+    from .fadd import FloatFormat
+    return [FloatFormat.from_dtype(int(d)) for d in sorted(DType)]
+
+
+class Reduce(wiring.Component):
+    """Rank-order reduction of completed chunks.
+
+    Parameters: ``width``, ``slots``, ``members`` (G_max), ``words`` (beats per member buffer),
+    ``stages`` (adder pipeline stages, passed to ``FAdd``; None = its default), ``fifo_depth`` (output
+    FIFO beats; at least ``K``), ``adder``/``formats`` (for tests only: a factory ``(fmt, stages) ->
+    component`` with ``a``, ``b``, ``en``, ``s`` and ``latency``, and the three formats, in dtype order,
+    with ``width``).
+    Ports: ``i`` (completions), ``rd`` (read port into the slot table's buffers), ``o`` (summed beats in
+    payload order, :func:`ResultWord`), ``release`` / ``release_slot`` (the last read of a chunk was
+    issued), ``read_strobe`` and ``active`` (for the performance counters).
+    """
+
+    def __init__(self, *, width, slots, members, words, stages=None, fifo_depth=None, adder=None,
+                 formats=None):
+        if words < 1:
+            raise ValueError(f"A member buffer must hold at least one beat, not {words}.")
+        self.width, self.slots, self.members, self.words = width, slots, members, words
+        self.stages = stages
+        self.adder = adder or _default_adder
+        self.formats = formats or _formats()
+        probes = [self.adder(fmt, stages) for fmt in self.formats]
+        self.latency = max(p.latency for p in probes)
+        for p in probes:
+            p._MustUse__silence = True  # built only to learn the latency
+        self.ring = self.latency + 2
+        self.fifo_depth = fifo_depth or max(2 * self.ring, 8)
+        if self.fifo_depth < self.ring:
+            raise ValueError(f"The output FIFO must hold at least one ring ({self.ring} beats).")
+        depth = slots * members * words
+        super().__init__({
+            "i": In(stream.Signature(Completion(slots))),
+            "rd": In(memory.ReadPort.Signature(addr_width=max(1, (depth - 1).bit_length()), shape=width)),
+            "o": Out(stream.Signature(ResultWord(width, slots))),
+            "release": Out(1), "release_slot": Out(range(slots)),
+            "read_strobe": Out(1), "active": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, G, NW, K = self.width, self.members, self.words, self.ring
+        L = self.latency
+
+        sb_layout = data.StructLayout({"cd": Completion(self.slots), "w": 16, "m": 7})
+
+        # Output FIFO with reservations.
+        m.submodules.fifo = out = fifo.SyncFIFOBuffered(width=ResultWord(W, self.slots).size,
+                                                        depth=self.fifo_depth)
+        m.d.comb += [self.o.payload.eq(out.r_data), self.o.valid.eq(out.r_rdy), out.r_en.eq(self.o.ready)]
+        reserved = Signal(range(self.fifo_depth + 1))
+        in_ring = Signal(range(K + 1))
+
+        # Dispatcher: the chunk whose beats are being started.
+        cur_v = Signal()
+        cur = Signal(Completion(self.slots))
+        cur_w = Signal(16)
+        horizon = Signal(range(64 * K + 1))
+
+        # Ring registers: R (read data arrives), adder stages, O (accumulator back at issue).
+        rv, rsb, racc = Signal(), Signal(sb_layout), Signal(W)
+        ov, osb, oacc = Signal(), Signal(sb_layout), Signal(W)
+
+        # Issue.
+        cont = ov & (osb.m + 1 < osb.cd.g)
+        fin = ov & (osb.m + 1 >= osb.cd.g)
+        free = Signal(range(self.fifo_depth + 1))
+        m.d.comb += free.eq(self.fifo_depth - out.level - reserved)
+        disp = ~cont & cur_v & (free != 0) & (cur.g * K > horizon)
+        issue = cont | disp
+        isb = Signal(sb_layout)
+        with m.If(cont):
+            m.d.comb += [isb.eq(osb), isb.m.eq(osb.m + 1)]
+        with m.Else():
+            m.d.comb += [isb.cd.eq(cur), isb.w.eq(cur_w), isb.m.eq(0)]
+        m.d.comb += [
+            self.rd.addr.eq((isb.cd.slot * G + isb.m) * NW + isb.w), self.rd.en.eq(1),
+            self.read_strobe.eq(issue),
+            self.release.eq(issue & (isb.m + 1 == isb.cd.g) & (isb.w + 1 == isb.cd.nwords)),
+            self.release_slot.eq(isb.cd.slot),
+            self.active.eq(cur_v | (in_ring != 0)),
+        ]
+        m.d.sync += [rv.eq(issue), rsb.eq(isb), racc.eq(oacc)]
+
+        # Finished sums go to the FIFO, in the order they were started.
+        word = Signal(ResultWord(W, self.slots))
+        m.d.comb += [word.data.eq(oacc), word.last.eq(osb.w + 1 == osb.cd.nwords), word.cd.eq(osb.cd),
+                     out.w_data.eq(word), out.w_en.eq(fin)]
+        m.d.sync += [reserved.eq(reserved + disp - fin), in_ring.eq(in_ring + disp - fin)]
+        with m.If(disp):
+            m.d.sync += horizon.eq(cur.g * K - 1)
+        with m.Elif(horizon != 0):
+            m.d.sync += horizon.eq(horizon - 1)
+
+        take_last = disp & (cur_w + 1 >= cur.nwords)
+        m.d.comb += self.i.ready.eq(~cur_v | take_last)
+        with m.If(disp):
+            m.d.sync += cur_w.eq(cur_w + 1)
+        with m.If(take_last):
+            m.d.sync += cur_v.eq(0)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [cur_v.eq(1), cur.eq(self.i.payload), cur_w.eq(0)]
+
+        # Adders: every format's lanes see the same beat; the dtype picks one bank's result.
+        first = rsb.m == 0
+        rdata = self.rd.data
+        results = []
+        for n, fmt in enumerate(self.formats):
+            fw = fmt.width
+            lanes = W // fw
+            neg_zero = Const(1 << (fw - 1), fw)
+            outs = []
+            for k in range(lanes):
+                add = self.adder(fmt, self.stages)
+                m.submodules[f"add_{n}_{k}"] = add
+                x, acc = rdata[k * fw:(k + 1) * fw], racc[k * fw:(k + 1) * fw]
+                m.d.comb += [add.a.eq(Mux(first, x, acc)), add.b.eq(Mux(first, neg_zero, x)), add.en.eq(1)]
+                s = add.s
+                for d in range(L - add.latency):
+                    t = Signal(fw, name=f"add_{n}_{k}_d{d}")
+                    m.d.sync += t.eq(s)
+                    s = t
+                outs.append(s)
+            results.append(Cat(*outs))
+
+        sv, ssb = rv, rsb
+        for d in range(L):
+            nv, nsb = Signal(name=f"ring_v{d}"), Signal(sb_layout, name=f"ring_sb{d}")
+            m.d.sync += [nv.eq(sv), nsb.eq(ssb)]
+            sv, ssb = nv, nsb
+        acc_next = Signal(W)
+        with m.Switch(ssb.cd.desc.dtype):
+            for n, res in enumerate(results):
+                with m.Case(n):
+                    m.d.comb += acc_next.eq(res)
+        m.d.sync += [ov.eq(sv), osb.eq(ssb), oacc.eq(acc_next)]
+        return m

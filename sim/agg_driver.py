@@ -1,0 +1,125 @@
+"""Frames and payloads to and from the aggregator core's beats, and a runner on the C++ harness.
+
+Beat record (what :mod:`wanreduce.sim.harness` streams): the core's ``Beat`` payload as a little-endian
+integer: ``W`` data bits (frame byte ``k`` of the beat in bits ``8k..8k+7``), then ``bytes`` (valid bytes
+in this beat, ``B`` except on the last beat of a packet), then ``last``. For every supported width that is
+``B + 1`` bytes per record: ``B`` data bytes and one byte holding ``bytes | last << bits(bytes)``.
+
+API::
+
+    from wanreduce.sim.agg_driver import CoreSim, packets_to_beats, beats_to_packets
+    sim = CoreSim(width=64, slots=4, members=4, slot_bytes=64, dests=2, entry="frame")   # builds (cached)
+    res = sim.run(frames, rank=0, jobs={0: [0b111]}, destinations=[...], mac=..., ip=..., port=47000,
+                  idle_prob=0.0, backpressure_prob=0.0, seed=0)
+    res.packets (list of bytes), res.counters (dict like GoldenAggregator.counters), res.perf, res.stats
+"""
+
+import dataclasses
+
+import numpy as np
+
+from ..host import control
+from ..host.protocol import UDP_PORT
+from ..hw.layouts import Beat
+
+__all__ = ["packets_to_beats", "beats_to_packets", "CoreSim", "CoreResult", "core_top"]
+
+
+def _meta_bits(width):
+    return Beat(width)["bytes"].width
+
+
+def packets_to_beats(packets, width):
+    """Packets (frames or payloads, each ``bytes``) → a uint8 array of beat records, ``B + 1`` bytes each."""
+    B = width // 8
+    nb = _meta_bits(width)
+    rows = []
+    for p in packets:
+        p = bytes(p)
+        n = max(1, -(-len(p) // B))
+        rec = np.zeros((n, B + 1), np.uint8)
+        flat = np.frombuffer(p, np.uint8)
+        data = np.zeros(n * B, np.uint8)
+        data[: len(flat)] = flat
+        rec[:, :B] = data.reshape(n, B)
+        rec[:, B] = B
+        rec[-1, B] = (len(p) - (n - 1) * B) | (1 << nb)
+        rows.append(rec)
+    if not rows:
+        return np.zeros((0, B + 1), np.uint8)
+    return np.concatenate(rows)
+
+
+def beats_to_packets(records, width):
+    """Beat records from the core → the list of packets they form (bytes), cut at each ``last``."""
+    B = width // 8
+    nb = _meta_bits(width)
+    records = np.asarray(records, np.uint8)
+    if records.size == 0:
+        return []
+    meta = records[:, B].astype(np.int64)
+    nbytes = meta & ((1 << nb) - 1)
+    last = (meta >> nb) & 1
+    out, parts = [], []
+    for k in range(len(records)):
+        parts.append(records[k, : nbytes[k]].tobytes())
+        if last[k]:
+            out.append(b"".join(parts))
+            parts = []
+    if parts:
+        out.append(b"".join(parts))  # an unterminated packet is reported as it is, for the checker to see
+    return out
+
+
+def core_top(**params):
+    """The Verilog module name of a core build (parameters folded in, so builds never collide)."""
+    return "agg_core"
+
+
+@dataclasses.dataclass
+class CoreResult:
+    packets: list
+    counters: dict
+    perf: dict
+    stats: object
+
+
+class CoreSim:
+    """One core build, run through the C++ harness.
+
+    Keyword parameters as :class:`wanreduce.hw.core.AggregatorCore`. The build is cached on disk by its
+    Verilog text, so building the same configuration again is free.
+    """
+
+    def __init__(self, **params):
+        from ..hw.core import AggregatorCore
+        from .harness import Harness
+
+        self.params = params
+        self.core = AggregatorCore(**params)
+        self.width = params["width"]
+        self.harness = Harness(self.core, top=core_top(**params))
+
+    def config_writes(self, *, rank, jobs, destinations=(), mac="02:57:52:00:00:00", ip="10.87.82.0",
+                      port=UDP_PORT):
+        c = self.core
+        return control.config_writes(rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip,
+                                     port=port, max_jobs=c.jobs, rounds=c.rounds, members=c.members,
+                                     max_dests=c.dests)
+
+    def run(self, packets, *, rank, jobs, destinations=(), mac="02:57:52:00:00:00", ip="10.87.82.0",
+            port=UDP_PORT, idle_prob=0.0, backpressure_prob=0.0, seed=0, drain_cycles=4096, max_cycles=None):
+        writes = self.config_writes(rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip,
+                                    port=port)
+        beats = packets_to_beats(packets, self.width)
+        reads = control.counter_reads() + control.perf_reads()
+        if max_cycles is None:
+            max_cycles = 20_000 + 64 * len(beats) + 2 * drain_cycles
+        out, stats = self.harness.run(beats, idle_prob=idle_prob, backpressure_prob=backpressure_prob,
+                                      seed=seed,
+                                      drain_cycles=drain_cycles, ctl_writes=writes, ctl_reads=reads,
+                                      max_cycles=max_cycles)
+        nc = len(control.COUNTER_NAMES)
+        return CoreResult(packets=beats_to_packets(out, self.width),
+                          counters=control.decode_counters(stats.ctl_reads[:nc]),
+                          perf=control.decode_perf(stats.ctl_reads[nc:]), stats=stats)

@@ -1,0 +1,201 @@
+"""Host-model traffic for checking the aggregator core: what one site's FPGA sees from the WAN.
+
+:func:`scenario` makes the CONTRIB packets of the members of this site's groups for several jobs, rounds
+and chunks, merges the senders' streams at random (each sender in order, as WAN delays would interleave
+them), and mixes in retransmitted duplicates, stale rounds, senders ahead of the window, and malformed
+packets of every kind (header faults always; frame faults when ``frames=True``). The element bits are
+random with a share of zeros, subnormals, infinities and NaNs. Everything derives from one seeded
+``numpy.random.Generator``.
+"""
+
+import numpy as np
+
+from ..host import frames as fr
+from ..host.protocol import FLAG_LAST, HEADER_BYTES, HEADER_DTYPE, MAGIC, UDP_PORT, VERSION, DType, Kind
+
+__all__ = ["contrib", "random_elements", "scenario", "frame_of", "HEADER_FAULTS", "FRAME_FAULTS"]
+
+
+def contrib(*, job, round, chunk, src, group, dtype, elems_bits, flags=0, **override):
+    """One CONTRIB payload (bytes) with the given element bit patterns (a uint array of dtype's width)."""
+    h = np.zeros(1, HEADER_DTYPE)
+    fields = dict(magic=MAGIC, version=VERSION, kind=int(Kind.CONTRIB), dtype=int(dtype), flags=flags,
+                  job=job,
+                  round=round, chunk=chunk, src=src, group=group, count=len(elems_bits), reserved=0,
+                  bitmap=1 << src if src < 64 else 0)
+    fields.update(override)
+    for k, v in fields.items():
+        h[k] = v
+    return h.tobytes() + np.asarray(elems_bits, DType(dtype).bits).tobytes()
+
+
+def random_elements(rng, dtype, count):
+    """Random bit patterns: mostly ordinary numbers of similar size, some specials."""
+    dtype = DType(dtype)
+    vals = rng.standard_normal(count).astype(np.float32) * np.float32(4.0)
+    bits = vals.astype(dtype.numpy).view(dtype.bits).copy()
+    special = rng.random(count) < 0.08
+    if special.any():
+        width = 8 * dtype.size
+        raw = rng.integers(0, 1 << width, special.sum(), dtype=np.uint64).astype(dtype.bits)
+        bits[special] = raw
+    return bits
+
+
+HEADER_FAULTS = ["magic", "version", "kind", "dtype", "flags", "reserved", "count0", "length", "result",
+                 "bitmap", "src64", "too_large", "short", "unexpected"]
+FRAME_FAULTS = ["truncated", "not_ipv4", "ip_header", "fragment", "ip_checksum", "not_udp", "port",
+                "udp_length", "udp_checksum", "padding", "no_udp_checksum", "tiny"]
+
+
+def _header_fault(rng, payload, kind, *, slot_bytes, outsider):
+    p = bytearray(payload)
+    if kind == "magic":
+        p[0] ^= 0x40
+    elif kind == "version":
+        p[2] = 2
+    elif kind == "kind":
+        p[3] = 5
+    elif kind == "dtype":
+        p[4] = 3
+    elif kind == "flags":
+        p[5] |= 0x4
+    elif kind == "reserved":
+        p[23] = 1
+    elif kind == "count0":
+        p[20:22] = b"\0\0"
+    elif kind == "length":
+        p = p[:-2] if len(p) > HEADER_BYTES + 2 and rng.random() < 0.5 else p + b"\x11\x22"
+    elif kind == "result":
+        p[3] = int(Kind.RESULT)
+    elif kind == "bitmap":
+        p[24 + rng.integers(0, 8)] ^= 1 << int(rng.integers(0, 8))
+        if p[24:32] == payload[24:32]:
+            p[31] ^= 0x80
+    elif kind == "src64":
+        p[16:18] = (64 + int(rng.integers(0, 100))).to_bytes(2, "big")
+    elif kind == "too_large":
+        size = DType(p[4]).size
+        count = slot_bytes // size + 1 + int(rng.integers(0, 3))
+        p[20:22] = count.to_bytes(2, "big")
+        p = p[:HEADER_BYTES] + bytes(rng.integers(0, 256, count * size, dtype=np.uint8))
+    elif kind == "short":
+        p = p[: int(rng.integers(0, HEADER_BYTES))]
+    elif kind == "unexpected":
+        p[16:18] = outsider.to_bytes(2, "big")
+        p[24:32] = (1 << outsider).to_bytes(8, "big")
+    return bytes(p)
+
+
+def frame_of(payload, *, src, port=UDP_PORT, udp_checksum=True):
+    """A CONTRIB frame as ``wanreduce pack`` makes them (PROTOCOL.md host-made frames)."""
+    return fr.build_frame(payload, src_mac=f"02:57:52:00:00:{src & 0xFF:02x}", dst_mac="01:00:5e:57:52:00",
+                          src_ip=f"10.87.82.{src & 0xFF}", dst_ip="239.87.82.0", sport=port, dport=port,
+                          udp_checksum=udp_checksum)
+
+
+def _frame_fault(rng, frame, kind):
+    f = bytearray(frame)
+
+    def fix_ip():
+        f[24:26] = b"\0\0"
+        f[24:26] = fr.ipv4_checksum(bytes(f[14:34])).to_bytes(2, "big")
+
+    if kind == "truncated":
+        f = f[: int(rng.integers(0, len(f)))]
+    elif kind == "not_ipv4":
+        f[12:14] = b"\x81\x00"
+    elif kind == "ip_header":
+        f[14] = 0x46 if rng.random() < 0.5 else 0x65
+        fix_ip()
+    elif kind == "fragment":
+        f[20] |= 0x20
+        fix_ip()
+    elif kind == "ip_checksum":
+        f[24] ^= 0x01
+    elif kind == "not_udp":
+        f[23] = 6
+        fix_ip()
+    elif kind == "port":
+        f[36:38] = (UDP_PORT + 1).to_bytes(2, "big")
+    elif kind == "udp_length":
+        f[38:40] = (int.from_bytes(f[38:40], "big") - 2).to_bytes(2, "big")
+    elif kind == "udp_checksum":
+        f[-1] ^= 0x01
+    elif kind == "padding":
+        f += bytes(rng.integers(0, 256, int(rng.integers(1, 80)), dtype=np.uint8))
+    elif kind == "no_udp_checksum":
+        f[40:42] = b"\0\0"
+    elif kind == "tiny":
+        f = f[: int(rng.integers(1, 20))]
+    return bytes(f)
+
+
+def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=False, faults=0.15, n_ranks=8):
+    """A mixed workload for the site of ``rank``.
+
+    Returns ``(jobs, packets)``: the expected-set table to load (job → bitmaps of one period) and the
+    packets in arrival order (payloads, or frames when ``frames`` is True).
+    """
+    others = [r for r in range(n_ranks) if r != rank]
+    jobs = {}
+    for job in rng.choice(1000, size=2, replace=False).tolist():
+        period = []
+        for _ in range(int(rng.integers(1, 4))):
+            if rng.random() < 0.15:
+                period.append(0)
+                continue
+            g = int(rng.integers(1, members + 1))
+            ranks = [rank] + rng.choice(others, size=g - 1, replace=False).tolist()
+            period.append(sum(1 << r for r in ranks))
+        jobs[job] = period
+    outsider = max(set(range(n_ranks + 2)) - {rank})
+
+    # Each sender's stream, in order: rounds, then chunks.
+    streams = {}
+    for job, period in jobs.items():
+        for round_ in range(int(rng.integers(3, 6))):
+            expected = period[round_ % len(period)]
+            if not expected:
+                continue
+            dtype = DType(int(rng.integers(0, 3)))
+            nchunks = int(rng.integers(1, slots + 3))
+            group = int(rng.integers(0, 4))
+            for chunk in range(nchunks):
+                count = int(rng.integers(1, slot_bytes // dtype.size + 1))
+                for src in range(64):
+                    if expected >> src & 1:
+                        p = contrib(job=job, round=round_, chunk=chunk, src=src, group=group, dtype=dtype,
+                                    elems_bits=random_elements(rng, dtype, count),
+                                    flags=FLAG_LAST if chunk == nchunks - 1 and rng.random() < 0.7 else 0)
+                        streams.setdefault((job, src), []).append(p)
+    # Random merge of the senders' streams.
+    keys = list(streams)
+    order = []
+    pos = dict.fromkeys(keys, 0)
+    while keys:
+        k = keys[int(rng.integers(0, len(keys)))]
+        order.append(streams[k][pos[k]])
+        pos[k] += 1
+        if pos[k] == len(streams[k]):
+            keys.remove(k)
+    packets = []
+    for p in order:
+        packets.append(p)
+        if rng.random() < 0.08:  # a retransmission of something already seen (duplicate or stale)
+            packets.append(packets[int(rng.integers(0, len(packets)))])
+        if rng.random() < faults:
+            kind = HEADER_FAULTS[int(rng.integers(0, len(HEADER_FAULTS)))]
+            packets.append(_header_fault(rng, p, kind, slot_bytes=slot_bytes, outsider=outsider))
+        if len(packets) >= n_packets:
+            break
+    if not frames:
+        return jobs, packets
+    out = []
+    for p in packets:
+        src = int.from_bytes(p[16:18], "big") if len(p) >= 18 else 0
+        f = frame_of(p, src=src, udp_checksum=rng.random() < 0.7)
+        if rng.random() < faults:
+            f = _frame_fault(rng, f, FRAME_FAULTS[int(rng.integers(0, len(FRAME_FAULTS)))])
+        out.append(f)
+    return jobs, out
