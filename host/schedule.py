@@ -306,8 +306,8 @@ class _GridSearch:
             new_max = np.where(same, t.max(), np.maximum(rest, np.maximum(ta, tb)))
             total += new_max + _MIX * _pmean(psum, len(t))
         total[a] = np.inf
-        if site_a < 0:
-            total[perm < 0] = np.inf
+        # holes stay where they are: see initial()
+        total[perm < 0] = np.inf
         b = int(np.argmin(total))
         return b, float(total[b])
 
@@ -327,6 +327,8 @@ class _GridSearch:
                     cand.update(self.grid.members[r][gi].tolist())
             improved = False
             for a in rng.permutation(sorted(cand)):
+                if perm[a] < 0:
+                    continue
                 b, val = self._best_swap(perm, times, a)
                 if val < cur - 1e-12 * max(1.0, cur):
                     perm[a], perm[b] = perm[b], perm[a]
@@ -355,7 +357,10 @@ class _GridSearch:
     def initial(self, rng, axes=None):
         """A start placement: the chain filled along ``axes`` (fastest-varying last; ``None``: random).
 
-        Holes are spread over the grid rather than packed into the last groups.
+        Holes take the last positions in row-major order and never move. The first N positions are
+        connected (zeroing digits one at a time from any of them stays below N), so every placement
+        the search can reach still spreads information to all sites; a moving hole could instead cut
+        a site off into groups of one, which cost nothing and never converge.
         """
         n, size, shape = self.n, self.grid.size, self.grid.shape
         order = rng.permutation(n) if axes is None else self._chain(rng)
@@ -367,11 +372,8 @@ class _GridSearch:
             for k, x in enumerate(axes):
                 full[x] = digits[k]
             fill = np.ravel_multi_index(tuple(full), shape)
-        used = np.ones(size, bool)
-        if size > n:
-            used[fill[np.linspace(0, size - 1, size - n).round().astype(int)]] = False
         perm = np.full(size, -1, dtype=np.int64)
-        perm[fill[used[fill]]] = order
+        perm[fill[fill < n]] = order
         return perm
 
     def starts(self, rng, count=2):
@@ -407,8 +409,9 @@ class _GridSearch:
             if time.perf_counter() >= deadline or stale >= patience:
                 break
             perm = best_perm.copy()
+            filled = np.flatnonzero(perm >= 0)
             for _ in range(int(rng.integers(2, 5))):
-                a, b = rng.choice(self.grid.size, 2, replace=False)
+                a, b = rng.choice(filled, 2, replace=False)
                 perm[a], perm[b] = perm[b], perm[a]
             perm, val = self.descend(perm, deadline, rng)
             if val < best - 1e-12 * max(1.0, best):

@@ -90,9 +90,13 @@ def crossover(topology, params, *, low=1 << 10, high=1 << 40, time_limit_s=1.0, 
     """Smallest memory (bytes) at which all-to-all is at least as fast as groups of 3.
 
     Bisection on log(memory) between ``low`` and ``high`` to a relative precision ``rel``. Returns
-    ``None`` when groups of 3 still win at ``high`` (no crossover: bandwidth-bound), ``low`` when
-    all-to-all already wins at ``low``.
+    ``None`` when groups of 3 still win at ``high`` (no crossover: bandwidth-bound) or never reach
+    consensus, ``low`` when all-to-all already wins at ``low``.
     """
+    a, g = _a2a_vs_groups3(topology, params, high, time_limit_s, seed)
+    if not math.isfinite(g):
+        return None  # groups of 3 never reach consensus here: nothing to cross
+
     def a2a_wins(mem):
         a, g = _a2a_vs_groups3(topology, params, mem, time_limit_s, seed)
         return math.isfinite(a) and a <= g

@@ -6,6 +6,7 @@ import os
 from ..baselines import all_baselines
 from ..costmodel import CostModel, CostParams, format_seconds, format_size, parse_size
 from ..errors import WanreduceError
+from ..schedfile import MAX_RANKS
 from ..schedule import exhaustive, optimize, plan_to_schedule, shapes, write_schedule
 from ..topology import EMBEDDED, load_topology
 
@@ -119,6 +120,10 @@ def _names(topo, group):
 def run(args):
     model = model_from_args(args)
     topo, params = model.topology, model.params
+    if topo.n > MAX_RANKS:
+        raise WanreduceError(
+            f"protocol v1 schedule files hold at most {MAX_RANKS} ranks; the topology has {topo.n} sites"
+        )
     if args.group_size is not None:
         args.group_size = number(args.group_size, "--group-size", kind=int)
         shapes(topo.n, group_size=args.group_size)  # validates the size

@@ -116,7 +116,9 @@ def run(args):
               f"{format_seconds(p.best.score_s):>10}  {p.best.name:<24}  {gap:>6}  {speed}")
     print("baselines (no FPGA, so no memory limit): " + "; ".join(
         f"{b.name} {format_seconds(b.time_s)} ({b.detail})" for b in baselines))
-    if threshold is None:
+    if all(p.groups3 is None or not math.isfinite(p.groups3.score_s) for p in points):
+        print(f"crossover: none; rotating groups of 3 do not reach consensus on {topo.n} sites")
+    elif threshold is None:
         print("crossover: none; rotating groups of 3 win at every memory size up to 1 TiB")
     else:
         print(f"crossover: one all-to-all group beats rotating groups of 3 from {format_size(threshold)} "
