@@ -16,6 +16,8 @@ the header and held for the rest of the packet; contributions are written as the
 target buffer is free by construction (the rank's bit is clear in a live slot of the same tag, or the slot
 is being claimed); codes that are only known at the end (1-9, 17) leave the slot state untouched.
 
+After reset the state memory is cleared, one slot per cycle, with ``i.ready`` low for those S cycles.
+
 Latency: one cycle to X. Back-pressure: X stalls (``i.ready`` low) only when (a) a packet would claim a
 done slot whose buffers the reduce engine has not finished reading (``busy``), or (b) a completion finds
 the reduce engine's queue full. Otherwise one beat per cycle.
@@ -102,11 +104,20 @@ class SlotTable(wiring.Component):
         def slot_of(chunk):
             return chunk[:sbits] if sbits else Const(0, 1)
 
+        # After reset every slot is written empty, one per cycle (the memory's power-up contents are not
+        # relied on), with the input held off meanwhile.
+        clearing = Signal(init=1)
+        clear_idx = Signal(range(S))
+        with m.If(clearing):
+            m.d.sync += clear_idx.eq(clear_idx + 1)
+            with m.If(clear_idx == S - 1):
+                m.d.sync += clearing.eq(0)
+
         # Stage R.
         rv = Signal()
         r = Signal.like(self.i.payload)
         stall = Signal()
-        en_r = ~rv | ~stall
+        en_r = (~rv | ~stall) & ~clearing
         m.d.comb += [self.i.ready.eq(en_r), srp.addr.eq(slot_of(self.i.payload.desc.chunk)), srp.en.eq(en_r)]
         with m.If(en_r):
             m.d.sync += [rv.eq(self.i.valid), r.eq(self.i.payload)]
@@ -192,7 +203,10 @@ class SlotTable(wiring.Component):
             m.d.sync += [held_dec.eq(dec_now), held_write.eq(write_ok_now)]
 
         # Commit.
-        m.d.comb += [swp.addr.eq(slot), swp.data.eq(new), swp.en.eq(go & commit)]
+        with m.If(clearing):
+            m.d.comb += [swp.addr.eq(clear_idx), swp.data.eq(0), swp.en.eq(1)]
+        with m.Else():
+            m.d.comb += [swp.addr.eq(slot), swp.data.eq(new), swp.en.eq(go & commit)]
         m.d.comb += [self.ev_valid.eq(go & r.last), self.ev_code.eq(code),
                      self.ev_result.eq(go & commit & completes)]
 

@@ -36,3 +36,19 @@ class FakeAdd(wiring.Component):
 
 def fake_adder(fmt, stages):
     return FakeAdd(fmt, stages)
+
+
+def fake_reduce(contributions, dtype):
+    """What the reduce engine computes with :class:`FakeAdd` lanes: the golden model's stand-in."""
+    import numpy as np
+
+    from wanreduce.host.protocol import DType
+
+    dtype = DType(dtype)
+    width = 8 * dtype.size
+    neg_zero = 1 << (width - 1)
+    acc = np.asarray(contributions[0], dtype.bits).astype(np.uint64)
+    for c in contributions[1:]:
+        x = np.asarray(c, dtype.bits).astype(np.uint64)
+        acc = np.where(x == neg_zero, acc, (acc + x) & ((1 << width) - 1))
+    return acc.astype(dtype.bits)

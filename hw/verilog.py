@@ -1,0 +1,79 @@
+"""Convert every top-level block of the gateware to Verilog: ``python -m wanreduce.hw.verilog --out DIR``.
+
+``make verilog`` runs this. Each block is written as ``DIR/<name>.v`` with module name ``<name>``, built
+with the default configuration below (override width with ``--width``).
+"""
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+__all__ = ["blocks", "main"]
+
+#: The configuration the Verilog is built with: a 100G-class core for the nine-city example
+#: (see docs/aggregator.md for how these numbers follow from the delay spread).
+DEFAULTS = {"slots": 64, "members": 9, "slot_bytes": 1024, "dests": 4}
+
+
+def blocks(width):
+    """``{name: component}`` for every top-level block that can be built."""
+    from .control import Control
+    from .fanout import Fanout
+    from .frame_parser import FrameParser
+    from .header_parser import HeaderParser
+    from .layouts import payload_words
+    from .result_builder import ResultBuilder
+    from .schedule_table import ScheduleTable
+    from .slot_table import SlotTable
+
+    d = DEFAULTS
+    out = {
+        "frame_parser": FrameParser(width=width),
+        "header_parser": HeaderParser(width=width, slot_bytes=d["slot_bytes"]),
+        "schedule_table": ScheduleTable(width=width, members=d["members"]),
+        "slot_table": SlotTable(width=width, slots=d["slots"], members=d["members"],
+                                slot_bytes=d["slot_bytes"]),
+        "result_builder": ResultBuilder(width=width, slots=d["slots"]),
+        "fanout": Fanout(width=width, dests=d["dests"], max_payload=32 + d["slot_bytes"]),
+        "control": Control(jobs=4, rounds=64, dests=d["dests"], params={"width": width}),
+    }
+    try:
+        from . import fadd
+    except ImportError:  # the adder lanes are a separate block; without them there is no reduce engine
+        print("wanreduce.hw.verilog: hw/fadd.py is missing; skipping the adder lanes, reduce engine and core",
+              file=sys.stderr)
+        return out
+    from .core import AggregatorCore
+    from .reduce import Reduce
+
+    for fmt in ("FP32", "FP16", "BF16"):
+        f = getattr(fadd.FloatFormat, fmt)
+        out[f"fadd_lanes_{fmt.lower()}"] = fadd.FAddLanes(fmt=f, width=width)
+    out["reduce"] = Reduce(width=width, slots=d["slots"], members=d["members"],
+                           words=payload_words(width, d["slot_bytes"]))
+    for entry in ("frame", "payload"):
+        out[f"agg_core_{entry}"] = AggregatorCore(width=width, entry=entry, **d)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m wanreduce.hw.verilog",
+                                     description="Write every gateware block as Verilog.")
+    parser.add_argument("--out", default="build/verilog", help="output directory (default: build/verilog)")
+    parser.add_argument("--width", type=int, default=512, choices=(64, 128, 256, 512),
+                        help="datapath width in bits (default: 512)")
+    args = parser.parse_args(argv)
+    from ..sim import toolchain
+
+    out = Path(args.out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, component in blocks(args.width).items():
+            path = toolchain.convert(component, top=name, out_dir=out)
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
