@@ -10,4 +10,5 @@ COMMANDS = [
     "wanreduce.host.commands.demo",
     "wanreduce.host.commands.schedule",
     "wanreduce.host.commands.sweep",
+    "wanreduce.host.commands.rtl_add",
 ]

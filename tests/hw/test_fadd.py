@@ -153,3 +153,39 @@ def test_million_pairs_and_sweep(fmt):
     got = fc.lanes_add(fmt, a, b, width=256)
     want = fc.reference_add(fmt, a, b)
     assert not fc.compare(fmt, got, want).any(), _nan_free_mismatch_report(fmt, a, b, got, want)
+
+
+@pytest.mark.rtl
+def test_rtl_add_cli(tmp_path, capsys):
+    from wanreduce.host.cli import main
+
+    fmt = FloatFormat.BF16
+    rng = np.random.default_rng(99)
+    a, b = fc.random_pairs(fmt, 1001, rng)
+    src = tmp_path / "in.npy"
+    np.save(src, np.stack([a, b], axis=1))
+    before = src.read_bytes()
+    dst = tmp_path / "out.npy"
+    rc = main(["rtl-add", "--dtype", "bf16", "--width", str(TEST_WIDTH), "--check", str(src), str(dst)])
+    assert rc == 0
+    out = np.load(dst)
+    assert out.dtype == np.uint16 and out.shape == (1001,)
+    assert not fc.compare(fmt, out, fc.reference_add(fmt, a, b)).any()
+    assert src.read_bytes() == before
+    assert "0 of 1001 differ" in capsys.readouterr().out
+
+    def error_of(*argv):
+        assert main(["rtl-add", *argv]) == 2
+        return capsys.readouterr().err.strip()
+
+    np.save(tmp_path / "wide.npy", np.stack([a, b], axis=1).astype(np.uint32))
+    np.save(tmp_path / "flat.npy", a)
+    x = str(tmp_path / "x.npy")
+    assert "must be uint16" in error_of("--dtype", "bf16", str(tmp_path / "wide.npy"), x)
+    assert "(N, 2)" in error_of("--dtype", "bf16", str(tmp_path / "flat.npy"), x)
+    assert "no such file" in error_of("--dtype", "fp16", str(tmp_path / "nope.npy"), x)
+    assert "input file" in error_of("--dtype", "bf16", "--force", str(src), str(src))
+    assert "already exists" in error_of("--dtype", "bf16", str(src), str(dst))
+    assert src.read_bytes() == before
+    line = error_of("--dtype", "fp32", str(src), str(tmp_path / "y.npy"))
+    assert "must be uint32" in line and "\n" not in line

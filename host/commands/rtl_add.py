@@ -1,0 +1,97 @@
+"""``wanreduce rtl-add``: add operand pairs with the Verilated adder lanes, for checking from outside.
+
+IN.npy is an (N, 2) array of operand bit patterns (uint32 for fp32, uint16 for fp16 and bf16); OUT.npy
+receives the (N,) sums' bit patterns as computed by :class:`wanreduce.hw.fadd.FAddLanes` in the C++
+harness, never by numpy. ``--check`` additionally compares them with numpy / ml_dtypes.
+"""
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import WanreduceError
+from ._common import int_in, load_npy
+
+__all__ = ["register", "run"]
+
+_DTYPES = ("fp32", "fp16", "bf16")
+
+
+def register(sub):
+    p = sub.add_parser(
+        "rtl-add", help="add operand bit patterns with the Verilated fp adder lanes",
+        description="Read an (N, 2) array of operand bit patterns (uint32 for fp32, uint16 for fp16 and "
+        "bf16), add each pair with the RTL adder lanes simulated by Verilator, and write the (N,) sums' "
+        "bit patterns. The first run for a dtype/width builds the simulation (about 15 s); later runs "
+        "reuse it. NaN results are the canonical quiet NaN (0x7FC00000, 0x7E00, 0x7FC0).")
+    p.add_argument("input", metavar="IN.npy", help="(N, 2) operand bit patterns (read only, never written)")
+    p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns")
+    p.add_argument("--dtype", choices=_DTYPES, required=True, help="floating-point format (required)")
+    p.add_argument("--width", type=int_in(32, 2048, "--width"), default=256,
+                   help="beat width in bits, a multiple of the format's width; lanes = width / format "
+                   "width (default: 256)")
+    p.add_argument("--stages", type=int_in(0, 32, "--stages"), default=None,
+                   help="adder pipeline stages (default: the format's default, 5 fp32, 4 fp16/bf16)")
+    p.add_argument("--check", action="store_true",
+                   help="also compare with numpy/ml_dtypes (any NaN equals any NaN) and exit 1 on a "
+                   "mismatch (default: off)")
+    p.add_argument("--force", action="store_true", help="replace OUT.npy if it exists (default: refuse)")
+    p.set_defaults(func=run)
+
+
+def _operands(path, fmt):
+    arr = load_npy(path)
+    want = np.dtype(np.uint32) if fmt.width == 32 else np.dtype(np.uint16)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise WanreduceError(f"{path}: expected an (N, 2) array of operand pairs, not shape {arr.shape}")
+    if arr.dtype != want:
+        raise WanreduceError(f"{path}: {fmt.name} operands must be {want.name} bit patterns, "
+                             f"not {arr.dtype}")
+    return arr
+
+
+def run(args):
+    from ...hw.fadd import FloatFormat
+    from ...sim import fadd_check
+    from ...sim.harness import HarnessError
+
+    fmt = FloatFormat.from_name(args.dtype)
+    if args.width % fmt.width:
+        raise WanreduceError(f"--width {args.width} is not a multiple of {fmt.name}'s {fmt.width} bits")
+    src, dst = Path(args.input), Path(args.output)
+    if dst.exists() and src.exists() and os.path.samefile(src, dst):
+        raise WanreduceError(f"{dst}: is the input file; choose another output")
+    if dst.exists() and not args.force:
+        raise WanreduceError(f"{dst}: already exists (use --force to replace it)")
+    if dst.is_dir():
+        raise WanreduceError(f"{dst}: is a directory")
+    if not dst.parent.is_dir():
+        raise WanreduceError(f"{dst.parent}: no such directory for the output")
+    ops = _operands(src, fmt)
+    t0 = time.perf_counter()
+    try:
+        sums, stats = fadd_check.lanes_add(fmt, ops[:, 0], ops[:, 1], width=args.width, stages=args.stages,
+                                           return_stats=True)
+    except HarnessError as exc:
+        raise WanreduceError(f"the RTL simulation failed: {str(exc).splitlines()[0]}") from None
+    elapsed = time.perf_counter() - t0
+    # Written to a temporary file first so a failure never leaves half an OUT.npy behind.
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".rtl-add-", suffix=".npy")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, sums)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    lanes = args.width // fmt.width
+    print(f"{len(sums)} {fmt.name} sums through {lanes} RTL lanes ({args.width}-bit beats, "
+          f"{stats.cycles} cycles) in {elapsed:.2f} s -> {dst}")
+    if args.check:
+        bad = fadd_check.compare(fmt, sums, fadd_check.reference_add(fmt, ops[:, 0], ops[:, 1]))
+        print(f"check against numpy/ml_dtypes: {int(bad.sum())} of {len(sums)} differ")
+        return 1 if bad.any() else 0
+    return 0
