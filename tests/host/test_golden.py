@@ -194,3 +194,9 @@ def test_result_frames_one_per_destination():
         assert h["kind"] == 1 and elems == [2.0] * 4
     g.feed_frame(build_frame(one(1), **(addr | dict(dport=47001))))
     assert g.counters["wrong_port"] == 1 and g.counters["frames_in"] == 3
+
+
+@pytest.mark.parametrize("dtype", list(DType))
+def test_golden_nan_is_the_adder_lanes_nan(dtype):
+    from wanreduce.hw.fadd import FloatFormat
+    assert CANONICAL_NAN[dtype] == FloatFormat.from_dtype(int(dtype)).qnan
