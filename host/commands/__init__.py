@@ -11,4 +11,5 @@ COMMANDS = [
     "wanreduce.host.commands.schedule",
     "wanreduce.host.commands.sweep",
     "wanreduce.host.commands.rtl_add",
+    "wanreduce.host.commands.sim_replay",
 ]
