@@ -1,0 +1,61 @@
+"""Fan-out: each RESULT payload framed once per destination exactly as ``host/frames.build_frame`` frames it
+(DF, TTL 64, id 0, valid IPv4 checksum, UDP checksum 0), under random output back-pressure."""
+
+import numpy as np
+import pytest
+
+from wanreduce.host.frames import build_frame
+from wanreduce.hw.fanout import Fanout
+
+from .streamsim import run_stream
+
+DESTS = [("02:00:00:00:00:01", "10.0.0.1", 5000), ("01:00:5e:57:53:02", "239.87.83.2", 47000),
+         ("02:aa:bb:cc:dd:ee", "192.168.7.9", 65535)]
+MAC, IP, PORT = "02:57:52:01:00:05", "10.87.83.5", 47000
+
+
+def _mac(text):
+    return int(text.replace(":", ""), 16)
+
+
+def _ip(text):
+    return int.from_bytes(bytes(int(x) for x in text.split(".")), "big")
+
+
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("ndest", [1, 3])
+def test_frames(width, ndest):
+    rng = np.random.default_rng(width + ndest)
+    B = width // 8
+    sizes = rng.integers(34, 32 + 64 + 1, 6)
+    payloads = [bytes(rng.integers(0, 256, int(n), dtype=np.uint8)) for n in sizes]
+    beats = []
+    for p in payloads:
+        n = -(-len(p) // B)
+        for k in range(n):
+            part = p[k * B:(k + 1) * B]
+            beats.append({"data": int.from_bytes(part, "little"), "bytes": len(part), "last": int(k == n - 1),
+                          "plen": len(p)})
+    dut = Fanout(width=width, dests=3, max_payload=96)
+
+    async def setup(ctx):
+        ctx.set(dut.mac, _mac(MAC))
+        ctx.set(dut.ip, _ip(IP))
+        ctx.set(dut.port, PORT)
+        ctx.set(dut.ndest, ndest)
+        for d, (mac, ip, port) in enumerate(DESTS):
+            ctx.set(dut.dest_mac[d], _mac(mac))
+            ctx.set(dut.dest_ip[d], _ip(ip))
+            ctx.set(dut.dest_port[d], port)
+
+    out = run_stream(dut, beats, setup=setup, idle=0.2, backpressure=0.4, seed=1)
+    frames, cur = [], b""
+    for beat in out:
+        cur += int(beat.data).to_bytes(B, "little")[: int(beat.bytes)]
+        if beat.last:
+            frames.append(cur)
+            cur = b""
+    want = [build_frame(p, src_mac=MAC, dst_mac=mac, src_ip=IP, dst_ip=ip, sport=PORT, dport=port,
+                        udp_checksum=False, df=True, ttl=64)
+            for p in payloads for mac, ip, port in DESTS[:ndest]]
+    assert frames == want
