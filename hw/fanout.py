@@ -26,7 +26,7 @@ _HDR = protocol.FRAME_OVERHEAD
 
 
 def _fold16(value):
-    for _ in range(3):
+    for _ in range(4):
         value = value[:16] + value[16:]
     return value[:16]
 

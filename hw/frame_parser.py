@@ -26,8 +26,8 @@ _ETH = protocol.ETH_HEADER_BYTES
 
 
 def _fold16(value):
-    """One's-complement fold of a wide sum down to 16 bits (three folds cover 48-bit sums)."""
-    for _ in range(3):
+    """One's-complement fold of a sum of at most 49 bits down to 16 bits (each fold adds the carries)."""
+    for _ in range(4):
         value = value[:16] + value[16:]
     return value[:16]
 
