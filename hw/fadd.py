@@ -8,25 +8,30 @@ canonical quiet NaN: sign 0, exponent all ones, only the top fraction bit set (`
 
 :class:`FAddLanes` puts ``width // fmt.width`` adders side by side behind ``lib.stream`` handshakes.
 
-Algorithm (classic single-path adder, with the exact-rounding argument in ``docs/fadd.md``):
+Algorithm (classic single-path adder; the exact-rounding argument is in ``docs/fadd.md``), eight steps:
 
-1. unpack, compare magnitudes (the lower ``w-1`` bits as integers), classify NaN/inf;
-2. swap so that ``x`` has the larger magnitude; exponent difference ``d`` (subnormals use exponent 1);
-3. align: ``y``'s significand, with three extra low bits (guard, round, one more), shifted right by
-   ``min(d, p+3)``; ``sticky`` = OR of the bits shifted out;
-4. add, or subtract with a borrow of ``sticky`` (so the integer result is exactly ``floor`` of the true
-   sum at this precision, and ``sticky`` says whether the true sum has more bits below);
-5. count leading zeros (tree);
-6. normalise: right by one on carry, else left by ``min(lz, e-1)`` so subnormal results stop at the
-   minimum exponent;
-7. round to nearest even and pack as ``((e-1) << m) + significand + round_up`` so a rounding carry moves
-   into the exponent (and to infinity) by itself; NaN, infinity and overflow override the result.
+1. unpack; compare magnitudes (the lower ``w-1`` bits as integers); both exponent differences and both
+   "exponent minus one" (subnormals count as exponent 1); half-decode NaN/infinity;
+2. swap so that ``x`` has the larger magnitude (multiplexers only); clamp the shift; decode which of
+   ``y``'s bits will fall below the round bit; finish NaN/infinity;
+3. align: ``y``'s significand plus guard and round bits, shifted right by ``d``, and beneath them a pure
+   sticky bit, the OR of every bit of ``y`` that fell below the round bit (computed in parallel);
+4. add or subtract in one carry chain (``|x| >= |y|``, so never negative);
+5. count leading zeros (log-depth tree), detect an exact zero, choose the sign (an exact zero is +0
+   unless both operands are -0);
+6. left-shift amount ``min(lz, e-1)``, so that subnormal results stop at the minimum exponent;
+7. normalise (right by one on a carry, else left), and decide overflow and the special results;
+8. round to nearest even and pack as ``((e-1) << m) + significand + round_up`` in one carry chain, so a
+   rounding carry moves into the exponent (and from the largest finite value to infinity) by itself;
+   NaN, infinity, overflow and exact zero override.
 
-Pipelining: ``stages`` registers sit on the boundaries after these seven steps, always one at the end
+Pipelining: ``stages`` registers sit on the boundaries after these eight steps: always one at the end
 (the output is registered when ``stages >= 1``), the others on the boundaries in the order
-3, 5, 1, 4, 6, 2; stages beyond 7 add registers at the output. Every register loads only when ``en`` is
-1, so ``en = 0`` freezes the whole adder: that is how callers stall it. Initiation interval 1.
-``FAdd.latency == stages`` cycles (counting only cycles with ``en = 1``).
+3, 6, 5, 1, 7, 4, 2; stages beyond 8 add registers at the output. Every register loads only when ``en``
+is 1, so ``en = 0`` freezes the whole adder: that is how callers stall it. The pipeline registers have no
+reset (an adder holds no state that matters). Initiation interval 1. ``FAdd.latency == stages`` cycles
+(counting only cycles with ``en = 1``). The default, 8 for every format, is the depth that meets the
+ECP5 targets (150 MHz fp32, 180 MHz fp16/bf16; see ``docs/fadd.md`` for the measured figures).
 
 All three formats accept any ``stages >= 0``, so lanes of different formats can be run in lockstep:
 :meth:`FAdd.default_stages` gives a format's default, :func:`common_stages` the largest default, which
@@ -100,9 +105,11 @@ class FloatFormat:
         return f"FloatFormat.{self.name.upper()}"
 
 
-FloatFormat.FP32 = FloatFormat("fp32", 8, 23, 0, 5)
-FloatFormat.FP16 = FloatFormat("fp16", 5, 10, 1, 4)
-FloatFormat.BF16 = FloatFormat("bf16", 8, 7, 2, 4)
+# Eight stages (one register after every step) is what reaches 150 MHz (fp32) and 180 MHz (fp16, bf16)
+# on ECP5; seven already misses both (docs/fadd.md), so the three defaults happen to agree.
+FloatFormat.FP32 = FloatFormat("fp32", 8, 23, 0, 8)
+FloatFormat.FP16 = FloatFormat("fp16", 5, 10, 1, 8)
+FloatFormat.BF16 = FloatFormat("bf16", 8, 7, 2, 8)
 
 
 def common_stages(formats=None):
@@ -111,9 +118,9 @@ def common_stages(formats=None):
     return max(f.default_stages for f in (formats or FloatFormat.all()))
 
 
-_STEPS = 7
-# Which step boundaries get a register first; boundary k sits after step k. The output (7) always does.
-_BOUNDARY_ORDER = (3, 5, 1, 4, 6, 2)
+_STEPS = 8
+# Which step boundaries get a register first; boundary k sits after step k. The output (8) always does.
+_BOUNDARY_ORDER = (3, 6, 5, 1, 7, 4, 2)
 
 
 def _boundaries(stages):
@@ -182,7 +189,11 @@ class FAdd(wiring.Component):
         fmt = self.fmt
         E, M, P = fmt.exp_bits, fmt.man_bits, fmt.precision
         W = fmt.width
-        G = P + 3  # aligned significand: hidden bit, fraction, guard, round, one more
+        # Aligned significands carry two real guard bits (G, R) below the last place and one pure
+        # sticky bit (S) under them: S never holds a real bit of y, only the OR of everything shifted
+        # below R, which is what makes OR-ing it in exact for subtraction too (see docs/fadd.md).
+        G = P + 3
+        SH = 5 if G <= 32 else 6  # shift-amount bits; anything larger means "all of y is sticky"
         emax = (1 << E) - 1
         regs = _boundaries(self.stages)
 
@@ -190,7 +201,9 @@ class FAdd(wiring.Component):
             for r in range(regs.get(k, 0)):
                 nv = {}
                 for name, val in v.items():
-                    sig = Signal(val.shape(), name=f"p{k}_{r}_{name}")
+                    # Data registers need no reset (only a valid flag would), which spares the
+                    # synchronous-reset logic and its fan-out on every pipeline flop.
+                    sig = Signal(val.shape(), name=f"p{k}_{r}_{name}", reset_less=True)
                     with m.If(self.en):
                         m.d.sync += sig.eq(val)
                     nv[name] = sig
@@ -202,99 +215,129 @@ class FAdd(wiring.Component):
             m.d.comb += sig.eq(val)
             return sig
 
-        # 1. Unpack, compare, classify.
+        specials = ("nan", "inf", "inf_sign")
+
+        def keep(v, *names):
+            return {n: v[n] for n in (*names, *specials)}
+
+        # 1. Unpack; compare magnitudes, take both exponent differences (subnormals count as exponent
+        #    1) and both "exponent minus one" in parallel, so that step 2 only has to select. NaN and
+        #    infinity are only half-decoded here (to keep this step shallow) and finished in step 2.
         a, b = self.a, self.b
         ea, eb = a[M:M + E], b[M:M + E]
-        fa, fb = a[:M], b[:M]
-        a_nan = (ea == emax) & (fa != 0)
-        b_nan = (eb == emax) & (fb != 0)
-        a_inf = (ea == emax) & (fa == 0)
-        b_inf = (eb == emax) & (fb == 0)
+        a_nz = comb("a_nz", ea != 0)
+        b_nz = comb("b_nz", eb != 0)
+        ea_eff = comb("ea_eff", Cat(ea[0] | ~a_nz, ea[1:]), E)
+        eb_eff = comb("eb_eff", Cat(eb[0] | ~b_nz, eb[1:]), E)
         v = {
-            "a": a, "b": b,
+            "a": a, "b": b, "a_nz": a_nz, "b_nz": b_nz,
             "a_ge": comb("a_ge", a[:W - 1] >= b[:W - 1]),
-            "nan": comb("nan", a_nan | b_nan | (a_inf & b_inf & (a[W - 1] != b[W - 1]))),
-            "inf": comb("inf", a_inf | b_inf),
-            "inf_sign": comb("inf_sign", Mux(a_inf, a[W - 1], b[W - 1])),
+            "dab": comb("dab", ea_eff - eb_eff, E), "dba": comb("dba", eb_eff - ea_eff, E),
+            "ea_m1": comb("ea_m1", ea_eff - 1, E), "eb_m1": comb("eb_m1", eb_eff - 1, E),
+            "ea_max": comb("ea_max", ea == emax), "eb_max": comb("eb_max", eb == emax),
+            "fa_zero": comb("fa_zero", a[:M] == 0), "fb_zero": comb("fb_zero", b[:M] == 0),
         }
         v = boundary(1, v)
 
-        # 2. Swap so x is the larger magnitude; exponent difference, clamped to G (all bits gone).
-        x = comb("x", Mux(v["a_ge"], v["a"], v["b"]), W)
-        y = comb("y", Mux(v["a_ge"], v["b"], v["a"]), W)
-        ex, ey = x[M:M + E], y[M:M + E]
-        ex_eff = comb("ex_eff", Mux(ex == 0, 1, ex), E)
-        ey_eff = Mux(ey == 0, 1, ey)
-        diff = comb("diff", ex_eff - ey_eff, E)
-        dcl = comb("dcl", Mux(diff > G, G, diff), range(G + 1))
+        # 2. Swap so that x has the larger magnitude (only multiplexers); clamp the shift to SH bits
+        #    and decode which of y's bits will fall below R; finish the NaN/infinity decoding.
+        ge = v["a_ge"]
+        x = comb("x", Mux(ge, v["a"], v["b"]), W)
+        y = comb("y", Mux(ge, v["b"], v["a"]), W)
+        d = comb("d", Mux(ge, v["dab"], v["dba"]), E)
+        dcl = comb("dcl", d[:SH] | Mux(d[SH:] != 0, (1 << SH) - 1, 0), SH) if E > SH else d
+        # Bit i of sig_y lands below R (in the sticky) when d > i + 2.
+        below = Signal(P, name="below")
+        for i in range(P):
+            m.d.comb += below[i].eq(d > i + 2)
+        a_inf = v["ea_max"] & v["fa_zero"]
+        b_inf = v["eb_max"] & v["fb_zero"]
+        sa, sb = v["a"][W - 1], v["b"][W - 1]
         v = {
-            "sig_x": comb("sig_x", Cat(x[:M], ex != 0), P),
-            "sig_y": comb("sig_y", Cat(y[:M], ey != 0), P),
-            "e": ex_eff, "d": dcl,
-            "sx": x[W - 1], "sy": y[W - 1],
-            "nan": v["nan"], "inf": v["inf"], "inf_sign": v["inf_sign"],
+            "sig_x": comb("sig_x", Cat(x[:M], Mux(ge, v["a_nz"], v["b_nz"])), P),
+            "sig_y": comb("sig_y", Cat(y[:M], Mux(ge, v["b_nz"], v["a_nz"])), P),
+            "e": comb("e", Cat(x[M] | ~Mux(ge, v["a_nz"], v["b_nz"]), x[M + 1:M + E]), E),
+            "e_m1": comb("e_m1", Mux(ge, v["ea_m1"], v["eb_m1"]), E),
+            "d": dcl, "below": below, "sx": x[W - 1], "sy": y[W - 1],
+            "nan": comb("nan", (v["ea_max"] & ~v["fa_zero"]) | (v["eb_max"] & ~v["fb_zero"])
+                        | (a_inf & b_inf & (sa != sb))),
+            "inf": comb("inf", a_inf | b_inf),
+            "inf_sign": comb("inf_sign", Mux(a_inf, sa, sb)),
         }
         v = boundary(2, v)
 
-        # 3. Align y; sticky = anything shifted below the last kept bit.
-        wide = comb("wide", Cat(Const(0, G), Const(0, 3), v["sig_y"]) >> v["d"], 2 * G)
+        # 3. Align y (shift right by d) and, in parallel, OR together its bits that fall below R.
+        span = G + (1 << SH)
+        wide = comb("wide", (Cat(Const(0, span - P), v["sig_y"]) >> v["d"]), span)
+        ya = wide[span - G + 1:]  # y's significand, G and R: G-1 bits
+        sticky = comb("sticky", (v["sig_y"] & v["below"]) != 0)
         v = {
-            "xe": Cat(Const(0, 3), v["sig_x"]), "ya": wide[G:], "sticky": comb("sticky", wide[:G] != 0),
-            "sub": v["sx"] ^ v["sy"], "e": v["e"], "sx": v["sx"], "sy": v["sy"],
-            "nan": v["nan"], "inf": v["inf"], "inf_sign": v["inf_sign"],
+            "xe": Cat(Const(0, 3), v["sig_x"]), "ya": Cat(sticky, ya),
+            "sub": v["sx"] ^ v["sy"], "e": v["e"], "e_m1": v["e_m1"], "sx": v["sx"], "sy": v["sy"],
+            **keep(v),
         }
         v = boundary(3, v)
 
-        # 4. Add, or subtract with the sticky as a borrow: the result is floor(true sum) at this precision.
-        s = comb("sum", Mux(v["sub"], v["xe"] - v["ya"] - v["sticky"], v["xe"] + v["ya"]), G + 1)
-        zero = comb("zero", s == 0)
-        v = {
-            "s": s, "sticky": v["sticky"], "e": v["e"], "zero": zero,
-            "sign": comb("sign", Mux(zero, v["sx"] & v["sy"], v["sx"])),
-            "nan": v["nan"], "inf": v["inf"], "inf_sign": v["inf_sign"],
-        }
+        # 4. Add or subtract (|x| >= |y|, so the difference is never negative).
+        #    One carry chain for both: x + (y ^ sub...) + sub, the +sub entering through an extra low bit
+        #    (1 + sub carries exactly when sub), so no second adder and no result multiplexer.
+        sub = v["sub"]
+        addend = Cat(sub, v["ya"] ^ sub.replicate(G))
+        r = comb("sum_raw", (Cat(Const(1, 1), v["xe"]) + addend)[1:G + 2], G + 1)
+        # A subtraction's carry out is the two's-complement wrap, not a carry of the result.
+        s = comb("sum", Cat(r[:G], r[G] & ~sub), G + 1)
+        v = dict(keep(v, "e", "e_m1", "sx", "sy"), s=s)
         v = boundary(4, v)
 
-        # 5. Leading zeros below the carry bit.
-        lz = _lzc(m, v["s"][:G], "lzc")
-        v = dict(v, lz=comb("lz", lz, range(G + 1)))
+        # 5. Leading zeros below the carry bit; exact zero; the sign (IEEE: an exact zero sum is +0
+        #    unless both operands are -0).
+        s = v["s"]
+        zero = comb("zero", s == 0)
+        v = dict(keep(v, "s", "e", "e_m1"),
+                 lz=comb("lz", _lzc(m, s[:G], "lzc"), range(G + 1)), zero=zero,
+                 sign=comb("sign", Mux(zero, v["sx"] & v["sy"], v["sx"])))
         v = boundary(5, v)
 
-        # 6. Normalise; a left shift stops at exponent 1 (subnormal results keep their leading zeros).
-        s, e = v["s"], v["e"]
-        carry = s[G]
-        e_m1 = comb("e_m1", e - 1, E)
-        # sh <= lz <= G, so a narrow shift amount keeps the shifter small.
-        sh = comb("sh", Mux(v["lz"] > e_m1, e_m1, v["lz"]), range(G + 1))
-        left = comb("left", (s[:G] << sh)[:G], G)
-        right = Cat(s[1] | s[0], s[2:G + 1])
-        v = {
-            "n": comb("n", Mux(carry, right, left), G),
-            "e": comb("e_n", Mux(carry, e + 1, e - sh), E + 1),
-            "sticky": v["sticky"], "sign": v["sign"], "zero": v["zero"],
-            "nan": v["nan"], "inf": v["inf"], "inf_sign": v["inf_sign"],
-        }
+        # 6. Left-shift amount: stop at exponent 1 so subnormal results keep their leading zeros.
+        sh = comb("sh", Mux(v["lz"] > v["e_m1"], v["e_m1"], v["lz"]), range(G + 1))
+        v = dict(keep(v, "s", "e", "e_m1", "zero", "sign"), sh=sh)
         v = boundary(6, v)
 
-        # 7. Round to nearest even and pack; specials and overflow override.
-        n, e = v["n"], v["e"]
-        sig = n[3:]
-        up = n[2] & (n[1] | n[0] | v["sticky"] | sig[0])
-        enc = comb("enc", ((e - 1) << M)[:W - 1] + sig + up, W - 1)
-        over = e >= emax
-        res = Signal(W, name="res")
+        # 7. Normalise: right by one on a carry (folding the lost bit into S), else left by sh. The
+        #    biased exponent minus one is what packing needs; overflow and the special results are
+        #    decided here so that step 8 is only the rounding increment and one multiplexer.
+        s, sh = v["s"], v["sh"]
+        carry = s[G]
+        left = comb("left", (s[:G] << sh)[:G], G)
+        right = Cat(s[1] | s[0], s[2:G + 1])
+        over = comb("over", carry & (v["e"] >= emax - 1))
+        special = Signal(W, name="special")
         with m.If(v["nan"]):
-            m.d.comb += res.eq(fmt.qnan)
+            m.d.comb += special.eq(fmt.qnan)
         with m.Elif(v["inf"]):
-            m.d.comb += res.eq(Cat(Const(fmt.inf, W - 1), v["inf_sign"]))
+            m.d.comb += special.eq(Cat(Const(fmt.inf, W - 1), v["inf_sign"]))
         with m.Elif(over):
-            m.d.comb += res.eq(Cat(Const(fmt.inf, W - 1), v["sign"]))
-        with m.Elif(v["zero"]):
-            # An exact zero: its left shift is capped at the counter's width, not at exponent 1.
-            m.d.comb += res.eq(Cat(Const(0, W - 1), v["sign"]))
+            m.d.comb += special.eq(Cat(Const(fmt.inf, W - 1), v["sign"]))
         with m.Else():
-            m.d.comb += res.eq(Cat(enc, v["sign"]))
-        v = boundary(7, {"res": res})
+            # An exact zero: its left shift is capped at the counter's width, not at exponent 1.
+            m.d.comb += special.eq(Cat(Const(0, W - 1), v["sign"]))
+        v = {
+            "n": comb("n", Mux(carry, right, left), G),
+            "em1": comb("em1", Mux(carry, v["e"], v["e_m1"] - sh), E),
+            "use_special": comb("use_special", v["nan"] | v["inf"] | over | v["zero"]),
+            "special": special, "sign": v["sign"],
+        }
+        v = boundary(7, v)
+
+        # 8. Round to nearest even and pack as ((e-1) << m) + significand + up in one carry chain, so
+        #    that a rounding carry moves into the exponent, and from the largest finite value to
+        #    infinity, by itself.
+        n = v["n"]
+        sig = n[3:]
+        up = n[2] & (n[1] | n[0] | sig[0])
+        enc = comb("enc", Cat(sig[:M], v["em1"]) + Cat(up, Const(0, M - 1), sig[M]), W - 1)
+        res = comb("res", Mux(v["use_special"], v["special"], Cat(enc, v["sign"])), W)
+        v = boundary(_STEPS, {"res": res})
         m.d.comb += self.s.eq(v["res"])
         return m
 

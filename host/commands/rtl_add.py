@@ -34,7 +34,7 @@ def register(sub):
                    help="beat width in bits, a multiple of the format's width; lanes = width / format "
                    "width (default: 256)")
     p.add_argument("--stages", type=int_in(0, 32, "--stages"), default=None,
-                   help="adder pipeline stages (default: the format's default, 5 fp32, 4 fp16/bf16)")
+                   help="adder pipeline stages (default: the format's default, 8)")
     p.add_argument("--check", action="store_true",
                    help="also compare with numpy/ml_dtypes (any NaN equals any NaN) and exit 1 on a "
                    "mismatch (default: off)")
