@@ -12,8 +12,8 @@ Algorithm (classic single-path adder; the exact-rounding argument is in ``docs/f
 
 1. unpack; compare magnitudes (the lower ``w-1`` bits as integers); both exponent differences and both
    "exponent minus one" (subnormals count as exponent 1); half-decode NaN/infinity;
-2. swap so that ``x`` has the larger magnitude (multiplexers only); clamp the shift; decode which of
-   ``y``'s bits will fall below the round bit; finish NaN/infinity;
+2. swap so that ``x`` has the larger magnitude (multiplexers only); clamp the shift; finish
+   NaN/infinity;
 3. align: ``y``'s significand plus guard and round bits, shifted right by ``d``, and beneath them a pure
    sticky bit, the OR of every bit of ``y`` that fell below the round bit (computed in parallel);
 4. add or subtract in one carry chain (``|x| >= |y|``, so never negative);
@@ -240,16 +240,12 @@ class FAdd(wiring.Component):
         v = boundary(1, v)
 
         # 2. Swap so that x has the larger magnitude (only multiplexers); clamp the shift to SH bits
-        #    and decode which of y's bits will fall below R; finish the NaN/infinity decoding.
+        #    finish the NaN/infinity decoding.
         ge = v["a_ge"]
         x = comb("x", Mux(ge, v["a"], v["b"]), W)
         y = comb("y", Mux(ge, v["b"], v["a"]), W)
         d = comb("d", Mux(ge, v["dab"], v["dba"]), E)
         dcl = comb("dcl", d[:SH] | Mux(d[SH:] != 0, (1 << SH) - 1, 0), SH) if E > SH else d
-        # Bit i of sig_y lands below R (in the sticky) when d > i + 2.
-        below = Signal(P, name="below")
-        for i in range(P):
-            m.d.comb += below[i].eq(d > i + 2)
         a_inf = v["ea_max"] & v["fa_zero"]
         b_inf = v["eb_max"] & v["fb_zero"]
         sa, sb = v["a"][W - 1], v["b"][W - 1]
@@ -258,7 +254,7 @@ class FAdd(wiring.Component):
             "sig_y": comb("sig_y", Cat(y[:M], Mux(ge, v["b_nz"], v["a_nz"])), P),
             "e": comb("e", Cat(x[M] | ~Mux(ge, v["a_nz"], v["b_nz"]), x[M + 1:M + E]), E),
             "e_m1": comb("e_m1", Mux(ge, v["ea_m1"], v["eb_m1"]), E),
-            "d": dcl, "below": below, "sx": x[W - 1], "sy": y[W - 1],
+            "d": dcl, "sx": x[W - 1], "sy": y[W - 1],
             "nan": comb("nan", (v["ea_max"] & ~v["fa_zero"]) | (v["eb_max"] & ~v["fb_zero"])
                         | (a_inf & b_inf & (sa != sb))),
             "inf": comb("inf", a_inf | b_inf),
@@ -270,7 +266,10 @@ class FAdd(wiring.Component):
         span = G + (1 << SH)
         wide = comb("wide", (Cat(Const(0, span - P), v["sig_y"]) >> v["d"]), span)
         ya = wide[span - G + 1:]  # y's significand, G and R: G-1 bits
-        sticky = comb("sticky", (v["sig_y"] & v["below"]) != 0)
+        # Bit i of sig_y lands below R when d > i + 2: a thermometer code of d, made by shifting a
+        # constant so that it maps to small lookup tables rather than one comparator chain per bit.
+        below = comb("below", ~(Const((1 << (P + 2)) - 1, P + 2) << v["d"])[2:P + 2], P)
+        sticky = comb("sticky", (v["sig_y"] & below) != 0)
         v = {
             "xe": Cat(Const(0, 3), v["sig_x"]), "ya": Cat(sticky, ya),
             "sub": v["sx"] ^ v["sy"], "e": v["e"], "e_m1": v["e_m1"], "sx": v["sx"], "sy": v["sy"],
