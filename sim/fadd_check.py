@@ -15,11 +15,11 @@ Used by the tests (``tests/hw/test_fadd*.py``), ``wanreduce rtl-add`` and ``make
 
 import numpy as np
 
-from ..hw.fadd import FAddLanes, FloatFormat
+from ..hw.fadd import FAddLanes
 
 __all__ = [
     "bits_dtype", "float_dtype", "lanes_add", "reference_add", "compare", "corner_patterns",
-    "random_pairs", "sweep_pairs", "all_corner_pairs", "RANDOM_CLASSES",
+    "random_pairs", "sweep_pairs", "sweep_partners", "all_corner_pairs", "is_nan", "RANDOM_CLASSES",
 ]
 
 RANDOM_CLASSES = ("uniform", "cancel", "gap", "carry", "tie")
@@ -34,11 +34,13 @@ def bits_dtype(fmt):
 
 def float_dtype(fmt):
     """The numpy dtype whose arithmetic is the reference for ``fmt``."""
-    if fmt is FloatFormat.BF16:
+    if fmt.name == "bf16":
         import ml_dtypes
 
         return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(np.float32) if fmt is FloatFormat.FP32 else np.dtype(np.float16)
+    if fmt.name in ("fp32", "fp16"):
+        return np.dtype(np.float32) if fmt.name == "fp32" else np.dtype(np.float16)
+    raise ValueError(f"No numpy reference for format {fmt.name!r}.")
 
 
 def _harness(fmt, width, stages, opt):
