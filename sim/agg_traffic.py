@@ -11,6 +11,7 @@ random with a share of zeros, subnormals, infinities and NaNs. Everything derive
 import numpy as np
 
 from ..host import frames as fr
+from ..host.golden import GoldenAggregator
 from ..host.protocol import FLAG_LAST, HEADER_BYTES, HEADER_DTYPE, MAGIC, UDP_PORT, VERSION, DType, Kind
 
 __all__ = ["contrib", "random_elements", "scenario", "frame_of", "HEADER_FAULTS", "FRAME_FAULTS"]
@@ -131,11 +132,13 @@ def _frame_fault(rng, frame, kind):
     return bytes(f)
 
 
-def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=False, faults=0.15, n_ranks=8):
+def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=False, faults=0.15, n_ranks=8,
+             rounds=(3, 6)):
     """A mixed workload for the site of ``rank``.
 
-    Returns ``(jobs, packets)``: the expected-set table to load (job → bitmaps of one period) and the
-    packets in arrival order (payloads, or frames when ``frames`` is True).
+    Each job runs ``rounds[0]`` to ``rounds[1] - 1`` rounds. Returns ``(jobs, packets)``: the expected-set
+    table to load (job → bitmaps of one period) and at most ``n_packets`` packets in arrival order (payloads,
+    or frames when ``frames`` is True).
     """
     others = [r for r in range(n_ranks) if r != rank]
     jobs = {}
@@ -154,7 +157,7 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
     # Each sender's stream, in order: rounds, then chunks.
     streams = {}
     for job, period in jobs.items():
-        for round_ in range(int(rng.integers(3, 6))):
+        for round_ in range(int(rng.integers(*rounds))):
             expected = period[round_ % len(period)]
             if not expected:
                 continue
@@ -168,33 +171,45 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
                         p = contrib(job=job, round=round_, chunk=chunk, src=src, group=group, dtype=dtype,
                                     elems_bits=random_elements(rng, dtype, count),
                                     flags=FLAG_LAST if chunk == nchunks - 1 and rng.random() < 0.7 else 0)
-                        streams.setdefault((job, src), []).append(p)
-    # Random merge of the senders' streams.
-    keys = list(streams)
-    order = []
-    pos = dict.fromkeys(keys, 0)
-    while keys:
-        # Senders keep roughly in step (a window of a few packets), with the odd one running ahead.
-        if rng.random() < 0.1:
-            pool = keys
-        else:
-            low = min(pos[k] for k in keys)
-            pool = [k for k in keys if pos[k] <= low + 2]
-        k = pool[int(rng.integers(0, len(pool)))]
-        order.append(streams[k][pos[k]])
-        pos[k] += 1
-        if pos[k] == len(streams[k]):
-            keys.remove(k)
+                        streams.setdefault((job, src), []).append((round_ * 64 + chunk, p))
+    # Merge the senders' streams in WAN order, with the extras mixed in. A shadow golden aggregator plays
+    # the senders' only feedback: a contribution it refused as ahead of the window is retransmitted a little
+    # later, as a sender whose chunk never completed would after its timeout.
+    shadow = GoldenAggregator(rank=rank, jobs=jobs, slots=slots, members=members, slot_bytes=slot_bytes)
+    # Arrival time: the chunk's place in the job's sequence plus a WAN jitter of a couple of chunks, and now
+    # and then a sender far ahead.
+    timed = []
+    for stream in streams.values():
+        for t, p in stream:
+            late = rng.normal(0, 1.5) - (slots + 2 if rng.random() < 0.05 else 0)
+            timed.append((t + late, len(timed), p))
+    timed.sort()
+    queue = [p for *_, p in timed]
+    retry = []
     packets = []
-    for p in order:
+
+    def emit(p):
         packets.append(p)
+        before = shadow.counters["ahead_of_window"]
+        shadow.feed_payload(p)
+        return shadow.counters["ahead_of_window"] > before
+
+    while (queue or retry) and len(packets) < n_packets:
+        due = [r for r in retry if r[0] <= len(packets)]
+        if due or not queue:
+            item = min(due or retry, key=lambda r: r[0])
+            retry.remove(item)
+            p = item[1]
+        else:
+            p = queue.pop(0)
+        if emit(p):
+            retry.append((len(packets) + int(rng.integers(2, 12)), p))
         if rng.random() < 0.08:  # a retransmission of something already seen (duplicate or stale)
-            packets.append(packets[int(rng.integers(0, len(packets)))])
+            emit(packets[int(rng.integers(0, len(packets)))])
         if rng.random() < faults:
             kind = HEADER_FAULTS[int(rng.integers(0, len(HEADER_FAULTS)))]
-            packets.append(_header_fault(rng, p, kind, slot_bytes=slot_bytes, outsider=outsider))
-        if len(packets) >= n_packets:
-            break
+            emit(_header_fault(rng, p, kind, slot_bytes=slot_bytes, outsider=outsider))
+    packets = packets[:n_packets]
     if not frames:
         return jobs, packets
     out = []

@@ -146,4 +146,6 @@ async def core_matches_golden(dut, idle, backpressure):
     assert len(got) == len(expected), f"{len(got)} packets out, the golden model sent {len(expected)}"
     for n, (a, b) in enumerate(zip(got, expected, strict=True)):
         assert a == b, f"output packet {n} differs from the golden model:\n{a.hex()}\n{b.hex()}"
+    dut._log.info(f"{len(packets)} packets in, {len(got)} out; counters "
+                  f"{ {k: v for k, v in golden.counters.items() if v} }")
     assert golden.counters["results"] > 0, "the workload completed no chunk; it tests too little"
