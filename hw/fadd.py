@@ -167,12 +167,15 @@ class FAdd(wiring.Component):
     """
 
     def __init__(self, fmt, *, stages=None):
+        # A component that fails its checks is never elaborated; say so, or Amaranth warns about it.
+        self._MustUse__silence = True
         if not isinstance(fmt, FloatFormat):
             raise TypeError(f"fmt must be a FloatFormat, not {fmt!r}.")
         if stages is None:
             stages = fmt.default_stages
         if not isinstance(stages, int) or stages < 0:
             raise ValueError(f"The number of pipeline stages must be a non-negative integer, not {stages!r}.")
+        self._MustUse__silence = False
         self.fmt = fmt
         self.stages = stages
         self.latency = stages
@@ -359,6 +362,7 @@ class FAddLanes(wiring.Component):
     """
 
     def __init__(self, *, fmt, width, user_width=0, stages=None):
+        self._MustUse__silence = True  # until the checks pass (see FAdd)
         if not isinstance(fmt, FloatFormat):
             raise TypeError(f"fmt must be a FloatFormat, not {fmt!r}.")
         if width < fmt.width or width % fmt.width:
@@ -366,6 +370,9 @@ class FAddLanes(wiring.Component):
                              f"{fmt.width} bits.")
         if user_width < 0:
             raise ValueError(f"user_width must be non-negative, not {user_width}.")
+        if stages is not None and (not isinstance(stages, int) or stages < 0):
+            raise ValueError(f"The number of pipeline stages must be a non-negative integer, not {stages!r}.")
+        self._MustUse__silence = False
         self.fmt = fmt
         self.width = width
         self.user_width = user_width
