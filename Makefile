@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Two workers on two cores; RTL builds are shared read-only between them (see wanreduce.sim.build).
+# Two workers on two cores; RTL builds are cached and shared read-only between them (wanreduce.sim.runner).
 PYTEST_WORKERS ?= 2
 
 .PHONY: install test sim verilog bench demo lint clean
