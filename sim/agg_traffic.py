@@ -195,15 +195,18 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
         return shadow.counters["ahead_of_window"] > before
 
     while (queue or retry) and len(packets) < n_packets:
+        # Retransmissions back off exponentially and share the link with new packets, so a blocked slot
+        # cannot starve the contributions that would unblock it.
         due = [r for r in retry if r[0] <= len(packets)]
-        if due or not queue:
+        attempt = 0
+        if (due and rng.random() < 0.3) or not queue:
             item = min(due or retry, key=lambda r: r[0])
             retry.remove(item)
-            p = item[1]
+            _, p, attempt = item
         else:
             p = queue.pop(0)
-        if emit(p):
-            retry.append((len(packets) + int(rng.integers(2, 12)), p))
+        if emit(p) and attempt < 8:
+            retry.append((len(packets) + int(rng.integers(2, 6)) * 2 ** attempt, p, attempt + 1))
         if rng.random() < 0.08:  # a retransmission of something already seen (duplicate or stale)
             emit(packets[int(rng.integers(0, len(packets)))])
         if rng.random() < faults:
@@ -216,7 +219,7 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
     for p in packets:
         src = int.from_bytes(p[16:18], "big") if len(p) >= 18 else 0
         f = frame_of(p, src=src, udp_checksum=rng.random() < 0.7)
-        if rng.random() < faults:
-            f = _frame_fault(rng, f, FRAME_FAULTS[int(rng.integers(0, len(FRAME_FAULTS)))])
         out.append(f)
-    return jobs, out
+        if rng.random() < faults:  # a damaged copy, so that no contribution is lost for good
+            out.append(_frame_fault(rng, f, FRAME_FAULTS[int(rng.integers(0, len(FRAME_FAULTS)))]))
+    return jobs, out[:n_packets]
