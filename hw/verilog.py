@@ -11,8 +11,8 @@ from pathlib import Path
 
 __all__ = ["blocks", "main"]
 
-#: The configuration the Verilog is built with: a 100G-class core for the nine-city example
-#: (see docs/aggregator.md for how these numbers follow from the delay spread).
+#: The configuration the Verilog is built with: groups of up to 9, 1 KiB chunks, 64 slots (at W = 512 that
+#: is 612 KiB of block RAM, an on-chip configuration; docs/aggregator.md sizes S for a given WAN).
 DEFAULTS = {"slots": 64, "members": 9, "slot_bytes": 1024, "dests": 4}
 
 
