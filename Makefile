@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow" tests
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow" --durations=10 tests
 
 sim: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "rtl and not slow" tests
