@@ -24,7 +24,7 @@ sim: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "rtl and not slow" tests
 
 verilog: $(STAMP)
-	$(PY) -m wanreduce.hw.verilog --out build/verilog
+	$(PY) -m wanreduce.sim.verilog --out build/verilog
 
 bench: $(STAMP)
 	$(PY) -m wanreduce.sim.bench --out build/bench.json $(if $(BENCH),--only $(BENCH))

@@ -1,69 +1,74 @@
-"""Driver for the aggregator core's control port: register map, configuration writes, counter reads.
+"""Driver for the aggregator core's control port: configuration writes, counter reads.
 
 The control port is a plain word-addressed register interface (``ctl__addr`` 16 bits, ``ctl__wdata`` and
 ``ctl__rdata`` 32 bits, ``ctl__we``, ``ctl__re``; read data is valid the cycle after ``re``). The map is
-documented in ``docs/control.md``; the gateware (:mod:`wanreduce.hw.control`) imports the constants below,
-so the two cannot disagree. This module turns a configuration (rank, schedule, destinations) into the
-list of ``(address, data)`` writes that load it, and a list of counter reads back into a dict keyed by the
-drop counter names plus ``frames_in`` and ``results``, exactly as the golden aggregator's ``counters``.
+documented in ``docs/control.md`` and defined once in :mod:`wanreduce.spec.regmap`, which the gateware
+imports too (re-exported here for callers of the driver). This module turns a configuration (rank,
+schedule, destinations) into the list of ``(address, data)`` writes that load it, and a list of counter
+reads back into a dict keyed by the drop counter names plus ``frames_in`` and ``results``, exactly as the
+golden aggregator's ``counters``.
 """
 
-from .errors import WanreduceError
+from ..spec.errors import WanreduceError
+from ..spec.protocol import MAX_RANKS, UDP_PORT
+from ..spec.regmap import (  # re-exported: the driver's callers name registers through it
+    COUNTER_BASE,
+    COUNTER_NAMES,
+    DEST_BASE,
+    DEST_STRIDE,
+    ID_VALUE,
+    JOB_BASE,
+    JOB_STRIDE,
+    PERF_BASE,
+    PERF_NAMES,
+    REG_CLEAR,
+    REG_DESTS,
+    REG_ENTRY,
+    REG_ID,
+    REG_IP,
+    REG_JOBS,
+    REG_MAC_HI,
+    REG_MAC_LO,
+    REG_MEMBERS,
+    REG_NDEST,
+    REG_PORT,
+    REG_RANK,
+    REG_ROUNDS,
+    REG_SLOT_BYTES,
+    REG_SLOTS,
+    REG_WIDTH,
+    SCHED_BASE,
+)
 from .frames import parse_ip, parse_mac
-from .protocol import MAX_RANKS, UDP_PORT, Drop
 
 __all__ = [
-    "ID_VALUE", "REG_ID", "REG_WIDTH", "REG_SLOTS", "REG_MEMBERS", "REG_SLOT_BYTES", "REG_DESTS", "REG_JOBS",
-    "REG_ROUNDS", "REG_ENTRY", "REG_RANK", "REG_PORT", "REG_MAC_HI", "REG_MAC_LO", "REG_IP", "REG_NDEST",
-    "REG_CLEAR", "JOB_BASE", "JOB_STRIDE", "DEST_BASE", "DEST_STRIDE", "COUNTER_BASE", "COUNTER_NAMES",
-    "PERF_BASE", "PERF_NAMES", "SCHED_BASE", "config_writes", "counter_reads", "decode_counters",
-    "perf_reads", "decode_perf",
-]
-
-ID_VALUE = 0x57520001       # "WR", register map version 1
-
-# Read-only build parameters.
-REG_ID = 0x0000
-REG_WIDTH = 0x0001
-REG_SLOTS = 0x0002
-REG_MEMBERS = 0x0003
-REG_SLOT_BYTES = 0x0004
-REG_DESTS = 0x0005
-REG_JOBS = 0x0006
-REG_ROUNDS = 0x0007
-REG_ENTRY = 0x0008          # 0 frames, 1 bare UDP payloads
-
-# Site configuration.
-REG_RANK = 0x0010           # this site's rank, 0..63 (the RESULT's src)
-REG_PORT = 0x0011           # UDP port listened on and sent from
-REG_MAC_HI = 0x0012         # MAC bytes 0-1 (first on the wire in the high byte)
-REG_MAC_LO = 0x0013         # MAC bytes 2-5
-REG_IP = 0x0014             # IPv4 address, first octet in the high byte
-REG_NDEST = 0x0015          # how many of the destination entries are used
-REG_CLEAR = 0x0016          # write 1: zero every counter
-
-# Per job entry j: +0 job id, +1 period P (1..rounds; 0 disables the entry).
-JOB_BASE = 0x0100
-JOB_STRIDE = 4
-# Per destination d: +0 MAC bytes 0-1, +1 MAC bytes 2-5, +2 IPv4 address, +3 UDP port.
-DEST_BASE = 0x0200
-DEST_STRIDE = 4
-
-#: Counters, 32 bits, read-only, wrapping: index 0 frames_in, index d the drop counter of code d,
-#: then results.
-COUNTER_BASE = 0x0400
-COUNTER_NAMES = ["frames_in"] + [d.counter for d in sorted(Drop)] + ["results"]
-assert [COUNTER_NAMES.index(d.counter) for d in Drop] == [int(d) for d in Drop]
-
-#: Performance counters, 32 bits: clock cycles since reset or clear, input beats accepted, output beats
-#: sent, member-buffer beats read by the reduce engine, cycles the reduce engine had work.
-PERF_BASE = 0x0440
-PERF_NAMES = ["cycles", "in_beats", "out_beats", "reduce_reads", "reduce_active"]
-
-#: Schedule table, write-only: entry (j, r) is the 64-bit expected bitmap of job entry j for round r mod P,
-#: written as its low word at SCHED_BASE + 2 * (j * rounds + r) and then its high word at the next address
-#: (the high-word write stores the entry).
-SCHED_BASE = 0x8000
+    "ID_VALUE",
+    "REG_ID",
+    "REG_WIDTH",
+    "REG_SLOTS",
+    "REG_MEMBERS",
+    "REG_SLOT_BYTES",
+    "REG_DESTS",
+    "REG_JOBS",
+    "REG_ROUNDS",
+    "REG_ENTRY",
+    "REG_RANK",
+    "REG_PORT",
+    "REG_MAC_HI",
+    "REG_MAC_LO",
+    "REG_IP",
+    "REG_NDEST",
+    "REG_CLEAR",
+    "JOB_BASE",
+    "JOB_STRIDE",
+    "DEST_BASE",
+    "DEST_STRIDE",
+    "COUNTER_BASE",
+    "COUNTER_NAMES",
+    "PERF_BASE",
+    "PERF_NAMES",
+    "SCHED_BASE",
+    "config_writes", "counter_reads", "decode_counters", "perf_reads", "decode_perf"]
 
 
 def _mac_words(mac):

@@ -13,11 +13,11 @@ import dataclasses
 
 import numpy as np
 
+from ..spec.schedfile import expected_bitmap
 from .frames import build_frames, parse_frame
 from .golden import Destination, GoldenAggregator
 from .packet import pack_tensor, unpack_payloads
-from .protocol import UDP_PORT, DType
-from .schedfile import expected_bitmap
+from .protocol import UDP_PORT, DType, bits_dtype, np_dtype
 
 __all__ = ["RoundReport", "CosimReport", "site_addresses", "golden_factory", "run_schedule"]
 
@@ -65,7 +65,7 @@ def run_schedule(schedule, tensors, *, one_way_s, dtype=DType.FP32, chunk_elems=
     n = schedule.n
     if len(tensors) != n:
         raise ValueError(f"The schedule has {n} sites but {len(tensors)} tensors were given.")
-    values = [np.asarray(t).astype(dtype.numpy).reshape(-1) for t in tensors]
+    values = [np.asarray(t).astype(np_dtype(dtype)).reshape(-1) for t in tensors]
     exact = np.mean([v.astype(np.float64) for v in values], axis=0)
     scale = np.mean([np.abs(v.astype(np.float64)) for v in values], axis=0)
     n_chunks = -(-values[0].size // chunk_elems)
@@ -107,12 +107,12 @@ def run_schedule(schedule, tensors, *, one_way_s, dtype=DType.FP32, chunk_elems=
                 sums[m], _ = unpack_payloads([parse_frame(f, port=UDP_PORT)[0] for f in out], dtype=dtype)
         identical = []
         for g in groups:
-            bits = [sums[m].view(dtype.bits) if sums[m] is not None else None for m in g]
+            bits = [sums[m].view(bits_dtype(dtype)) if sums[m] is not None else None for m in g]
             identical.append(all(b is not None and np.array_equal(b, bits[0]) for b in bits))
             for m in g:
                 if sums[m] is not None:
                     with np.errstate(all="ignore"):
-                        values[m] = (sums[m] / dtype.numpy.type(len(g))).astype(dtype.numpy)
+                        values[m] = (sums[m] / np_dtype(dtype).type(len(g))).astype(np_dtype(dtype))
         drops = {}
         for a, b in zip(aggs, before, strict=True):
             for k, v in a.counters.items():

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import WanreduceError
+from ..spec.errors import WanreduceError
 
 __all__ = [
     "CostParams",

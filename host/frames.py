@@ -9,7 +9,7 @@ import ipaddress
 
 import numpy as np
 
-from .errors import WanreduceError
+from ..spec.errors import WanreduceError
 from .protocol import (
     ETH_HEADER_BYTES,
     ETHERTYPE_IPV4,

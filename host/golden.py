@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 
 from .frames import build_frame, parse_frame, parse_ip, parse_mac
-from .protocol import HEADER_BYTES, MAX_RANKS, UDP_PORT, Drop, DType, Kind
+from .protocol import HEADER_BYTES, MAX_RANKS, UDP_PORT, Drop, DType, Kind, bits_dtype, np_dtype
 from .validate import check_payload
 
 __all__ = ["GoldenAggregator", "Destination", "CANONICAL_NAN", "reduce_in_rank_order"]
@@ -37,12 +37,12 @@ def reduce_in_rank_order(contributions, dtype):
     One rounding per addition; the first term is taken as is; NaN results become :data:`CANONICAL_NAN`.
     """
     dtype = DType(dtype)
-    acc = np.asarray(contributions[0], dtype.bits).view(dtype.numpy).copy()
+    acc = np.asarray(contributions[0], bits_dtype(dtype)).view(np_dtype(dtype)).copy()
     with np.errstate(all="ignore"):
         for c in contributions[1:]:
-            acc = (acc + np.asarray(c, dtype.bits).view(dtype.numpy)).astype(dtype.numpy)
+            acc = (acc + np.asarray(c, bits_dtype(dtype)).view(np_dtype(dtype))).astype(np_dtype(dtype))
     nan = np.isnan(acc.astype(np.float32))  # a NaN anywhere propagates to the end
-    bits = acc.view(dtype.bits).copy()
+    bits = acc.view(bits_dtype(dtype)).copy()
     bits[nan] = CANONICAL_NAN[dtype]
     return bits
 
@@ -139,7 +139,7 @@ class GoldenAggregator:
             slot.state, slot.tag, slot.bitmap, slot.buffers = "live", tag, 0, {}
             slot.dtype, slot.count, slot.group, slot.flags = h.dtype, h.count, h.group, 0
         member = bin(expected & ((1 << h.src) - 1)).count("1")
-        slot.buffers[member] = np.frombuffer(payload, DType(h.dtype).bits, offset=HEADER_BYTES)
+        slot.buffers[member] = np.frombuffer(payload, bits_dtype(h.dtype), offset=HEADER_BYTES)
         slot.bitmap |= 1 << h.src
         slot.flags |= h.flags
         if slot.bitmap != expected:
@@ -149,4 +149,4 @@ class GoldenAggregator:
                            bitmap=slot.bitmap, reserved=0)
         slot.state, slot.buffers = "done", None
         self.counters["results"] += 1
-        return [result.encode() + total.astype(DType(h.dtype).bits).tobytes()]
+        return [result.encode() + total.astype(bits_dtype(h.dtype)).tobytes()]

@@ -8,8 +8,19 @@ they are built as one (n, L) uint8 block with no Python loop per chunk or elemen
 
 import numpy as np
 
-from .errors import WanreduceError
-from .protocol import FLAG_LAST, HEADER_BYTES, HEADER_DTYPE, MAGIC, MAX_RANKS, VERSION, DType, Kind
+from ..spec.errors import WanreduceError
+from .protocol import (
+    FLAG_LAST,
+    HEADER_BYTES,
+    HEADER_DTYPE,
+    MAGIC,
+    MAX_RANKS,
+    VERSION,
+    DType,
+    Kind,
+    bits_dtype,
+    np_dtype,
+)
 
 __all__ = ["Payloads", "encode_headers", "decode_headers", "pack_tensor", "unpack_payloads", "to_wire_bits",
            "MAX_COUNT"]
@@ -72,21 +83,21 @@ def to_wire_bits(tensor, dtype):
     """
     dtype = DType(dtype)
     tensor = np.asarray(tensor)
-    if tensor.dtype.kind != "f" and tensor.dtype != DType.BF16.numpy:
+    if tensor.dtype.kind != "f" and tensor.dtype != np_dtype(DType.BF16):
         raise WanreduceError(f"the tensor has dtype {tensor.dtype}, but only floating-point tensors can be "
                              f"sent as {dtype.label}")
     flat = tensor.reshape(-1)
-    if flat.dtype == dtype.numpy:
+    if flat.dtype == np_dtype(dtype):
         converted = flat
     else:
         with np.errstate(over="ignore", invalid="ignore"):
-            converted = flat.astype(dtype.numpy)
+            converted = flat.astype(np_dtype(dtype))
         overflow = np.isfinite(flat.astype(np.float64)) & ~np.isfinite(converted.astype(np.float64))
         if overflow.any():
             i = int(np.flatnonzero(overflow)[0])
             raise WanreduceError(f"element {i} ({float(flat[i])!r}) is too large for {dtype.label} and would "
                                  f"become infinity")
-    return converted.view(dtype.bits.newbyteorder("=")).astype(dtype.bits, copy=False)
+    return converted.view(bits_dtype(dtype).newbyteorder("=")).astype(bits_dtype(dtype), copy=False)
 
 
 def pack_tensor(tensor, *, dtype, rank, job=0, round=0, group=0, chunk_elems, first_chunk=0, last=True):
@@ -185,5 +196,5 @@ def unpack_payloads(payloads, *, dtype=None):
             full_view[idx] = b[:, HEADER_BYTES:]  # one scatter for the whole block
         else:  # the one shorter, highest chunk
             out[int(idx[0]) * stride:] = b[0, HEADER_BYTES:]
-    values = out.view(wire.bits).view(wire.numpy)
+    values = out.view(bits_dtype(wire)).view(np_dtype(wire))
     return values, headers

@@ -7,7 +7,7 @@ traceback, and so large captures stream without building a Python object per lay
 import os
 import struct
 
-from .errors import WanreduceError
+from ..spec.errors import WanreduceError
 
 __all__ = ["read_pcap", "write_pcap", "LINKTYPE_ETHERNET"]
 

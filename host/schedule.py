@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import WanreduceError
-from .schedfile import (
+from ..spec.errors import WanreduceError
+from ..spec.schedfile import (
     MAX_RANKS,
     Schedule,
     expected_bitmap,

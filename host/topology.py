@@ -25,7 +25,7 @@ from importlib import resources
 
 import numpy as np
 
-from .errors import WanreduceError
+from ..spec.errors import WanreduceError
 
 __all__ = [
     "Topology",

@@ -9,8 +9,8 @@ from amaranth.hdl import Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host import control as regs
-from ..host.protocol import UDP_PORT
+from ..spec import regmap as regs
+from ..spec.protocol import UDP_PORT
 
 __all__ = ["ControlSignature", "Control"]
 

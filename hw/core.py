@@ -19,12 +19,12 @@ from amaranth.hdl import Module
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host import protocol
+from ..spec import protocol
 from .control import Control, ControlSignature
 from .fanout import Fanout
 from .frame_parser import FrameParser
 from .header_parser import HeaderParser
-from .layouts import Beat, Completion, PayloadBeat, payload_words
+from .layouts import Beat, Completion, PayloadBeat, check_width, payload_words
 from .reduce import Reduce
 from .result_builder import ResultBuilder
 from .schedule_table import ScheduleTable
@@ -49,8 +49,7 @@ class AggregatorCore(wiring.Component):
                  formats=None):
         if entry not in ("frame", "payload"):
             raise ValueError(f"The entry point must be 'frame' or 'payload', not {entry!r}.")
-        if width not in (64, 128, 256, 512):
-            raise ValueError(f"The beat width must be 64, 128, 256 or 512 bits, not {width}.")
+        check_width(width)
         if slot_bytes < 4 or slot_bytes % 4:
             raise ValueError(f"The slot size must be a positive multiple of 4 bytes, not {slot_bytes}.")
         self.width, self.slots, self.members, self.slot_bytes = width, slots, members, slot_bytes

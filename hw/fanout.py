@@ -16,7 +16,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host import protocol
+from ..spec import protocol
 from .layouts import Beat, encode_be
 from .result_builder import ResultBeat
 

@@ -16,8 +16,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host import protocol
-from .layouts import Beat, PayloadBeat, be_bytes
+from ..spec import protocol
+from .layouts import Beat, PayloadBeat, be_bytes, check_width
 
 __all__ = ["FrameParser"]
 
@@ -41,8 +41,7 @@ class FrameParser(wiring.Component):
     """
 
     def __init__(self, *, width):
-        if width not in (64, 128, 256, 512):
-            raise ValueError(f"The beat width must be 64, 128, 256 or 512 bits, not {width}.")
+        check_width(width)
         self.width = width
         super().__init__({
             "i": In(stream.Signature(Beat(width))),

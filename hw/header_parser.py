@@ -14,8 +14,8 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host import protocol
-from .layouts import DTypeCode, KindCode, ParsedBeat, PayloadBeat, be_field
+from ..spec import protocol
+from .layouts import DTypeCode, KindCode, ParsedBeat, PayloadBeat, be_field, check_width, element_bytes
 
 __all__ = ["HeaderParser"]
 
@@ -28,8 +28,7 @@ class HeaderParser(wiring.Component):
     """
 
     def __init__(self, *, width, slot_bytes):
-        if width not in (64, 128, 256, 512):
-            raise ValueError(f"The beat width must be 64, 128, 256 or 512 bits, not {width}.")
+        check_width(width)
         if slot_bytes < 1:
             raise ValueError(f"The slot size must be at least one byte, not {slot_bytes}.")
         self.width = width
@@ -74,7 +73,7 @@ class HeaderParser(wiring.Component):
         count = f("count")
         kind = f("kind")
         src = f("src")
-        size = Mux(dtype == DTypeCode.FP32.value, 4, 2)
+        size = element_bytes(dtype)
         elem_bytes = Signal(19)
         m.d.comb += elem_bytes.eq(count * size)
 
@@ -109,7 +108,7 @@ class HeaderParser(wiring.Component):
         m.d.comb += [
             length_drops[D.SHORT_HEADER].eq(total < protocol.HEADER_BYTES),
             length_drops[D.BAD_LENGTH].eq(total != protocol.HEADER_BYTES + desc.count *
-                                          Mux(desc.dtype == DTypeCode.FP32.value, 4, 2)),
+                                          element_bytes(desc.dtype)),
         ]
         m.d.comb += drops.eq(Mux(hc, hc_drops, held_drops) | Mux(ib.last, length_drops | ib.drops, 0))
 

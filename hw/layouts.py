@@ -3,19 +3,37 @@
 Every stream in the core carries beats of ``width`` bits in which byte ``b`` of the beat is bits
 ``[8*b, 8*b + 8)``: the first byte on the wire is the least significant. Little-endian elements therefore
 sit in their lanes as they are, and big-endian header fields are byte-swapped when they are read
-(:func:`be_field`). The protocol's constants come from :mod:`wanreduce.host.protocol`, never retyped.
+(:func:`be_field`). The protocol's constants come from :mod:`wanreduce.spec.protocol`, never retyped.
 """
 
 from amaranth.hdl import Cat, Const, Mux
 from amaranth.lib import data, enum
 
-from ..host import protocol
+from ..spec import protocol
 
 __all__ = [
     "KindCode", "DTypeCode", "HEADER_FIELD_OFFSETS", "WireHeader", "be_field", "be_bytes",
     "Beat", "PayloadBeat", "Desc", "ParsedBeat", "ScheduledBeat", "Completion", "ResultWord",
-    "DROP_BITS", "lowest_drop", "drop_mask", "payload_words", "header_words",
+    "DROP_BITS", "lowest_drop", "drop_mask", "payload_words", "header_words", "WIDTHS", "check_width",
+    "element_bytes",
 ]
+
+#: Beat widths the datapath is built for: whole header words, and 8-byte lanes of every dtype.
+WIDTHS = (64, 128, 256, 512)
+
+
+def check_width(width):
+    """Refuse a beat width the datapath is not built for, with a full-sentence error."""
+    if width not in WIDTHS:
+        raise ValueError(f"The beat width must be one of {', '.join(map(str, WIDTHS))} bits, not {width}.")
+
+
+def element_bytes(dtype_code):
+    """Bytes per element of a 2-bit dtype code, as a mux over the spec's element sizes."""
+    size = Const(0, 3)
+    for d in protocol.DType:
+        size = Mux(dtype_code == d.value, d.size, size)
+    return size
 
 
 class KindCode(enum.Enum, shape=8):
@@ -31,18 +49,8 @@ class DTypeCode(enum.Enum, shape=2):
     BF16 = protocol.DType.BF16.value
 
 
-def _offsets():
-    out, pos = {}, 0
-    for name, _ in protocol.HEADER_FIELDS:
-        size = protocol.HEADER_DTYPE.fields[name][0].itemsize
-        out[name] = (pos, size)
-        pos += size
-    assert pos == protocol.HEADER_BYTES
-    return out
-
-
-#: ``{field: (byte offset, byte size)}`` of the 32-byte header, derived from ``protocol.HEADER_FIELDS``.
-HEADER_FIELD_OFFSETS = _offsets()
+#: ``{field: (byte offset, byte size)}`` of the 32-byte header (the spec's table).
+HEADER_FIELD_OFFSETS = protocol.HEADER_LAYOUT
 
 #: The header as it sits in a beat: field ``f`` holds its wire bytes with the first at the low end, that
 #: is byte-swapped with respect to the big-endian value (read values with :func:`be_field`).

@@ -27,19 +27,18 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host.protocol import DType
+from ..spec.protocol import DType
+from .fadd import FAdd, FloatFormat
 from .layouts import Completion, ResultWord
 
 __all__ = ["Reduce"]
 
 
 def _default_adder(fmt, stages):
-    from .fadd import FAdd
     return FAdd(fmt, stages=stages)
 
 
 def _formats():
-    from .fadd import FloatFormat
     return [FloatFormat.from_dtype(int(d)) for d in sorted(DType)]
 
 

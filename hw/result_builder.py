@@ -12,12 +12,12 @@ Latency: one cycle. Back-pressure: one output register, ``i.ready`` follows ``o.
 except for the ``32 / B`` header beats that precede each RESULT at narrow widths.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host import protocol
-from .layouts import HEADER_FIELD_OFFSETS, KindCode, ResultWord, encode_be, header_words
+from ..spec import protocol
+from .layouts import HEADER_FIELD_OFFSETS, KindCode, ResultWord, element_bytes, encode_be, header_words
 
 __all__ = ["ResultBuilder", "ResultBeat", "result_header"]
 
@@ -63,7 +63,7 @@ class ResultBuilder(wiring.Component):
 
         hdr, assigns = result_header(ib.cd, self.rank)
         m.d.comb += assigns
-        size = Mux(ib.cd.desc.dtype == 0, 4, 2)
+        size = element_bytes(ib.cd.desc.dtype)
         plen = Signal(16)
         m.d.comb += plen.eq(protocol.HEADER_BYTES + ib.cd.desc.count * size)
 

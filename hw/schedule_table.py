@@ -15,7 +15,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host import protocol
+from ..spec import protocol
 from .layouts import ParsedBeat, ScheduledBeat
 
 __all__ = ["ScheduleTable"]

@@ -27,8 +27,16 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host import protocol
-from .layouts import Completion, ScheduledBeat, drop_mask, header_words, lowest_drop, payload_words
+from ..spec import protocol
+from .layouts import (
+    Completion,
+    ScheduledBeat,
+    drop_mask,
+    element_bytes,
+    header_words,
+    lowest_drop,
+    payload_words,
+)
 
 __all__ = ["SlotTable", "SlotState"]
 
@@ -177,7 +185,7 @@ class SlotTable(wiring.Component):
         m.d.comb += new.state.eq(Mux(completes, SlotState.DONE, SlotState.LIVE))
 
         commit = rv & r.last & (code == 0) & ~busy_stall
-        size = Mux(desc.dtype == 0, 4, 2)
+        size = element_bytes(desc.dtype)
         plen = Signal(20)
         m.d.comb += plen.eq(protocol.HEADER_BYTES + desc.count * size)
         nwords = Signal(16)

@@ -20,7 +20,9 @@ import numpy as np
 
 from ..host import control
 from ..host.protocol import UDP_PORT
+from ..hw.core import AggregatorCore
 from ..hw.layouts import Beat
+from .harness import Harness
 
 __all__ = ["packets_to_beats", "beats_to_packets", "CoreSim", "CoreResult", "core_top"]
 
@@ -92,9 +94,6 @@ class CoreSim:
     """
 
     def __init__(self, **params):
-        from ..hw.core import AggregatorCore
-        from .harness import Harness
-
         self.params = params
         self.core = AggregatorCore(**params)
         self.width = params["width"]

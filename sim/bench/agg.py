@@ -20,7 +20,7 @@ import numpy as np
 
 from ...host.golden import Destination
 from ...host.protocol import DType
-from .. import agg_traffic
+from ._support import test_support
 
 __all__ = ["run", "line_rate", "reduce_rate"]
 
@@ -32,6 +32,7 @@ def line_rate(*, n_frames=10_000, sources=8, slots=16, seed=0, sim=None):
     """(beats per cycle, Gbit/s at 322 MHz, slot bytes) for the line-rate workload."""
     from ..agg_driver import CoreSim, packets_to_beats
 
+    traffic = test_support("traffic")
     if sim is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -42,9 +43,9 @@ def line_rate(*, n_frames=10_000, sources=8, slots=16, seed=0, sim=None):
     frames = []
     for chunk in range(n_frames // sources):
         for src in rng.permutation(sources).tolist():
-            p = agg_traffic.contrib(job=0, round=0, chunk=chunk, src=src, group=0, dtype=DType.FP32,
+            p = traffic.contrib(job=0, round=0, chunk=chunk, src=src, group=0, dtype=DType.FP32,
                                     elems_bits=elems[src])
-            frames.append(agg_traffic.frame_of(p, src=src, udp_checksum=False))
+            frames.append(traffic.frame_of(p, src=src, udp_checksum=False))
     jobs = {0: [(1 << sources) - 1]}
     dest = [Destination("01:00:5e:57:53:00", "239.87.83.0", 47000)]
     writes = sim.config_writes(rank=0, jobs=jobs, destinations=dest)

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from wanreduce.host.cosim import run_schedule
-from wanreduce.host.protocol import DType
-from wanreduce.host.schedfile import schedule_from_obj
+from wanreduce.host.protocol import DType, bits_dtype, np_dtype
+from wanreduce.spec.schedfile import schedule_from_obj
 
 GRID = {"version": 1, "sites": [f"S{i}" for i in range(9)],
         "rounds": [{"groups": [[0, 1, 2], [3, 4, 5], [6, 7, 8]]},
@@ -25,14 +25,14 @@ def test_grid_reaches_the_average_and_groups_agree_to_the_bit(dtype):
     assert all(all(r.identical) and not r.drops and r.results == 9 * 16 for r in rep.rounds)
     # After round 1 a site holds the average of its row, after round 2 of all nine (exact consensus):
     # compare with an independent float64 computation, allowing the rounding of a few fp operations.
-    wire = np.array([t.astype(dtype.numpy).astype(np.float64) for t in tensors])
+    wire = np.array([t.astype(np_dtype(dtype)).astype(np.float64) for t in tensors])
     eps = {DType.FP32: 2.0**-23, DType.FP16: 2.0**-10, DType.BF16: 2.0**-7}[dtype]
     tol = 12 * eps * np.abs(wire).mean(axis=0)
     for v in rep.values:
         assert np.all(np.abs(v.astype(np.float64) - wire.mean(axis=0)) <= tol)
     # Members of one last-round group hold the same bits.
     for g in GRID["rounds"][1]["groups"]:
-        assert len({rep.values[m].view(dtype.bits).tobytes() for m in g}) == 1
+        assert len({rep.values[m].view(bits_dtype(dtype)).tobytes() for m in g}) == 1
 
 
 def test_a_site_that_waits_keeps_its_value():

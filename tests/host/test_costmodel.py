@@ -5,9 +5,9 @@ import pytest
 
 from wanreduce.host.baselines import colocated, param_server, ring, unicast
 from wanreduce.host.costmodel import CostModel, CostParams, parse_size, parse_size_range
-from wanreduce.host.errors import WanreduceError
 from wanreduce.host.schedule import _batch_times
 from wanreduce.host.topology import parse_topology_csv
+from wanreduce.spec.errors import WanreduceError
 
 # Three sites, one-way A-B 10 ms, A-C 20 ms, B-C 30 ms.
 TRIANGLE = "City1,City2,Latency\nA,B,20\nA,C,40\nB,C,60\n"

@@ -5,10 +5,9 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from tests.support.wire import decode_frame
 from wanreduce.host.frames import build_frame, build_frames, parse_frame
 from wanreduce.host.protocol import Drop
-
-from .wire import decode_frame
 
 ADDR = dict(src_mac="02:00:00:00:00:01", dst_mac="01:00:5e:57:52:00", src_ip="10.1.2.3", dst_ip="239.87.82.0",
             sport=47000, dport=47000)

@@ -6,12 +6,11 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from tests.support.wire import decode_frame, decode_payload
 from wanreduce.host.frames import build_frame
 from wanreduce.host.golden import CANONICAL_NAN, Destination, GoldenAggregator
 from wanreduce.host.packet import pack_tensor
-from wanreduce.host.protocol import DType
-
-from .wire import decode_frame, decode_payload
+from wanreduce.host.protocol import DType, bits_dtype
 
 NP = {DType.FP32: np.float32, DType.FP16: np.float16, DType.BF16: ml_dtypes.bfloat16}
 
@@ -57,7 +56,7 @@ def test_any_arrival_order_gives_identical_bits_equal_to_reference(dtype, ranks,
         results.append(sorted(out, key=lambda p: decode_payload(p)[0]["chunk"]))
     assert results[0] == results[1]
     ref = reference_sum([tensors[r] for r in ranks], dtype).view(np.uint16 if dtype.size == 2 else np.uint32)
-    got = np.concatenate([np.frombuffer(p[32:], dtype.bits) for p in results[0]])
+    got = np.concatenate([np.frombuffer(p[32:], bits_dtype(dtype)) for p in results[0]])
     nan = np.isnan(got.view(NP[dtype]).astype(np.float32))
     assert np.array_equal(got[~nan], ref[~nan])
     h, _ = decode_payload(results[0][0])
@@ -71,7 +70,7 @@ def test_specials_and_canonical_nan(dtype):
     g = agg(expected=0b11)
     g.feed_payload(next(iter(pack_tensor(a, dtype=dtype, rank=0, chunk_elems=6))))
     (out,) = g.feed_payload(next(iter(pack_tensor(b, dtype=dtype, rank=1, chunk_elems=6))))
-    bits = np.frombuffer(out[32:], dtype.bits)
+    bits = np.frombuffer(out[32:], bits_dtype(dtype))
     v = bits.view(NP[dtype]).astype(np.float32)
     assert bits[0] == CANONICAL_NAN[dtype] and bits[4] == CANONICAL_NAN[dtype]
     assert np.isposinf(v[1])

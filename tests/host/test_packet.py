@@ -5,11 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from wanreduce.host.errors import WanreduceError
+from tests.support.wire import decode_payload
 from wanreduce.host.packet import Payloads, pack_tensor, unpack_payloads
-from wanreduce.host.protocol import DType
-
-from .wire import decode_payload
+from wanreduce.host.protocol import DType, np_dtype
+from wanreduce.spec.errors import WanreduceError
 
 BITS = {DType.FP32: np.uint32, DType.FP16: np.uint16, DType.BF16: np.uint16}
 
@@ -22,7 +21,7 @@ def test_round_trip_any_bits(dtype, data):
     n = data.draw(st.integers(1, 700))
     bits = data.draw(hnp.arrays(BITS[dtype], n))
     chunk = data.draw(st.integers(1, 300))
-    tensor = bits.view(dtype.numpy)
+    tensor = bits.view(np_dtype(dtype))
     payloads = pack_tensor(tensor, dtype=dtype, rank=5, chunk_elems=chunk)
     assert len(payloads) == -(-n // chunk)
     order = data.draw(st.permutations(range(len(payloads))))
@@ -38,7 +37,7 @@ def test_independent_decoder_reads_every_field(dtype):
     payloads = list(pack_tensor(tensor, dtype=dtype, rank=9, job=513, round=70000, group=3, chunk_elems=300,
                                 first_chunk=10))
     assert [len(p) for p in payloads] == [32 + 300 * dtype.size] * 3 + [32 + 100 * dtype.size]
-    wire = tensor.astype(dtype.numpy)
+    wire = tensor.astype(np_dtype(dtype))
     for i, p in enumerate(payloads):
         h, elems = decode_payload(p)
         assert (h["magic"], h["version"], h["kind"], h["dtype"]) == (0x5752, 1, 0, int(dtype))

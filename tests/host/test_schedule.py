@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 
 from wanreduce.host.costmodel import CostModel, CostParams
-from wanreduce.host.errors import WanreduceError
-from wanreduce.host.schedfile import Schedule, parse_schedule
 from wanreduce.host.schedule import (
     consensus,
     evaluate,
@@ -22,6 +20,8 @@ from wanreduce.host.schedule import (
     write_schedule,
 )
 from wanreduce.host.topology import load_topology, parse_topology_csv, synthetic_regions
+from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.schedfile import Schedule, parse_schedule
 
 
 def gossip(values, rounds):

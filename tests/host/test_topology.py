@@ -5,8 +5,8 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from wanreduce.host.errors import WanreduceError
 from wanreduce.host.topology import load_topology, parse_topology_csv, synthetic_regions
+from wanreduce.spec.errors import WanreduceError
 
 
 def _embedded_rows():

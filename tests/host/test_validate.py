@@ -2,10 +2,9 @@ import struct
 
 import pytest
 
+from tests.support.wire import HEADER
 from wanreduce.host.protocol import Drop
 from wanreduce.host.validate import check_payload
-
-from .wire import HEADER
 
 
 def payload(count=4, dtype=0, **fields):

@@ -159,7 +159,7 @@ def test_million_pairs_and_sweep(fmt):
 
 @pytest.mark.rtl
 def test_rtl_add_cli(tmp_path, capsys):
-    from wanreduce.host.cli import main
+    from wanreduce.cli import main
 
     fmt = FloatFormat.BF16
     rng = np.random.default_rng(99)

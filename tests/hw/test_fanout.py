@@ -4,10 +4,9 @@
 import numpy as np
 import pytest
 
+from tests.support.streamsim import run_stream
 from wanreduce.host.frames import build_frame
 from wanreduce.hw.fanout import Fanout
-
-from .streamsim import run_stream
 
 DESTS = [("02:00:00:00:00:01", "10.0.0.1", 5000), ("01:00:5e:57:53:02", "239.87.83.2", 47000),
          ("02:aa:bb:cc:dd:ee", "192.168.7.9", 65535)]

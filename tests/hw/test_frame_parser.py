@@ -3,12 +3,11 @@
 import numpy as np
 import pytest
 
+from tests.support import traffic
+from tests.support.streamsim import run_stream
 from wanreduce.host.frames import parse_frame
 from wanreduce.host.protocol import UDP_PORT
 from wanreduce.hw.frame_parser import FrameParser
-from wanreduce.sim import agg_traffic
-
-from .streamsim import run_stream
 
 
 def _beats(frame, width):
@@ -26,11 +25,11 @@ def _frames(seed, n):
     frames = []
     for k in range(n):
         count = int(rng.integers(1, 40))
-        payload = agg_traffic.contrib(job=1, round=2, chunk=k, src=3, group=0, dtype=1,
+        payload = traffic.contrib(job=1, round=2, chunk=k, src=3, group=0, dtype=1,
                                       elems_bits=rng.integers(0, 1 << 16, count, dtype=np.uint16))
-        f = agg_traffic.frame_of(payload, src=3, udp_checksum=bool(rng.random() < 0.7))
+        f = traffic.frame_of(payload, src=3, udp_checksum=bool(rng.random() < 0.7))
         if rng.random() < 0.6:
-            f = agg_traffic._frame_fault(rng, f, agg_traffic.FRAME_FAULTS[k % len(agg_traffic.FRAME_FAULTS)])
+            f = traffic.frame_fault(rng, f, traffic.FRAME_FAULTS[k % len(traffic.FRAME_FAULTS)])
         frames.append(f)
     return frames
 

@@ -3,11 +3,10 @@
 import numpy as np
 import pytest
 
+from tests.support import traffic
+from tests.support.streamsim import run_stream
 from wanreduce.host.validate import check_payload
 from wanreduce.hw.header_parser import HeaderParser
-from wanreduce.sim import agg_traffic
-
-from .streamsim import run_stream
 
 SLOT_BYTES = 64
 
@@ -25,14 +24,14 @@ def test_fields_and_codes(width):
     payloads = []
     for k in range(60):
         dtype = int(rng.integers(0, 3))
-        p = agg_traffic.contrib(job=int(rng.integers(0, 1 << 16)), round=int(rng.integers(0, 1 << 32)),
+        p = traffic.contrib(job=int(rng.integers(0, 1 << 16)), round=int(rng.integers(0, 1 << 32)),
                                 chunk=int(rng.integers(0, 1 << 32)), src=int(rng.integers(0, 64)),
                                 group=int(rng.integers(0, 1 << 16)), dtype=dtype,
                                 flags=int(rng.integers(0, 2)),
-                                elems_bits=agg_traffic.random_elements(rng, dtype, int(rng.integers(1, 20))))
+                                elems_bits=traffic.random_elements(rng, dtype, int(rng.integers(1, 20))))
         if k % 3:
-            kind = agg_traffic.HEADER_FAULTS[k % len(agg_traffic.HEADER_FAULTS)]
-            p = agg_traffic._header_fault(rng, p, kind, slot_bytes=SLOT_BYTES, outsider=9)
+            kind = traffic.HEADER_FAULTS[k % len(traffic.HEADER_FAULTS)]
+            p = traffic.header_fault(rng, p, kind, slot_bytes=SLOT_BYTES, outsider=9)
         payloads.append(p)
     dut = HeaderParser(width=width, slot_bytes=SLOT_BYTES)
     out = run_stream(dut, [b for p in payloads for b in _beats(p, width)], idle=0.2, backpressure=0.3)

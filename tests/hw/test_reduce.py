@@ -10,11 +10,10 @@ from amaranth.hdl import Module
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from tests.support.fakeadd import FORMATS, fake_adder, fake_reduce
+from tests.support.streamsim import run_stream
 from wanreduce.hw.layouts import Completion
 from wanreduce.hw.reduce import Reduce
-
-from .fakeadd import FORMATS, fake_adder, fake_reduce
-from .streamsim import run_stream
 
 W, S, G, NW = 64, 4, 4, 3
 

@@ -4,11 +4,10 @@ flags/group from the slot, reserved 0) in front of the summed elements, byte for
 import numpy as np
 import pytest
 
+from tests.support.streamsim import run_stream
 from wanreduce.host.protocol import HEADER_BYTES, MAGIC, VERSION, DType, Kind
 from wanreduce.host.validate import Header
 from wanreduce.hw.result_builder import ResultBuilder
-
-from .streamsim import run_stream
 
 
 @pytest.mark.parametrize("width", [64, 512])

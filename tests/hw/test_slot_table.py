@@ -4,10 +4,10 @@ packet by packet, against the golden aggregator's drop tally and RESULT count fo
 import numpy as np
 from amaranth.sim import Simulator
 
+from tests.support import traffic
 from wanreduce.host.golden import GoldenAggregator
 from wanreduce.host.protocol import Drop
 from wanreduce.hw.slot_table import SlotTable
-from wanreduce.sim import agg_traffic
 
 S, G, C = 4, 4, 64
 
@@ -26,7 +26,7 @@ def test_decisions_match_golden():
         src = int(rng.choice([r for r in range(4) if expected >> r & 1]))
         dtype = int(rng.integers(0, 3)) if rng.random() < 0.04 else job - 1
         count = 4 if rng.random() < 0.96 else 5
-        p = agg_traffic.contrib(job=job, round=rnd, chunk=chunk, src=src, group=job,
+        p = traffic.contrib(job=job, round=rnd, chunk=chunk, src=src, group=job,
                                 dtype=dtype,
                                 elems_bits=np.zeros(count, np.uint32 if dtype == 0 else np.uint16))
         before = dict(golden.counters)

@@ -3,7 +3,7 @@
 Each run is four cocotb tests (idle gaps on/off × output back-pressure on/off) over a host-model workload
 of a few hundred packets: several jobs, rounds and chunks in random WAN order, duplicates, stale rounds,
 senders ahead of the window and every kind of malformed frame or payload. The testbench is
-``wanreduce.sim.tb_core``; every RESULT is compared byte for byte and every counter exactly.
+``tests.support.tb_core``; every RESULT is compared byte for byte and every counter exactly.
 """
 
 import warnings
@@ -30,4 +30,4 @@ def _core(width, entry):
 @pytest.mark.parametrize("width,entry", [(64, "frame"), (512, "frame"), (64, "payload")])
 def test_core_matches_golden(width, entry):
     params = {"width": width, "entry": entry, "n_packets": 250, "seed": width, **CONFIG}
-    runner.run(_core(width, entry), top=f"agg_core_{entry}", module="wanreduce.sim.tb_core", params=params)
+    runner.run(_core(width, entry), top=f"agg_core_{entry}", module="tests.support.tb_core", params=params)

@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
+from tests.support import traffic
 from wanreduce.host.golden import Destination, GoldenAggregator
-from wanreduce.sim import agg_traffic
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 
@@ -27,7 +27,7 @@ def test_volume(width, entry):
     for seed in range(3):
         rng = np.random.default_rng(1000 * width + seed)
         rank = int(rng.integers(0, 8))
-        jobs, packets = agg_traffic.scenario(rng, rank=rank, slots=8, slot_bytes=128, members=5,
+        jobs, packets = traffic.scenario(rng, rank=rank, slots=8, slot_bytes=128, members=5,
                                              n_packets=2000, frames=entry == "frame",
                                              rounds=(40, 60))
         golden = GoldenAggregator(rank=rank, jobs=jobs, slots=8, members=5, slot_bytes=128,

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import WanreduceError
+from ..hw.fadd import FloatFormat
+from ..sim import fadd_check
+from ..sim.harness import HarnessError
+from ..spec.errors import WanreduceError
 from ._common import int_in, load_npy
 
 __all__ = ["register", "run"]
@@ -54,10 +57,6 @@ def _operands(path, fmt):
 
 
 def run(args):
-    from ...hw.fadd import FloatFormat
-    from ...sim import fadd_check
-    from ...sim.harness import HarnessError
-
     fmt = FloatFormat.from_name(args.dtype)
     if args.width % fmt.width:
         raise WanreduceError(f"--width {args.width} is not a multiple of {fmt.name}'s {fmt.width} bits")

@@ -3,9 +3,9 @@
 import math
 import os
 
-from ..costmodel import format_seconds, format_size, parse_size_range
-from ..errors import WanreduceError
-from ..sweep import crossover, sweep
+from ..host.costmodel import format_seconds, format_size, parse_size_range
+from ..host.sweep import crossover, sweep
+from ..spec.errors import WanreduceError
 from .schedule import add_model_arguments, number, params_from_args, topology_from_args
 
 __all__ = ["register", "run"]

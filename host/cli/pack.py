@@ -1,10 +1,10 @@
 """``wanreduce pack``: a tensor becomes CONTRIB frames in a pcap file."""
 
 
-from ..frames import build_frames
-from ..packet import MAX_COUNT, pack_tensor
-from ..pcap import write_pcap
-from ..protocol import MAX_RANKS, UDP_PORT, DType
+from ..host.frames import build_frames
+from ..host.packet import MAX_COUNT, pack_tensor
+from ..host.pcap import write_pcap
+from ..host.protocol import MAX_RANKS, UDP_PORT, DType
 from ._common import int_in, load_npy
 
 __all__ = ["register", "run"]

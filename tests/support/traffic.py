@@ -10,9 +10,20 @@ random with a share of zeros, subnormals, infinities and NaNs. Everything derive
 
 import numpy as np
 
-from ..host import frames as fr
-from ..host.golden import GoldenAggregator
-from ..host.protocol import FLAG_LAST, HEADER_BYTES, HEADER_DTYPE, MAGIC, UDP_PORT, VERSION, DType, Kind
+from wanreduce.host import frames as fr
+from wanreduce.host.golden import GoldenAggregator
+from wanreduce.host.protocol import (
+    FLAG_LAST,
+    HEADER_BYTES,
+    HEADER_DTYPE,
+    MAGIC,
+    UDP_PORT,
+    VERSION,
+    DType,
+    Kind,
+    bits_dtype,
+    np_dtype,
+)
 
 __all__ = ["contrib", "random_elements", "scenario", "frame_of", "HEADER_FAULTS", "FRAME_FAULTS"]
 
@@ -27,18 +38,18 @@ def contrib(*, job, round, chunk, src, group, dtype, elems_bits, flags=0, **over
     fields.update(override)
     for k, v in fields.items():
         h[k] = v
-    return h.tobytes() + np.asarray(elems_bits, DType(dtype).bits).tobytes()
+    return h.tobytes() + np.asarray(elems_bits, bits_dtype(dtype)).tobytes()
 
 
 def random_elements(rng, dtype, count):
     """Random bit patterns: mostly ordinary numbers of similar size, some specials."""
     dtype = DType(dtype)
     vals = rng.standard_normal(count).astype(np.float32) * np.float32(4.0)
-    bits = vals.astype(dtype.numpy).view(dtype.bits).copy()
+    bits = vals.astype(np_dtype(dtype)).view(bits_dtype(dtype)).copy()
     special = rng.random(count) < 0.08
     if special.any():
         width = 8 * dtype.size
-        raw = rng.integers(0, 1 << width, special.sum(), dtype=np.uint64).astype(dtype.bits)
+        raw = rng.integers(0, 1 << width, special.sum(), dtype=np.uint64).astype(bits_dtype(dtype))
         bits[special] = raw
     return bits
 
@@ -49,7 +60,7 @@ FRAME_FAULTS = ["truncated", "not_ipv4", "ip_header", "fragment", "ip_checksum",
                 "udp_length", "udp_checksum", "padding", "no_udp_checksum", "tiny"]
 
 
-def _header_fault(rng, payload, kind, *, slot_bytes, outsider):
+def header_fault(rng, payload, kind, *, slot_bytes, outsider):
     p = bytearray(payload)
     if kind == "magic":
         p[0] ^= 0x40
@@ -95,7 +106,7 @@ def frame_of(payload, *, src, port=UDP_PORT, udp_checksum=True):
                           udp_checksum=udp_checksum)
 
 
-def _frame_fault(rng, frame, kind):
+def frame_fault(rng, frame, kind):
     f = bytearray(frame)
 
     def fix_ip():
@@ -211,7 +222,7 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
             emit(packets[int(rng.integers(0, len(packets)))])
         if rng.random() < faults:
             kind = HEADER_FAULTS[int(rng.integers(0, len(HEADER_FAULTS)))]
-            emit(_header_fault(rng, p, kind, slot_bytes=slot_bytes, outsider=outsider))
+            emit(header_fault(rng, p, kind, slot_bytes=slot_bytes, outsider=outsider))
     packets = packets[:n_packets]
     if not frames:
         return jobs, packets
@@ -221,5 +232,5 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
         f = frame_of(p, src=src, udp_checksum=rng.random() < 0.7)
         out.append(f)
         if rng.random() < faults:  # a damaged copy, so that no contribution is lost for good
-            out.append(_frame_fault(rng, f, FRAME_FAULTS[int(rng.integers(0, len(FRAME_FAULTS)))]))
+            out.append(frame_fault(rng, f, FRAME_FAULTS[int(rng.integers(0, len(FRAME_FAULTS)))]))
     return jobs, out[:n_packets]

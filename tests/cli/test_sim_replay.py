@@ -6,12 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from wanreduce.host.cli import main
+from tests.support import traffic
+from wanreduce.cli import main
 from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.host.pcap import read_pcap, write_pcap
 from wanreduce.host.protocol import DType
-from wanreduce.host.schedfile import expected_bitmap, load_schedule
-from wanreduce.sim import agg_traffic
+from wanreduce.spec.schedfile import expected_bitmap, load_schedule
 
 SCHEDULE = {
     "version": 1, "sites": ["AMS", "BAR", "FRA", "LAX", "LON", "NYC"],
@@ -32,9 +32,9 @@ def files(tmp_path):
         for chunk in range(3):
             for src in rng.permutation(members).tolist():
                 dtype = DType(round_ % 3)
-                p = agg_traffic.contrib(job=0, round=round_, chunk=chunk, src=src, group=0, dtype=dtype,
-                                        elems_bits=agg_traffic.random_elements(rng, dtype, 20 + chunk))
-                frames.append(agg_traffic.frame_of(p, src=src))
+                p = traffic.contrib(job=0, round=round_, chunk=chunk, src=src, group=0, dtype=dtype,
+                                        elems_bits=traffic.random_elements(rng, dtype, 20 + chunk))
+                frames.append(traffic.frame_of(p, src=src))
     frames.insert(4, frames[1])          # a duplicate
     frames.insert(7, frames[2][:30])     # a truncated frame
     pcap = tmp_path / "in.pcap"

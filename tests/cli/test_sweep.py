@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from wanreduce.host.cli import main
+from wanreduce.cli import main
 from wanreduce.host.costmodel import CostModel, CostParams
 from wanreduce.host.schedule import exhaustive, load_schedule, optimize
 from wanreduce.host.sweep import crossover

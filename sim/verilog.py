@@ -1,4 +1,4 @@
-"""Convert every top-level block of the gateware to Verilog: ``python -m wanreduce.hw.verilog --out DIR``.
+"""Convert every top-level block of the gateware to Verilog: ``python -m wanreduce.sim.verilog --out DIR``.
 
 ``make verilog`` runs this. Each block is written as ``DIR/<name>.v`` with module name ``<name>``, built
 with the default configuration below (override width with ``--width``).
@@ -9,6 +9,20 @@ import sys
 import warnings
 from pathlib import Path
 
+from ..hw import fadd
+from ..hw.control import Control
+from ..hw.core import AggregatorCore
+from ..hw.fanout import Fanout
+from ..hw.frame_parser import FrameParser
+from ..hw.header_parser import HeaderParser
+from ..hw.layouts import WIDTHS, payload_words
+from ..hw.reduce import Reduce
+from ..hw.result_builder import ResultBuilder
+from ..hw.schedule_table import ScheduleTable
+from ..hw.slot_table import SlotTable
+from ..spec.protocol import HEADER_BYTES
+from . import toolchain
+
 __all__ = ["blocks", "main"]
 
 #: The configuration the Verilog is built with: groups of up to 9, 1 KiB chunks, 64 slots (at W = 512 that
@@ -18,15 +32,6 @@ DEFAULTS = {"slots": 64, "members": 9, "slot_bytes": 1024, "dests": 4}
 
 def blocks(width):
     """``{name: component}`` for every top-level block that can be built."""
-    from .control import Control
-    from .fanout import Fanout
-    from .frame_parser import FrameParser
-    from .header_parser import HeaderParser
-    from .layouts import payload_words
-    from .result_builder import ResultBuilder
-    from .schedule_table import ScheduleTable
-    from .slot_table import SlotTable
-
     d = DEFAULTS
     out = {
         "frame_parser": FrameParser(width=width),
@@ -35,18 +40,9 @@ def blocks(width):
         "slot_table": SlotTable(width=width, slots=d["slots"], members=d["members"],
                                 slot_bytes=d["slot_bytes"]),
         "result_builder": ResultBuilder(width=width, slots=d["slots"]),
-        "fanout": Fanout(width=width, dests=d["dests"], max_payload=32 + d["slot_bytes"]),
+        "fanout": Fanout(width=width, dests=d["dests"], max_payload=HEADER_BYTES + d["slot_bytes"]),
         "control": Control(jobs=4, rounds=64, dests=d["dests"], params={"width": width}),
     }
-    try:
-        from . import fadd
-    except ImportError:  # the adder lanes are a separate block; without them there is no reduce engine
-        print("wanreduce.hw.verilog: hw/fadd.py is missing; skipping the adder lanes, reduce engine and core",
-              file=sys.stderr)
-        return out
-    from .core import AggregatorCore
-    from .reduce import Reduce
-
     for fmt in ("FP32", "FP16", "BF16"):
         f = getattr(fadd.FloatFormat, fmt)
         out[f"fadd_lanes_{fmt.lower()}"] = fadd.FAddLanes(fmt=f, width=width)
@@ -58,13 +54,12 @@ def blocks(width):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m wanreduce.hw.verilog",
+    parser = argparse.ArgumentParser(prog="python -m wanreduce.sim.verilog",
                                      description="Write every gateware block as Verilog.")
     parser.add_argument("--out", default="build/verilog", help="output directory (default: build/verilog)")
-    parser.add_argument("--width", type=int, default=512, choices=(64, 128, 256, 512),
+    parser.add_argument("--width", type=int, default=512, choices=WIDTHS,
                         help="datapath width in bits (default: 512)")
     args = parser.parse_args(argv)
-    from ..sim import toolchain
 
     out = Path(args.out)
     with warnings.catch_warnings():

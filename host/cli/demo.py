@@ -11,15 +11,15 @@ three dtypes against numpy summing in rank order follows.
 
 import numpy as np
 
-from ..cosim import run_schedule
-from ..costmodel import CostModel, CostParams, format_seconds, format_size, parse_size
-from ..errors import WanreduceError
-from ..frames import build_frames, parse_frame
-from ..golden import Destination, GoldenAggregator
-from ..packet import pack_tensor, unpack_payloads
-from ..protocol import UDP_PORT, DType
-from ..schedule import optimize, plan_to_schedule
-from ..topology import load_topology
+from ..host.cosim import run_schedule
+from ..host.costmodel import CostModel, CostParams, format_seconds, format_size, parse_size
+from ..host.frames import build_frames, parse_frame
+from ..host.golden import Destination, GoldenAggregator
+from ..host.packet import pack_tensor, unpack_payloads
+from ..host.protocol import UDP_PORT, DType, bits_dtype, np_dtype
+from ..host.schedule import optimize, plan_to_schedule
+from ..host.topology import load_topology
+from ..spec.errors import WanreduceError
 from ._common import int_in
 
 __all__ = ["register", "run", "three_site_check"]
@@ -68,11 +68,11 @@ def three_site_check(*, dtype, elements, chunk_elems, seed):
         if agg.counters["results"] != n_chunks:
             return False, False, n_chunks
         results[site], _ = unpack_payloads([parse_frame(f, port=UDP_PORT)[0] for f in out], dtype=dtype)
-    wire = [t.astype(dtype.numpy) for t in tensors]
-    reference = ((wire[0] + wire[1]).astype(dtype.numpy) + wire[2]).astype(dtype.numpy)
-    bits = [results[s].view(dtype.bits) for s in ranks]
+    wire = [t.astype(np_dtype(dtype)) for t in tensors]
+    reference = ((wire[0] + wire[1]).astype(np_dtype(dtype)) + wire[2]).astype(np_dtype(dtype))
+    bits = [results[s].view(bits_dtype(dtype)) for s in ranks]
     identical = all(np.array_equal(bits[0], b) for b in bits[1:])
-    exact = np.array_equal(bits[0], reference.view(dtype.bits))
+    exact = np.array_equal(bits[0], reference.view(bits_dtype(dtype)))
     return identical, exact, n_chunks
 
 
@@ -116,7 +116,7 @@ def run(args):
         drops = ", ".join(f"{k} {v}" for k, v in rr.drops.items()) or "none"
         print(f"  round {rr.round}: {rr.results} RESULTs, each group's members identical to the bit: {same}, "
               f"drops: {drops}, last contribution in at {rr.finish_s * 1e3:.1f} ms")
-    patterns = len({v.view(dtype.bits).tobytes() for v in report.values})
+    patterns = len({v.view(bits_dtype(dtype)).tobytes() for v in report.values})
     ulps = _error_ulps(report, dtype)
     # Each round adds at most one rounding per addition plus the division, per element.
     tolerance = 2 * sum(max(len(g) for g in rnd) + 1 for rnd in schedule.rounds)

@@ -4,7 +4,7 @@ import argparse
 
 import numpy as np
 
-from ..errors import WanreduceError
+from ..spec.errors import WanreduceError
 
 __all__ = ["int_in", "load_npy"]
 

@@ -3,10 +3,10 @@
 import sys
 from collections import Counter
 
-from ..frames import parse_frame
-from ..pcap import read_pcap
-from ..protocol import UDP_PORT, Drop, DType, Kind
-from ..validate import check_payload
+from ..host.frames import parse_frame
+from ..host.pcap import read_pcap
+from ..host.protocol import UDP_PORT, Drop, DType, Kind
+from ..host.validate import check_payload
 from ._common import int_in
 
 __all__ = ["register", "run", "describe"]

@@ -3,12 +3,12 @@
 import math
 import os
 
-from ..baselines import all_baselines
-from ..costmodel import CostModel, CostParams, format_seconds, format_size, parse_size
-from ..errors import WanreduceError
-from ..schedfile import MAX_RANKS
-from ..schedule import exhaustive, optimize, plan_to_schedule, shapes, write_schedule
-from ..topology import EMBEDDED, load_topology
+from ..host.baselines import all_baselines
+from ..host.costmodel import CostModel, CostParams, format_seconds, format_size, parse_size
+from ..host.schedule import exhaustive, optimize, plan_to_schedule, shapes, write_schedule
+from ..host.topology import EMBEDDED, load_topology
+from ..spec.errors import WanreduceError
+from ..spec.schedfile import MAX_RANKS
 
 __all__ = ["register", "run", "add_model_arguments", "model_from_args", "topology_from_args", "number"]
 

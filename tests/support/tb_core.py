@@ -2,7 +2,7 @@
 
 The pytest side (``tests/sim/test_core_cocotb.py``) builds :class:`~wanreduce.hw.core.AggregatorCore` and
 passes its configuration through :func:`wanreduce.sim.runner.params`. Each test makes a host-model workload
-(:func:`wanreduce.sim.agg_traffic.scenario`: several jobs, rounds and chunks from G sites merged in
+(:func:`wanreduce.sim.traffic.scenario`: several jobs, rounds and chunks from G sites merged in
 random WAN order, duplicates, stale rounds, senders ahead of the window, every kind of malformed packet),
 loads the configuration through the control port, streams the packets in with random idle cycles while
 the output sees random back-pressure, and checks every output packet byte for byte and every counter
@@ -16,10 +16,12 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
 
-from ..host import control
-from ..host.golden import Destination, GoldenAggregator
-from . import agg_traffic, runner
-from .agg_driver import beats_to_packets, packets_to_beats
+from wanreduce.host import control
+from wanreduce.host.golden import Destination, GoldenAggregator
+from wanreduce.sim import runner
+from wanreduce.sim.agg_driver import beats_to_packets, packets_to_beats
+
+from . import traffic
 
 __all__ = ["TB"]
 
@@ -116,7 +118,7 @@ async def core_matches_golden(dut, idle, backpressure):
     seed = p["seed"] * 4 + int(idle > 0) * 2 + int(backpressure > 0)
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(0, 8))
-    jobs, packets = agg_traffic.scenario(rng, rank=rank, slots=p["slots"], slot_bytes=p["slot_bytes"],
+    jobs, packets = traffic.scenario(rng, rank=rank, slots=p["slots"], slot_bytes=p["slot_bytes"],
                                          members=p["members"], n_packets=p["n_packets"],
                                          frames=entry == "frame")
     golden = GoldenAggregator(rank=rank, jobs=jobs, slots=p["slots"], members=p["members"],

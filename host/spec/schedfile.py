@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import WanreduceError
+from .protocol import MAX_RANKS
 
 __all__ = [
     "SCHEDULE_VERSION",
@@ -28,8 +29,6 @@ __all__ = [
 ]
 
 SCHEDULE_VERSION = 1
-#: Ranks are 0..63 in protocol v1 (the bitmap field is 64 bits wide).
-MAX_RANKS = 64
 
 
 @dataclass(frozen=True)

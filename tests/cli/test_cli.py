@@ -7,11 +7,10 @@ import pytest
 from scapy.utils import rdpcap
 
 import wanreduce.host.scapy_layer as scapy_layer
-from wanreduce.host.cli import main
+from tests.support.wire import decode_frame, decode_payload
+from wanreduce.cli import main
 from wanreduce.host.frames import build_frame
 from wanreduce.host.pcap import read_pcap, write_pcap
-
-from .wire import decode_frame, decode_payload
 
 
 def run(capsys, *argv):

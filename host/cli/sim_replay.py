@@ -10,12 +10,13 @@ OUT.pcap; its counters (the drop-rule names, ``results`` and ``frames_in``) go t
 import json
 import os
 
-from ..errors import WanreduceError
-from ..frames import parse_ip, parse_mac
-from ..golden import Destination
-from ..pcap import read_pcap, write_pcap
-from ..protocol import MAGIC, MAX_RANKS, UDP_PORT, Kind
-from ..schedfile import expected_bitmap, load_schedule
+from ..host.frames import parse_ip, parse_mac
+from ..host.golden import Destination
+from ..host.pcap import read_pcap, write_pcap
+from ..host.protocol import MAGIC, MAX_RANKS, UDP_PORT, Kind
+from ..sim.agg_driver import CoreSim
+from ..spec.errors import WanreduceError
+from ..spec.schedfile import expected_bitmap, load_schedule
 from ._common import int_in
 
 __all__ = ["register", "run", "jobs_in_frames", "parse_dest"]
@@ -128,8 +129,6 @@ def run(args):
     cap = 4
     while cap < len(jobs):
         cap *= 2
-
-    from ...sim.agg_driver import CoreSim
 
     sim = CoreSim(width=args.width, slots=args.slots, members=members, slot_bytes=args.chunk_bytes,
                   dests=len(dests), jobs=cap, entry="frame", port=args.port)

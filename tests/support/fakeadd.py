@@ -42,13 +42,13 @@ def fake_reduce(contributions, dtype):
     """What the reduce engine computes with :class:`FakeAdd` lanes: the golden model's stand-in."""
     import numpy as np
 
-    from wanreduce.host.protocol import DType
+    from wanreduce.host.protocol import DType, bits_dtype
 
     dtype = DType(dtype)
     width = 8 * dtype.size
     neg_zero = 1 << (width - 1)
-    acc = np.asarray(contributions[0], dtype.bits).astype(np.uint64)
+    acc = np.asarray(contributions[0], bits_dtype(dtype)).astype(np.uint64)
     for c in contributions[1:]:
-        x = np.asarray(c, dtype.bits).astype(np.uint64)
+        x = np.asarray(c, bits_dtype(dtype)).astype(np.uint64)
         acc = np.where(x == neg_zero, acc, (acc + x) & ((1 << width) - 1))
-    return acc.astype(dtype.bits)
+    return acc.astype(bits_dtype(dtype))
