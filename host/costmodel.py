@@ -28,7 +28,6 @@ as its slowest group; sites in no group wait. A schedule's period is the sum of 
 """
 
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,10 +39,6 @@ __all__ = [
     "CostModel",
     "GroupCost",
     "RoundCost",
-    "parse_size",
-    "parse_size_range",
-    "format_size",
-    "format_seconds",
     "FRAME_OVERHEAD",
     "PACKET_OVERHEAD",
 ]
@@ -53,75 +48,6 @@ __all__ = [
 FRAME_OVERHEAD = 98
 #: Bytes the FPGA datapath sees per chunk besides its payload (no preamble, gap or FCS).
 PACKET_OVERHEAD = 74
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-
-
-def parse_size(text, *, what="size"):
-    """``"256KiB"`` -> 262144. Binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB, TB) units, or bytes."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise WanreduceError(
-            f"{what} {text!r} is not a size: write a number with an optional unit "
-            "B, KiB, MiB, GiB, TiB, kB, MB, GB or TB (e.g. 256KiB)"
-        )
-    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if not math.isfinite(value) or value < 1 or value != math.floor(value):
-        raise WanreduceError(f"{what} {text!r} must be a whole, positive number of bytes")
-    return int(value)
-
-
-def parse_size_range(text, *, what="size range", steps_per_doubling=1):
-    """``"64KiB:16GiB"`` -> geometric sizes from 64 KiB to 16 GiB, ``steps_per_doubling`` per factor 2.
-
-    A single size gives a one-element list.
-    """
-    parts = str(text).split(":")
-    if len(parts) == 1:
-        return [parse_size(parts[0], what=what)]
-    if len(parts) != 2:
-        raise WanreduceError(f"{what} {text!r} must be SIZE or LOW:HIGH (e.g. 64KiB:16GiB)")
-    lo, hi = (parse_size(p, what=what) for p in parts)
-    if hi <= lo:
-        raise WanreduceError(f"{what} {text!r} must go from a smaller to a larger size")
-    count = int(math.floor(math.log2(hi / lo) * steps_per_doubling + 1e-9))
-    sizes = [int(round(lo * 2 ** (k / steps_per_doubling))) for k in range(count + 1)]
-    if sizes[-1] != hi:
-        sizes.append(hi)
-    return sizes
-
-
-def format_size(nbytes):
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if nbytes >= scale:
-            v = nbytes / scale
-            return f"{v:.0f}{unit}" if v == int(v) else f"{v:.3g}{unit}"
-    return f"{nbytes:.0f}B"
-
-
-def format_seconds(s):
-    if not math.isfinite(s):
-        return "inf"
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.1f} us"
 
 
 def _positive(name, value):

@@ -12,13 +12,14 @@ three dtypes against numpy summing in rank order follows.
 import numpy as np
 
 from ..host.cosim import run_schedule
-from ..host.costmodel import CostModel, CostParams, format_seconds, format_size, parse_size
+from ..host.costmodel import CostModel, CostParams
 from ..host.frames import build_frames, parse_frame
 from ..host.golden import Destination, GoldenAggregator
 from ..host.packet import pack_tensor, unpack_payloads
 from ..host.protocol import UDP_PORT, DType, bits_dtype, np_dtype
 from ..host.schedule import optimize, plan_to_schedule
 from ..host.topology import load_topology
+from ..host.units import format_seconds, format_size, parse_size
 from ..spec.errors import WanreduceError
 from ._common import int_in
 

@@ -4,9 +4,10 @@ import math
 import os
 
 from ..host.baselines import all_baselines
-from ..host.costmodel import CostModel, CostParams, format_seconds, format_size, parse_size
+from ..host.costmodel import CostModel, CostParams
 from ..host.schedule import exhaustive, optimize, plan_to_schedule, shapes, write_schedule
 from ..host.topology import EMBEDDED, load_topology
+from ..host.units import format_seconds, format_size, parse_size
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS
 

@@ -3,8 +3,8 @@
 import math
 import os
 
-from ..host.costmodel import format_seconds, format_size, parse_size_range
 from ..host.sweep import crossover, sweep
+from ..host.units import format_seconds, format_size, parse_size_range
 from ..spec.errors import WanreduceError
 from .schedule import add_model_arguments, number, params_from_args, topology_from_args
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from wanreduce.host.baselines import colocated, param_server, ring, unicast
-from wanreduce.host.costmodel import CostModel, CostParams, parse_size, parse_size_range
+from wanreduce.host.costmodel import CostModel, CostParams
 from wanreduce.host.schedule import _batch_times
 from wanreduce.host.topology import parse_topology_csv
 from wanreduce.spec.errors import WanreduceError
@@ -121,25 +121,6 @@ def test_baselines_by_hand():
     assert ps.detail == "server at A" and ps.time_s == pytest.approx(0.040 + 2 * 3e8 / rate)
     # colocated: 4 steps of 5 us and tensor / 3 at 400 Gbit/s
     assert colocated(m).time_s == pytest.approx(4 * 5e-6 + 4 * 1e8 / 50e9)
-
-
-@pytest.mark.parametrize("text,value", [("256KiB", 262144), ("8MiB", 8 << 20), ("1GiB", 1 << 30),
-                                        ("1024", 1024), ("10MB", 10**7), ("1.5KiB", 1536), ("2 kb", 2000)])
-def test_parse_size(text, value):
-    assert parse_size(text) == value
-
-
-@pytest.mark.parametrize("text", ["12XB", "", "KiB", "-1MiB", "0", "0.5", "1e400", "1:2:3"])
-def test_parse_size_errors(text):
-    with pytest.raises(WanreduceError):
-        parse_size_range(text) if ":" in text else parse_size(text)
-
-
-def test_parse_size_range():
-    assert parse_size_range("64KiB:1MiB") == [65536, 131072, 262144, 524288, 1 << 20]
-    assert parse_size_range("1MiB:4MiB", steps_per_doubling=2)[:3] == [1 << 20, 1482910, 1 << 21]
-    with pytest.raises(WanreduceError, match="smaller to a larger"):
-        parse_size_range("1MiB:1KiB")
 
 
 @pytest.mark.parametrize("kw", [dict(memory_bytes=0), dict(chunk_bytes=9000), dict(site_gbps=-1),
