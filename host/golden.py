@@ -1,9 +1,10 @@
 """The golden software aggregator: what one site's FPGA must do, packet by packet, in plain Python.
 
-It follows ``docs/PROTOCOL.md`` literally: a direct-mapped reorder buffer of ``slots`` slots (slot = chunk
-mod S), ``members`` buffers of ``slot_bytes`` bytes per slot, contributions stored as they arrive, and the
-sum taken in ascending rank order with one IEEE-754 rounding per addition in the packet's dtype (numpy and
-ml_dtypes do the arithmetic). Every drop is counted under its :class:`~.protocol.Drop` name. The RTL is
+It follows ``docs/PROTOCOL.md`` literally: a reorder buffer of ``slots`` slots in round banks (slot =
+``((round mod P) << bank_bits | chunk mod 2**bank_bits) mod S``), ``members`` buffers of ``slot_bytes``
+bytes per slot, contributions stored as they arrive, and the sum taken in the group's summation order (the
+order the schedule lists the group in) with one IEEE-754 rounding per addition in the packet's dtype (numpy
+and ml_dtypes do the arithmetic). Every drop is counted under its :class:`~.protocol.Drop` name. The RTL is
 compared with this model byte for byte, so it favours being obviously right over being fast.
 """
 
@@ -11,15 +12,12 @@ import dataclasses
 
 import numpy as np
 
+from ..spec import addressing
 from .frames import build_frame, parse_frame, parse_ip, parse_mac
 from .protocol import HEADER_BYTES, MAX_RANKS, UDP_PORT, Drop, DType, Kind, bits_dtype, np_dtype
 from .validate import check_payload
 
-__all__ = ["GoldenAggregator", "Destination", "CANONICAL_NAN", "reduce_in_rank_order"]
-
-# The one quiet NaN the adder lanes emit for any NaN result (sign 0, exponent all ones, top mantissa bit
-# set, rest zero), so that RESULTs holding NaN are identical to the bit across sites and implementations.
-CANONICAL_NAN = {DType.FP32: 0x7FC00000, DType.FP16: 0x7E00, DType.BF16: 0x7FC0}
+__all__ = ["GoldenAggregator", "Destination", "reduce_in_order", "expected_order"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,10 +29,23 @@ class Destination:
     port: int = UDP_PORT
 
 
-def reduce_in_rank_order(contributions, dtype):
-    """Sum bit-pattern arrays (already in ascending rank order) in ``dtype``; returns bit patterns.
+def expected_order(entry):
+    """An expected entry (a bitmap: ascending rank order; or a sequence of ranks in summation order) as
+    ``(bitmap, order)``; raises ValueError for a rank outside 0..63 or a rank listed twice."""
+    if isinstance(entry, int):
+        if not 0 <= entry < 1 << MAX_RANKS:
+            raise ValueError(f"The expected set {entry:#x} is not a {MAX_RANKS}-bit bitmap.")
+        return entry, tuple(r for r in range(MAX_RANKS) if entry >> r & 1)
+    order = tuple(int(r) for r in entry)
+    if any(not 0 <= r < MAX_RANKS for r in order) or len(set(order)) != len(order):
+        raise ValueError(f"The summation order {order} must list distinct ranks in 0..{MAX_RANKS - 1}.")
+    return sum(1 << r for r in order), order
 
-    One rounding per addition; the first term is taken as is; NaN results become :data:`CANONICAL_NAN`.
+
+def reduce_in_order(contributions, dtype):
+    """Sum bit-pattern arrays (already in summation order) in ``dtype``; returns bit patterns.
+
+    One rounding per addition; the first term is taken as is; NaN results become the dtype's canonical NaN.
     """
     dtype = DType(dtype)
     acc = np.asarray(contributions[0], bits_dtype(dtype)).view(np_dtype(dtype)).copy()
@@ -43,7 +54,7 @@ def reduce_in_rank_order(contributions, dtype):
             acc = (acc + np.asarray(c, bits_dtype(dtype)).view(np_dtype(dtype))).astype(np_dtype(dtype))
     nan = np.isnan(acc.astype(np.float32))  # a NaN anywhere propagates to the end
     bits = acc.view(bits_dtype(dtype)).copy()
-    bits[nan] = CANONICAL_NAN[dtype]
+    bits[nan] = dtype.canonical_nan
     return bits
 
 
@@ -63,28 +74,41 @@ def _older(a, b):
 class GoldenAggregator:
     """One site's aggregator.
 
-    ``jobs`` maps a job id to the expected bitmaps of one schedule period: round ``r`` of that job expects
-    ``jobs[job][r % len(jobs[job])]`` (0 where this site waits). ``destinations`` receive one RESULT frame
-    each, in order, from the frame entry point.
+    ``jobs`` maps a job id to the expected entries of one schedule period: round ``r`` of that job expects
+    ``jobs[job][r % len(jobs[job])]``, a bitmap (summed in ascending rank order; 0 where this site waits)
+    or a sequence of ranks in summation order. ``bank_bits`` maps a job id to log2 of the slots of one
+    round bank (default: log2 S, which makes the slot ``chunk mod S`` whatever the round). ``destinations``
+    receive one RESULT frame each, in order, from the frame entry point.
     """
 
-    def __init__(self, *, rank, jobs, slots, members, slot_bytes, mac="02:57:52:00:00:00", ip="10.87.82.0",
-                 port=UDP_PORT, destinations=()):
+    def __init__(self, *, rank, jobs, slots, members, slot_bytes, mac=None, ip=None, port=UDP_PORT,
+                 destinations=(), bank_bits=None):
         if not 0 <= rank < MAX_RANKS:
             raise ValueError(f"The rank must be in 0..{MAX_RANKS - 1}, not {rank}.")
-        if slots < 1 or members < 1 or slot_bytes < 1:
-            raise ValueError("The slot count, members per slot and slot bytes must all be positive.")
+        if slots < 1 or slots & (slots - 1) or members < 1 or slot_bytes < 1:
+            raise ValueError("The slot count must be a power of two, and the members per slot and slot bytes "
+                             "positive.")
+        self.jobs = {}
         for job, period in jobs.items():
             if not period:
                 raise ValueError(f"Job {job} has an empty schedule period.")
-            for bitmap in period:
-                if bin(bitmap).count("1") > members:
-                    raise ValueError(f"Job {job} expects {bin(bitmap).count('1')} members in a round, more "
-                                     f"than the {members} buffers a slot has.")
+            entries = [expected_order(e) for e in period]
+            for _bitmap, order in entries:
+                if len(order) > members:
+                    raise ValueError(f"Job {job} expects {len(order)} members in a round, more than the "
+                                     f"{members} buffers a slot has.")
+            self.jobs[int(job)] = entries
+        full = slots.bit_length() - 1
+        self.bank_bits = {j: full for j in self.jobs}
+        for job, bits in (bank_bits or {}).items():
+            if not 0 <= bits <= full:
+                raise ValueError(f"Job {job}: a bank of 2**{bits} slots does not fit {slots} slots.")
+            self.bank_bits[int(job)] = int(bits)
         self.rank = rank
-        self.jobs = {int(j): [int(b) for b in p] for j, p in jobs.items()}
         self.slot_bytes = slot_bytes
         self.members = members
+        mac = addressing.aggregator_mac(rank) if mac is None else mac
+        ip = addressing.aggregator_ip(rank) if ip is None else ip
         self.mac, self.ip, self.port = parse_mac(mac), parse_ip(ip), port
         self.destinations = [Destination(parse_mac(d.mac), parse_ip(d.ip), d.port) for d in destinations]
         self.slots = [_Slot() for _ in range(slots)]
@@ -92,8 +116,16 @@ class GoldenAggregator:
         self.counters.update(results=0, frames_in=0)
 
     def expected(self, job, round_):
+        """``(bitmap, summation order)`` this site expects for ``(job, round_)``; ``(0, ())`` if none."""
         period = self.jobs.get(job)
-        return period[round_ % len(period)] if period else 0
+        return period[round_ % len(period)] if period else (0, ())
+
+    def slot_index(self, job, round_, chunk):
+        """The slot of a chunk: its round's bank, then the chunk within the bank (PROTOCOL.md)."""
+        period = self.jobs.get(job)
+        bits = self.bank_bits.get(job, len(self.slots).bit_length() - 1)
+        rem = round_ % len(period) if period else 0
+        return ((rem << bits) | (chunk & ((1 << bits) - 1))) % len(self.slots)
 
     def _drop(self, reason):
         self.counters[reason.counter] += 1
@@ -121,11 +153,11 @@ class GoldenAggregator:
         h, reason = check_payload(payload, slot_bytes=self.slot_bytes)
         if reason is not None:
             return self._drop(reason)
-        expected = self.expected(h.job, h.round)
+        expected, order = self.expected(h.job, h.round)
         if not (expected >> h.src) & 1:
             return self._drop(Drop.UNEXPECTED_SRC)
         tag = (h.job, h.round, h.chunk)
-        slot = self.slots[h.chunk % len(self.slots)]
+        slot = self.slots[self.slot_index(h.job, h.round, h.chunk)]
         if slot.state == "live":
             if slot.tag != tag:
                 return self._drop(Drop.STALE if _older(tag, slot.tag) else Drop.AHEAD_OF_WINDOW)
@@ -138,13 +170,13 @@ class GoldenAggregator:
         if slot.state != "live":
             slot.state, slot.tag, slot.bitmap, slot.buffers = "live", tag, 0, {}
             slot.dtype, slot.count, slot.group, slot.flags = h.dtype, h.count, h.group, 0
-        member = bin(expected & ((1 << h.src) - 1)).count("1")
+        member = order.index(h.src)
         slot.buffers[member] = np.frombuffer(payload, bits_dtype(h.dtype), offset=HEADER_BYTES)
         slot.bitmap |= 1 << h.src
         slot.flags |= h.flags
         if slot.bitmap != expected:
             return []
-        total = reduce_in_rank_order([slot.buffers[m] for m in sorted(slot.buffers)], h.dtype)
+        total = reduce_in_order([slot.buffers[m] for m in sorted(slot.buffers)], h.dtype)
         result = h.replace(kind=Kind.RESULT, src=self.rank, group=slot.group, flags=slot.flags,
                            bitmap=slot.bitmap, reserved=0)
         slot.state, slot.buffers = "done", None

@@ -11,10 +11,11 @@ __all__ = [
     "ID_VALUE", "REG_ID", "REG_WIDTH", "REG_SLOTS", "REG_MEMBERS", "REG_SLOT_BYTES", "REG_DESTS", "REG_JOBS",
     "REG_ROUNDS", "REG_ENTRY", "REG_RANK", "REG_PORT", "REG_MAC_HI", "REG_MAC_LO", "REG_IP", "REG_NDEST",
     "REG_CLEAR", "JOB_BASE", "JOB_STRIDE", "DEST_BASE", "DEST_STRIDE", "COUNTER_BASE", "COUNTER_NAMES",
-    "PERF_BASE", "PERF_NAMES", "SCHED_BASE",
+    "PERF_BASE", "PERF_NAMES", "SCHED_BASE", "JOB_BANK_OFFSET", "ORDER_BASE", "ORDER_WORDS", "ORDER_PER_WORD",
+    "ORDER_NONE",
 ]
 
-ID_VALUE = 0x57520001       # "WR", register map version 1
+ID_VALUE = 0x57520002       # "WR", register map version 2 (round banks, summation order)
 
 # Read-only build parameters.
 REG_ID = 0x0000
@@ -36,9 +37,19 @@ REG_IP = 0x0014             # IPv4 address, first octet in the high byte
 REG_NDEST = 0x0015          # how many of the destination entries are used
 REG_CLEAR = 0x0016          # write 1: zero every counter
 
-# Per job entry j: +0 job id, +1 period P (1..rounds; 0 disables the entry).
+# Per job entry j: +0 job id, +1 period P (1..rounds; 0 disables the entry), +2 bank bits b: round r's
+# chunk c uses slot ((r mod P) << b | c mod 2**b) mod S (reset: log2 S, i.e. chunk mod S).
 JOB_BASE = 0x0100
 JOB_STRIDE = 4
+JOB_BANK_OFFSET = 2
+
+#: Summation-order shadow: word w holds the ranks of members 4w..4w+3, one per byte (bits 5:0 the rank,
+#: ORDER_NONE for no member). The next SCHED_HI write stores the order with the bitmap; member k of the
+#: order is the k-th term of every sum of that (job, round).
+ORDER_BASE = 0x0020
+ORDER_WORDS = 16
+ORDER_PER_WORD = 4
+ORDER_NONE = 0xFF
 # Per destination d: +0 MAC bytes 0-1, +1 MAC bytes 2-5, +2 IPv4 address, +3 UDP port.
 DEST_BASE = 0x0200
 DEST_STRIDE = 4

@@ -5,6 +5,7 @@ import pytest
 from wanreduce.host import control
 from wanreduce.host.golden import Destination
 from wanreduce.host.protocol import Drop
+from wanreduce.spec import regmap
 from wanreduce.spec.errors import WanreduceError
 
 CAPS = {"max_jobs": 2, "rounds": 4, "members": 3, "max_dests": 2}
@@ -15,14 +16,14 @@ def test_writes_carry_everything():
                                    ip="10.87.83.7", port=47001,
                                    destinations=[Destination("01:00:5e:57:53:07", "239.87.83.7", 5000)],
                                    **CAPS))
-    assert w[control.REG_RANK] == 7 and w[control.REG_PORT] == 47001 and w[control.REG_NDEST] == 1
-    assert (w[control.REG_MAC_HI], w[control.REG_MAC_LO]) == (0x0257, 0x52010007)
-    assert w[control.REG_IP] == (10 << 24 | 87 << 16 | 83 << 8 | 7)
-    dest = (w[control.DEST_BASE], w[control.DEST_BASE + 1], w[control.DEST_BASE + 3])
+    assert w[regmap.REG_RANK] == 7 and w[regmap.REG_PORT] == 47001 and w[regmap.REG_NDEST] == 1
+    assert (w[regmap.REG_MAC_HI], w[regmap.REG_MAC_LO]) == (0x0257, 0x52010007)
+    assert w[regmap.REG_IP] == (10 << 24 | 87 << 16 | 83 << 8 | 7)
+    dest = (w[regmap.DEST_BASE], w[regmap.DEST_BASE + 1], w[regmap.DEST_BASE + 3])
     assert dest == (0x0100, 0x5E575307, 5000)
-    assert w[control.JOB_BASE] == 42 and w[control.JOB_BASE + 1] == 2
-    assert w[control.JOB_BASE + control.JOB_STRIDE + 1] == 0          # the unused entry is disabled
-    hi = control.SCHED_BASE + 2 * 1 + 1
+    assert w[regmap.JOB_BASE] == 42 and w[regmap.JOB_BASE + 1] == 2
+    assert w[regmap.JOB_BASE + regmap.JOB_STRIDE + 1] == 0          # the unused entry is disabled
+    hi = regmap.SCHED_BASE + 2 * 1 + 1
     assert (w[hi - 1], w[hi]) == (1 << 7, 1 << 8)
 
 
@@ -42,9 +43,9 @@ def test_refusals(kwargs, message):
 
 
 def test_counter_names_follow_drop_codes():
-    values = list(range(100, 100 + len(control.COUNTER_NAMES)))
+    values = list(range(100, 100 + len(regmap.COUNTER_NAMES)))
     decoded = control.decode_counters(values)
     assert decoded["frames_in"] == 100 and decoded["results"] == values[-1]
     for d in Drop:
         assert decoded[d.counter] == 100 + int(d)
-    assert control.counter_reads()[int(Drop.STALE)] == control.COUNTER_BASE + int(Drop.STALE)
+    assert control.counter_reads()[int(Drop.STALE)] == regmap.COUNTER_BASE + int(Drop.STALE)

@@ -8,7 +8,7 @@ from scapy.layers.l2 import Ether
 
 from tests.support.wire import decode_frame, decode_payload
 from wanreduce.host.frames import build_frame
-from wanreduce.host.golden import CANONICAL_NAN, Destination, GoldenAggregator
+from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.host.packet import pack_tensor
 from wanreduce.host.protocol import DType, bits_dtype
 
@@ -72,7 +72,7 @@ def test_specials_and_canonical_nan(dtype):
     (out,) = g.feed_payload(next(iter(pack_tensor(b, dtype=dtype, rank=1, chunk_elems=6))))
     bits = np.frombuffer(out[32:], bits_dtype(dtype))
     v = bits.view(NP[dtype]).astype(np.float32)
-    assert bits[0] == CANONICAL_NAN[dtype] and bits[4] == CANONICAL_NAN[dtype]
+    assert bits[0] == dtype.canonical_nan and bits[4] == dtype.canonical_nan
     assert np.isposinf(v[1])
     assert np.signbit(v[2]) and v[2] == 0  # -0 + -0 = -0
     assert not np.signbit(v[3]) and v[3] == 0  # x + (-x) = +0
@@ -198,4 +198,4 @@ def test_result_frames_one_per_destination():
 @pytest.mark.parametrize("dtype", list(DType))
 def test_golden_nan_is_the_adder_lanes_nan(dtype):
     from wanreduce.hw.fadd import FloatFormat
-    assert CANONICAL_NAN[dtype] == FloatFormat.from_dtype(int(dtype)).qnan
+    assert dtype.canonical_nan == FloatFormat.from_dtype(int(dtype)).qnan

@@ -3,8 +3,8 @@
 
 from amaranth.sim import Simulator
 
-from wanreduce.host import control as regs
 from wanreduce.hw.control import Control
+from wanreduce.spec import regmap as regs
 
 
 def test_registers_schedule_and_counters():

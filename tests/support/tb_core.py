@@ -20,6 +20,7 @@ from wanreduce.host import control
 from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.sim import runner
 from wanreduce.sim.agg_driver import beats_to_packets, packets_to_beats
+from wanreduce.spec import regmap
 
 from . import traffic
 
@@ -134,7 +135,7 @@ async def core_matches_golden(dut, idle, backpressure):
                                    max_dests=len(DESTS))
     for addr, data in writes:
         await tb.write(addr, data)
-    assert await tb.read(control.REG_ID) == control.ID_VALUE, "the control port does not answer"
+    assert await tb.read(regmap.REG_ID) == regmap.ID_VALUE, "the control port does not answer"
     cocotb.start_soon(tb.collect())
     beats = packets_to_beats(packets, width)
     await with_timeout(tb.send(beats), 200 * len(beats) + 100_000, "ns")
