@@ -1,0 +1,338 @@
+"""Captures in time: timestamped pcap I/O, the order a site's aggregator sees frames in, real UDP sending
+and receiving, and RESULTs collected back into tensors.
+
+* Timestamps. :func:`read_pcap_timed` and :func:`write_pcap_timed` keep each frame's time (seconds from
+  the start of the run, nanosecond resolution: the pacing model spaces 1 KiB frames about 85 ns apart at
+  100 Gbit/s, closer than the microseconds of :func:`wanreduce.host.pcap.write_pcap`).
+* Arrival order. A frame sent by rank ``s`` at time ``t`` reaches rank ``R``'s aggregator at
+  ``t + one_way_s[s, R]`` (``s`` is the header's ``src``); :func:`arrival_order` sorts by that, ties in
+  input order.
+* UDP. :func:`send_datagrams` sends each frame's UDP payload (the wanreduce header and elements) as one
+  datagram with a plain socket, at its time (scaled by ``speed``) or back to back, and measures how late
+  each one left; :class:`Receiver` collects datagrams on a port in a thread, bounded in count and time.
+* RESULTs. :func:`collect_results` groups a capture's RESULT payloads by (aggregator site, job, round)
+  and assembles each into one tensor.
+"""
+
+import math
+import os
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from ..spec.errors import WanreduceError
+from .frames import build_frame, parse_frame
+from .packet import Payloads, unpack_payloads
+from .pcap import LINKTYPE_ETHERNET, read_pcap
+from .protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, VERSION, DType, Kind
+
+__all__ = [
+    "read_pcap_timed", "write_pcap_timed", "udp_payloads", "sources", "arrival_order", "parse_udp_url",
+    "ReplayStats", "send_datagrams", "Receiver", "datagram_frames", "ResultSet", "collect_results",
+]
+
+_NS_MAGIC = 0xA1B23C4D
+
+
+def read_pcap_timed(path):
+    """``(times, frames)``: seconds as float64 (relative to the file's epoch) and the frames (bytes)."""
+    frames = read_pcap(path)  # checks the file and gives the one-line errors
+    with open(path, "rb") as f:
+        data = f.read()
+    endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    scale = 1e-9 if data[:4] in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d") else 1e-6
+    rec = struct.Struct(endian + "IIII")
+    times = np.empty(len(frames))
+    pos = 24
+    for i, frame in enumerate(frames):
+        sec, frac, _, _ = rec.unpack_from(data, pos)
+        times[i] = sec + frac * scale
+        pos += 16 + len(frame)
+    return times, frames
+
+
+def write_pcap_timed(path, times, frames, *, overwrite=False, protect=()):
+    """Write frames with their times (seconds >= 0) as a nanosecond pcap; creates parent folders.
+
+    ``protect`` lists the command's inputs, which are never written; ``overwrite=False`` refuses an existing
+    file. The file appears whole or not at all.
+    """
+    times = np.asarray(times, dtype=float)
+    if len(times) != len(frames):
+        raise ValueError(f"{len(times)} times were given for {len(frames)} frames.")
+    if len(times) and (not np.isfinite(times).all() or times.min() < 0):
+        raise WanreduceError(f"{path}: frame times must be finite and not negative")
+    for p in protect:
+        if os.path.exists(p) and os.path.exists(path) and os.path.samefile(p, path):
+            raise WanreduceError(f"{path}: is also an input; choose another output file")
+    if not overwrite and os.path.exists(path):
+        raise WanreduceError(f"{path}: exists; pass --force to replace it")
+    if os.path.isdir(path):
+        raise WanreduceError(f"{path}: is a directory")
+    ns = np.rint(times * 1e9).astype(np.int64)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<IHHiIII", _NS_MAGIC, 2, 4, 0, 0, 65535, LINKTYPE_ETHERNET))
+            for t, frame in zip(ns.tolist(), frames, strict=True):
+                frame = bytes(frame)
+                f.write(struct.pack("<IIII", t // 1_000_000_000, t % 1_000_000_000, len(frame), len(frame)))
+                f.write(frame)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise WanreduceError(f"{path}: cannot write it ({exc.strerror})") from None
+
+
+def udp_payloads(frames, *, source="capture"):
+    """The UDP payload of every frame; a frame that breaks the framing rules (drop codes 1-8) is an error."""
+    out = []
+    for i, frame in enumerate(frames):
+        port = int.from_bytes(frame[36:38], "big") if len(frame) >= FRAME_OVERHEAD else 0
+        payload, _, reason = parse_frame(frame, port=port)
+        if reason is not None:
+            raise WanreduceError(f"{source}: frame {i} is not a well-formed IPv4/UDP frame "
+                                 f"({reason.name.lower()})")
+        out.append(payload)
+    return out
+
+
+def _header_check(payload, i, source):
+    if len(payload) < HEADER_BYTES or int.from_bytes(payload[0:2], "big") != MAGIC or payload[2] != VERSION:
+        raise WanreduceError(f"{source}: frame {i} is not a wanreduce v1 packet")
+
+
+def sources(payloads, *, source="capture"):
+    """The header ``src`` of every payload (the sending site for a CONTRIB, the aggregator's for a RESULT)."""
+    out = np.empty(len(payloads), dtype=np.int64)
+    for i, p in enumerate(payloads):
+        _header_check(p, i, source)
+        out[i] = int.from_bytes(p[16:18], "big")
+    return out
+
+
+def arrival_order(times, srcs, one_way_s, rank):
+    """``(arrival times, order)`` at rank ``rank``: send time plus the one-way delay from each frame's source.
+
+    ``order`` is a stable argsort, so frames arriving at the same instant keep their input order.
+    """
+    one_way_s = np.asarray(one_way_s, dtype=float)
+    n = one_way_s.shape[0]
+    if not 0 <= rank < n:
+        raise WanreduceError(f"rank {rank} is outside 0..{n - 1} (the WAN has {n} sites)")
+    srcs = np.asarray(srcs, dtype=np.int64)
+    if len(srcs) and (srcs.min() < 0 or srcs.max() >= n):
+        bad = int(srcs[(srcs < 0) | (srcs >= n)][0])
+        raise WanreduceError(f"a frame comes from rank {bad}, outside the WAN's 0..{n - 1}")
+    arrival = np.asarray(times, dtype=float) + one_way_s[srcs, rank]
+    order = np.argsort(arrival, kind="stable")
+    return arrival[order], order
+
+
+def parse_udp_url(text):
+    """``udp://HOST:PORT`` → ``(host, port)``."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        port = None
+        parts = None
+    if parts is None or parts.scheme != "udp" or not parts.hostname or port is None or port == 0 \
+            or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise WanreduceError(f"--to {text!r} is not udp://HOST:PORT with a port in 1..65535")
+    return parts.hostname, port
+
+
+@dataclass(frozen=True)
+class ReplayStats:
+    """What :func:`send_datagrams` did: lateness is how long after its due time each datagram left."""
+
+    packets: int
+    bytes: int
+    seconds: float
+    late_mean_s: float
+    late_p99_s: float
+    late_max_s: float
+
+    @property
+    def packets_per_s(self):
+        return self.packets / self.seconds if self.seconds > 0 else math.inf
+
+    def summary(self):
+        return (f"{self.packets} packets, {self.bytes} bytes in {self.seconds:.3f} s "
+                f"({self.packets_per_s:,.0f} packets/s); lateness mean {self.late_mean_s * 1e6:.0f} us, "
+                f"p99 {self.late_p99_s * 1e6:.0f} us, max {self.late_max_s * 1e6:.0f} us")
+
+
+def send_datagrams(payloads, times, address, *, speed=1.0, clock=time.perf_counter, sleep=time.sleep):
+    """Send each payload as one UDP datagram to ``address`` ``(host, port)``.
+
+    ``times`` are due times in seconds (shifted so the first is 0, divided by ``speed``); ``speed=None``
+    sends back to back (every due time is 0). The sender sleeps until each due time, never spins, so a
+    datagram leaves at or after it; lateness is measured against the due time.
+    """
+    if speed is not None and not (speed > 0 and math.isfinite(speed)):
+        raise WanreduceError(f"--speed {speed} must be a positive number")
+    n = len(payloads)
+    due = np.zeros(n)
+    if n and speed is not None:
+        t = np.asarray(times, dtype=float)
+        due = (t - t.min()) / speed
+    try:
+        infos = socket.getaddrinfo(address[0], address[1], socket.AF_INET, socket.SOCK_DGRAM)
+    except socket.gaierror as exc:
+        raise WanreduceError(f"cannot resolve {address[0]}: {exc.strerror}") from None
+    late = np.zeros(n)
+    sent_bytes = 0
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(infos[0][4])
+        start = clock()
+        for i, p in enumerate(payloads):
+            wait = due[i] - (clock() - start)
+            if wait > 0:
+                sleep(wait)
+            now = clock() - start
+            try:
+                sock.send(p)
+            except OSError as exc:
+                raise WanreduceError(f"sending datagram {i} ({len(p)} bytes) to {address[0]}:{address[1]} "
+                                     f"failed: {exc.strerror or exc}") from None
+            late[i] = max(0.0, now - due[i])
+            sent_bytes += len(p)
+        elapsed = clock() - start
+    return ReplayStats(packets=n, bytes=sent_bytes, seconds=elapsed,
+                       late_mean_s=float(late.mean()) if n else 0.0,
+                       late_p99_s=float(np.percentile(late, 99)) if n else 0.0,
+                       late_max_s=float(late.max()) if n else 0.0)
+
+
+class Receiver:
+    """Collect UDP datagrams on ``host:port`` (port 0: an ephemeral one, see :attr:`port`) in a thread.
+
+    Stops after ``count`` datagrams or ``timeout`` seconds, whichever comes first. ``datagrams`` holds
+    ``(seconds since start, bytes, (sender host, sender port))`` in arrival order. Use as a context manager
+    or call :meth:`start` and :meth:`join`.
+    """
+
+    def __init__(self, host="127.0.0.1", port=0, *, count, timeout, bufsize=1 << 16):
+        if count < 1 or not timeout > 0:
+            raise ValueError("A receiver needs a positive datagram count and timeout.")
+        self.count, self.timeout = count, timeout
+        self.datagrams = []
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        # a deep receive buffer, so a burst sent back to back is not dropped by the kernel
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+        self._sock.bind((host, port))
+        self._bufsize = bufsize
+        self._thread = threading.Thread(target=self._run, name="wanreduce-receiver", daemon=True)
+
+    @property
+    def port(self):
+        return self._sock.getsockname()[1]
+
+    def _run(self):
+        start = time.perf_counter()
+        deadline = start + self.timeout
+        try:
+            while len(self.datagrams) < self.count:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
+                self._sock.settimeout(left)
+                try:
+                    data, sender = self._sock.recvfrom(self._bufsize)
+                except TimeoutError:
+                    break
+                self.datagrams.append((time.perf_counter() - start, data, sender))
+        finally:
+            self._sock.close()
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def join(self):
+        self._thread.join(self.timeout + 5)
+        return self.datagrams
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.join()
+
+
+@dataclass(frozen=True)
+class ResultSet:
+    """One aggregator site's RESULTs of one (job, round), assembled: ``values`` is the sum, wire dtype."""
+
+    site: int
+    dtype: DType
+    job: int
+    round: int
+    group: int
+    bitmap: int
+    values: np.ndarray
+    chunks: int
+
+
+def collect_results(payloads, *, source="capture"):
+    """RESULT payloads → ``(sets, ignored)``: a :class:`ResultSet` per (site, job, round), and how many
+    payloads were not RESULTs.
+
+    A RESULT repeated with the same bytes (one frame per destination) counts once; the same chunk with
+    different bytes, chunks that disagree on group or bitmap, or a gap in the chunks is an error.
+    """
+    keyed = {}
+    ignored = 0
+    for i, p in enumerate(payloads):
+        _header_check(p, i, source)
+        if p[3] != Kind.RESULT:
+            ignored += 1
+            continue
+        site, job = int.from_bytes(p[16:18], "big"), int.from_bytes(p[6:8], "big")
+        rnd, chunk = int.from_bytes(p[8:12], "big"), int.from_bytes(p[12:16], "big")
+        chunks = keyed.setdefault((site, job, rnd), {})
+        if chunk in chunks and chunks[chunk] != bytes(p):
+            raise WanreduceError(f"{source}: site {site} sent two different RESULTs for job {job} "
+                                 f"round {rnd} chunk {chunk}")
+        chunks[chunk] = bytes(p)
+    sets = []
+    for (site, job, rnd), chunks in sorted(keyed.items()):
+        ordered = [chunks[c] for c in sorted(chunks)]
+        groups = {int.from_bytes(p[18:20], "big") for p in ordered}
+        bitmaps = {int.from_bytes(p[24:32], "big") for p in ordered}
+        where = f"{source}: site {site}'s RESULTs of job {job} round {rnd}"
+        if len(groups) != 1 or len(bitmaps) != 1:
+            raise WanreduceError(f"{where} disagree on the group or the contributors")
+        if min(chunks) != 0:
+            raise WanreduceError(f"{where} start at chunk {min(chunks)}, not 0")
+        try:
+            values, headers = unpack_payloads(Payloads.from_list(ordered))
+        except WanreduceError as exc:
+            raise WanreduceError(f"{where}: {exc}") from None
+        sets.append(ResultSet(site=site, dtype=DType(int(headers["dtype"][0])), job=job, round=rnd,
+                              group=groups.pop(), bitmap=bitmaps.pop(), values=values, chunks=len(ordered)))
+    return sets, ignored
+
+
+def datagram_frames(datagrams, *, port):
+    """Received ``(time, bytes, (host, sport))`` datagrams → ``(times, frames)`` for a capture pcap.
+
+    Loopback has no Ethernet; the frames get zero MACs, the datagram's real source and the receiving
+    ``port``, and a computed UDP checksum, so the capture reads like one made on a NIC.
+    """
+    times, frames = [], []
+    for t, data, (host, sport) in datagrams:
+        times.append(t)
+        frames.append(build_frame(data, src_mac=bytes(6), dst_mac=bytes(6), src_ip=host, dst_ip=host,
+                                  sport=sport, dport=port))
+    return np.asarray(times, dtype=float), frames
