@@ -29,11 +29,13 @@ from ..spec.errors import WanreduceError
 from .frames import build_frame, parse_frame
 from .packet import Payloads, unpack_payloads
 from .pcap import LINKTYPE_ETHERNET, read_pcap
-from .protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, VERSION, DType, Kind
+from .protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, VERSION, DType, Kind, bits_dtype, np_dtype
+from .reference import ordered_sum, run_reference
 
 __all__ = [
     "read_pcap_timed", "write_pcap_timed", "udp_payloads", "sources", "arrival_order", "parse_udp_url",
     "ReplayStats", "send_datagrams", "Receiver", "datagram_frames", "ResultSet", "collect_results",
+    "check_results",
 ]
 
 _NS_MAGIC = 0xA1B23C4D
@@ -231,12 +233,9 @@ class Receiver:
         # a deep receive buffer, so a burst sent back to back is not dropped by the kernel
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
         self._sock.bind((host, port))
+        self.port = self._sock.getsockname()[1]
         self._bufsize = bufsize
         self._thread = threading.Thread(target=self._run, name="wanreduce-receiver", daemon=True)
-
-    @property
-    def port(self):
-        return self._sock.getsockname()[1]
 
     def _run(self):
         start = time.perf_counter()
@@ -336,3 +335,53 @@ def datagram_frames(datagrams, *, port):
         frames.append(build_frame(data, src_mac=bytes(6), dst_mac=bytes(6), src_ip=host, dst_ip=host,
                                   sport=sport, dport=port))
     return np.asarray(times, dtype=float), frames
+
+
+def check_results(schedule, grads, sets, *, limit=20):
+    """Check :class:`ResultSet` s against the numpy model of ``schedule`` run on ``grads`` (one per site).
+
+    A RESULT of site s in round r must be the sum, in the order the schedule lists s's group, of what the
+    members held after round r - 1 (:mod:`wanreduce.host.reference`), in the RESULTs' dtype, and carry that
+    group's id and bitmap. Returns ``(tensors checked, problems)``, each problem one line, at most
+    ``limit`` element mismatches listed per tensor.
+    """
+    dtypes = {s.dtype for s in sets}
+    if len(dtypes) != 1:
+        raise WanreduceError("the RESULTs use more than one dtype; verify one run at a time")
+    (dtype,) = dtypes
+    last = max(s.round for s in sets)
+    before = [[np.asarray(g).astype(np_dtype(dtype)).reshape(-1) for g in grads]]
+    if last > 0:
+        before += run_reference(schedule, grads, dtype=dtype, rounds=last)
+    bits = bits_dtype(dtype)
+    problems = []
+    for s in sets:
+        where = f"site {s.site} job {s.job} round {s.round}"
+        if s.site >= schedule.n:
+            problems.append(f"{where}: the schedule has no site {s.site}")
+            continue
+        where = f"site {schedule.sites[s.site]} (rank {s.site}) job {s.job} round {s.round}"
+        groups = schedule.rounds[s.round % schedule.period]
+        gid = next((g for g, members in enumerate(groups) if s.site in members), None)
+        if gid is None:
+            problems.append(f"{where}: a RESULT, but the site waits in this round")
+            continue
+        members = groups[gid]
+        want_bitmap = sum(1 << m for m in members)
+        if s.group != gid or s.bitmap != want_bitmap:
+            problems.append(f"{where}: group {s.group} bitmap {s.bitmap:#x}, the schedule says group {gid} "
+                            f"bitmap {want_bitmap:#x}")
+            continue
+        want = ordered_sum([before[s.round][m] for m in members], dtype).view(bits)
+        got = s.values.view(bits)
+        if got.size != want.size:
+            problems.append(f"{where}: {got.size} elements, the gradients have {want.size}")
+            continue
+        bad = np.flatnonzero(got != want)
+        width = 2 * dtype.size
+        for i in bad[:limit]:
+            problems.append(f"{where} element {i}: got {int(got[i]):#0{width + 2}x}, "
+                            f"want {int(want[i]):#0{width + 2}x}")
+        if len(bad) > limit:
+            problems.append(f"{where}: {len(bad) - limit} more elements differ")
+    return len(sets), problems
