@@ -1,0 +1,130 @@
+"""``wanreduce emit``: one site's CONTRIB frames for every round of a schedule, to a pcap or over UDP.
+
+Rank R sends, in each round it takes part in, the tensor it holds after the previous round (the numpy
+model of the schedule, :mod:`wanreduce.host.reference`), once, to its group's CONTRIB multicast address
+(:mod:`wanreduce.spec.addressing`). The frames are timed by the pacing model's self-clocked window over
+the WAN's one-way delays; the pcap carries those times (nanoseconds), ``--to`` sends at them.
+"""
+
+import argparse
+
+import numpy as np
+
+from ..host.emit import bank_slots_of, emit_site, load_grads, site_gbps_of, topology_for
+from ..host.packet import MAX_COUNT
+from ..host.protocol import MAX_RANKS, DType
+from ..host.replay import parse_udp_url, send_datagrams, udp_payloads, write_pcap_timed
+from ..host.topology import EMBEDDED
+from ..spec.errors import WanreduceError
+from ..spec.schedfile import load_schedule
+from ._common import Outputs, add_force_option, int_in
+
+__all__ = ["register", "run", "add_wan_option", "wan_of", "positive_float", "add_speed_options"]
+
+
+def positive_float(what):
+    def convert(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
+        if not (value > 0 and np.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"{what} must be a positive number, not {text}")
+        return value
+    return convert
+
+
+def add_wan_option(p, *, default_help):
+    p.add_argument("--wan", metavar="NAME|FILE.csv", default=None,
+                   help=f"the WAN whose one-way delays apply: {' or '.join(EMBEDDED)} or a topology CSV; its "
+                   f"sites must be the schedule's, in the same order ({default_help})")
+
+
+def wan_of(args, schedule):
+    """The topology of ``--wan`` (default: the schedule's params.topology if embedded, else nine-city)."""
+    name = args.wan
+    if name is None:
+        name = schedule.params.get("topology") if schedule.params.get("topology") in EMBEDDED else "nine-city"
+    return topology_for(name, schedule.sites)
+
+
+def add_speed_options(p):
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--speed", type=positive_float("--speed"), default=1.0,
+                   help="play the timestamps this many times faster (default: 1, real time)")
+    g.add_argument("--topspeed", action="store_true",
+                   help="ignore the timestamps and send back to back, as fast as the socket takes them")
+
+
+def register(sub):
+    p = sub.add_parser(
+        "emit", help="one site's CONTRIB frames for a schedule's rounds (.pcap or UDP)",
+        description="Emit rank R's CONTRIB frames for each round of a schedule: in every round R takes "
+        "part in, the tensor it holds after the previous round (numpy model of the schedule), chunked, sent "
+        "once to the group's multicast address 239.<88+job%8>.<round%P>.<group> from 10.87.82.<R>, UDP "
+        "port 47000. Frames are timed by the pacing model (self-clocked window over the WAN's one-way "
+        "delays). GRADS.npz holds one array per site, keyed by site name or rank<R>, all of one shape, "
+        "float32/float16/bfloat16.")
+    p.add_argument("--schedule", metavar="S.json", required=True,
+                   help="schedule file of PROTOCOL.md (required)")
+    p.add_argument("--grads", metavar="GRADS.npz", required=True,
+                   help="every site's gradients, keyed by site name or rank<R> (required)")
+    p.add_argument("--rank", type=int_in(0, MAX_RANKS - 1, "--rank"), required=True,
+                   help="the emitting site's rank, an index into the schedule's sites (required)")
+    p.add_argument("--dtype", choices=[d.label for d in DType], default="fp32",
+                   help="element type on the wire (default: fp32)")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("-o", "--output", metavar="OUT.pcap", help="write the frames with their send times")
+    out.add_argument("--to", metavar="udp://HOST:PORT",
+                     help="send each frame's UDP payload as a datagram at its send time instead")
+    p.add_argument("--rounds", type=int_in(1, 1 << 20, "--rounds"), default=None,
+                   help="rounds to emit (default: one schedule period)")
+    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
+    add_wan_option(p, default_help="default: the schedule's params.topology if embedded, else nine-city")
+    p.add_argument("--chunk-elems", type=int_in(1, MAX_COUNT, "--chunk-elems"), default=None,
+                   help="elements per CONTRIB (default: the schedule's params.chunk_bytes / element size)")
+    p.add_argument("--bank-slots", type=int_in(1, 1 << 24, "--bank-slots"), default=None,
+                   help="window slots per round bank (default: params.bank_slots, else from "
+                   "params.memory_bytes and chunk_bytes)")
+    p.add_argument("--gbps", type=positive_float("--gbps"), default=None,
+                   help="the site's link rate in Gbit/s (default: the topology's, else params.site_gbps, "
+                   "else 100)")
+    add_speed_options(p)
+    add_force_option(p, "OUT.pcap")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    schedule = load_schedule(args.schedule)
+    if args.rank >= schedule.n:
+        raise WanreduceError(f"--rank {args.rank} is outside 0..{schedule.n - 1} "
+                             f"(the schedule has {schedule.n} sites)")
+    outs = None
+    if args.output is not None:
+        outs = Outputs(force=args.force, inputs=[args.schedule, args.grads])
+        path = outs.add(args.output, "-o")
+    else:
+        address = parse_udp_url(args.to)
+    topo = wan_of(args, schedule)
+    grads = load_grads(args.grads, schedule)
+    dtype = DType.from_label(args.dtype)
+    gbps = site_gbps_of(schedule, topo, args.rank, args.gbps)
+    em = emit_site(schedule, grads, rank=args.rank, dtype=dtype, one_way_s=topo.one_way_s, gbps=gbps,
+                   bank_slots=bank_slots_of(schedule, args.bank_slots), job=args.job, rounds=args.rounds,
+                   chunk_elems=args.chunk_elems)
+    rounds = schedule.period if args.rounds is None else args.rounds
+    site = schedule.sites[args.rank]
+    what = (f"rank {args.rank} ({site}): {len(em.frames)} CONTRIB frames, {em.rounds_sent} of {rounds} "
+            f"rounds, {em.n_chunks} chunks of {em.elements} {dtype.label} elements")
+    if not em.frames:
+        raise WanreduceError(f"rank {args.rank} ({site}) is in no group in {rounds} rounds; nothing to emit")
+    span = f"{em.times[-1] * 1e3:.3f} ms of pacing at {gbps:g} Gbit/s over {topo.name}"
+    if outs is not None:
+        with outs.commit():
+            write_pcap_timed(outs.temp(path), em.times, em.frames, overwrite=True)
+        print(f"{args.output}: {what}, {span}")
+    else:
+        speed = None if args.topspeed else args.speed
+        stats = send_datagrams(udp_payloads(em.frames, source="emit"), em.times, address, speed=speed)
+        print(f"{args.to}: {what}, {span}; sent {stats.summary()}")
+    return 0

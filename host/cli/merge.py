@@ -1,0 +1,72 @@
+"""``wanreduce merge``: several sites' captures as one, in the order rank R's aggregator receives them.
+
+A frame sent at time ``t`` by the site in its header's ``src`` arrives at ``t`` plus the WAN's one-way
+delay from that site to R; the output holds every frame once, ordered and timestamped by arrival (frames
+arriving at the same instant keep the order of the inputs on the command line). With ``--schedule``, only
+the CONTRIBs of R's own groups are kept: what R's multicast subscriptions deliver.
+"""
+
+import numpy as np
+
+from ..host.protocol import Kind
+from ..host.replay import arrival_order, read_pcap_timed, sources, udp_payloads, write_pcap_timed
+from ..spec.errors import WanreduceError
+from ..spec.schedfile import group_of, load_schedule
+from ._common import Outputs, add_force_option
+from .replay import add_site_options, wan_and_rank
+
+__all__ = ["register", "run"]
+
+
+def register(sub):
+    p = sub.add_parser(
+        "merge", help="interleave sites' captures in the order one site's aggregator receives them",
+        description="Merge the captures of several sites (wanreduce emit -o) into one pcap, ordered and "
+        "timestamped by when rank R's aggregator receives each frame over the WAN: send time plus the "
+        "one-way delay from the frame's sending site (its header's src).")
+    p.add_argument("inputs", metavar="IN.pcap", nargs="+", help="the sites' captures")
+    p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="the merged capture (required)")
+    add_site_options(p, required=True)
+    add_force_option(p, "OUT.pcap")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    if args.wan is None:
+        raise WanreduceError("--wan is required: the one-way delays decide the order")
+    outs = Outputs(force=args.force, inputs=[*args.inputs, args.schedule])
+    path = outs.add(args.output, "-o")
+    topo = wan_and_rank(args)
+    schedule = load_schedule(args.schedule) if args.schedule is not None else None
+    all_times, all_frames, all_srcs = [], [], []
+    dropped = 0
+    for name in args.inputs:
+        times, frames = read_pcap_timed(name)
+        payloads = udp_payloads(frames, source=name)
+        srcs = sources(payloads, source=name)
+        for t, f, p, s in zip(times, frames, payloads, srcs, strict=True):
+            if schedule is not None and not _delivered(schedule, args.rank, p):
+                dropped += 1
+                continue
+            all_times.append(t)
+            all_frames.append(f)
+            all_srcs.append(s)
+    if not all_frames:
+        raise WanreduceError(f"the inputs hold no frames for rank {args.rank}; nothing to merge")
+    arrival, order = arrival_order(np.asarray(all_times), np.asarray(all_srcs), topo.one_way_s, args.rank)
+    with outs.commit():
+        write_pcap_timed(outs.temp(path), arrival, [all_frames[i] for i in order], overwrite=True)
+    kept = f", {dropped} CONTRIBs of other groups left out" if schedule is not None else ""
+    print(f"{args.output}: {len(all_frames)} frames from {len(args.inputs)} captures in rank {args.rank} "
+          f"({topo.sites[args.rank]})'s arrival order over {topo.name}{kept}, "
+          f"{arrival[-1] * 1e3:.3f} ms")
+    return 0
+
+
+def _delivered(schedule, rank, payload):
+    """A CONTRIB reaches ``rank``'s aggregator only when it is for ``rank``'s group in that round."""
+    if payload[3] != Kind.CONTRIB:
+        return True
+    rnd, group = int.from_bytes(payload[8:12], "big"), int.from_bytes(payload[18:20], "big")
+    gid, _ = group_of(schedule, rank, rnd)
+    return gid == group

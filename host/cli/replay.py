@@ -1,0 +1,81 @@
+"""``wanreduce replay``: the frames of a capture as real UDP datagrams, at their times.
+
+Each frame's UDP payload (the wanreduce header and elements) becomes one datagram to ``--to``. The times
+are the pcap's timestamps, or, with ``--wan NAME --rank R``, when rank R's aggregator would receive each
+frame: its send time plus the one-way delay from the site in the header's ``src``. Reports the packets,
+packets per second and how late the datagrams left against their due times.
+"""
+
+from ..host.emit import topology_for
+from ..host.protocol import MAX_RANKS
+from ..host.replay import arrival_order, parse_udp_url, read_pcap_timed, send_datagrams, sources, udp_payloads
+from ..host.topology import load_topology
+from ..spec.errors import WanreduceError
+from ..spec.schedfile import load_schedule
+from ._common import add_json_option, int_in, print_json
+from .emit import add_speed_options, add_wan_option
+
+__all__ = ["register", "run", "wan_and_rank"]
+
+
+def wan_and_rank(args):
+    """The topology of ``--wan`` (restricted to ``--schedule``'s sites if given), ``--rank`` checked in it."""
+    if args.wan is None:
+        if args.rank is not None:
+            raise WanreduceError("--rank needs --wan: it names the site whose arrival order is wanted")
+        return None
+    if args.rank is None:
+        raise WanreduceError("--wan needs --rank: the site whose aggregator receives the frames")
+    if args.schedule is not None:
+        topo = topology_for(args.wan, load_schedule(args.schedule).sites)
+    else:
+        topo = load_topology(args.wan)
+    if args.rank >= topo.n:
+        raise WanreduceError(f"--rank {args.rank} is outside 0..{topo.n - 1} "
+                             f"({topo.name} has {topo.n} sites)")
+    return topo
+
+
+def add_site_options(p, *, required):
+    add_wan_option(p, default_help="required" if required else "default: none, use the pcap's timestamps")
+    p.add_argument("--rank", type=int_in(0, MAX_RANKS - 1, "--rank"), default=None, required=required,
+                   help="the receiving site's rank, an index into the WAN's (or the schedule's) sites"
+                   + (" (required)" if required else " (with --wan)"))
+    p.add_argument("--schedule", metavar="S.json", default=None,
+                   help="a schedule file: its sites (a subset of the WAN's, in its order) define the ranks "
+                   "(default: the WAN's own sites)")
+
+
+def register(sub):
+    p = sub.add_parser(
+        "replay", help="send a capture's frames as real UDP datagrams, at their times",
+        description="Send the UDP payload of every frame of IN.pcap as one datagram to udp://HOST:PORT, "
+        "at the pcap's timestamps (or --speed times faster, or --topspeed), or, with --wan and --rank, at "
+        "the times rank R's aggregator would receive them over that WAN. Reports packets, packets/s and "
+        "lateness.")
+    p.add_argument("input", metavar="IN.pcap", help="the capture to replay (classic pcap, Ethernet)")
+    p.add_argument("--to", metavar="udp://HOST:PORT", required=True, help="where to send (required)")
+    add_speed_options(p)
+    add_site_options(p, required=False)
+    add_json_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args):
+    address = parse_udp_url(args.to)
+    topo = wan_and_rank(args)
+    times, frames = read_pcap_timed(args.input)
+    if not frames:
+        raise WanreduceError(f"{args.input}: holds no frames; nothing to replay")
+    payloads = udp_payloads(frames, source=args.input)
+    if topo is not None:
+        times, order = arrival_order(times, sources(payloads, source=args.input), topo.one_way_s, args.rank)
+        payloads = [payloads[i] for i in order]
+    stats = send_datagrams(payloads, times, address, speed=None if args.topspeed else args.speed)
+    if args.json:
+        print_json({"packets": stats.packets, "bytes": stats.bytes, "seconds": stats.seconds,
+                    "packets_per_s": stats.packets_per_s, "late_mean_s": stats.late_mean_s,
+                    "late_p99_s": stats.late_p99_s, "late_max_s": stats.late_max_s})
+    else:
+        print(f"{args.to}: {stats.summary()}")
+    return 0

@@ -1,0 +1,81 @@
+"""``wanreduce unpack``: the RESULTs of a capture back to a tensor (.npy).
+
+RESULT frames are grouped by the aggregator site that sent them (header ``src``), job and round, and each
+group's chunks assembled into one tensor (repeats of a RESULT, one per destination, count once). The
+tensor written is what the site's hosts hold after that round, the sum divided by the group size in the
+wire dtype, or with ``--sum`` the sum itself. It is flat (the wire has no shape), in the wire dtype;
+bfloat16 is saved the way numpy saves ``ml_dtypes.bfloat16`` (a 2-byte void type).
+"""
+
+import io
+
+import numpy as np
+
+from ..host.protocol import MAX_RANKS
+from ..host.replay import collect_results, read_pcap_timed, udp_payloads
+from ..spec.errors import WanreduceError
+from ._common import Outputs, add_force_option, int_in
+
+__all__ = ["register", "run", "averaged"]
+
+
+def averaged(result_set):
+    """What the hosts of the RESULT's site hold after the round: the sum / the number of contributors."""
+    values = result_set.values
+    size = bin(result_set.bitmap).count("1")
+    with np.errstate(all="ignore"):
+        return (values / values.dtype.type(size)).astype(values.dtype)
+
+
+def register(sub):
+    p = sub.add_parser(
+        "unpack", help="RESULT frames of a capture back to a tensor (.npy)",
+        description="Assemble the RESULTs one aggregator site sent for one round into a flat tensor in the "
+        "wire dtype: by default what the site's hosts hold after the round (sum / group size), with --sum "
+        "the sum. Frames that are not RESULTs are skipped.")
+    p.add_argument("input", metavar="RESULTS.pcap", help="capture holding RESULT frames")
+    p.add_argument("-o", "--output", metavar="OUT.npy", required=True, help="tensor to write (required)")
+    p.add_argument("--rank", type=int_in(0, MAX_RANKS - 1, "--rank"), default=None,
+                   help="the aggregator site whose RESULTs to take (default: the only one in the capture)")
+    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=None,
+                   help="job id (default: the only one in the capture)")
+    p.add_argument("--round", type=int_in(0, 0xFFFFFFFF, "--round"), default=None,
+                   help="round (default: the last one in the capture)")
+    p.add_argument("--sum", action="store_true", help="write the RESULT sum, not sum / group size")
+    add_force_option(p, "OUT.npy")
+    p.set_defaults(func=run)
+
+
+def _pick(sets, attr, wanted, option, what):
+    values = sorted({getattr(s, attr) for s in sets})
+    if wanted is None:
+        if len(values) > 1 and attr != "round":
+            raise WanreduceError(f"the capture holds RESULTs of {what}s {', '.join(map(str, values))}; "
+                                 f"choose one with {option}")
+        wanted = values[-1]
+    elif wanted not in values:
+        raise WanreduceError(f"the capture holds no RESULTs of {what} {wanted} (it has {what}s "
+                             f"{', '.join(map(str, values))})")
+    return [s for s in sets if getattr(s, attr) == wanted]
+
+
+def run(args):
+    outs = Outputs(force=args.force, inputs=[args.input])
+    path = outs.add(args.output, "-o")
+    _, frames = read_pcap_timed(args.input)
+    sets, ignored = collect_results(udp_payloads(frames, source=args.input), source=args.input)
+    if not sets:
+        raise WanreduceError(f"{args.input}: holds no RESULT frames ({ignored} other wanreduce frames)")
+    sets = _pick(sets, "site", args.rank, "--rank", "site")
+    sets = _pick(sets, "job", args.job, "--job", "job")
+    (chosen,) = _pick(sets, "round", args.round, "--round", "round")
+    tensor = chosen.values if args.sum else averaged(chosen)
+    buf = io.BytesIO()
+    np.save(buf, tensor, allow_pickle=False)
+    with outs.commit():
+        outs.write_bytes(path, buf.getvalue())
+    what = "sum" if args.sum else f"sum / {bin(chosen.bitmap).count('1')}"
+    print(f"{args.output}: {tensor.size} {chosen.dtype.label} elements ({what}) from {chosen.chunks} "
+          f"RESULTs of site {chosen.site}, job {chosen.job}, round {chosen.round}, group {chosen.group}"
+          + (f"; {ignored} frames that are not RESULTs skipped" if ignored else ""))
+    return 0

@@ -1,0 +1,201 @@
+"""``wanreduce emit / replay / merge / unpack / verify``: the emit -> loopback UDP -> capture round trip
+(127.0.0.1 and an ephemeral port only, bounded in count and time), the nine sites merged for one aggregator
+and its RESULTs verified and unpacked, and every bad input as a one-line error."""
+
+import json
+
+import numpy as np
+import pytest
+
+import wanreduce.cli as cli
+from tests.support.wire import decode_frame, decode_payload
+from wanreduce.host.golden import Destination, GoldenAggregator
+from wanreduce.host.pcap import read_pcap, write_pcap
+from wanreduce.host.reference import run_reference
+from wanreduce.host.replay import Receiver, datagram_frames, read_pcap_timed, write_pcap_timed
+from wanreduce.spec.schedfile import load_schedule
+
+MINE = ["wanreduce.cli.emit", "wanreduce.cli.replay", "wanreduce.cli.merge", "wanreduce.cli.unpack",
+        "wanreduce.cli.verify"]
+NINE = ["AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO"]
+SCHEDULE = {"version": 1, "sites": NINE,
+            "rounds": [{"groups": [[0, 2, 4], [1, 3, 5], [6, 7, 8]]},
+                       {"groups": [[0, 1, 6], [2, 3, 7], [4, 5, 8]]}],
+            "params": {"memory_bytes": 16384, "chunk_bytes": 64, "topology": "nine-city"}}
+
+
+@pytest.fixture(autouse=True)
+def commands(monkeypatch):
+    # these tests exercise the real main() with only this file's commands, whatever else is registered
+    monkeypatch.setattr(cli, "COMMANDS", MINE)
+
+
+def run(capsys, *argv):
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def files(tmp_path):
+    sched = tmp_path / "s.json"
+    sched.write_text(json.dumps(SCHEDULE))
+    rng = np.random.default_rng(5)
+    grads = {name: rng.standard_normal((5, 9)).astype(np.float32) for name in NINE}
+    npz = tmp_path / "grads.npz"
+    np.savez(npz, **grads)
+    return tmp_path, sched, npz, [grads[n] for n in NINE]
+
+
+def payloads_of(path):
+    return [decode_frame(f)[3] for f in read_pcap(path)]
+
+
+def test_emit_then_loopback_udp_then_capture(capsys, files):
+    tmp, sched, npz, _ = files
+    out = tmp / "rank2.pcap"
+    code, text, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 3,
+                          "-o", out)
+    assert code == 0, err
+    assert "rank 2 (FRA): 9 CONTRIB frames, 3 of 3 rounds, 3 chunks of 45 fp32 elements" in text
+    sent = payloads_of(out)
+    assert len(sent) == 9
+    with Receiver(count=len(sent), timeout=20) as rx:
+        code, text, err = run(capsys, "replay", out, "--to", f"udp://127.0.0.1:{rx.port}", "--topspeed")
+    assert code == 0, err
+    assert text.startswith(f"udp://127.0.0.1:{rx.port}: 9 packets, {sum(map(len, sent))} bytes")
+    assert "packets/s" in text and "lateness" in text
+    got = [d for _, d, _ in rx.datagrams]
+    assert got == sent
+    # the capture as a pcap, read back like any other
+    capture = tmp / "capture.pcap"
+    write_pcap_timed(capture, *datagram_frames(rx.datagrams, port=rx.port))
+    assert payloads_of(capture) == sent
+    # emit straight to the socket, the model's 0.3 s of pacing played 1000 times faster
+    with Receiver(count=len(sent), timeout=20) as rx:
+        code, text, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 3,
+                              "--to", f"udp://127.0.0.1:{rx.port}", "--speed", 1000)
+    assert code == 0, err
+    assert [d for _, d, _ in rx.datagrams] == sent
+
+
+def golden_results(schedule, merged, rank):
+    period = [next((grp for grp in rnd if rank in grp), 0) for rnd in schedule.rounds]
+    agg = GoldenAggregator(rank=rank, jobs={0: period}, slots=64, members=3, slot_bytes=64, bank_bits={0: 5},
+                           destinations=[Destination("01:00:5e:57:53:04", "239.87.83.4"),
+                                         Destination("02:00:00:00:00:09", "10.0.0.9")])
+    out = [r for f in read_pcap(merged) for r in agg.feed_frame(f)]
+    return out, agg.counters
+
+
+def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
+    tmp, sched, npz, grads = files
+    pcaps = []
+    for rank in range(9):
+        pcaps.append(tmp / f"site{rank}.pcap")
+        code, _, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", rank, "--rounds", 3,
+                           "-o", pcaps[-1])
+        assert code == 0, err
+    merged = tmp / "merged" / "in4.pcap"
+    code, text, err = run(capsys, "merge", *pcaps, "--wan", "nine-city", "--rank", 4, "--schedule", sched,
+                          "-o", merged)
+    assert code == 0, err
+    # rank 4 is in a 3-member group in each of 3 rounds: 3 * 3 sites * 3 chunks reach it, 54 are others'
+    assert "27 frames from 9 captures" in text and "54 CONTRIBs of other groups left out" in text
+    times, frames = read_pcap_timed(merged)
+    assert np.all(np.diff(times) >= 0)
+    schedule = load_schedule(sched)
+    results, counters = golden_results(schedule, merged, 4)
+    assert counters["results"] == 9 and sum(v for k, v in counters.items()
+                                            if k not in ("results", "frames_in")) == 0
+    res = tmp / "results4.pcap"
+    write_pcap(res, results)
+    code, text, err = run(capsys, "verify", res, "--grads", npz, "--schedule", sched)
+    assert code == 0, err
+    assert "3 RESULT tensors (9 RESULTs) of sites [4], rounds 0..2: all bit-exact" in text
+    # what site 4's hosts hold after round 1, against the lead's reference model
+    arr = tmp / "r1.npy"
+    code, text, err = run(capsys, "unpack", res, "-o", arr, "--round", 1)
+    assert code == 0, err
+    want = run_reference(schedule, grads, rounds=2)[1][4]
+    assert np.array_equal(np.load(arr).view(np.uint32), want.view(np.uint32))
+    # a RESULT with one changed element fails verification, naming it
+    bad = [bytearray(f) for f in results]
+    h, _ = decode_payload(decode_frame(bytes(bad[6]))[3])
+    for f in bad:   # both destinations' copies, so the change is consistent
+        if f[42 + 8:42 + 16] == bad[6][42 + 8:42 + 16]:
+            f[42 + 32 + 4 * 3] ^= 0x80
+    write_pcap(tmp / "bad.pcap", [bytes(f) for f in bad], overwrite=True)
+    code, text, _ = run(capsys, "verify", tmp / "bad.pcap", "--grads", npz, "--schedule", sched)
+    assert code == 1
+    assert f"round {h['round']} element {h['chunk'] * 16 + 3}: got" in text and "1 problems" in text
+    # replay with the WAN's delays sends in the merged order
+    with Receiver(count=27, timeout=20) as rx:
+        code, _, err = run(capsys, "replay", tmp / "merged" / "in4.pcap", "--to", f"udp://127.0.0.1:{rx.port}",
+                           "--topspeed")
+    assert code == 0, err
+    assert [d for _, d, _ in rx.datagrams] == payloads_of(merged)
+    with Receiver(count=9, timeout=20) as rx:
+        code, _, err = run(capsys, "replay", pcaps[4], "--to", f"udp://127.0.0.1:{rx.port}", "--topspeed",
+                           "--wan", "nine-city", "--rank", 4)
+    assert code == 0, err
+    assert [d for _, d, _ in rx.datagrams] == payloads_of(pcaps[4])   # its own frames: no delay
+
+
+def one_line_error(capsys, command, *argv, match):
+    code, out, err = run(capsys, command, *argv)
+    assert code == 2, (out, err)
+    assert err.startswith(f"wanreduce {command}: error: ") and err.count("\n") == 1, err
+    assert match in err, err
+
+
+def test_emit_bad_inputs(capsys, files, tmp_path):
+    tmp, sched, npz, grads = files
+    base = ["--schedule", sched, "--grads", npz, "--rank", 1, "-o", tmp / "o.pcap"]
+    reordered = tmp / "rev.json"
+    reordered.write_text(json.dumps(SCHEDULE | {"sites": list(reversed(NINE))}))
+    one_line_error(capsys, "emit", *base[:1], reordered, *base[2:], match="another order")
+    foreign = tmp / "foreign.json"
+    foreign.write_text(json.dumps(SCHEDULE | {"sites": NINE[:8] + ["PAR"]}))
+    one_line_error(capsys, "emit", "--schedule", foreign, *base[2:], match="PAR are not in topology")
+    one_line_error(capsys, "emit", *base[:5], 9, *base[6:], match="--rank 9 is outside 0..8")
+    wrong_shape = tmp / "shape.npz"
+    by_name = dict(zip(NINE, grads, strict=True))
+    np.savez(wrong_shape, **by_name | {"LON": np.zeros(7, np.float32)})
+    one_line_error(capsys, "emit", *base[:3], wrong_shape, *base[4:], match="'LON' has shape (7,)")
+    wrong_type = tmp / "type.npz"
+    np.savez(wrong_type, **by_name | {"SEO": np.zeros((5, 9), np.int64)})
+    one_line_error(capsys, "emit", *base[:3], wrong_type, *base[4:], match="'SEO' is int64")
+    one_line_error(capsys, "emit", *base[:7], sched, match="also an input")
+    (tmp / "o.pcap").write_bytes(b"keep")
+    one_line_error(capsys, "emit", *base, match="exists; pass --force")
+    assert (tmp / "o.pcap").read_bytes() == b"keep"
+    one_line_error(capsys, "emit", *base[:6], "--to", "udp://127.0.0.1", match="is not udp://HOST:PORT")
+    code, _, _ = run(capsys, "emit", *base, "--force")
+    assert code == 0 and len(read_pcap(tmp / "o.pcap")) == 6
+
+
+def test_replay_merge_unpack_verify_bad_inputs(capsys, files):
+    tmp, sched, npz, _ = files
+    pcap = tmp / "a.pcap"
+    assert run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 0, "-o", pcap)[0] == 0
+    url = "udp://127.0.0.1:9"   # never reached: every call below fails before sending
+    one_line_error(capsys, "replay", pcap, "--to", url, "--wan", "nine-city", match="--wan needs --rank")
+    one_line_error(capsys, "replay", pcap, "--to", url, "--rank", 1, match="--rank needs --wan")
+    one_line_error(capsys, "replay", pcap, "--to", url, "--wan", "nine-city", "--rank", 9,
+                   match="--rank 9 is outside 0..8")
+    one_line_error(capsys, "replay", tmp / "none.pcap", "--to", url, match="no such file")
+    one_line_error(capsys, "merge", pcap, "--rank", 1, "-o", tmp / "m.pcap", match="--wan is required")
+    one_line_error(capsys, "merge", pcap, "--wan", "nine-city", "--rank", 1, "-o", pcap,
+                   match="also an input")
+    one_line_error(capsys, "unpack", pcap, "-o", tmp / "u.npy", match="holds no RESULT frames")
+    one_line_error(capsys, "verify", pcap, "--grads", npz, "--schedule", sched,
+                   match="holds no RESULT frames")
+    short = tmp / "short.npz"
+    np.savez(short, rank0=np.zeros(3, np.float32))
+    one_line_error(capsys, "verify", pcap, "--grads", short, "--schedule", sched,
+                   match="no gradients for BAR")
+    assert not (tmp / "u.npy").exists() and not (tmp / "m.pcap").exists()
