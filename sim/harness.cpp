@@ -3,10 +3,12 @@
 // Compiled once per DUT by wanreduce.sim.harness (which passes IN_BITS, OUT_BITS, HAS_RST and HAS_CTL on
 // the command line) and driven from Python. The DUT is built with `--prefix Vtop`, so the class name never
 // depends on the design. Ports: clk, [rst], i__payload/i__valid/i__ready, o__payload/o__valid/o__ready,
-// and optionally ctl__addr(16)/ctl__wdata(32)/ctl__we/ctl__re/ctl__rdata(32).
+// and optionally ctl__addr(16)/ctl__wdata(32)/ctl__we/ctl__re/ctl__rdata(32) and a trace output
+// trace__valid/trace__payload (up to 32 bits): every cycle of the streaming phase with trace__valid high is
+// recorded as (cycle, payload), for designs that expose internal events (e.g. a test wrapper's drop codes).
 //
 // Usage: harness KEY=VALUE ...   (in, out, n_in, seed, idle, bp, max_cycles, drain, reset_cycles,
-//                                  stamps_in, stamps_out, ctl_w, n_ctl_w, ctl_r, n_ctl_r)
+//                                  stamps_in, stamps_out, ctl_w, n_ctl_w, ctl_r, n_ctl_r, trace)
 // Prints one JSON object with the run's statistics on stdout.
 //
 // Timing per cycle: inputs for the cycle are set, then clk=0 + eval() settles combinational paths (so a
@@ -40,6 +42,9 @@
 #endif
 #ifndef HAS_CTL
 #define HAS_CTL 0
+#endif
+#ifndef HAS_TRACE
+#define HAS_TRACE 0
 #endif
 
 static constexpr size_t IN_BYTES = (IN_BITS + 7) / 8;
@@ -206,6 +211,10 @@ int main(int argc, char** argv) {
     uint64_t quiet_from = 0;  // last cycle with o__valid high, or when the input ran out
     bool timed_out = false;
     uint64_t first_in = UINT64_MAX, last_out = UINT64_MAX;
+    // Longest run of consecutive cycles in which a beat was offered and i__ready was low, and their total:
+    // what a sender behind the core waits in the worst case.
+    uint64_t stall_run = 0, max_stall = 0, stall_cycles = 0;
+    std::vector<uint64_t> trace;  // (cycle, payload) pairs
     uint8_t obuf[OUT_BYTES + 8];
     while (true) {
         if (!presenting && in_idx < n_in && rng_in.next() >= idle_thr) {
@@ -217,6 +226,18 @@ int main(int argc, char** argv) {
         top->clk = 0;
         top->eval();
         const bool in_fire = presenting && top->i___05Fready;
+        if (presenting && !top->i___05Fready) {
+            ++stall_cycles;
+            if (++stall_run > max_stall) max_stall = stall_run;
+        } else {
+            stall_run = 0;
+        }
+#if HAS_TRACE
+        if (top->trace___05Fvalid) {
+            trace.push_back(cycle);
+            trace.push_back(static_cast<uint64_t>(top->trace___05Fpayload));
+        }
+#endif
         if (top->o___05Fvalid) {
             quiet_from = cycle;
             if (top->o___05Fready) {
@@ -267,16 +288,18 @@ int main(int argc, char** argv) {
     top->final();
 
     write_file(str("out"), out.data(), out.size());
+    write_file(str("trace"), trace.data(), trace.size() * 8);
     if (stamps) {
         write_file(str("stamps_in"), in_stamp.data(), in_stamp.size() * 8);
         write_file(str("stamps_out"), out_stamp.data(), out_stamp.size() * 8);
     }
     const double secs = std::chrono::duration<double>(t1 - t0).count();
     std::printf("{\"cycles\": %" PRIu64 ", \"in_beats\": %" PRIu64 ", \"out_beats\": %zu, \"timed_out\": %s, "
-                "\"first_in\": %" PRId64 ", \"last_out\": %" PRId64 ", \"sim_seconds\": %.6f, \"ctl_reads\": [",
+                "\"first_in\": %" PRId64 ", \"last_out\": %" PRId64 ", \"sim_seconds\": %.6f, "
+                "\"max_stall\": %" PRIu64 ", \"stall_cycles\": %" PRIu64 ", \"ctl_reads\": [",
                 cycle, in_idx, out.size() / OUT_BYTES, timed_out ? "true" : "false",
                 first_in == UINT64_MAX ? (int64_t)-1 : (int64_t)first_in,
-                last_out == UINT64_MAX ? (int64_t)-1 : (int64_t)last_out, secs);
+                last_out == UINT64_MAX ? (int64_t)-1 : (int64_t)last_out, secs, max_stall, stall_cycles);
     for (size_t k = 0; k < ctl_reads.size(); ++k) std::printf("%s%u", k ? ", " : "", ctl_reads[k]);
     std::printf("]}\n");
     return 0;

@@ -13,7 +13,9 @@ DUT contract (Amaranth port names as they appear in Verilog):
 * output stream ``o__payload``, ``o__valid``, ``o__ready``;
 * optional control port ``ctl__addr`` (16), ``ctl__wdata`` (32), ``ctl__we``, ``ctl__re``,
   ``ctl__rdata`` (32, valid the cycle after ``re``). Writes happen one per cycle after reset and before
-  streaming; reads happen after the output has drained, one every two cycles.
+  streaming; reads happen after the output has drained, one every two cycles;
+* optional trace output ``trace__valid``, ``trace__payload`` (up to 32 bits): each cycle of the streaming
+  phase with ``trace__valid`` high is recorded, for test wrappers that bring internal events out.
 
 Record format (files and numpy arrays): one beat = the payload as a little-endian integer in
 ``ceil(width/8)`` bytes; bits above the width are ignored on input and zero on output.
@@ -22,7 +24,7 @@ API::
 
     from wanreduce.sim.harness import Harness, to_beats, from_beats
     h = Harness(component, top="dut")             # or Harness(verilog_text, top="dut"); builds once (cached)
-    h.in_width, h.out_width, h.in_bytes, h.out_bytes, h.has_ctl
+    h.in_width, h.out_width, h.in_bytes, h.out_bytes, h.has_ctl, h.has_trace
     out, stats = h.run(beats,                     # np.uint8 array (N, h.in_bytes), or bytes
                        idle_prob=0.3,             # chance per cycle of not offering the next beat
                        backpressure_prob=0.3,     # chance per cycle of o__ready low
@@ -31,7 +33,10 @@ API::
     out          -> np.uint8 array (M, h.out_bytes)
     stats.cycles, stats.in_beats, stats.out_beats, stats.timed_out, stats.ctl_reads, stats.sim_seconds,
     stats.first_in, stats.last_out (cycle numbers; -1 if none), stats.in_cycles / stats.out_cycles
-    (np.uint64 per beat, only with stamps=True). Cycle 0 is the first cycle of the streaming phase.
+    (np.uint64 per beat, only with stamps=True), stats.max_stall (longest run of cycles with a beat offered
+    and i__ready low), stats.stall_cycles (all such cycles), stats.trace / stats.trace_cycles (np.uint32
+    payloads and np.uint64 cycles of the trace events, only for a DUT with a trace port). Cycle 0 is the
+    first cycle of the streaming phase.
 
 The run ends when every input beat has been accepted and ``o__valid`` has stayed low for
 ``drain_cycles`` cycles, or at ``max_cycles`` (default ``10_000 + 64 * N``), in which case
@@ -53,6 +58,7 @@ __all__ = ["Harness", "RunStats", "HarnessError", "HarnessTimeout", "to_beats", 
 _SOURCE = Path(__file__).with_name("harness.cpp")
 _STREAM_PORTS = ("i__payload", "i__valid", "i__ready", "o__payload", "o__valid", "o__ready")
 _CTL_PORTS = {"ctl__addr": 16, "ctl__wdata": 32, "ctl__we": 1, "ctl__re": 1, "ctl__rdata": 32}
+_TRACE_PORTS = ("trace__valid", "trace__payload")
 _P32 = 1 << 32
 
 
@@ -80,8 +86,12 @@ class RunStats:
     last_out: int
     sim_seconds: float
     ctl_reads: list
+    max_stall: int = 0
+    stall_cycles: int = 0
     in_cycles: np.ndarray | None = field(default=None, repr=False)
     out_cycles: np.ndarray | None = field(default=None, repr=False)
+    trace: np.ndarray | None = field(default=None, repr=False)
+    trace_cycles: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def cycles_per_second(self):
@@ -124,6 +134,12 @@ class Harness:
             if name in ports and ports[name][1] != width:
                 raise HarnessError(f"Control port {name} of {top} is {ports[name][1]} bits, "
                                    f"expected {width}.")
+        trace = [p for p in _TRACE_PORTS if p in ports]
+        if trace and len(trace) != len(_TRACE_PORTS):
+            raise HarnessError(f"Module {top} has only part of the trace port ({', '.join(trace)}).")
+        if trace and (ports["trace__valid"][1] != 1 or not 1 <= ports["trace__payload"][1] <= 32):
+            raise HarnessError(f"The trace port of {top} must be a 1-bit trace__valid and a trace__payload "
+                               "of at most 32 bits.")
         self.top = top
         self.ports = ports
         self.in_width = ports["i__payload"][1]
@@ -132,8 +148,11 @@ class Harness:
         self.out_bytes = (self.out_width + 7) // 8
         self.has_ctl = bool(ctl)
         self.has_rst = "rst" in ports
+        self.has_trace = bool(trace)
         defines = (f"-DIN_BITS={self.in_width} -DOUT_BITS={self.out_width} "
                    f"-DHAS_RST={int(self.has_rst)} -DHAS_CTL={int(self.has_ctl)}")
+        if self.has_trace:
+            defines += " -DHAS_TRACE=1"
         source = _SOURCE.read_text()
 
         def do_build(out):
@@ -189,6 +208,8 @@ class Harness:
                 "idle": int(idle_prob * _P32), "bp": int(backpressure_prob * _P32),
                 "max_cycles": int(max_cycles), "drain": int(drain_cycles), "reset_cycles": int(reset_cycles),
             }
+            if self.has_trace:
+                args["trace"] = tmp / "trace.bin"
             if stamps:
                 args["stamps_in"] = tmp / "sin.bin"
                 args["stamps_out"] = tmp / "sout.bin"
@@ -212,6 +233,10 @@ class Harness:
             if stamps:
                 stats.in_cycles = np.fromfile(tmp / "sin.bin", dtype="<u8")
                 stats.out_cycles = np.fromfile(tmp / "sout.bin", dtype="<u8")
+            if self.has_trace:
+                pairs = np.fromfile(tmp / "trace.bin", dtype="<u8").reshape(-1, 2)
+                stats.trace_cycles = pairs[:, 0].copy()
+                stats.trace = pairs[:, 1].astype(np.uint32)
         if stats.timed_out and not allow_timeout:
             raise HarnessTimeout(f"The harness for {self.top} hit max_cycles={max_cycles} with "
                                  f"{stats.in_beats}/{n} beats accepted and {stats.out_beats} out.", stats)

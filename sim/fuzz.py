@@ -1,0 +1,762 @@
+"""Fuzzing the aggregator core: seeded random and mutated frames through the Verilated core, every frame's
+fate checked against an independent classifier, every RESULT against the golden aggregator.
+
+What a run does (:func:`run_fuzz`):
+
+1. **Fuzz phase.** ``n_frames`` inputs from :class:`FrameGen`: contributions of the site's groups in WAN
+   order (interleaved, some missing, duplicated, replayed late or sent ahead of the window), random tags at
+   the limits, and mutated frames: bit flips anywhere or in one layer, truncation and extension at every
+   layer (with and without the length fields fixed up), every header field at its limits, IPv4 options,
+   fragments, 802.1Q/802.1ad tags, other EtherTypes, lying IPv4/UDP length and ``count`` fields, splices
+   of two frames, and garbage between valid frames. Checksums are fixed up after most mutations so that the
+   mutation reaches the layer it targets instead of dying at a checksum.
+2. **Recovery phase.** Every chunk still live after the fuzz is completed with its missing contributions,
+   then complete chunks with fresh (job, round) tags are sent for every slot: all of them must complete and
+   their RESULTs must equal the golden model's, byte for byte (no slot was corrupted by the fuzz).
+
+The checks, each counted as a violation when it fails: the run ends (no hang: every input beat accepted and
+the output quiet before ``max_cycles``); the longest stretch of ``i.ready`` low while a beat is offered
+stays within :func:`ready_bound`; the core reports one event per frame and each frame's drop code (or
+"stored") and completion agree with :class:`~wanreduce.sim.fuzz_classify.Classifier`, frame for frame;
+every counter equals the classifier's tally and the golden aggregator's, and the counters add up to the
+frames in; the RESULTs equal the golden aggregator's (the golden model is the reference for sums, the
+classifier for drop codes).
+
+The core is wrapped in :class:`TracedCore`, which brings the slot table's per-packet event (drop code and
+completion) out on a ``trace`` port that the C++ harness records.
+
+API::
+
+    sim = FuzzSim(width=64, entry="frame")               # builds (cached)
+    report = run_fuzz(sim, n_frames=10_000, seed=1)
+    report.violations, report.frames, report.details, report.codes, report.mutations, report.max_stall
+"""
+
+import collections
+import dataclasses
+import random
+import struct
+
+import numpy as np
+from amaranth.hdl import Cat, Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..host import control
+from ..host.frames import build_frame, ones_complement_sum
+from ..host.golden import Destination, GoldenAggregator
+from ..hw.control import ControlSignature
+from ..hw.core import AggregatorCore
+from ..hw.layouts import Beat
+from ..spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERSION, Kind
+from .agg_driver import beats_to_packets, packets_to_beats
+from .fuzz_classify import CODES, Classifier
+from .harness import Harness
+
+__all__ = ["TracedCore", "FuzzSim", "Scenario", "FrameGen", "FuzzReport", "run_fuzz", "ready_bound",
+           "scenario_for", "MUTATIONS"]
+
+
+class TracedCore(wiring.Component):
+    """:class:`~wanreduce.hw.core.AggregatorCore` with the slot table's packet events on a ``trace`` port.
+
+    ``trace.valid`` is high for one cycle per packet that leaves the slot table's decision stage (one per
+    input frame, in input order) and ``trace.payload`` is its drop code (0: stored) in bits 0-4 and "it
+    completed a chunk" in bit 5. Test-only: the events are the ones the counters count, read from the slot
+    table inside the core, so the core itself needs no debug port.
+    """
+
+    def __init__(self, **params):
+        self.core = AggregatorCore(**params)
+        width = params["width"]
+        super().__init__({
+            "i": In(stream.Signature(Beat(width))),
+            "o": Out(stream.Signature(Beat(width))),
+            "ctl": In(ControlSignature()),
+            "trace": Out(wiring.Signature({"valid": Out(1), "payload": Out(6)})),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = self.core
+        wiring.connect(m, wiring.flipped(self.i), core.i)
+        wiring.connect(m, core.o, wiring.flipped(self.o))
+        wiring.connect(m, wiring.flipped(self.ctl), core.ctl)
+        st = core.slot_table
+        m.d.comb += [self.trace.valid.eq(st.ev_valid), self.trace.payload.eq(Cat(st.ev_code, st.ev_result))]
+        return m
+
+
+#: Core parameters of the fuzz builds: few slots and members so that slot conflicts (stale, ahead of the
+#: window, duplicates) are frequent, small member buffers so that ``too_large`` is easy to reach.
+_BUILD = {64: {"slots": 4, "members": 4, "slot_bytes": 64},
+          512: {"slots": 4, "members": 4, "slot_bytes": 128}}
+
+
+class FuzzSim:
+    """One :class:`TracedCore` build (cached on disk by its Verilog text), run through the C++ harness."""
+
+    def __init__(self, *, width, entry, dests=2, jobs=2, rounds=4, **params):
+        params = {**_BUILD.get(width, _BUILD[64]), **params}
+        self.params = dict(width=width, entry=entry, dests=dests, jobs=jobs, rounds=rounds, **params)
+        self.top = TracedCore(**self.params)
+        self.core = self.top.core
+        self.width, self.entry = width, entry
+        self.harness = Harness(self.top, top=f"agg_fuzz_w{width}_{entry}")
+
+
+@dataclasses.dataclass
+class Scenario:
+    """The site under test: its rank, the expected sets of its jobs (one schedule period each) and the
+    destinations of its RESULT frames."""
+
+    rank: int
+    jobs: dict
+    slots: int
+    members: int
+    slot_bytes: int
+    port: int = UDP_PORT
+    mac: str = "02:57:52:00:00:05"
+    ip: str = "10.87.82.5"
+    destinations: tuple = ()
+
+    def expected(self, job, round_):
+        period = self.jobs.get(job)
+        return period[round_ % len(period)] if period else 0
+
+
+def _bits(*ranks):
+    return sum(1 << r for r in ranks)
+
+
+def scenario_for(sim):
+    """The fixed site of the fuzz runs for a build: rank 5; job 0 with a period of three (ranks 0, 5, 63;
+    ranks 1, 5, 9, 40; a round in which the site waits) and job 0xFFFF with a period of two (a one-member
+    group, then ranks 2, 5, 17), so that the job id, rank and round-modulo limits are all in play."""
+    core = sim.core
+    jobs = {0: [_bits(0, 5, 63), _bits(1, 5, 9, 40), 0], 0xFFFF: [_bits(5), _bits(2, 5, 17)]}
+    return Scenario(rank=5, jobs=jobs,
+                    slots=core.slots, members=core.members, slot_bytes=core.slot_bytes,
+                    destinations=(Destination("02:00:00:00:00:0a", "10.1.0.1", 47001),
+                                  Destination("01:00:5e:57:53:07", "239.87.83.7")))
+
+
+def ready_bound(core):
+    """The longest ``i.ready``-low stretch the design allows while input is offered, without output
+    back-pressure: the slot table stalls only to claim a done slot whose buffers the reduce engine has not
+    finished reading, or when the completion queue is full. Either waits for at most the queue's chunks,
+    the one being reduced and the one just completed (``queue_depth + 2``), each taking at most ``g`` passes
+    of the adder ring per beat (``members × ring × words`` cycles, a pessimistic bound that ignores the
+    ring's overlap) and ``dests`` RESULT frames out of the fan-out, plus a few cycles of pipeline."""
+    words, ring = core.words, core.reduce.ring
+    result_beats = -(-(FRAME_OVERHEAD + HEADER_BYTES + core.slot_bytes) // (core.width // 8))
+    per_chunk = core.members * ring * words + core.dests * (result_beats + 2) + 16
+    return (core.queue_depth + 2) * per_chunk + core.slots + 16
+
+
+# --------------------------------------------------------------------------------------------------------
+# Frame generation.
+
+_HDR_FMT = "!HBBBBHIIHHHHQ"
+_FIELDS = ("magic", "version", "kind", "dtype", "flags", "job", "round", "chunk", "src", "group", "count",
+           "reserved", "bitmap")
+_SIZE = {0: 4, 1: 2, 2: 2}
+
+#: Header field limits tried by the ``field_limit`` mutation (values outside the field are masked).
+_LIMITS = {
+    "magic": [0, 0xFFFF, MAGIC ^ 1, MAGIC ^ 0x8000, 0x5257],
+    "version": [0, VERSION + 1, 0xFF],
+    "kind": [int(Kind.RESULT), 2, 0x80, 0xFF],
+    "dtype": [0, 1, 2, 3, 0xFF],
+    "flags": [0, 1, 2, 0x80, 0xFE, 0xFF],
+    "job": [0, 1, 0xFFFE, 0xFFFF],
+    "round": [0, 1, 2, 3, 0x7FFFFFFF, 0xFFFFFFFE, 0xFFFFFFFF],
+    "chunk": [0, 1, 3, 4, 0x7FFFFFFF, 0xFFFFFFFC, 0xFFFFFFFF],
+    "src": [0, 1, 5, 62, 63, 64, 0x7FFF, 0xFFFF],
+    "group": [0, 1, 0xFFFF],
+    "count": [0, 1, 0xFFFF],
+    "reserved": [1, 0x8000, 0xFFFF],
+    "bitmap": [0, 1, 1 << 63, (1 << 64) - 1],
+}
+
+
+def _elements(rng, dtype, count):
+    """Element bit patterns: mostly ordinary numbers, some zeros, infinities, NaNs and raw random bits."""
+    size = _SIZE[dtype]
+    raw = rng.integers(0, 1 << (8 * size), count, dtype=np.uint64)
+    vals = (rng.standard_normal(count) * 8).astype(np.float32)
+    if dtype == 0:
+        good = vals.view(np.uint32).astype(np.uint64)
+    elif dtype == 1:
+        good = vals.astype(np.float16).view(np.uint16).astype(np.uint64)
+    else:
+        good = (vals.view(np.uint32) >> 16).astype(np.uint64)
+    bits = np.where(rng.random(count) < 0.85, good, raw)
+    return bits.astype({4: "<u4", 2: "<u2"}[size]).tobytes()
+
+
+def _header(**fields):
+    return struct.pack(_HDR_FMT, *(fields[f] for f in _FIELDS))
+
+
+def _fields_of(payload):
+    return dict(zip(_FIELDS, struct.unpack_from(_HDR_FMT, payload), strict=True))
+
+
+def _fold(s):
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def _fix_ip(f):
+    """Recompute the IPv4 header checksum of the 20 bytes after a 14-byte Ethernet header, if present."""
+    if len(f) >= 34:
+        f[24:26] = b"\0\0"
+        f[24:26] = struct.pack("!H", ~_fold(int(ones_complement_sum(bytes(f[14:34]))[0])) & 0xFFFF)
+
+
+def _fix_udp(f):
+    """Recompute a nonzero UDP checksum over the bytes the IPv4 total length covers, with the pseudo-header
+    taking the UDP length field as it stands (lying or not)."""
+    if len(f) < 42 or f[40:42] == b"\0\0":
+        return
+    total = struct.unpack_from("!H", f, 16)[0]
+    seg = bytearray(f[34:14 + total] if 14 + total <= len(f) else f[34:])
+    seg[6:8] = b"\0\0"
+    pseudo = bytes(f[26:34]) + bytes([0, 17]) + bytes(f[38:40])
+    c = ~_fold(int(ones_complement_sum(pseudo + bytes(seg))[0])) & 0xFFFF
+    f[40:42] = struct.pack("!H", c or 0xFFFF)
+
+
+def _fix_lengths(f):
+    """Make the IPv4 total length and UDP length describe the frame as it now is (no padding)."""
+    if len(f) >= 42:
+        f[16:18] = struct.pack("!H", min(0xFFFF, len(f) - 14))
+        f[38:40] = struct.pack("!H", min(0xFFFF, len(f) - 34))
+
+
+class FrameGen:
+    """Seeded generator of one site's input: valid contributions in WAN order and mutated or garbage
+    inputs. ``entry`` is "frame" (Ethernet frames) or "payload" (bare UDP payloads). Each call of
+    :meth:`next` returns ``(bytes, label)``; the label names the mutation ("valid" and "replay" for
+    unmutated contributions)."""
+
+    def __init__(self, scenario, *, entry, seed, classifier, mutate_share=0.45, heal_every=50):
+        self.s = scenario
+        self.classifier = classifier
+        self.heal_every = heal_every
+        self.n = 0
+        self.entry = entry
+        self.py = random.Random(seed)
+        self.rng = np.random.default_rng(seed)
+        self.mutate_share = mutate_share
+        self.pending = []          # contributions of started chunks, sent in random order
+        self.sent = collections.deque(maxlen=64)
+        # Per job: the next (round, chunk) to start; job 0xFFFF runs near the top of the round range.
+        self.cursor = {0: [0, 0], 0xFFFF: [0xFFFFFFFF - 50_000, 0]}
+        self.chunks_per_round = 2 * scenario.slots
+
+    # Valid contributions.
+
+    def shape(self, tag):
+        """The (dtype, count) every member uses for a chunk (a function of the tag, as in a real job)."""
+        h = random.Random("/".join(map(str, tag)))
+        dtype = h.randrange(3)
+        cap = self.s.slot_bytes // _SIZE[dtype]
+        return dtype, (cap if h.random() < 0.2 else h.randint(1, cap))
+
+    def contrib(self, job, round_, chunk, src, *, shape=None, flags=None, group=None):
+        dtype, count = shape or self.shape((job, round_, chunk))
+        header = _header(magic=MAGIC, version=VERSION, kind=int(Kind.CONTRIB), dtype=dtype,
+                         flags=self.py.random() < 0.1 if flags is None else flags, job=job, round=round_,
+                         chunk=chunk, src=src, group=self.py.randrange(3) if group is None else group,
+                         count=count, reserved=0, bitmap=1 << src if src < 64 else 0)
+        return header + _elements(self.rng, dtype, count)
+
+    def wrap(self, payload, *, src=None, udp_checksum=None):
+        """A payload as the entry point takes it: framed as a host would (PROTOCOL.md), or as it is."""
+        if self.entry == "payload":
+            return payload
+        src = self.py.randrange(64) if src is None else src
+        csum = self.py.random() < 0.8 if udp_checksum is None else udp_checksum
+        return build_frame(payload, src_mac=f"02:57:52:00:00:{src:02x}", dst_mac="01:00:5e:57:52:00",
+                           src_ip=f"10.87.82.{src}", dst_ip="239.87.82.0", sport=self.s.port,
+                           dport=self.s.port, udp_checksum=csum)
+
+    def start_chunk(self):
+        """Queue the contributions of the next chunk of a job: every expected member, sometimes one left
+        out (the chunk stays live until recovery) or sent twice (a retransmission)."""
+        # A job whose rounds have reached the top of the 32-bit range has nothing newer to send.
+        job = self.py.choice([j for j in sorted(self.cursor) if self.cursor[j][0] < 0xFFFFFFFF])
+        cur = self.cursor[job]
+        round_, chunk = cur
+        cur[1] += 1
+        if cur[1] == self.chunks_per_round:
+            cur[:] = [round_ + 1, 0]
+        members = [r for r in range(64) if self.s.expected(job, round_) >> r & 1]
+        if self.py.random() < 0.05 and len(members) > 1:
+            members.remove(self.py.choice(members))
+        if self.py.random() < 0.1 and members:
+            members.append(self.py.choice(members))
+        for src in members:
+            self.pending.append((job, round_, chunk, src, None))
+
+    def valid(self):
+        while not self.pending:
+            self.start_chunk()
+        # Interleave: the first few pending contributions are equally likely to go next.
+        k = self.py.randrange(min(len(self.pending), 6))
+        job, round_, chunk, src, shape = self.pending.pop(k)
+        if self.py.random() < 0.02:     # a sender that disagrees about the chunk's dtype or count
+            shape = (self.py.randrange(3), self.py.randint(1, 4))
+        return self.wrap(self.contrib(job, round_, chunk, src, shape=shape), src=src)
+
+    def random_tag(self):
+        """A contribution with a tag and source from anywhere, limits included."""
+        job = self.py.choice([0, 0xFFFF, 1, 0x1234, self.py.randrange(1 << 16)])
+        near = self.cursor.get(job, [0, 0])[0]
+        rounds = [near, near - 1, near + 1, near + 5, 0]
+        # Job 0 stays in the lower half of the round range, so that after any fuzz it still has newer
+        # rounds for every slot; job 0xFFFF and unknown jobs go to the very top.
+        if job == 0:
+            rounds.append(self.py.randrange(1 << 31))
+        else:
+            rounds += [0xFFFFFFFF, 0xFFFFFFFF - self.py.randrange(64), self.py.randrange(1 << 32)]
+        round_ = self.py.choice(rounds) & 0xFFFFFFFF
+        chunk = self.py.choice([self.py.randrange(2 * self.s.slots), 0xFFFFFFFF, self.py.randrange(1 << 32)])
+        expected = self.s.expected(job, round_)
+        ranks = [r for r in range(64) if expected >> r & 1]
+        src = self.py.choice(ranks) if ranks and self.py.random() < 0.7 else self.py.choice([0, 63, 5,
+                                                                                              self.py.randrange(64)])
+        shape = None if self.py.random() < 0.8 else (self.py.randrange(3), self.py.randint(1, 8))
+        return self.wrap(self.contrib(job, round_, chunk, src, shape=shape), src=src)
+
+    # Mutations of a payload (both entry points) and of a frame (frame entry only).
+
+    def base_payload(self):
+        if self.pending and self.py.random() < 0.5:
+            job, round_, chunk, src, shape = self.pending[self.py.randrange(len(self.pending))]
+            return self.contrib(job, round_, chunk, src, shape=shape)
+        job = self.py.choice([0, 0xFFFF])
+        cur = self.cursor[job]
+        return self.contrib(job, cur[0], self.py.randrange(self.chunks_per_round), self.py.randrange(64))
+
+    def m_field_limit(self, p):
+        f = _fields_of(p)
+        name = self.py.choice(_FIELDS)
+        f[name] = self.py.choice(_LIMITS[name])
+        if name == "src" and self.py.random() < 0.5:
+            f["bitmap"] = (1 << f["src"]) & ((1 << 64) - 1) if f["src"] < 64 else 1 << (f["src"] & 63)
+        if name == "dtype" and f["dtype"] in _SIZE and self.py.random() < 0.5:
+            f["count"] = max(1, len(p[HEADER_BYTES:]) // _SIZE[f["dtype"]])
+        if name == "count" and self.py.random() < 0.6 and f["dtype"] in _SIZE:
+            # Resize the payload to match, so the count itself (too large, at the limit) is what is tested.
+            f["count"] = self.py.choice([1, self.s.slot_bytes // _SIZE[f["dtype"]],
+                                         self.s.slot_bytes // _SIZE[f["dtype"]] + 1, 0xFFFF // 64])
+            return _header(**f) + _elements(self.rng, f["dtype"], f["count"])
+        return _header(**f) + p[HEADER_BYTES:]
+
+    def m_lying_count(self, p):
+        f = _fields_of(p)
+        f["count"] = (f["count"] + self.py.choice([-2, -1, 1, 2, 0x8000])) & 0xFFFF
+        return _header(**f) + p[HEADER_BYTES:]
+
+    def m_payload_truncate(self, p):
+        cut = self.py.choice([self.py.randrange(HEADER_BYTES + 1), self.py.randrange(len(p) + 1), len(p) - 1])
+        return p[:max(0, cut)]
+
+    def m_payload_extend(self, p):
+        return p + bytes(self.rng.integers(0, 256, self.py.choice([1, 2, 4, self.py.randint(1, 64)]),
+                                           dtype=np.uint8))
+
+    def m_payload_flip(self, p):
+        b = bytearray(p)
+        hi = HEADER_BYTES if self.py.random() < 0.7 else len(b)
+        for _ in range(self.py.randint(1, 3)):
+            k = self.py.randrange(min(hi, len(b)))
+            b[k] ^= 1 << self.py.randrange(8)
+        return bytes(b)
+
+    def m_result(self, p):
+        f = _fields_of(p)
+        f["kind"] = int(Kind.RESULT)
+        f["bitmap"] = self.s.expected(f["job"], f["round"]) or f["bitmap"]
+        return _header(**f) + p[HEADER_BYTES:]
+
+    PAYLOAD_MUTATIONS = ("field_limit", "lying_count", "payload_truncate", "payload_extend", "payload_flip",
+                         "result")
+
+    def framed(self, p):
+        """Frame a mutated payload (frame entry) so that the mutation is what reaches the header parser."""
+        return bytearray(self.wrap(p))
+
+    def layer(self, f, *, whole=(0, None)):
+        """Byte range of one layer (Ethernet, IPv4, UDP, wanreduce header, elements) of frame ``f``, or
+        ``whole``; the whole frame when the chosen layer lies beyond its end."""
+        lo, hi = self.py.choice([(0, 14), (14, 34), (34, 42), (42, 42 + HEADER_BYTES),
+                                 (42 + HEADER_BYTES, len(f)), whole])
+        hi = len(f) if hi is None else min(hi, len(f))
+        return (lo, hi) if lo < hi else (0, len(f))
+
+    def m_flip(self, f):
+        lo, hi = self.layer(f)
+        for _ in range(self.py.randint(1, 4)):
+            k = self.py.randrange(lo, hi)
+            f[k] ^= 1 << self.py.randrange(8)
+        return f
+
+    def m_truncate(self, f):
+        lo, hi = self.layer(f, whole=(42, None))
+        del f[self.py.randrange(lo, hi):]
+        if len(f) >= 42 and self.py.random() < 0.6:
+            _fix_lengths(f)
+        return f
+
+    def m_extend(self, f):
+        tail = bytes(self.rng.integers(0, 256, self.py.choice([1, 2, 3, 8, self.py.randint(1, 200)]),
+                                       dtype=np.uint8))
+        f += tail
+        if self.py.random() < 0.5:
+            _fix_lengths(f)         # longer payload, lengths agreeing: the header's count does not
+        return f                    # else Ethernet padding, which must be ignored
+
+    def m_ip_field(self, f):
+        field = self.py.choice(["total", "udp_len", "ttl", "proto", "dport", "sport", "tos", "ident",
+                                "ethertype", "ver"])
+        if field == "total":
+            total = struct.unpack_from("!H", f, 16)[0]
+            value = self.py.choice([0, 20, 27, 28, 29, total - 1, total + 1, total + 100, 0xFFFF])
+            f[16:18] = struct.pack("!H", value & 0xFFFF)
+        elif field == "udp_len":
+            udp = struct.unpack_from("!H", f, 38)[0]
+            f[38:40] = struct.pack("!H", self.py.choice([0, 7, 8, 9, udp - 1, udp + 1, 0xFFFF]) & 0xFFFF)
+        elif field == "ttl":
+            f[22] = self.py.choice([0, 1, 255])
+        elif field == "proto":
+            f[23] = self.py.choice([0, 6, 16, 18, 255])
+        elif field == "dport":
+            f[36:38] = struct.pack("!H", self.py.choice([0, self.s.port - 1, self.s.port + 1, 0xFFFF]))
+        elif field == "sport":
+            f[34:36] = struct.pack("!H", self.py.choice([0, 0xFFFF]))
+        elif field == "tos":
+            f[15] = self.py.choice([0xFF, 0x01])
+        elif field == "ident":
+            f[18:20] = b"\xff\xff"
+        elif field == "ethertype":
+            f[12:14] = struct.pack("!H", self.py.choice([0x86DD, 0x0806, 0x0801, 0x0000, 0xFFFF, 0x8100]))
+        else:
+            f[14] = self.py.choice([0x44, 0x55, 0x65, 0x05, 0xF5, 0x46])
+        return f
+
+    def m_ip_options(self, f):
+        ihl = self.py.randint(6, 15)
+        options = bytes([1] * ((ihl - 5) * 4))              # NOPs
+        f[14] = 0x40 | ihl
+        f[34:34] = options
+        total = struct.unpack_from("!H", f, 16)[0] + len(options)
+        f[16:18] = struct.pack("!H", total & 0xFFFF)
+        return f
+
+    def m_fragment(self, f):
+        frag = self.py.choice([0x2000, 0x0001, 0x2001, 0x1FFF, 0x3FFF, 0x00B9])
+        if self.py.random() < 0.3:
+            frag |= 0x4000                                   # DF alongside is still a fragment
+        f[20:22] = struct.pack("!H", frag)
+        return f
+
+    def m_vlan(self, f):
+        tpid = self.py.choice([0x8100, 0x88A8, 0x9100])
+        f[12:12] = struct.pack("!HH", tpid, self.py.randrange(1 << 16))
+        return f
+
+    def m_udp_csum(self, f):
+        if self.py.random() < 0.5:
+            f[40:42] = b"\0\0"                              # "not computed": accepted
+        else:
+            f[40:42] = b"\xff\xff" if f[40:42] != b"\xff\xff" else b"\xff\xfe"
+        return f
+
+    def m_splice(self, f):
+        other = bytearray(self.wrap(self.base_payload()))
+        cut = self.py.randrange(len(f))
+        return f[:cut] + other[self.py.randrange(len(other)):]
+
+    FRAME_MUTATIONS = ("flip", "truncate", "extend", "ip_field", "ip_options", "fragment", "vlan", "udp_csum",
+                       "splice")
+    _NO_FIX = {"udp_csum"}
+
+    def garbage(self):
+        """Noise between valid frames: random bytes, or a believable frame start followed by noise."""
+        n = self.py.choice([self.py.randint(0 if self.entry == "payload" else 1, 64),
+                            self.py.randint(1, 300)])
+        noise = bytes(self.rng.integers(0, 256, n, dtype=np.uint8))
+        if self.entry == "frame" and self.py.random() < 0.4:
+            return bytes(self.wrap(self.base_payload())[:self.py.randint(0, 60)]) + noise
+        if self.entry == "payload" and self.py.random() < 0.4:
+            return struct.pack("!HBB", MAGIC, VERSION, 0) + noise
+        return noise
+
+    def mutated(self):
+        p = self.base_payload()
+        pool = self.PAYLOAD_MUTATIONS + (self.FRAME_MUTATIONS if self.entry == "frame" else ())
+        names = [self.py.choice(pool)]
+        if self.py.random() < 0.15:
+            names.append(self.py.choice(pool))
+        data = p
+        framed = False
+        for name in names:
+            if name in self.PAYLOAD_MUTATIONS and not framed:
+                if len(data) >= HEADER_BYTES:   # a second mutation after a truncation may find no header
+                    data = getattr(self, f"m_{name}")(data)
+                continue
+            if not framed:
+                data, framed = self.framed(data), True
+            if name in self.PAYLOAD_MUTATIONS:  # a header mutation after a frame one: bytes 42.. in place
+                payload = bytes(data[42:])
+                if len(payload) >= HEADER_BYTES:
+                    new = getattr(self, f"m_{name}")(payload)
+                    data = data[:42] + bytearray(new)
+                continue
+            if len(data) < 42:
+                data += bytes(42 - len(data))
+            data = getattr(self, f"m_{name}")(data)
+            # Fix the checksums most of the time so that the mutation, not a checksum, decides the drop.
+            if name not in self._NO_FIX and self.py.random() < 0.75:
+                _fix_ip(data)
+                if self.py.random() < 0.8:
+                    _fix_udp(data)
+        if not framed:
+            data = self.wrap(data)
+        return bytes(data), "+".join(names)
+
+    def next(self):
+        """One input for the fuzz phase: ``(bytes, label)``."""
+        self.n += 1
+        if self.n % self.heal_every == 0:
+            self.heal()
+        r = self.py.random()
+        if r < self.mutate_share:
+            return self.mutated()
+        if r < self.mutate_share + 0.05:
+            return self.garbage(), "garbage"
+        if r < self.mutate_share + 0.09 and self.sent:
+            return self.py.choice(self.sent), "replay"
+        if r < self.mutate_share + 0.14:
+            data = self.random_tag()
+            self.sent.append(data)
+            return data, "random_tag"
+        data = self.valid()
+        self.sent.append(data)
+        return data, "valid"
+
+    def _missing(self):
+        """Contributions that complete every chunk live in the classifier's slots."""
+        out = []
+        for slot in self.classifier.slots:
+            if slot is None or slot[0] != "live":
+                continue
+            _, (job, round_, chunk), seen, dtype, count = slot
+            expected = self.s.expected(job, round_)
+            out += [(job, round_, chunk, src, (dtype, count)) for src in range(64)
+                    if expected >> src & 1 and not seen >> src & 1]
+        return out
+
+    def _newer_round(self, job, floor):
+        """The first round above ``floor`` in which job ``job`` expects someone, or None past 2**32 - 1."""
+        for round_ in range(floor + 1, floor + 1 + len(self.s.jobs[job])):
+            if round_ > 0xFFFFFFFF:
+                return None
+            if self.s.expected(job, round_):
+                return round_
+        return None
+
+    def heal(self):
+        """What senders do eventually: retransmit until every live chunk completes, and move on past
+        rounds that the slots already hold (so the WAN-order traffic keeps reaching the slots)."""
+        queued = set(self.pending)
+        self.pending[:0] = [item for item in self._missing() if item not in queued]
+        for slot in self.classifier.slots:
+            if slot is not None and slot[1][0] in self.cursor:
+                job, round_, _ = slot[1]
+                cur = self.cursor[job]
+                # Senders follow a slot a little ahead of them; one far ahead (a tag at the limits) only
+                # makes their later chunks in that slot stale.
+                if cur[0] <= round_ < cur[0] + 1000:
+                    cur[:] = [round_ + 1, 0]
+
+    def recovery(self, *, passes=2):
+        """Inputs that complete every live chunk (the missing members, with the chunk's dtype and count),
+        then ``passes`` complete chunks with fresh tags in every slot, for each job whose rounds are not
+        exhausted in that slot: ``(inputs, number of fresh chunks, slots no job could use)``."""
+        out = [self.wrap(self.contrib(job, round_, chunk, src, shape=shape), src=src)
+               for job, round_, chunk, src, shape in self._missing()]
+        held = [slot[1] if slot is not None else None for slot in self.classifier.slots]
+        fresh, wedged = 0, 0
+        for _ in range(passes):
+            for index, tag in enumerate(held):
+                used = False
+                for job in sorted(self.s.jobs):
+                    floor = self.cursor[job][0]
+                    if tag is not None and tag[0] == job:
+                        floor = max(floor, tag[1])
+                    round_ = self._newer_round(job, floor)
+                    if round_ is None:
+                        continue
+                    members = [r for r in range(64) if self.s.expected(job, round_) >> r & 1]
+                    self.py.shuffle(members)
+                    out += [self.wrap(self.contrib(job, round_, index, src), src=src) for src in members]
+                    fresh += 1
+                    tag, used = (job, round_, index), True
+                wedged += not used
+                held[index] = tag
+        return out, fresh, wedged
+
+
+# --------------------------------------------------------------------------------------------------------
+# Running and checking.
+
+@dataclasses.dataclass
+class FuzzReport:
+    """The outcome of one :func:`run_fuzz`: ``violations`` (0 when every check passed) with ``details``
+    (one line per failed check, the first few frame disagreements with their bytes), ``frames`` in,
+    ``codes`` (how often each drop code, 0 = stored, was seen), ``mutations`` (inputs per label),
+    ``results`` (chunks completed), ``max_stall`` and ``bound`` (cycles of ``i.ready`` low)."""
+
+    frames: int = 0
+    violations: int = 0
+    details: list = dataclasses.field(default_factory=list)
+    codes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    mutations: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    results: int = 0
+    wedged: int = 0
+    max_stall: int = 0
+    bound: int = 0
+    cycles: int = 0
+    sim_seconds: float = 0.0
+
+    def add(self, other):
+        self.frames += other.frames
+        self.violations += other.violations
+        self.details += other.details
+        self.codes.update(other.codes)
+        self.mutations.update(other.mutations)
+        self.results += other.results
+        self.wedged += other.wedged
+        self.max_stall = max(self.max_stall, other.max_stall)
+        self.bound = max(self.bound, other.bound)
+        self.cycles += other.cycles
+        self.sim_seconds += other.sim_seconds
+        return self
+
+
+def _fail(report, message):
+    report.violations += 1
+    if len(report.details) < 20:
+        report.details.append(message)
+
+
+def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
+    """One seeded fuzz run of ``n_frames`` inputs plus the recovery phase; see the module docstring.
+
+    No output back-pressure: the ready bound is a statement about the core, not about a stalled
+    receiver. Idle cycles between beats (``idle_prob``) vary the timing of arrivals.
+    """
+    s = scenario_for(sim)
+    classifier = Classifier(jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port)
+    gen = FrameGen(s, entry=sim.entry, seed=seed, classifier=classifier)
+    feed = classifier.frame if sim.entry == "frame" else classifier.payload
+    inputs, want_codes = [], []
+    report = FuzzReport()
+    for _ in range(n_frames):
+        data, label = gen.next()
+        inputs.append(data)
+        report.mutations[label] += 1
+        want_codes.append(feed(data))
+    tail, fresh, wedged = gen.recovery()
+    report.wedged = wedged
+    n_fuzz = len(inputs)
+    for data in tail:
+        inputs.append(data)
+        want_codes.append(feed(data))
+    report.mutations["recovery"] += len(tail)
+    report.frames = len(inputs)
+
+    golden = GoldenAggregator(rank=s.rank, jobs=s.jobs, slots=s.slots, members=s.members,
+                              slot_bytes=s.slot_bytes, mac=s.mac, ip=s.ip, port=s.port,
+                              destinations=s.destinations)
+    golden_feed = golden.feed_frame if sim.entry == "frame" else golden.feed_payload
+    want_out = []
+    for data in inputs:
+        want_out += golden_feed(data)
+
+    c = sim.core
+    writes = control.config_writes(rank=s.rank, jobs=s.jobs, destinations=s.destinations, mac=s.mac, ip=s.ip,
+                                   port=s.port, max_jobs=c.jobs, rounds=c.rounds, members=c.members,
+                                   max_dests=c.dests)
+    beats = packets_to_beats(inputs, sim.width)
+    reads = control.counter_reads()
+    out, stats = sim.harness.run(beats, idle_prob=idle_prob, seed=seed, ctl_writes=writes, ctl_reads=reads,
+                                 drain_cycles=4096, max_cycles=50_000 + 64 * len(beats), allow_timeout=True)
+    report.cycles, report.sim_seconds = stats.cycles, stats.sim_seconds
+    report.max_stall, report.bound = stats.max_stall, ready_bound(c)
+
+    if stats.timed_out:
+        _fail(report, f"seed {seed}: hang: {stats.in_beats}/{len(beats)} beats accepted by cycle "
+                      f"{stats.cycles}")
+    if stats.max_stall > report.bound:
+        _fail(report, f"seed {seed}: i.ready low for {stats.max_stall} cycles, bound {report.bound}")
+
+    # Frame for frame: drop code and completion against the classifier.
+    got = [(int(v) & 31, bool(int(v) >> 5 & 1)) for v in stats.trace]
+    if len(got) != len(inputs):
+        _fail(report, f"seed {seed}: {len(got)} packet events for {len(inputs)} frames")
+    shown = 0
+    for k, (want, have) in enumerate(zip(want_codes, got, strict=False)):
+        report.codes[want[0]] += 1
+        if want != have:
+            report.violations += 1
+            if shown < max_details:
+                shown += 1
+                report.details.append(
+                    f"seed {seed} frame {k} ({'recovery' if k >= n_fuzz else 'fuzz'}): expected "
+                    f"{_name(want)}, core {_name(have)}; bytes {inputs[k].hex()}")
+    report.results = classifier.tally["results"]
+
+    counters = control.decode_counters(stats.ctl_reads)
+    want_counters = {"frames_in": len(inputs), "results": classifier.tally["results"],
+                     **{name: classifier.tally[name] for name in CODES.values()}}
+    if counters != want_counters:
+        diff = {k: (v, counters.get(k)) for k, v in want_counters.items() if counters.get(k) != v}
+        _fail(report, f"seed {seed}: counters (classifier, core) differ: {diff}")
+    if counters != golden.counters:
+        diff = {k: (golden.counters[k], counters.get(k)) for k in golden.counters
+                if counters.get(k) != golden.counters[k]}
+        _fail(report, f"seed {seed}: counters (golden, core) differ: {diff}")
+    stored = sum(1 for code, _ in got if code == 0)
+    if sum(counters[name] for name in CODES.values()) + stored != counters["frames_in"]:
+        _fail(report, f"seed {seed}: drop counters + {stored} stored != frames_in {counters['frames_in']}")
+
+    # Sums: every RESULT against the golden model, and the fresh chunks after the fuzz all complete.
+    packets = beats_to_packets(out, sim.width)
+    if packets != want_out:
+        first = next((k for k, (a, b) in enumerate(zip(packets, want_out, strict=False)) if a != b),
+                     min(len(packets), len(want_out)))
+        _fail(report, f"seed {seed}: RESULTs differ from the golden model ({len(packets)} sent, "
+                      f"{len(want_out)} expected, first difference at {first})")
+    fresh_done = sum(1 for _, done in want_codes[n_fuzz:] if done)
+    live_left = sum(1 for slot in classifier.slots if slot is not None and slot[0] == "live")
+    per_result = len(s.destinations) if sim.entry == "frame" else 1
+    if live_left or fresh_done < fresh or len(want_out) != per_result * golden.counters["results"]:
+        _fail(report, f"seed {seed}: recovery left {live_left} chunks live and completed {fresh_done} "
+                      f"chunks (at least {fresh} fresh ones expected)")
+    return report
+
+
+def _name(pair):
+    code, done = pair
+    return ("stored" if code == 0 else f"{code} {CODES.get(code, '?')}") + (" +RESULT" if done else "")
+
+
+#: The mutation labels a run can produce (frame entry), for coverage checks.
+MUTATIONS = FrameGen.PAYLOAD_MUTATIONS + FrameGen.FRAME_MUTATIONS
