@@ -155,7 +155,8 @@ def parse_udp_url(text):
 
 @dataclass(frozen=True)
 class ReplayStats:
-    """What :func:`send_datagrams` did: lateness is how long after its due time each datagram left."""
+    """What :func:`send_datagrams` did: lateness is how long after its due time each datagram left (NaN when
+    they were sent back to back)."""
 
     packets: int
     bytes: int
@@ -169,8 +170,11 @@ class ReplayStats:
         return self.packets / self.seconds if self.seconds > 0 else math.inf
 
     def summary(self):
-        return (f"{self.packets} packets, {self.bytes} bytes in {self.seconds:.3f} s "
-                f"({self.packets_per_s:,.0f} packets/s); lateness mean {self.late_mean_s * 1e6:.0f} us, "
+        text = (f"{self.packets} packets, {self.bytes} bytes in {self.seconds:.3f} s "
+                f"({self.packets_per_s:,.0f} packets/s)")
+        if math.isnan(self.late_mean_s):
+            return text + "; back to back, no due times"
+        return (text + f"; lateness mean {self.late_mean_s * 1e6:.0f} us, "
                 f"p99 {self.late_p99_s * 1e6:.0f} us, max {self.late_max_s * 1e6:.0f} us")
 
 
@@ -194,8 +198,11 @@ def send_datagrams(payloads, times, address, *, speed=1.0, clock=time.perf_count
         raise WanreduceError(f"cannot resolve {address[0]}: {exc.strerror}") from None
     late = np.zeros(n)
     sent_bytes = 0
+    target = infos[0][4]
+    # not connected: an ICMP "port unreachable" from a receiver that is not listening yet must not end the
+    # replay (a connected socket reports it on the next send)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.connect(infos[0][4])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
         start = clock()
         for i, p in enumerate(payloads):
             wait = due[i] - (clock() - start)
@@ -203,17 +210,18 @@ def send_datagrams(payloads, times, address, *, speed=1.0, clock=time.perf_count
                 sleep(wait)
             now = clock() - start
             try:
-                sock.send(p)
+                sock.sendto(p, target)
             except OSError as exc:
                 raise WanreduceError(f"sending datagram {i} ({len(p)} bytes) to {address[0]}:{address[1]} "
                                      f"failed: {exc.strerror or exc}") from None
             late[i] = max(0.0, now - due[i])
             sent_bytes += len(p)
         elapsed = clock() - start
-    return ReplayStats(packets=n, bytes=sent_bytes, seconds=elapsed,
-                       late_mean_s=float(late.mean()) if n else 0.0,
-                       late_p99_s=float(np.percentile(late, 99)) if n else 0.0,
-                       late_max_s=float(late.max()) if n else 0.0)
+    if speed is None or not n:  # back to back: nothing is due at any particular time
+        return ReplayStats(packets=n, bytes=sent_bytes, seconds=elapsed, late_mean_s=math.nan,
+                           late_p99_s=math.nan, late_max_s=math.nan)
+    return ReplayStats(packets=n, bytes=sent_bytes, seconds=elapsed, late_mean_s=float(late.mean()),
+                       late_p99_s=float(np.percentile(late, 99)), late_max_s=float(late.max()))
 
 
 class Receiver:
@@ -384,4 +392,12 @@ def check_results(schedule, grads, sets, *, limit=20):
                             f"want {int(want[i]):#0{width + 2}x}")
         if len(bad) > limit:
             problems.append(f"{where}: {len(bad) - limit} more elements differ")
+    # a round missing between the first and last one a site reported, where it was in a group, is lost
+    for site in sorted({s.site for s in sets if s.site < schedule.n}):
+        for job in sorted({s.job for s in sets if s.site == site}):
+            seen = {s.round for s in sets if s.site == site and s.job == job}
+            for r in range(min(seen), max(seen)):
+                if r not in seen and any(site in grp for grp in schedule.rounds[r % schedule.period]):
+                    problems.append(f"site {schedule.sites[site]} (rank {site}) job {job} round {r}: "
+                                    "no RESULTs, though the site is in a group")
     return len(sets), problems

@@ -212,3 +212,7 @@ def test_emitted_schedule_through_golden_aggregators_verifies(dtype):
     _, problems = check_results(SCHEDULE, grads, collect_results(payloads)[0])
     want_elem = h["chunk"] * (64 // dtype.size)
     assert len(problems) == 1 and f"round {h['round']} element {want_elem}:" in problems[0]
+    # a whole round missing in the middle is reported too
+    sets, _ = collect_results(udp_payloads(results))
+    _, problems = check_results(SCHEDULE, grads, [s for s in sets if not (s.site == 3 and s.round == 1)])
+    assert problems == ["site LAX (rank 3) job 0 round 1: no RESULTs, though the site is in a group"]
