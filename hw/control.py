@@ -1,8 +1,12 @@
 """Control port: configuration registers, the schedule-table write path, counters and their read-out.
 
-The register map is defined once, in :mod:`wanreduce.host.control` (documented in ``docs/control.md``).
+The register map is defined once, in :mod:`wanreduce.spec.regmap` (documented in ``docs/control.md``).
 Writes take effect the cycle after ``we``; reads return ``rdata`` the cycle after ``re``. Counters count
 events from the slot table's commit stage (at most one packet per cycle) and wrap at 32 bits.
+
+A schedule entry is written as its low bitmap word, then its high word; the high-word write stores the
+64-bit bitmap together with the summation-order shadow (``ORDER_BASE + w``, four rank bytes per word, of
+which the first ``members`` bytes are kept) as they are at that moment.
 """
 
 from amaranth.hdl import Const, Module, Signal
@@ -10,7 +14,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec import regmap as regs
-from ..spec.protocol import UDP_PORT
+from ..spec.protocol import MAX_RANKS, UDP_PORT
+from .schedule_table import BANK_BITS
 
 __all__ = ["ControlSignature", "Control"]
 
@@ -26,12 +31,20 @@ class ControlSignature(wiring.Signature):
 
 
 class Control(wiring.Component):
-    """Register file of the core. ``params`` are the read-only build parameters (name → value)."""
+    """Register file of the core. ``slots`` (S) sets the bank registers' reset value log2 S, ``members``
+    (G_max) how many ranks of the order shadow reach the table; ``params`` are the read-only build
+    parameters (name → value)."""
 
-    def __init__(self, *, jobs, rounds, dests, params, port=UDP_PORT):
+    def __init__(self, *, jobs, rounds, dests, slots, members, params, port=UDP_PORT):
         if rounds & (rounds - 1) or jobs & (jobs - 1):
             raise ValueError("The job and round capacities of the schedule table must be powers of two.")
+        if slots < 1 or slots & (slots - 1):
+            raise ValueError(f"The slot count must be a power of two, not {slots}.")
+        if not 1 <= members <= MAX_RANKS:
+            raise ValueError(f"The members per slot must be in 1..{MAX_RANKS}, not {members}.")
         self.jobs, self.rounds, self.dests = jobs, rounds, dests
+        self.slots, self.members = slots, members
+        self.order_words = -(-members // regs.ORDER_PER_WORD)
         self.params = dict(params)
         self.port_init = port
         super().__init__({
@@ -39,9 +52,11 @@ class Control(wiring.Component):
             "rank": Out(6), "port": Out(16, init=port), "mac": Out(48), "ip": Out(32),
             "ndest": Out(range(dests + 1)),
             "job_id": Out(16).array(jobs), "job_period": Out(range(rounds + 1)).array(jobs),
+            "job_bank": Out(BANK_BITS, init=(slots - 1).bit_length()).array(jobs),
             "dest_mac": Out(48).array(dests), "dest_ip": Out(32).array(dests),
             "dest_port": Out(16).array(dests),
-            "sched_addr": Out(range(jobs * rounds)), "sched_data": Out(64), "sched_en": Out(1),
+            "sched_addr": Out(range(jobs * rounds)), "sched_data": Out(64),
+            "sched_order": Out(8).array(members), "sched_en": Out(1),
             "ev_valid": In(1), "ev_code": In(5), "ev_result": In(1),
             "in_beat": In(1), "out_beat": In(1), "reduce_read": In(1), "reduce_active": In(1),
         })
@@ -52,6 +67,11 @@ class Control(wiring.Component):
         counters = [Signal(32, name=f"cnt_{name}") for name in regs.COUNTER_NAMES]
         perf = [Signal(32, name=f"perf_{name}") for name in regs.PERF_NAMES]
         sched_lo = Signal(32)
+        none_word = int.from_bytes(bytes([regs.ORDER_NONE]) * regs.ORDER_PER_WORD, "little")
+        order = [Signal(32, init=none_word, name=f"order{w}") for w in range(self.order_words)]
+        for k in range(self.members):
+            w, b = divmod(k, regs.ORDER_PER_WORD)
+            m.d.comb += self.sched_order[k].eq(order[w][8 * b: 8 * b + 8])
 
         # Events. Counters are zeroed by a write to REG_CLEAR, which wins over a same-cycle event.
         clear = c.we & (c.addr == regs.REG_CLEAR) & c.wdata[0]
@@ -97,6 +117,12 @@ class Control(wiring.Component):
                         m.d.sync += self.job_id[j].eq(c.wdata)
                     with m.Case(regs.JOB_BASE + regs.JOB_STRIDE * j + 1):
                         m.d.sync += self.job_period[j].eq(c.wdata)
+                    with m.Case(regs.JOB_BASE + regs.JOB_STRIDE * j + regs.JOB_BANK_OFFSET):
+                        m.d.sync += self.job_bank[j].eq(c.wdata)
+                # Words past the members the table keeps are accepted and ignored.
+                for w in range(self.order_words):
+                    with m.Case(regs.ORDER_BASE + w):
+                        m.d.sync += order[w].eq(c.wdata)
                 for d in range(self.dests):
                     base = regs.DEST_BASE + regs.DEST_STRIDE * d
                     with m.Case(base):
@@ -121,6 +147,9 @@ class Control(wiring.Component):
         for j in range(self.jobs):
             values[regs.JOB_BASE + regs.JOB_STRIDE * j] = self.job_id[j]
             values[regs.JOB_BASE + regs.JOB_STRIDE * j + 1] = self.job_period[j]
+            values[regs.JOB_BASE + regs.JOB_STRIDE * j + regs.JOB_BANK_OFFSET] = self.job_bank[j]
+        for w in range(self.order_words):
+            values[regs.ORDER_BASE + w] = order[w]
         for d in range(self.dests):
             base = regs.DEST_BASE + regs.DEST_STRIDE * d
             values.update({base: self.dest_mac[d][32:], base + 1: self.dest_mac[d][:32],

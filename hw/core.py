@@ -6,7 +6,8 @@
          (frame entry)                                      │ completions (FIFO)      ║ rd
                                                             └──────────────► Reduce ◄─╝
     o ◄─ Fanout (frame entry) ◄─ ResultBuilder ◄────────────────────────────────┘
-    ctl ─► Control: registers, schedule-table writes, counters (events from SlotTable)
+    ctl ─► Control: registers, schedule-table writes (bitmap, summation order), job entries (id, period,
+           round-bank bits), counters (events from SlotTable)
 
 ``entry="frame"`` takes Ethernet frames and sends one RESULT frame per configured destination;
 ``entry="payload"`` takes bare UDP payloads (behind a vendor UDP stack) and sends one bare RESULT payload.
@@ -58,7 +59,7 @@ class AggregatorCore(wiring.Component):
         self.slot_table = SlotTable(width=width, slots=slots, members=members, slot_bytes=slot_bytes)
         self.reduce = Reduce(width=width, slots=slots, members=members, words=self.words, stages=adder_stages,
                              adder=adder, formats=formats)
-        self.schedule = ScheduleTable(width=width, members=members, jobs=jobs, rounds=rounds,
+        self.schedule = ScheduleTable(width=width, members=members, slots=slots, jobs=jobs, rounds=rounds,
                                       mod_stages=mod_stages)
         self.queue_depth = queue_depth
         #: Bytes of reorder-buffer memory (S × G_max × words × W/8).
@@ -75,7 +76,8 @@ class AggregatorCore(wiring.Component):
         params = {"width": W, "slots": self.slots, "members": self.members, "slot_bytes": self.slot_bytes,
                   "entry": 0 if self.entry == "frame" else 1}
         m.submodules.control = ctl = Control(jobs=self.jobs, rounds=self.rounds, dests=self.dests,
-                                             params=params, port=self.port)
+                                             slots=self.slots, members=self.members, params=params,
+                                             port=self.port)
         wiring.connect(m, wiring.flipped(self.ctl), ctl.ctl)
 
         m.submodules.header = header = HeaderParser(width=W, slot_bytes=self.slot_bytes)
@@ -97,9 +99,12 @@ class AggregatorCore(wiring.Component):
         m.submodules.schedule = sched = self.schedule
         wiring.connect(m, header.o, sched.i)
         for j in range(self.jobs):
-            m.d.comb += [sched.job_id[j].eq(ctl.job_id[j]), sched.job_period[j].eq(ctl.job_period[j])]
+            m.d.comb += [sched.job_id[j].eq(ctl.job_id[j]), sched.job_period[j].eq(ctl.job_period[j]),
+                         sched.job_bank[j].eq(ctl.job_bank[j])]
         m.d.comb += [sched.sched_addr.eq(ctl.sched_addr), sched.sched_data.eq(ctl.sched_data),
                      sched.sched_en.eq(ctl.sched_en)]
+        for k in range(self.members):
+            m.d.comb += sched.sched_order[k].eq(ctl.sched_order[k])
 
         m.submodules.slots = slots = self.slot_table
         wiring.connect(m, sched.o, slots.i)

@@ -135,11 +135,14 @@ def ParsedBeat(width):
     })
 
 
-def ScheduledBeat(width, members):
-    """A parsed beat with the schedule table's answer: the expected set and the sender's member index."""
+def ScheduledBeat(width, members, slots):
+    """A parsed beat with the schedule table's answer: the expected set, the sender's member index (its
+    position in the summation order; ``members`` or more when it has none) and the chunk's ``slot`` (its
+    round bank's slot, a valid index into ``slots`` even when the job is unknown)."""
     return data.StructLayout({
         "data": width, "bytes": _nbytes_shape(width), "last": 1, "pw": 16, "hc": 1,
-        "drops": DROP_BITS, "desc": Desc, "expected": 64, "midx": range(max(members, 64)),
+        "drops": DROP_BITS, "desc": Desc, "expected": 64, "midx": range(max(members, 64) + 1),
+        "slot": range(slots),
     })
 
 

@@ -1,11 +1,15 @@
-"""Schedule table: for this site's rank, the expected set of ranks of every (job, round mod P).
+"""Schedule table: for this site's rank, the expected set, the summation order and the round bank of every
+(job, round mod P).
 
 Latency: ``mod_stages + 3`` cycles, all of them plain register stages that advance together. Stage 0 finds
-the packet's job among ``jobs`` entries (job id and period P, 0 = entry unused); the next ``mod_stages``
-stages compute ``round mod P`` by restoring division, ``32 / mod_stages`` bits per stage (P is any value
-from 1 to ``rounds``, so no power-of-two shortcut applies); then the table memory (``jobs * rounds``
-entries of 64 bits, written through the control port) is read, and the last stage derives
-``unexpected_src`` (code 21) and the sender's member index ``popcount(expected & ((1 << src) - 1))``.
+the packet's job among ``jobs`` entries (job id, period P with 0 = entry unused, bank bits b); the next
+``mod_stages`` stages compute ``round mod P`` by restoring division, ``32 / mod_stages`` bits per stage (P
+is any value from 1 to ``rounds``, so no power-of-two shortcut applies); then the table memory (``jobs *
+rounds`` entries of the 64-bit expected bitmap and the summation order, ``members`` ranks of 6 bits with a
+valid bit each, written through the control port) is read while the chunk's slot
+``((round mod P) << b | chunk mod 2**b) mod S`` is formed, and the last stage derives ``unexpected_src``
+(code 21) and the sender's member index: the position of ``src`` in the summation order (the first
+position that holds it; ``members`` when none does, which the slot table never writes).
 
 Back-pressure: all stages advance when the output register is empty or taken (``i.ready`` follows
 ``o.ready`` combinationally); one beat per cycle.
@@ -18,47 +22,68 @@ from amaranth.lib.wiring import In, Out
 from ..spec import protocol
 from .layouts import ParsedBeat, ScheduledBeat
 
-__all__ = ["ScheduleTable"]
+__all__ = ["ScheduleTable", "BANK_BITS"]
+
+#: Width of a job entry's bank-bits register; any value of at least log2 S means "slot = chunk mod S".
+BANK_BITS = 6
 
 
 class ScheduleTable(wiring.Component):
-    """Expected-set lookup.
+    """Expected-set, summation-order and slot lookup.
 
-    Parameters: ``width`` (bits per beat), ``members`` (G_max), ``jobs`` and ``rounds`` (table capacity,
-    powers of two), ``mod_stages`` (pipeline stages of the modulo; divides 32).
+    Parameters: ``width`` (bits per beat), ``members`` (G_max: ranks of the order kept per entry),
+    ``slots`` (S, a power of two), ``jobs`` and ``rounds`` (table capacity, powers of two), ``mod_stages``
+    (pipeline stages of the modulo; divides 32).
     Ports: ``i`` (:func:`ParsedBeat`), ``o`` (:func:`ScheduledBeat`), the job entries ``job_id`` /
-    ``job_period``, and the table's write port ``sched_addr`` / ``sched_data`` / ``sched_en``.
+    ``job_period`` / ``job_bank``, and the table's write port ``sched_addr`` / ``sched_data`` (bitmap) /
+    ``sched_order`` (``members`` bytes: the rank in bits 5:0; a byte with bit 6 or 7 set, such as
+    ``ORDER_NONE``, ends the order) / ``sched_en``.
     """
 
-    def __init__(self, *, width, members, jobs=4, rounds=64, mod_stages=4):
+    def __init__(self, *, width, members, slots, jobs=4, rounds=64, mod_stages=4):
         if jobs < 1 or jobs & (jobs - 1) or rounds < 1 or rounds & (rounds - 1):
             raise ValueError("The job and round capacities of the schedule table must be powers of two.")
         if rounds > 128:
             raise ValueError(f"The schedule table holds at most 128 rounds per job, not {rounds}.")
         if mod_stages not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"The modulo pipeline needs a number of stages dividing 32, not {mod_stages}.")
-        self.width, self.members, self.jobs, self.rounds = width, members, jobs, rounds
+        if not 1 <= members <= protocol.MAX_RANKS:
+            raise ValueError(f"The members per slot must be in 1..{protocol.MAX_RANKS}, not {members}.")
+        if slots < 1 or slots & (slots - 1):
+            raise ValueError(f"The slot count must be a power of two, not {slots}.")
+        self.width, self.members, self.slots, self.jobs, self.rounds = width, members, slots, jobs, rounds
         self.mod_stages = mod_stages
         self.latency = mod_stages + 3
         super().__init__({
             "i": In(stream.Signature(ParsedBeat(width))),
-            "o": Out(stream.Signature(ScheduledBeat(width, members))),
+            "o": Out(stream.Signature(ScheduledBeat(width, members, slots))),
             "job_id": In(16).array(jobs), "job_period": In(range(rounds + 1)).array(jobs),
-            "sched_addr": In(range(jobs * rounds)), "sched_data": In(64), "sched_en": In(1),
+            "job_bank": In(BANK_BITS).array(jobs),
+            "sched_addr": In(range(jobs * rounds)), "sched_data": In(64), "sched_order": In(8).array(members),
+            "sched_en": In(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        J, R = self.jobs, self.rounds
+        J, R, G, S = self.jobs, self.rounds, self.members, self.slots
         rbits = 8  # remainder register: holds 2 * (P - 1) + 1 < 256
+        sbits = (S - 1).bit_length()
 
-        m.submodules.table = table = memory.Memory(shape=64, depth=J * R, init=[])
+        entry_layout = data.StructLayout({"bitmap": 64, "rank": data.ArrayLayout(6, G), "valid": G})
+        m.submodules.table = table = memory.Memory(shape=entry_layout, depth=J * R, init=[])
         wp = table.write_port()
         rp = table.read_port(domain="sync")
-        m.d.comb += [wp.addr.eq(self.sched_addr), wp.data.eq(self.sched_data), wp.en.eq(self.sched_en)]
+        # A member is valid only if every member before it is: the order ends at the first "none" byte, so
+        # shadow words left over from a longer order are never looked at.
+        valid = Const(1)
+        for k in range(G):
+            valid = valid & (self.sched_order[k][6:] == 0)
+            m.d.comb += [wp.data.rank[k].eq(self.sched_order[k][:6]), wp.data.valid[k].eq(valid)]
+        m.d.comb += [wp.addr.eq(self.sched_addr), wp.data.bitmap.eq(self.sched_data), wp.en.eq(self.sched_en)]
 
         ctx_layout = data.StructLayout({
             "beat": ParsedBeat(self.width), "jidx": range(J), "hit": 1, "period": range(R + 1), "rem": rbits,
+            "bank": BANK_BITS, "slot": range(S),
         })
         en = ~self.o.valid | self.o.ready
         m.d.comb += self.i.ready.eq(en)
@@ -67,15 +92,17 @@ class ScheduleTable(wiring.Component):
         ctx0 = Signal(ctx_layout)
         v0 = Signal()
         desc = self.i.payload.desc
-        hit, jidx, period = Const(0), Const(0, range(J)), Const(0, range(R + 1))
+        hit, jidx = Const(0), Const(0, range(J))
+        period, bank = Const(0, range(R + 1)), Const(0, BANK_BITS)
         for j in reversed(range(J)):
             match = (self.job_id[j] == desc.job) & (self.job_period[j] != 0)
             hit = match | hit
             jidx = Mux(match, j, jidx)
             period = Mux(match, self.job_period[j], period)
+            bank = Mux(match, self.job_bank[j], bank)
         with m.If(en):
             m.d.sync += [v0.eq(self.i.valid), ctx0.beat.eq(self.i.payload), ctx0.hit.eq(hit),
-                         ctx0.jidx.eq(jidx), ctx0.period.eq(period), ctx0.rem.eq(0)]
+                         ctx0.jidx.eq(jidx), ctx0.period.eq(period), ctx0.bank.eq(bank), ctx0.rem.eq(0)]
 
         # Restoring division, most significant round bit first.
         per = 32 // self.mod_stages
@@ -92,20 +119,30 @@ class ScheduleTable(wiring.Component):
                 m.d.sync += [v.eq(prev_v), ctx.eq(prev), ctx.rem.eq(rem)]
             prev_v, prev = v, ctx
 
-        # Table read; the read port's register is this stage's data register.
+        # Table read (the read port's register is this stage's data register) and the round bank's slot:
+        # bit k of the slot is chunk bit k below the bank bits, else remainder bit k - b. Without a job the
+        # remainder is meaningless, but the result is still an index below S.
         vt, ctxt = Signal(), Signal(ctx_layout)
         m.d.comb += [rp.addr.eq(Cat(prev.rem[:(R - 1).bit_length()], prev.jidx) if R > 1 else prev.jidx),
                      rp.en.eq(en)]
+        slot = Signal(range(S))
+        if sbits:
+            banked = Signal(sbits)
+            m.d.comb += banked.eq(prev.rem[:sbits] << prev.bank)
+            m.d.comb += slot.eq(Cat(*[Mux(prev.bank > k, prev.beat.desc.chunk[k], banked[k])
+                                      for k in range(sbits)]))
         with m.If(en):
-            m.d.sync += [vt.eq(prev_v), ctxt.eq(prev)]
+            m.d.sync += [vt.eq(prev_v), ctxt.eq(prev), ctxt.slot.eq(slot)]
 
+        entry = rp.data
         expected = Signal(64)
-        m.d.comb += expected.eq(Mux(ctxt.hit, rp.data, 0))
+        m.d.comb += expected.eq(Mux(ctxt.hit, entry.bitmap, 0))
         src = ctxt.beat.desc.src
-        below = Signal(64)
-        m.d.comb += below.eq(expected & ((Const(1, 65) << src) - 1)[:64])
-        midx = Signal(7)
-        m.d.comb += midx.eq(sum(below[k] for k in range(64)))
+        midx = Signal(range(G + 1))
+        m.d.comb += midx.eq(G)
+        for k in reversed(range(G)):  # the first position holding src wins
+            with m.If(entry.valid[k] & (entry.rank[k] == src)):
+                m.d.comb += midx.eq(k)
         unexpected = ~expected.bit_select(src, 1)
 
         ob = self.o.payload
@@ -115,6 +152,6 @@ class ScheduleTable(wiring.Component):
                 ob.data.eq(ctxt.beat.data), ob.bytes.eq(ctxt.beat.bytes), ob.last.eq(ctxt.beat.last),
                 ob.pw.eq(ctxt.beat.pw), ob.hc.eq(ctxt.beat.hc), ob.desc.eq(ctxt.beat.desc),
                 ob.drops.eq(ctxt.beat.drops | (unexpected << protocol.Drop.UNEXPECTED_SRC)),
-                ob.expected.eq(expected), ob.midx.eq(midx),
+                ob.expected.eq(expected), ob.midx.eq(midx), ob.slot.eq(ctxt.slot),
             ]
         return m

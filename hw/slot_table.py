@@ -9,6 +9,10 @@ Memories (``amaranth.lib.memory``):
 * ``state``: one entry per slot: state (empty/live/done), tag, bitmap of ranks seen, dtype/count/group of
   the first contribution and the OR of the flags.
 
+The slot of a packet comes with it from the schedule table (its round bank's slot, ``((round mod P) << b |
+chunk mod 2**b) mod S``); the buffer it writes is its member index there, the sender's position in the
+summation order, so the reduce engine's sum of members 0, 1, 2, ... is the schedule's order.
+
 Pipeline: stage R registers the beat and reads the slot state (read port transparent to the commit write,
 so a packet sees the commit of the packet just before it); stage X (combinational) decides, writes the
 beat into its member buffer, and on the last beat commits. The decision is taken on the beat that completes
@@ -81,7 +85,7 @@ class SlotTable(wiring.Component):
         self.words = payload_words(width, slot_bytes)
         self.depth = slots * members * self.words
         super().__init__({
-            "i": In(stream.Signature(ScheduledBeat(width, members))),
+            "i": In(stream.Signature(ScheduledBeat(width, members, slots))),
             "done": Out(stream.Signature(Completion(slots))),
             "rd": Out(memory.ReadPort.Signature(addr_width=max(1, (self.depth - 1).bit_length()),
                                                 shape=width)),
@@ -94,7 +98,6 @@ class SlotTable(wiring.Component):
         W, S, G, NW = self.width, self.slots, self.members, self.words
         B = W // 8
         PW0 = header_words(W)
-        sbits = (S - 1).bit_length()
 
         state_layout = data.StructLayout({
             "state": SlotState, "job": 16, "round": 32, "chunk": 32, "bitmap": 64, "dtype": 2, "count": 16,
@@ -108,9 +111,6 @@ class SlotTable(wiring.Component):
         m.submodules.state = state = memory.Memory(shape=state_layout, depth=S, init=[])
         swp = state.write_port()
         srp = state.read_port(domain="sync", transparent_for=(swp,))
-
-        def slot_of(chunk):
-            return chunk[:sbits] if sbits else Const(0, 1)
 
         # After reset every slot is written empty, one per cycle (the memory's power-up contents are not
         # relied on), with the input held off meanwhile.
@@ -126,7 +126,7 @@ class SlotTable(wiring.Component):
         r = Signal.like(self.i.payload)
         stall = Signal()
         en_r = (~rv | ~stall) & ~clearing
-        m.d.comb += [self.i.ready.eq(en_r), srp.addr.eq(slot_of(self.i.payload.desc.chunk)), srp.en.eq(en_r)]
+        m.d.comb += [self.i.ready.eq(en_r), srp.addr.eq(self.i.payload.slot), srp.en.eq(en_r)]
         with m.If(en_r):
             m.d.sync += [rv.eq(self.i.valid), r.eq(self.i.payload)]
 
@@ -134,7 +134,7 @@ class SlotTable(wiring.Component):
         st = srp.data
         desc = r.desc
         slot = Signal(range(S))
-        m.d.comb += slot.eq(slot_of(desc.chunk))
+        m.d.comb += slot.eq(r.slot)
         busy = Signal(S)
         tag_eq = (st.job == desc.job) & (st.round == desc.round) & (st.chunk == desc.chunk)
         older = (st.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(st.chunk, st.round))

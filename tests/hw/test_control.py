@@ -1,14 +1,18 @@
 """Control port: register writes reach their outputs and read back, schedule entries are written as one
-64-bit word on the high-word write, counters count events by code and clear."""
+64-bit bitmap plus the order shadow on the high-word write, bank registers reset to log2 S, counters count
+events by code and clear."""
 
 from amaranth.sim import Simulator
 
+from wanreduce.host import control as driver
 from wanreduce.hw.control import Control
 from wanreduce.spec import regmap as regs
 
+G = 6
+
 
 def test_registers_schedule_and_counters():
-    dut = Control(jobs=4, rounds=64, dests=2, params={"width": 64, "slots": 8})
+    dut = Control(jobs=4, rounds=64, dests=2, slots=8, members=G, params={"width": 64, "slots": 8})
     seen = []
 
     async def tb(ctx):
@@ -17,7 +21,8 @@ def test_registers_schedule_and_counters():
             ctx.set(dut.ctl.wdata, data)
             ctx.set(dut.ctl.we, 1)
             if ctx.get(dut.sched_en):
-                seen.append((ctx.get(dut.sched_addr), ctx.get(dut.sched_data)))
+                seen.append((ctx.get(dut.sched_addr), ctx.get(dut.sched_data),
+                             [ctx.get(dut.sched_order[k]) for k in range(G)]))
             await ctx.tick()
             ctx.set(dut.ctl.we, 0)
 
@@ -28,19 +33,35 @@ def test_registers_schedule_and_counters():
             ctx.set(dut.ctl.re, 0)
             return ctx.get(dut.ctl.rdata)
 
-        writes = regs.config_writes(rank=5, jobs={7: [0x1_0000_0021, 0x6]}, destinations=[],
-                                    mac="02:57:52:01:00:05", ip="10.87.83.5", port=47001, max_jobs=4,
-                                    rounds=64, members=4, max_dests=2)
+        # Reset: every job entry's bank is log2 S (slot = chunk mod S), the shadow holds no member.
+        assert [await read(regs.JOB_BASE + regs.JOB_STRIDE * j + regs.JOB_BANK_OFFSET) for j in range(4)] \
+            == [3] * 4
+        assert await read(regs.ORDER_BASE) == 0xFFFFFFFF
+        writes = driver.config_writes(rank=5, jobs={7: [0x1_0000_0021, [33, 6, 1, 0, 9]], 9: [[4, 2]]},
+                                      destinations=[], mac="02:57:52:01:00:05", ip="10.87.83.5", port=47001,
+                                      max_jobs=4, rounds=64, members=G, max_dests=2, slots=8,
+                                      bank_bits={7: 2})
         for addr, data in writes:
             await write(addr, data)
         await write(regs.DEST_BASE + 4 + 2, 0x0A000001)
         assert ctx.get(dut.rank) == 5 and ctx.get(dut.port) == 47001
         assert ctx.get(dut.mac) == 0x025752010005 and ctx.get(dut.ip) == 0x0A575305
-        assert ctx.get(dut.job_id[0]) == 7 and ctx.get(dut.job_period[0]) == 2
-        assert ctx.get(dut.job_period[1]) == 0 and ctx.get(dut.dest_ip[1]) == 0x0A000001
-        assert await read(regs.REG_ID) == regs.ID_VALUE
+        entries = [(ctx.get(dut.job_id[j]), ctx.get(dut.job_period[j]), ctx.get(dut.job_bank[j]))
+                   for j in range(2)]
+        assert entries == [(7, 2, 2), (9, 1, 3)]  # job 9 has no bank bits given: log2 S
+        assert ctx.get(dut.job_period[2]) == 0 and ctx.get(dut.dest_ip[1]) == 0x0A000001
+        assert await read(regs.REG_ID) == regs.ID_VALUE == 0x57520002
         assert await read(regs.REG_SLOTS) == 8
         assert await read(regs.JOB_BASE) == 7
+        assert await read(regs.JOB_BASE + regs.JOB_BANK_OFFSET) == 2
+        await write(regs.JOB_BASE + regs.JOB_STRIDE * 3 + regs.JOB_BANK_OFFSET, 1)
+        assert await read(regs.JOB_BASE + regs.JOB_STRIDE * 3 + regs.JOB_BANK_OFFSET) == 1
+        # The shadow reads back as the last order written: [4, 2], then none.
+        assert await read(regs.ORDER_BASE) == 0xFFFF0204
+        await write(regs.ORDER_BASE + 1, 0x01020304)
+        assert await read(regs.ORDER_BASE + 1) == 0x01020304
+        await write(regs.ORDER_BASE + regs.ORDER_WORDS - 1, 0x05060708)  # past G_max: accepted, not kept
+        assert await read(regs.ORDER_BASE + regs.ORDER_WORDS - 1) == 0
         for code in (0, 3, 3, 25, 0):
             ctx.set(dut.ev_valid, 1)
             ctx.set(dut.ev_code, code)
@@ -48,15 +69,20 @@ def test_registers_schedule_and_counters():
             await ctx.tick()
         ctx.set(dut.ev_valid, 0)
         ctx.set(dut.ev_result, 0)
-        values = regs.decode_counters([await read(a) for a in regs.counter_reads()])
+        values = driver.decode_counters([await read(a) for a in driver.counter_reads()])
         assert values["frames_in"] == 5 and values["bad_ip_header"] == 2 and values["slot_mismatch"] == 1
         assert values["results"] == 2 and sum(values.values()) == 10
         await write(regs.REG_CLEAR, 1)
-        cleared = regs.decode_counters([await read(a) for a in regs.counter_reads()])
+        cleared = driver.decode_counters([await read(a) for a in driver.counter_reads()])
         assert all(v == 0 for v in cleared.values())
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
-    assert seen == [(0, 0x1_0000_0021), (1, 0x6)]
+    none = regs.ORDER_NONE
+    assert seen == [
+        (0, 0x1_0000_0021, [0, 5, 32, none, none, none]),  # a bitmap: ascending rank order
+        (1, 0x2_0000_0243, [33, 6, 1, 0, 9, none]),
+        (64, 0x14, [4, 2, none, none, 9, none]),  # word 1 left over from the order before: ignored
+    ]

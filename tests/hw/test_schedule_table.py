@@ -1,4 +1,5 @@
-"""Schedule table: round mod P for any period, the expected set, unexpected_src and the member index."""
+"""Schedule table: round mod P for any period, the expected set, unexpected_src, the member index (the
+sender's position in the summation order) and the round bank's slot."""
 
 import numpy as np
 import pytest
@@ -6,47 +7,72 @@ from amaranth.sim import Simulator
 
 from wanreduce.host.protocol import Drop
 from wanreduce.hw.schedule_table import ScheduleTable
+from wanreduce.spec.regmap import ORDER_NONE
+
+G, S = 8, 16
+
+
+def _entry(rng):
+    """(bitmap, order bytes as written, the order the table must use): a random summation order of up to
+    G ranks, ended by ORDER_NONE and followed by leftovers that must be ignored, or filling every byte."""
+    n = int(rng.integers(0, G + 1))
+    order = [int(r) for r in rng.choice(64, size=n, replace=False)]
+    written = order + ([ORDER_NONE] if n < G else [])
+    while len(written) < G:  # leftovers of a longer order, or another "none" pattern (bit 6 set)
+        written.append(int(rng.choice([int(rng.integers(0, 64)), 0x40 | int(rng.integers(0, 64)), 0xFF])))
+    return sum(1 << r for r in order), written, order
 
 
 @pytest.mark.parametrize("mod_stages", [1, 4])
 def test_lookup(mod_stages):
     rng = np.random.default_rng(mod_stages)
     jobs, rounds = 4, 64
-    dut = ScheduleTable(width=64, members=8, jobs=jobs, rounds=rounds, mod_stages=mod_stages)
+    dut = ScheduleTable(width=64, members=G, slots=S, jobs=jobs, rounds=rounds, mod_stages=mod_stages)
+    assert dut.latency == mod_stages + 3
     table = {}
     entries = []
     for j in range(jobs - 1):  # the last entry stays disabled
         period = int(rng.integers(1, rounds + 1)) if j else 1
-        bitmaps = [int(rng.integers(0, 1 << 63)) & int(rng.integers(0, 1 << 63)) for _ in range(period)]
-        entries.append((1000 + j, bitmaps))
-        table[1000 + j] = bitmaps
+        bank = [4, 0, 2][j]  # entry 0 keeps chunk mod S (the reset value), the others use round banks
+        rows = [_entry(rng) for _ in range(period)]
+        entries.append((1000 + j, rows, bank))
+        table[1000 + j] = (rows, bank)
     queries = []
-    for _ in range(80):
+    for _ in range(120):
         job = int(rng.choice([*table, 7]))
         rnd = int(rng.choice([rng.integers(0, 1 << 32), rng.integers(0, 200), (1 << 32) - 1]))
-        queries.append((job, rnd, int(rng.integers(0, 64))))
+        period = table.get(job, ([None], 0))[0]
+        order = period[rnd % len(period)][2] if job in table else []
+        # Mostly members of the order (so the index is exercised), sometimes anyone.
+        src = int(rng.choice(order)) if order and rng.random() < 0.7 else int(rng.integers(0, 64))
+        queries.append((job, rnd, src, int(rng.integers(0, 1 << 32))))
     got = []
 
     async def tb(ctx):
-        for j, (job, bitmaps) in enumerate(entries):
-            for r, b in enumerate(bitmaps):
+        for j, (job, rows, bank) in enumerate(entries):
+            for r, (bitmap, written, _) in enumerate(rows):
                 ctx.set(dut.sched_addr, j * rounds + r)
-                ctx.set(dut.sched_data, b)
+                ctx.set(dut.sched_data, bitmap)
+                for k, byte in enumerate(written):
+                    ctx.set(dut.sched_order[k], byte)
                 ctx.set(dut.sched_en, 1)
                 await ctx.tick()
             ctx.set(dut.sched_en, 0)
             ctx.set(dut.job_id[j], job)
-            ctx.set(dut.job_period[j], len(bitmaps))
+            ctx.set(dut.job_period[j], len(rows))
+            ctx.set(dut.job_bank[j], bank)
         ctx.set(dut.o.ready, 1)
         pending = list(queries)
         for _ in range(len(queries) + dut.latency + 5):
             ctx.set(dut.i.valid, bool(pending))
             if pending:
-                job, rnd, src = pending.pop(0)
-                ctx.set(dut.i.payload, {"hc": 1, "last": 1, "desc": {"job": job, "round": rnd, "src": src}})
+                job, rnd, src, chunk = pending.pop(0)
+                ctx.set(dut.i.payload, {"hc": 1, "last": 1,
+                                        "desc": {"job": job, "round": rnd, "src": src, "chunk": chunk}})
             if ctx.get(dut.o.valid):
                 o = ctx.get(dut.o.payload)
-                got.append((int(o.expected), int(o.midx), bool(int(o.drops) >> Drop.UNEXPECTED_SRC & 1)))
+                got.append((int(o.expected), int(o.midx), bool(int(o.drops) >> Drop.UNEXPECTED_SRC & 1),
+                            int(o.slot)))
             await ctx.tick()
 
     sim = Simulator(dut)
@@ -54,9 +80,18 @@ def test_lookup(mod_stages):
     sim.add_testbench(tb)
     sim.run()
     assert len(got) == len(queries)
-    for (job, rnd, src), (expected, midx, unexpected) in zip(queries, got, strict=True):
-        period = table.get(job)
-        want = period[rnd % len(period)] if period else 0
+    hits = banked = 0
+    for (job, rnd, src, chunk), (expected, midx, unexpected, slot) in zip(queries, got, strict=True):
+        if job in table:
+            rows, bank = table[job]
+            want, _, order = rows[rnd % len(rows)]
+            assert slot == ((rnd % len(rows)) << bank | chunk % (1 << bank)) % S
+            assert midx == (order.index(src) if src in order else G)
+            hits += src in order
+            banked += bank < 4 and slot != chunk % S
+        else:
+            want = 0
+            assert 0 <= slot < S
         assert expected == want
         assert unexpected == (not want >> src & 1)
-        assert midx == bin(want & ((1 << src) - 1)).count("1")
+    assert hits > 30 and banked > 10

@@ -2,8 +2,12 @@
 
 Each run is four cocotb tests (idle gaps on/off × output back-pressure on/off) over a host-model workload
 of a few hundred packets: several jobs, rounds and chunks in random WAN order, duplicates, stale rounds,
-senders ahead of the window and every kind of malformed frame or payload. The testbench is
-``tests.support.tb_core``; every RESULT is compared byte for byte and every counter exactly.
+senders ahead of the window and every kind of malformed frame or payload. The frame-entry runs give the
+groups as summation orders that are not ascending and put the jobs' rounds in round banks smaller than the
+slot table (bank bits 1 and 0 of log2 S = 2); the payload-entry run keeps ascending orders and the reset
+banks (slot = chunk mod S). Each run also checks that three orders of the same group give the three
+different RESULTs the golden model computes. The testbench is ``tests.support.tb_core``; every RESULT is
+compared byte for byte and every counter exactly.
 """
 
 import warnings
@@ -27,7 +31,9 @@ def _core(width, entry):
                               rounds=CONFIG["rounds"], entry=entry)
 
 
-@pytest.mark.parametrize("width,entry", [(64, "frame"), (512, "frame"), (64, "payload")])
-def test_core_matches_golden(width, entry):
-    params = {"width": width, "entry": entry, "n_packets": 250, "seed": width, **CONFIG}
+@pytest.mark.parametrize("width,entry,ordered,bank_bits", [(64, "frame", True, 1), (512, "frame", True, 0),
+                                                          (64, "payload", False, None)])
+def test_core_matches_golden(width, entry, ordered, bank_bits):
+    params = {"width": width, "entry": entry, "n_packets": 250, "seed": width, "ordered": ordered,
+              "bank_bits": bank_bits, **CONFIG}
     runner.run(_core(width, entry), top=f"agg_core_{entry}", module="tests.support.tb_core", params=params)

@@ -6,7 +6,13 @@ passes its configuration through :func:`wanreduce.sim.runner.params`. Each test 
 random WAN order, duplicates, stale rounds, senders ahead of the window, every kind of malformed packet),
 loads the configuration through the control port, streams the packets in with random idle cycles while
 the output sees random back-pressure, and checks every output packet byte for byte and every counter
-against :class:`~wanreduce.host.golden.GoldenAggregator` fed the same packets in the same order.
+against :class:`~wanreduce.host.golden.GoldenAggregator` fed the same packets in the same order. The
+parameters ``ordered`` and ``bank_bits`` make the workload's groups summation orders that are not
+ascending and its jobs use round banks (:func:`tests.support.traffic.scenario`).
+
+``core_sums_in_schedule_order`` feeds the same three contributions to three (job, round) entries that
+list the same members in three orders, values chosen so that each order rounds differently: the three
+RESULTs must differ and each must equal the golden model's, so the order loaded really is the order summed.
 """
 
 import random
@@ -119,11 +125,13 @@ async def core_matches_golden(dut, idle, backpressure):
     seed = p["seed"] * 4 + int(idle > 0) * 2 + int(backpressure > 0)
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(0, 8))
+    bits = p.get("bank_bits")
     jobs, packets = traffic.scenario(rng, rank=rank, slots=p["slots"], slot_bytes=p["slot_bytes"],
-                                         members=p["members"], n_packets=p["n_packets"],
-                                         frames=entry == "frame")
+                                     members=p["members"], n_packets=p["n_packets"], frames=entry == "frame",
+                                     ordered=p.get("ordered", False), bank_bits=bits)
+    banks = None if bits is None else {j: bits for j in jobs}
     golden = GoldenAggregator(rank=rank, jobs=jobs, slots=p["slots"], members=p["members"],
-                              slot_bytes=p["slot_bytes"], mac=MAC, ip=IP, destinations=DESTS)
+                              slot_bytes=p["slot_bytes"], mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks)
     expected = []
     for pkt in packets:
         expected += golden.feed_frame(pkt) if entry == "frame" else golden.feed_payload(pkt)
@@ -132,7 +140,7 @@ async def core_matches_golden(dut, idle, backpressure):
     await tb.reset()
     writes = control.config_writes(rank=rank, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP,
                                    max_jobs=p["jobs"], rounds=p["rounds"], members=p["members"],
-                                   max_dests=len(DESTS))
+                                   max_dests=len(DESTS), slots=p["slots"], bank_bits=banks)
     for addr, data in writes:
         await tb.write(addr, data)
     assert await tb.read(regmap.REG_ID) == regmap.ID_VALUE, "the control port does not answer"
@@ -152,3 +160,49 @@ async def core_matches_golden(dut, idle, backpressure):
     dut._log.info(f"{len(packets)} packets in, {len(got)} out; counters "
                   f"{ {k: v for k, v in golden.counters.items() if v} }")
     assert golden.counters["results"] > 0, "the workload completed no chunk; it tests too little"
+
+
+@cocotb.test()
+async def core_sums_in_schedule_order(dut):
+    p = runner.params()
+    width, entry = p["width"], p["entry"]
+    slots = p["slots"]
+    # Ranks 1, 2, 3 summed as (1, 2, 3) and (3, 1, 2) in the two rounds of job 5 (round banks of half the
+    # slots) and as (2, 3, 1) in job 6. Lane k of the first three holds 1e8, -1e8 and 1 arranged so that
+    # only order k adds the 1 after the two large terms have cancelled; the other lanes are random.
+    jobs = {5: [[1, 2, 3], [3, 1, 2]], 6: [[2, 3, 1]]}
+    banks = {5: (slots - 1).bit_length() - 1}
+    rng = np.random.default_rng(p["seed"])
+    count = p["slot_bytes"] // 4
+    big, one = np.float32(1e8), np.float32(1.0)
+    values = {r: rng.standard_normal(count).astype(np.float32) * np.float32(1e4) for r in (1, 2, 3)}
+    for lane, (a, b, c) in enumerate([(big, -big, one), (one, big, -big), (-big, one, big)]):
+        values[1][lane], values[2][lane], values[3][lane] = a, b, c
+    packets = []
+    for job, round_ in ((5, 0), (5, 1), (6, 0)):
+        for src in (3, 1, 2):
+            payload = traffic.contrib(job=job, round=round_, chunk=0, src=src, group=7, dtype=0,
+                                      elems_bits=values[src].view(np.uint32))
+            packets.append(traffic.frame_of(payload, src=src) if entry == "frame" else payload)
+    golden = GoldenAggregator(rank=0, jobs=jobs, slots=slots, members=p["members"],
+                              slot_bytes=p["slot_bytes"], mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks)
+    expected = []
+    for pkt in packets:
+        expected += golden.feed_frame(pkt) if entry == "frame" else golden.feed_payload(pkt)
+    sums = {bytes(e)[-4 * count:] for e in expected}
+    assert golden.counters["results"] == 3 and len(sums) == 3, "the three orders should round differently"
+
+    tb = TB(dut, width=width, seed=p["seed"])
+    await tb.reset()
+    writes = control.config_writes(rank=0, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP, max_jobs=p["jobs"],
+                                   rounds=p["rounds"], members=p["members"], max_dests=len(DESTS),
+                                   slots=slots, bank_bits=banks)
+    for addr, data in writes:
+        await tb.write(addr, data)
+    cocotb.start_soon(tb.collect())
+    await with_timeout(tb.send(packets_to_beats(packets, width)), 1_000_000, "ns")
+    await with_timeout(tb.quiet(500), 1_000_000, "ns")
+    got = beats_to_packets(np.array(tb.out_records).reshape(-1, tb.rec_bytes), width)
+    assert len(got) == len(expected), f"{len(got)} packets out, the golden model sent {len(expected)}"
+    for n, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a == b, f"RESULT {n} is not the sum in the schedule's order:\n{a.hex()}\n{b.hex()}"

@@ -3,15 +3,17 @@
 :func:`scenario` makes the CONTRIB packets of the members of this site's groups for several jobs, rounds
 and chunks, merges the senders' streams at random (each sender in order, as WAN delays would interleave
 them), and mixes in retransmitted duplicates, stale rounds, senders ahead of the window, and malformed
-packets of every kind (header faults always; frame faults when ``frames=True``). The element bits are
-random with a share of zeros, subnormals, infinities and NaNs. Everything derives from one seeded
-``numpy.random.Generator``.
+packets of every kind (header faults always; frame faults when ``frames=True``). With ``ordered=True`` the
+groups are given as summation orders (rank lists, shuffled, so mostly not ascending); with ``bank_bits=b``
+every job's rounds use round banks of ``2**b`` slots (the caller passes ``{job: b for job in jobs}`` to the
+golden model and ``config_writes``). The element bits are random with a share of zeros, subnormals,
+infinities and NaNs. Everything derives from one seeded ``numpy.random.Generator``.
 """
 
 import numpy as np
 
 from wanreduce.host import frames as fr
-from wanreduce.host.golden import GoldenAggregator
+from wanreduce.host.golden import GoldenAggregator, expected_order
 from wanreduce.host.protocol import (
     FLAG_LAST,
     HEADER_BYTES,
@@ -144,24 +146,34 @@ def frame_fault(rng, frame, kind):
 
 
 def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=False, faults=0.15, n_ranks=8,
-             rounds=(3, 6)):
+             rounds=(3, 6), ordered=False, bank_bits=None):
     """A mixed workload for the site of ``rank``.
 
     Each job runs ``rounds[0]`` to ``rounds[1] - 1`` rounds. Returns ``(jobs, packets)``: the expected-set
-    table to load (job → bitmaps of one period) and at most ``n_packets`` packets in arrival order (payloads,
-    or frames when ``frames`` is True).
+    table to load (job → one period of bitmaps, or of summation orders when ``ordered``) and at most
+    ``n_packets`` packets in arrival order (payloads, or frames when ``frames`` is True). With
+    ``bank_bits`` (an int, for every job) a period is at most ``slots >> bank_bits`` rounds, so that its
+    banks fit the slots.
     """
+    if bank_bits is not None and not 0 <= bank_bits <= (slots - 1).bit_length():
+        raise ValueError(f"Round banks of 2**{bank_bits} slots do not fit {slots} slots.")
     others = [r for r in range(n_ranks) if r != rank]
     jobs = {}
     for job in rng.choice(1000, size=2, replace=False).tolist():
         period = []
-        for _ in range(int(rng.integers(1, 4))):
+        length = int(rng.integers(1, 4))
+        if bank_bits is not None:
+            length = min(length, slots >> bank_bits)
+        for _ in range(length):
             if rng.random() < 0.15:
                 period.append(0)
                 continue
             g = int(rng.integers(1, members + 1))
             ranks = [rank] + rng.choice(others, size=g - 1, replace=False).tolist()
-            period.append(sum(1 << r for r in ranks))
+            if ordered:
+                period.append([int(r) for r in rng.permutation(ranks)])
+            else:
+                period.append(sum(1 << r for r in ranks))
         jobs[job] = period
     outsider = max(set(range(n_ranks + 2)) - {rank})
 
@@ -169,7 +181,7 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
     streams = {}
     for job, period in jobs.items():
         for round_ in range(int(rng.integers(*rounds))):
-            expected = period[round_ % len(period)]
+            expected, _ = expected_order(period[round_ % len(period)])
             if not expected:
                 continue
             dtype = DType(int(rng.integers(0, 3)))
@@ -186,7 +198,8 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
     # Merge the senders' streams in WAN order, with the extras mixed in. A shadow golden aggregator plays
     # the senders' only feedback: a contribution it refused as ahead of the window is retransmitted a little
     # later, as a sender whose chunk never completed would after its timeout.
-    shadow = GoldenAggregator(rank=rank, jobs=jobs, slots=slots, members=members, slot_bytes=slot_bytes)
+    shadow = GoldenAggregator(rank=rank, jobs=jobs, slots=slots, members=members, slot_bytes=slot_bytes,
+                              bank_bits=None if bank_bits is None else {j: bank_bits for j in jobs})
     # Arrival time: the chunk's place in the job's sequence plus a WAN jitter of a couple of chunks, and now
     # and then a sender far ahead.
     timed = []
