@@ -1,15 +1,26 @@
-"""Convert every top-level block of the gateware to Verilog: ``python -m wanreduce.sim.verilog --out DIR``.
+"""Verilog for vendor flows: the configurable top (``wanreduce verilog``) and every block on its own.
 
-``make verilog`` runs this. Each block is written as ``DIR/<name>.v`` with module name ``<name>``, built
-with the default configuration below (override width with ``--width``).
+:func:`export` writes, for one build configuration, ``DIR/<top>.v`` (one self-contained file: the top and
+every submodule, memories inferred), ``DIR/<top>.json`` (the build parameters, what they imply, and the
+file's SHA-256) and ``DIR/<top>.md`` (the port table with each port's clock domain). The top is
+:class:`~wanreduce.hw.axi.AXIAggregator` around :class:`~wanreduce.hw.core.AggregatorCore` (``kind="axi"``,
+AXI4-Stream data ports, AXI4-Lite control on clock ``axil_clk``) or the bare core (``kind="core"``: the
+packed ``{last, bytes, data}`` beats and the ``ctl`` bus of ``docs/control.md``).
+
+:func:`blocks` gives every pipeline stage on its own (``--blocks``: ``DIR/<name>.v`` each), for synthesising
+one stage. ``python -m wanreduce.sim.verilog`` is the same as ``wanreduce verilog`` without the CLI's
+output-file checks.
 """
 
 import argparse
+import hashlib
+import json
 import sys
 import warnings
 from pathlib import Path
 
 from ..hw import fadd
+from ..hw.axi import AXIL_ADDR_BITS, WRAP_BASE, WRAP_REGS, AXIAggregator
 from ..hw.control import Control
 from ..hw.core import AggregatorCore
 from ..hw.fanout import Fanout
@@ -23,50 +34,244 @@ from ..hw.slot_table import SlotTable
 from ..spec.protocol import HEADER_BYTES
 from . import toolchain
 
-__all__ = ["blocks", "main"]
+__all__ = ["DEFAULTS", "KINDS", "LINT_WAIVER", "build", "export", "lint", "blocks", "write_blocks",
+           "port_table", "add_arguments", "options", "main"]
 
-#: The configuration the Verilog is built with: groups of up to 9, 1 KiB chunks, 64 slots (at W = 512 that
-#: is 612 KiB of block RAM, an on-chip configuration; docs/aggregator.md sizes S for a given WAN).
-DEFAULTS = {"slots": 64, "members": 9, "slot_bytes": 1024, "dests": 4}
+#: The default build: W = 512 for a 100G MAC, groups of up to 9, 1 KiB chunks, 64 slots (612 KiB of
+#: reorder buffer, an on-chip configuration; docs/aggregator.md sizes S for a given WAN), 4 destinations,
+#: 4 jobs of up to 64 rounds, frames in and out.
+DEFAULTS = {"width": 512, "slots": 64, "members": 9, "chunk_bytes": 1024, "dests": 4, "jobs": 4,
+            "rounds": 64, "entry": "frame"}
+#: What the top is: the AXI wrapper around the core, or the bare core.
+KINDS = ("axi", "core")
+#: Default top module names per kind.
+TOP_NAMES = {"axi": "wanreduce_axi", "core": "wanreduce_core"}
 
 
-def blocks(width):
-    """``{name: component}`` for every top-level block that can be built."""
-    d = DEFAULTS
+def _config(**overrides):
+    unknown = set(overrides) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"Unknown build parameters: {', '.join(sorted(unknown))}.")
+    return {**DEFAULTS, **{k: v for k, v in overrides.items() if v is not None}}
+
+
+def build(*, kind="axi", ctl_domain="axil", fifo_beats=None, **config):
+    """The component of a configuration (keywords of :data:`DEFAULTS`, missing ones defaulted).
+
+    Raises ``ValueError`` (a full sentence) for a configuration the gateware refuses.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"The top must be one of {', '.join(KINDS)}, not {kind!r}.")
+    c = _config(**config)
+    core = AggregatorCore(width=c["width"], slots=c["slots"], members=c["members"],
+                          slot_bytes=c["chunk_bytes"], dests=c["dests"], jobs=c["jobs"], rounds=c["rounds"],
+                          entry=c["entry"])
+    if kind == "core":
+        return core
+    return AXIAggregator(core=core, ctl_domain=ctl_domain, fifo_beats=fifo_beats)
+
+
+_DESCRIPTIONS = {
+    "clk": "core clock (domain `sync`): the MAC's user clock, e.g. 322.265625 MHz for a 100G CMAC",
+    "rst": "reset of `sync`, active high, synchronous",
+    "axil_clk": "AXI4-Lite clock (domain `axil`), any frequency; crossed to `clk` by asynchronous FIFOs",
+    "axil_rst": "reset of `axil`, active high, synchronous; assert together with `rst`",
+    "tdata": "data, byte b in bits 8b+7:8b (first byte on the wire lowest)",
+    "tkeep": "byte enables: contiguous from bit 0, all ones except on the tlast beat",
+    "tlast": "last beat of a frame",
+    "s_axis__tuser": "AXI4-Stream in: the MAC's bad-frame flag (FCS error) on any beat of a frame: the frame "
+                     "is dropped whole and counted (RX_USER)",
+    "tuser": "always 0",
+    "tvalid": "beat valid", "tready": "beat accepted (with tvalid)",
+    "awaddr": "write byte address: 4·reg for core register reg, 0x40000 + 4·n for wrapper register n",
+    "araddr": "read byte address, as awaddr",
+    "wstrb": "byte strobes; anything but 0xF is refused with SLVERR",
+    "bresp": "OKAY, or SLVERR for a partial-strobe write", "rresp": "always OKAY",
+    "wdata": "write data", "rdata": "read data",
+    "payload": "beat: data (W bits, byte 0 lowest), bytes (valid bytes), last; packed {last, bytes, data}",
+    "valid": "beat valid", "ready": "beat accepted (with valid)",
+    "addr": "word address of a register (docs/control.md)", "we": "write strobe (takes effect next cycle)",
+    "re": "read strobe", "ctl__rdata": "read data, valid the cycle after re",
+}
+
+
+def _describe(name):
+    if name in _DESCRIPTIONS:
+        return _DESCRIPTIONS[name]
+    tail = name.rsplit("__", 1)[-1]
+    for prefix, what in (("s_axis__", "AXI4-Stream in: "), ("m_axis", "AXI4-Stream out: "),
+                         ("s_axil__", "AXI4-Lite: "), ("i__", "stream in: "), ("o__", "stream out: "),
+                         ("ctl__", "control port: ")):
+        if name.startswith(prefix):
+            return what + _DESCRIPTIONS.get(tail, tail)
+    return ""
+
+
+def _domain(name, kind):
+    if name in ("clk", "rst"):
+        return "—"
+    if name.startswith(("axil_", "s_axil__")):
+        return "axil"
+    return "sync"
+
+
+def port_table(ports, *, kind="axi", title=None):
+    """Markdown table of ``{name: (direction, width)}`` with each port's clock domain and meaning."""
+    lines = [f"# {title}", ""] if title else []
+    lines += ["| port | dir | bits | domain | meaning |", "| --- | --- | ---: | --- | --- |"]
+    order = sorted(ports, key=lambda n: (not n.endswith(("clk", "rst")), n))
+    for name in order:
+        direction, width = ports[name]
+        lines.append(f"| `{name}` | {'in' if direction == 'input' else 'out'} | {width} | "
+                     f"{_domain(name, kind)} | {_describe(name)} |")
+    return "\n".join(lines) + "\n"
+
+
+def export(out_dir, *, kind="axi", top=None, ctl_domain="axil", fifo_beats=None, **config):
+    """Write the Verilog, JSON and Markdown of one build into ``out_dir``; return their paths.
+
+    ``config``: keywords of :data:`DEFAULTS`. Raises ``ValueError`` for a configuration the gateware refuses.
+    """
+    c = _config(**config)
+    top = top or TOP_NAMES.get(kind, "wanreduce_top")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        component = build(kind=kind, ctl_domain=ctl_domain, fifo_beats=fifo_beats, **c)
+        text = toolchain.verilog_text(component, top=top)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vpath, jpath, mpath = (out_dir / f"{top}{ext}" for ext in (".v", ".json", ".md"))
+    vpath.write_text(text)
+    ports = toolchain.parse_ports(text, top=top)
+    core = component if kind == "core" else component.core
+    import amaranth
+
+    meta = {
+        "top": top, "kind": kind, "verilog": vpath.name,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "amaranth": amaranth.__version__,
+        "config": c,
+        "slot_memory_bytes": core.slot_memory_bytes,
+        "payload_words": core.words,
+        "clocks": ["clk"] + (["axil_clk"] if kind == "axi" and ctl_domain != "sync" else []),
+        "ports": {n: {"dir": d, "bits": w} for n, (d, w) in sorted(ports.items())},
+    }
+    if kind == "axi":
+        meta.update(fifo_beats=component.fifo_beats, axil_addr_bits=AXIL_ADDR_BITS, wrapper_base=WRAP_BASE,
+                    wrapper_registers=WRAP_REGS, outputs=[component.axis_name(o) for o in component.outputs])
+    jpath.write_text(json.dumps(meta, indent=1) + "\n")
+    title = (f"`{top}` ports: {kind} top, W={c['width']}, S={c['slots']}, G={c['members']}, "
+             f"C={c['chunk_bytes']} B, D={c['dests']}, {c['jobs']} jobs × {c['rounds']} rounds, "
+             f"entry={c['entry']}")
+    mpath.write_text(port_table(ports, kind=kind, title=title))
+    return {"verilog": vpath, "json": jpath, "ports": mpath}
+
+
+#: Waivers for ``verilator --lint-only -Wall`` of generated Verilog, each with its reason.
+LINT_WAIVER = Path(__file__).with_name("lint_waiver.vlt")
+
+
+def lint(path, *, top):
+    """``verilator --lint-only -Wall`` with :data:`LINT_WAIVER` on a Verilog file: ``(passed, output)``."""
+    import subprocess
+
+    root = toolchain.setup()
+    proc = subprocess.run([str(root / "bin" / "verilator"), "--lint-only", "-Wall", "--top-module", top,
+                           str(LINT_WAIVER), str(path)], capture_output=True, text=True)
+    return proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def blocks(width, **config):
+    """``{name: component}`` for every top-level block, built with the defaults (or ``config``)."""
+    d = _config(width=width, **config)
     out = {
         "frame_parser": FrameParser(width=width),
-        "header_parser": HeaderParser(width=width, slot_bytes=d["slot_bytes"]),
+        "header_parser": HeaderParser(width=width, slot_bytes=d["chunk_bytes"]),
         "schedule_table": ScheduleTable(width=width, members=d["members"]),
         "slot_table": SlotTable(width=width, slots=d["slots"], members=d["members"],
-                                slot_bytes=d["slot_bytes"]),
+                                slot_bytes=d["chunk_bytes"]),
         "result_builder": ResultBuilder(width=width, slots=d["slots"]),
-        "fanout": Fanout(width=width, dests=d["dests"], max_payload=HEADER_BYTES + d["slot_bytes"]),
-        "control": Control(jobs=4, rounds=64, dests=d["dests"], params={"width": width}),
+        "fanout": Fanout(width=width, dests=d["dests"], max_payload=HEADER_BYTES + d["chunk_bytes"]),
+        "control": Control(jobs=d["jobs"], rounds=d["rounds"], dests=d["dests"], params={"width": width}),
     }
     for fmt in ("FP32", "FP16", "BF16"):
         f = getattr(fadd.FloatFormat, fmt)
         out[f"fadd_lanes_{fmt.lower()}"] = fadd.FAddLanes(fmt=f, width=width)
     out["reduce"] = Reduce(width=width, slots=d["slots"], members=d["members"],
-                           words=payload_words(width, d["slot_bytes"]))
+                           words=payload_words(width, d["chunk_bytes"]))
     for entry in ("frame", "payload"):
-        out[f"agg_core_{entry}"] = AggregatorCore(width=width, entry=entry, **d)
+        out[f"agg_core_{entry}"] = build(kind="core", **{**d, "entry": entry})
     return out
+
+
+def write_blocks(out_dir, width, **config):
+    """Write every block as ``out_dir/<name>.v``; return the paths."""
+    paths = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, component in blocks(width, **config).items():
+            paths.append(toolchain.convert(component, top=name, out_dir=out_dir))
+    return paths
+
+
+def add_arguments(parser):
+    """The build options, shared by ``wanreduce verilog`` and ``python -m wanreduce.sim.verilog``."""
+    d = DEFAULTS
+    parser.add_argument("--width", type=int, default=d["width"], choices=WIDTHS,
+                        help=f"datapath width W in bits (default: {d['width']})")
+    parser.add_argument("--slots", type=int, default=d["slots"],
+                        help=f"reorder-buffer slots S, a power of two (default: {d['slots']})")
+    parser.add_argument("--members", type=int, default=d["members"],
+                        help=f"member buffers per slot G_max, 1..64 (default: {d['members']})")
+    parser.add_argument("--chunk-bytes", type=int, default=d["chunk_bytes"],
+                        help=f"bytes per member buffer C, a multiple of 4 (default: {d['chunk_bytes']})")
+    parser.add_argument("--dests", type=int, default=d["dests"],
+                        help=f"destination entries D (default: {d['dests']})")
+    parser.add_argument("--jobs", type=int, default=d["jobs"],
+                        help=f"schedule-table jobs, a power of two (default: {d['jobs']})")
+    parser.add_argument("--rounds", type=int, default=d["rounds"],
+                        help=f"rounds per job (longest period), a power of two (default: {d['rounds']})")
+    parser.add_argument("--entry", choices=("frame", "payload"), default=d["entry"],
+                        help="frame: Ethernet frames in and out; payload: bare UDP payloads behind a vendor "
+                        f"UDP stack (default: {d['entry']})")
+    parser.add_argument("--top", choices=KINDS, default="axi",
+                        help="axi: AXI4-Stream/AXI4-Lite wrapper around the core; core: the bare core "
+                        "(default: axi)")
+    parser.add_argument("--name", default=None,
+                        help="top module name (default: wanreduce_axi or wanreduce_core)")
+    parser.add_argument("--fifo-beats", type=int, default=None,
+                        help="AXI top: receive FIFO depth in beats, a power of two (default: two of the "
+                        "longest frames)")
+    parser.add_argument("--single-clock", action="store_true",
+                        help="AXI top: AXI4-Lite on clk, no clock-domain crossing "
+                        "(default: its own axil_clk)")
+    parser.add_argument("--blocks", action="store_true",
+                        help="also write every pipeline block on its own as <name>.v (default: off)")
+
+
+def options(args):
+    """The :func:`export` keywords of parsed :func:`add_arguments` options."""
+    return dict(kind=args.top, top=args.name, fifo_beats=args.fifo_beats,
+                ctl_domain="sync" if args.single_clock else "axil",
+                width=args.width, slots=args.slots, members=args.members, chunk_bytes=args.chunk_bytes,
+                dests=args.dests, jobs=args.jobs, rounds=args.rounds, entry=args.entry)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m wanreduce.sim.verilog",
-                                     description="Write every gateware block as Verilog.")
-    parser.add_argument("--out", default="build/verilog", help="output directory (default: build/verilog)")
-    parser.add_argument("--width", type=int, default=512, choices=WIDTHS,
-                        help="datapath width in bits (default: 512)")
+                                     description="Write the configurable top as Verilog, JSON, port table.")
+    parser.add_argument("-o", "--out", default="build/verilog",
+                        help="output directory (default: build/verilog)")
+    add_arguments(parser)
     args = parser.parse_args(argv)
-
-    out = Path(args.out)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name, component in blocks(args.width).items():
-            path = toolchain.convert(component, top=name, out_dir=out)
-            print(path)
+    try:
+        paths = export(args.out, **options(args))
+        if args.blocks:
+            paths = {**paths, "blocks": write_blocks(args.out, args.width)}
+    except ValueError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    for p in paths.values():
+        print(*(p if isinstance(p, list) else [p]), sep="\n")
     return 0
 
 
