@@ -24,6 +24,7 @@ import numpy as np
 from ..spec.addressing import contrib_group_ip, host_ip, host_mac, multicast_mac
 from ..spec.errors import WanreduceError
 from .frames import build_frames
+from .pacing import bank_slots_for, timeline
 from .packet import MAX_COUNT, pack_tensor
 from .protocol import UDP_PORT, WIRE_OVERHEAD, DType, np_dtype
 from .reference import run_reference
@@ -35,46 +36,6 @@ __all__ = [
 ]
 
 _ACCEPTED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-
-
-# PLACEHOLDER (until wanreduce.host.pacing lands): the self-clocked window as the lead specified it, kept
-# minimal so emit can be written and tested now. Replace by ``from .pacing import bank_slots_for, timeline``.
-@dataclass(frozen=True)
-class _Timeline:
-    send: np.ndarray
-    result: np.ndarray
-
-
-def bank_slots_for(schedule, *, memory_bytes, chunk_bytes):
-    """PLACEHOLDER: slots of one round bank, the memory split over the largest group's member buffers."""
-    members = max((len(g) for rnd in schedule.rounds for g in rnd), default=1)
-    return max(1, memory_bytes // (chunk_bytes * members))
-
-
-def timeline(schedule, one_way_s, *, n_chunks, frame_s, bank_slots, rounds=None):
-    """PLACEHOLDER for ``wanreduce.host.pacing.timeline`` (same signature and meaning)."""
-    rounds = schedule.period if rounds is None else rounds
-    n = schedule.n
-    send = np.full((n, rounds, n_chunks), np.nan)
-    result = np.full((n, rounds, n_chunks), np.nan)
-    ready = np.zeros((n, n_chunks))      # when each site holds the value of each chunk it sends next
-    link_free = np.zeros(n)
-    for r in range(rounds):
-        groups = schedule.rounds[r % schedule.period]
-        for c in range(n_chunks):
-            for grp in groups:
-                for s in grp:
-                    t = max(link_free[s], ready[s, c])
-                    if c >= bank_slots:
-                        t = max(t, result[s, r, c - bank_slots])
-                    send[s, r, c] = t
-                    link_free[s] = t + frame_s
-                for s in grp:
-                    result[s, r, c] = max(send[m, r, c] + frame_s + one_way_s[m][s] for m in grp)
-            for grp in groups:
-                for s in grp:
-                    ready[s, c] = result[s, r, c]
-    return _Timeline(send=send, result=result)
 
 
 def _rank_key(key):
@@ -176,8 +137,18 @@ def bank_slots_of(schedule, override=None):
             raise WanreduceError(f"the schedule's params.bank_slots {value!r} is not a positive whole number")
         return value
     if "memory_bytes" in params and "chunk_bytes" in params:
-        return bank_slots_for(schedule, memory_bytes=params["memory_bytes"],
-                              chunk_bytes=params["chunk_bytes"])
+        for key in ("memory_bytes", "chunk_bytes"):
+            value = params[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise WanreduceError(f"the schedule's params.{key} {value!r} is not a positive whole number")
+        members = max(len(g) for rnd in schedule.rounds for g in rnd)
+        slots = bank_slots_for(memory_bytes=params["memory_bytes"], chunk_bytes=params["chunk_bytes"],
+                               members=members, period=schedule.period)
+        if slots < 1:
+            raise WanreduceError(f"the aggregator memory ({params['memory_bytes']} bytes) holds no round "
+                                 f"bank of {members}-member slots of {params['chunk_bytes']}-byte chunks for "
+                                 f"a {schedule.period}-round period")
+        return slots
     raise WanreduceError("the schedule's params give neither bank_slots nor memory_bytes and chunk_bytes; "
                          "pass --bank-slots")
 
