@@ -4,7 +4,9 @@ The crossover is the memory above which one all-to-all group reaches consensus s
 rotating groups of 3 (the grid of 3s, e.g. 3x3 on nine sites). Below it the reorder buffer limits
 the rate and small, delay-homogeneous groups win; above it only delay and bandwidth remain and one
 round that pays the WAN delay once wins, unless the tensor is so large that bandwidth dominates (then
-there is no crossover at all).
+there is no crossover at all). On 3 sites or fewer there are no rotating groups of 3 distinct from the
+all-to-all group, so there is nothing to cross: :func:`family_plans` gives no groups-of-3 plan and
+:func:`crossover` returns ``None`` (:func:`has_groups_of_3` says which case applies).
 """
 
 import math
@@ -14,16 +16,25 @@ from .baselines import all_baselines
 from .costmodel import CostModel
 from .schedule import exhaustive, optimize, shapes
 
-__all__ = ["SweepPoint", "family_plans", "sweep", "crossover"]
+__all__ = ["SweepPoint", "family_plans", "sweep", "crossover", "has_groups_of_3"]
 
 
 @dataclass
 class SweepPoint:
     memory_bytes: int
-    groups3: object  # Plan: best rotating groups of 3
+    groups3: object  # Plan: best rotating groups of 3, or None on 3 sites or fewer
     all_to_all: object  # Plan: one group of every site
     best: object  # Plan: the optimizer's choice
     gap: float  # heuristic's gap to the exhaustive optimum of the exact shapes (N <= 9), else nan
+
+
+def has_groups_of_3(n):
+    """True when ``n`` sites can rotate through groups of 3 that differ from one all-to-all group."""
+    return n > 3
+
+
+def _groups3_shape(n):
+    return shapes(n, group_size=3)[0] if has_groups_of_3(n) else None
 
 
 def _exact_shapes(n):
@@ -36,10 +47,9 @@ def family_plans(model, *, time_limit_s=2.0, seed=0, check_exhaustive=True):
     all_shape = (n,)
     best, per = optimize(model, time_limit_s=time_limit_s, seed=seed)
     a2a = per[all_shape]
-    three = shapes(n, group_size=3) if n >= 3 else []
+    s3 = _groups3_shape(n)
     g3 = None
-    if three:
-        s3 = three[0]
+    if s3 is not None:
         if n <= 9 and math.prod(s3) == n and len(s3) > 1:
             g3 = exhaustive(model, s3)
         elif s3 in per:
@@ -52,7 +62,8 @@ def family_plans(model, *, time_limit_s=2.0, seed=0, check_exhaustive=True):
         if exact:
             heur = min(per[s].score_s for s in _exact_shapes(n))
             opt = min(p.score_s for p in exact)
-            gap = heur / opt - 1 if math.isfinite(opt) and opt > 0 else 0.0
+            # nan when nothing is feasible: there is no optimum to miss
+            gap = heur / opt - 1 if math.isfinite(opt) and opt > 0 else math.nan
             # report the true optimum when the heuristic missed it
             best = min([best, *exact], key=lambda p: (p.score_s, p.period_s))
     if g3 is not None and g3.score_s < best.score_s:
@@ -75,10 +86,9 @@ def _a2a_vs_groups3(topology, params, mem, time_limit_s, seed):
     model = CostModel(topology, params.replace(memory_bytes=int(mem)))
     n = topology.n
     a2a = optimize(model, time_limit_s=time_limit_s, seed=seed, shape_list=[(n,)])[0]
-    three = shapes(n, group_size=3) if n >= 3 else []
-    if not three:
+    s3 = _groups3_shape(n)
+    if s3 is None:
         return a2a.score_s, math.inf
-    s3 = three[0]
     if n <= 9 and math.prod(s3) == n and len(s3) > 1:
         g3 = exhaustive(model, s3)
     else:
@@ -90,9 +100,11 @@ def crossover(topology, params, *, low=1 << 10, high=1 << 40, time_limit_s=1.0, 
     """Smallest memory (bytes) at which all-to-all is at least as fast as groups of 3.
 
     Bisection on log(memory) between ``low`` and ``high`` to a relative precision ``rel``. Returns
-    ``None`` when groups of 3 still win at ``high`` (no crossover: bandwidth-bound) or never reach
-    consensus, ``low`` when all-to-all already wins at ``low``.
+    ``None`` when groups of 3 still win at ``high`` (no crossover: bandwidth-bound), never reach
+    consensus, or do not exist (3 sites or fewer), ``low`` when all-to-all already wins at ``low``.
     """
+    if not has_groups_of_3(topology.n):
+        return None
     a, g = _a2a_vs_groups3(topology, params, high, time_limit_s, seed)
     if not math.isfinite(g):
         return None  # groups of 3 never reach consensus here: nothing to cross

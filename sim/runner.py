@@ -1,10 +1,12 @@
 """Run cocotb testbenches on Verilator from pytest, building each design once per session.
 
 A design is an Amaranth ``wiring.Component`` (converted with :func:`wanreduce.sim.toolchain.verilog_text`)
-or Verilog text. Its build lives in ``build/sim/<hash>/`` where the hash covers the Verilog text, the
-build arguments and the Verilator version, so the build is shared read-only by every test (and every
-pytest-xdist worker: a file lock makes the second worker wait for the first and then reuse its result)
-and survives between sessions. Each test runs in its own directory, ``build/sim/tests/<test id>/``.
+or Verilog text. Its build lives in ``<cache>/sim/<kind>-<hash>/`` (``<cache>`` is
+:func:`wanreduce.sim.toolchain.cache_root`, the user cache folder or ``$WANREDUCE_BUILD_DIR``) where the
+hash covers the Verilog text, the build arguments and the Verilator version, so the build is shared
+read-only by every test (and every pytest-xdist worker: a file lock makes the second worker wait for the
+first and then reuse its result) and survives between sessions. Each test runs in its own directory,
+``build/sim/tests/<test id>/``.
 
 A failing cocotb test fails the calling pytest test with an :class:`AssertionError` carrying cocotb's
 failure message and traceback (read from the results XML), not a bare ``SystemExit``.
@@ -25,7 +27,9 @@ API::
 
 :func:`build` alone returns a :class:`Build` (paths, top, ports) when a test wants to run several cocotb
 modules on one build. :func:`cached_build` is the locking/caching primitive, also used by
-:mod:`wanreduce.sim.harness`.
+:mod:`wanreduce.sim.harness`. Inside ``with runner.build_progress(callback):`` a build that is not cached
+yet calls ``callback(text)`` when it starts and when it ends (the command line prints those on stderr);
+:func:`cache_dir` and :func:`clear_cache` are what ``wanreduce cache`` uses.
 """
 
 import contextlib
@@ -35,13 +39,15 @@ import json
 import os
 import re
 import shutil
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import toolchain
 
-__all__ = ["Build", "build", "run", "params", "PARAMS_ENV", "cached_build", "design_verilog", "test_dir"]
+__all__ = ["Build", "build", "run", "params", "PARAMS_ENV", "cached_build", "design_verilog", "test_dir",
+           "build_progress", "cache_dir", "cached_builds", "clear_cache"]
 
 #: Environment variable carrying the JSON-encoded test parameters into the cocotb process.
 PARAMS_ENV = "WANREDUCE_COCOTB_PARAMS"
@@ -49,7 +55,43 @@ PARAMS_ENV = "WANREDUCE_COCOTB_PARAMS"
 # Verilator's lint is for hand-written RTL; Amaranth's output trips it harmlessly (see waiver.vlt).
 _BASE_ARGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style")
 
-_memo = {}
+_progress = None
+
+
+@contextlib.contextmanager
+def build_progress(callback):
+    """Inside the block, a build that is not cached yet reports its start and end to ``callback(text)``."""
+    global _progress
+    saved, _progress = _progress, callback
+    try:
+        yield
+    finally:
+        _progress = saved
+
+
+def cache_dir():
+    """The folder that holds the cached builds: ``<cache_root>/sim``."""
+    return toolchain.cache_root() / "sim"
+
+
+def cached_builds():
+    """The finished builds in the cache (folders with a ``.done`` stamp)."""
+    root = cache_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / ".done").exists())
+
+
+def clear_cache():
+    """Remove every cached build (and lock file); return how many builds there were.
+
+    Only ``<cache_root>/sim`` is removed, never the rest of ``$WANREDUCE_BUILD_DIR``.
+    """
+    root = cache_dir()
+    n = len(cached_builds())
+    if root.exists():
+        shutil.rmtree(root)
+    return n
 
 
 @dataclass(frozen=True)
@@ -94,24 +136,28 @@ def cached_build(kind, key_parts, build_fn):
                  os.environ.get("MAKEFLAGS", ""), *key_parts):
         h.update(part.encode())
         h.update(b"\0")
-    root = toolchain.build_root() / "sim"
+    root = cache_dir()
     out = root / f"{kind}-{h.hexdigest()[:16]}"
     stamp = out / ".done"
-    if out in _memo or stamp.exists():
-        _memo[out] = True
+    if stamp.exists():  # checked every time: `wanreduce cache --clear` may have emptied the cache
         return out
     with _locked(root / f".{out.name}.lock"):
         if not stamp.exists():
             if out.exists():
                 shutil.rmtree(out)
             out.mkdir(parents=True)
+            t0 = time.perf_counter()
+            if _progress is not None:
+                _progress(f"building the {kind} model with Verilator in {out} (first use of this "
+                          "configuration; later runs reuse it)")
             try:
                 build_fn(out)
             except BaseException:
                 shutil.rmtree(out, ignore_errors=True)
                 raise
             stamp.write_text("ok\n")
-    _memo[out] = True
+            if _progress is not None:
+                _progress(f"built in {time.perf_counter() - t0:.0f} s")
     return out
 
 

@@ -13,8 +13,16 @@ API::
     toolchain.setup()                         # idempotent; returns VERILATOR_ROOT as a Path
     text = toolchain.verilog_text(component, top="fadd_lanes")
     path = toolchain.convert(component, top="fadd_lanes", out_dir="build/verilog")   # -> .../fadd_lanes.v
-    toolchain.build_root()                    # <repo>/build, or $WANREDUCE_BUILD_DIR
+    toolchain.cache_root()                    # the Verilator build cache (see below)
+    toolchain.build_root()                    # scratch products: <checkout>/build, or $WANREDUCE_BUILD_DIR
     toolchain.parse_ports(text, top="fadd_lanes")   # {"i__payload": ("input", 100), ...}
+
+Where builds go. Verilated models are cached (:func:`wanreduce.sim.runner.cached_build`) under
+:func:`cache_root`: ``$WANREDUCE_BUILD_DIR`` when set, else the user cache folder,
+``$XDG_CACHE_HOME/wanreduce`` or ``~/.cache/wanreduce``; so an installed (non-editable) wanreduce never
+writes into its own package, and every checkout of one user shares the builds. ``wanreduce cache --clear``
+(and ``make clean``) empties it. Scratch products (per-test simulation folders, synthesis runs) go under
+:func:`build_root`.
 """
 
 import os
@@ -27,6 +35,8 @@ __all__ = [
     "verilator_root",
     "verilator_version",
     "build_root",
+    "cache_root",
+    "BUILD_DIR_ENV",
     "verilog_text",
     "convert",
     "parse_ports",
@@ -92,12 +102,32 @@ def setup():
     return root
 
 
-def build_root():
-    """Return the directory for build products: ``$WANREDUCE_BUILD_DIR`` or ``<repo>/build`` (gitignored)."""
-    env = os.environ.get("WANREDUCE_BUILD_DIR")
+#: Environment variable that moves the build cache (and scratch products) to a folder of the user's choice.
+BUILD_DIR_ENV = "WANREDUCE_BUILD_DIR"
+
+
+def cache_root():
+    """Return the Verilator build cache folder: ``$WANREDUCE_BUILD_DIR``, ``$XDG_CACHE_HOME/wanreduce`` or
+    ``~/.cache/wanreduce``, in that order (not created here)."""
+    env = os.environ.get(BUILD_DIR_ENV)
     if env:
-        return Path(env).resolve()
-    return Path(__file__).resolve().parent.parent / "build"
+        return Path(env).expanduser().resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "wanreduce"
+
+
+def build_root():
+    """Return the folder for scratch build products: ``$WANREDUCE_BUILD_DIR``, else ``<checkout>/build`` when
+    running from a source checkout (gitignored), else :func:`cache_root`."""
+    env = os.environ.get(BUILD_DIR_ENV)
+    if env:
+        return Path(env).expanduser().resolve()
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file():
+        return checkout / "build"
+    return cache_root()
 
 
 def verilog_text(component, *, top):

@@ -7,11 +7,12 @@ The top of the import order (spec <- hw <- host <- sim <- cli). Each module list
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 
 from ..spec.errors import WanreduceError
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["main", "build_parser", "version", "COMMANDS"]
 
 COMMANDS = [
     "wanreduce.cli.pack",
@@ -24,12 +25,21 @@ COMMANDS = [
 ]
 
 
+def version():
+    """The installed distribution's version (``importlib.metadata``), or a note saying it is not installed."""
+    try:
+        return importlib.metadata.version("wanreduce")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="wanreduce",
         description="FPGA in-network aggregation for training across continents: packet tools, "
         "RTL checks and the WAN sync-schedule optimizer.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         importlib.import_module(name).register(sub)

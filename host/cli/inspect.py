@@ -7,7 +7,7 @@ from ..host.frames import parse_frame
 from ..host.pcap import read_pcap
 from ..host.protocol import UDP_PORT, Drop, DType, Kind
 from ..host.validate import check_payload
-from ._common import int_in
+from ._common import add_json_option, int_in, print_json
 
 __all__ = ["register", "run", "describe"]
 
@@ -25,16 +25,22 @@ def register(sub):
     p.add_argument("--slot-bytes", type=int_in(1, 1 << 30, "--slot-bytes"), default=None,
                    help="apply the too_large rule for this per-member slot size (default: not applied)")
     p.add_argument("--quiet", action="store_true", help="print only the summary (default: every frame)")
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
-def describe(frame, *, port, slot_bytes=None):
-    """``(line, reason_or_None)`` for one frame."""
+def _classify(frame, *, port, slot_bytes):
     payload, _, reason = parse_frame(frame, port=port)
     if reason is None:
         h, reason = check_payload(payload, slot_bytes=slot_bytes, contrib_input=False)
     else:
         h = None
+    return h, reason
+
+
+def describe(frame, *, port, slot_bytes=None):
+    """``(line, reason_or_None)`` for one frame."""
+    h, reason = _classify(frame, port=port, slot_bytes=slot_bytes)
     if reason is not None:
         return f"DROP {reason.counter} (rule {reason.rule or 'framing'})", reason
     last = " LAST" if h.flags & 1 else ""
@@ -42,18 +48,35 @@ def describe(frame, *, port, slot_bytes=None):
             f"{DType(h.dtype).label} count={h.count} bitmap={h.bitmap:#x}{last}"), None
 
 
+def record(index, frame, *, port, slot_bytes=None):
+    """One frame as a JSON object: its header fields, or the drop reason and rule."""
+    h, reason = _classify(frame, port=port, slot_bytes=slot_bytes)
+    if reason is not None:
+        return {"index": index, "ok": False, "drop": reason.counter, "rule": reason.rule}
+    return {"index": index, "ok": True, "kind": Kind(h.kind).name, "job": h.job, "round": h.round,
+            "chunk": h.chunk, "src": h.src, "group": h.group, "dtype": DType(h.dtype).label, "count": h.count,
+            "bitmap": h.bitmap, "last": bool(h.flags & 1)}
+
+
 def run(args):
     frames = read_pcap(args.pcap)
     tally = Counter()
-    for i, frame in enumerate(frames):
-        line, reason = describe(frame, port=args.port, slot_bytes=args.slot_bytes)
-        tally[reason.counter if reason else "ok"] += 1
-        if not args.quiet:
-            print(f"{i:>6} {line}")
-    print(f"{len(frames)} frames: {tally['ok']} ok, {len(frames) - tally['ok']} dropped")
-    for reason in Drop:
-        if tally[reason.counter]:
-            print(f"  {reason.counter:<18} {tally[reason.counter]}")
+    if args.json:
+        rows = [record(i, f, port=args.port, slot_bytes=args.slot_bytes) for i, f in enumerate(frames)]
+        tally.update(r["drop"] if not r["ok"] else "ok" for r in rows)
+        print_json({"file": str(args.pcap), "frames": [] if args.quiet else rows,
+                    "total": len(frames), "ok": tally["ok"], "dropped": len(frames) - tally["ok"],
+                    "drops": {d.counter: tally[d.counter] for d in Drop if tally[d.counter]}})
+    else:
+        for i, frame in enumerate(frames):
+            line, reason = describe(frame, port=args.port, slot_bytes=args.slot_bytes)
+            tally[reason.counter if reason else "ok"] += 1
+            if not args.quiet:
+                print(f"{i:>6} {line}")
+        print(f"{len(frames)} frames: {tally['ok']} ok, {len(frames) - tally['ok']} dropped")
+        for reason in Drop:
+            if tally[reason.counter]:
+                print(f"  {reason.counter:<18} {tally[reason.counter]}")
     dropped = len(frames) - tally["ok"]
     if dropped:
         # Like a linter: the listing above names each problem; the exit status says there was one.

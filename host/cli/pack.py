@@ -5,7 +5,8 @@ from ..host.frames import build_frames
 from ..host.packet import MAX_COUNT, pack_tensor
 from ..host.pcap import write_pcap
 from ..host.protocol import MAX_RANKS, UDP_PORT, DType
-from ._common import int_in, load_npy
+from ..spec.errors import WanreduceError
+from ._common import Outputs, add_force_option, int_in, load_npy
 
 __all__ = ["register", "run"]
 
@@ -16,7 +17,9 @@ def register(sub):
         description="Pack a tensor into wanreduce v1 CONTRIB packets, one per chunk, wrapped in "
         "Ethernet/IPv4/UDP and written as a pcap. Values are rounded to the wire dtype (nearest even); a "
         "finite value too large for it is an error.")
-    p.add_argument("tensor", metavar="TENSOR.npy", help="the tensor to send (any shape, floating point)")
+    p.add_argument("tensor", metavar="TENSOR.npy",
+                   help="the tensor to send (any shape, floating point; a bfloat16 array saved from "
+                   "ml_dtypes is read as bf16)")
     p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="pcap file to write (required)")
     p.add_argument("--dtype", choices=[d.label for d in DType], default="fp32",
                    help="element type on the wire (default: fp32)")
@@ -32,23 +35,33 @@ def register(sub):
     p.add_argument("--first-chunk", type=int_in(0, 0xFFFFFFFF, "--first-chunk"), default=0,
                    help="index of the first chunk (default: 0)")
     p.add_argument("--src-mac", default=None, help="source MAC (default: 02:57:52:00:00:<rank>)")
-    p.add_argument("--dst-mac", default=None, help="destination MAC (default: 01:00:5e:57:52:<group>)")
+    p.add_argument("--dst-mac", default=None,
+                   help="destination MAC (default: 01:00:5e:57:52:<group>; needs --group 0..255)")
     p.add_argument("--src-ip", default=None, help="source IPv4 (default: 10.87.82.<rank>)")
-    p.add_argument("--dst-ip", default=None, help="destination IPv4 (default: multicast 239.87.82.<group>)")
+    p.add_argument("--dst-ip", default=None,
+                   help="destination IPv4 (default: multicast 239.87.82.<group>; needs --group 0..255, since "
+                   "the group id is the address's last octet; give --dst-ip and --dst-mac for larger ids)")
     p.add_argument("--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT,
                    help=f"UDP source and destination port (default: {UDP_PORT})")
     p.add_argument("--no-udp-checksum", action="store_true",
                    help="write 0 (not computed) in the UDP checksum (default: compute it)")
-    p.add_argument("--force", action="store_true", help="replace OUT.pcap if it exists (default: refuse)")
+    add_force_option(p, "OUT.pcap")
     p.set_defaults(func=run)
 
 
 def run(args):
-    tensor = load_npy(args.tensor)
+    if args.group > 0xFF and (args.dst_ip is None or args.dst_mac is None):
+        # The default multicast address carries the group id in one octet; wrapping it would send two
+        # groups to the same address.
+        raise WanreduceError(f"--group {args.group} does not fit the default multicast address "
+                             "(239.87.82.<group>, group 0..255); give --dst-ip and --dst-mac")
+    outs = Outputs(force=args.force, inputs=[args.tensor])
+    out = outs.add(args.output, "--output")
+    tensor = load_npy(args.tensor, void16_as_bf16=True)
     dtype = DType.from_label(args.dtype)
     payloads = pack_tensor(tensor, dtype=dtype, rank=args.rank, job=args.job, round=args.round,
                            group=args.group, chunk_elems=args.chunk_elems, first_chunk=args.first_chunk)
-    g = args.group & 0xFF
+    g = args.group
     addressing = dict(
         src_mac=args.src_mac or f"02:57:52:00:00:{args.rank:02x}",
         dst_mac=args.dst_mac or f"01:00:5e:57:52:{g:02x}",
@@ -58,7 +71,8 @@ def run(args):
     )
     blocks = [build_frames(b, **addressing) for b in payloads.blocks]
     frames = (row for block in blocks for row in block)
-    write_pcap(args.output, frames, overwrite=args.force, protect=[args.tensor])
+    with outs.commit():
+        write_pcap(outs.temp(out), frames)
     print(f"{args.output}: {len(payloads)} CONTRIB frames, {tensor.size} {dtype.label} elements, "
           f"rank {args.rank}, job {args.job}, round {args.round}, group {args.group}")
     return 0

@@ -5,8 +5,6 @@ receives the (N,) sums' bit patterns as computed by :class:`wanreduce.hw.fadd.FA
 harness, never by numpy. ``--check`` additionally compares them with numpy / ml_dtypes.
 """
 
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -15,8 +13,9 @@ import numpy as np
 from ..hw.fadd import FloatFormat
 from ..sim import fadd_check
 from ..sim.harness import HarnessError
+from ..sim.runner import build_progress
 from ..spec.errors import WanreduceError
-from ._common import int_in, load_npy
+from ._common import Outputs, add_force_option, int_in, load_npy, progress
 
 __all__ = ["register", "run"]
 
@@ -36,12 +35,12 @@ def register(sub):
     p.add_argument("--width", type=int_in(32, 2048, "--width"), default=256,
                    help="beat width in bits, a multiple of the format's width; lanes = width / format "
                    "width (default: 256)")
-    p.add_argument("--stages", type=int_in(0, 32, "--stages"), default=None,
-                   help="adder pipeline stages (default: the format's default, 8)")
+    p.add_argument("--stages", type=int_in(1, 32, "--stages"), default=None,
+                   help="adder pipeline stages, 1..32 (default: the format's default, 8)")
     p.add_argument("--check", action="store_true",
                    help="also compare with numpy/ml_dtypes (any NaN equals any NaN) and exit 1 on a "
                    "mismatch (default: off)")
-    p.add_argument("--force", action="store_true", help="replace OUT.npy if it exists (default: refuse)")
+    add_force_option(p, "OUT.npy")
     p.set_defaults(func=run)
 
 
@@ -60,32 +59,21 @@ def run(args):
     fmt = FloatFormat.from_name(args.dtype)
     if args.width % fmt.width:
         raise WanreduceError(f"--width {args.width} is not a multiple of {fmt.name}'s {fmt.width} bits")
-    src, dst = Path(args.input), Path(args.output)
-    if dst.exists() and src.exists() and os.path.samefile(src, dst):
-        raise WanreduceError(f"{dst}: is the input file; choose another output")
-    if dst.exists() and not args.force:
-        raise WanreduceError(f"{dst}: already exists (use --force to replace it)")
-    if dst.is_dir():
-        raise WanreduceError(f"{dst}: is a directory")
-    if not dst.parent.is_dir():
-        raise WanreduceError(f"{dst.parent}: no such directory for the output")
+    src = Path(args.input)
+    outs = Outputs(force=args.force, inputs=[src])
+    dst = outs.add(args.output, "OUT.npy")
     ops = _operands(src, fmt)
     t0 = time.perf_counter()
     try:
-        sums, stats = fadd_check.lanes_add(fmt, ops[:, 0], ops[:, 1], width=args.width, stages=args.stages,
-                                           return_stats=True)
+        with build_progress(lambda text: progress("rtl-add", text)):
+            sums, stats = fadd_check.lanes_add(fmt, ops[:, 0], ops[:, 1], width=args.width,
+                                               stages=args.stages, return_stats=True)
     except HarnessError as exc:
         raise WanreduceError(f"the RTL simulation failed: {str(exc).splitlines()[0]}") from None
     elapsed = time.perf_counter() - t0
-    # Written to a temporary file first so a failure never leaves half an OUT.npy behind.
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".rtl-add-", suffix=".npy")
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with outs.commit():
+        with open(outs.temp(dst), "wb") as f:
             np.save(f, sums)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     lanes = args.width // fmt.width
     print(f"{len(sums)} {fmt.name} sums through {lanes} RTL lanes ({args.width}-bit beats, "
           f"{stats.cycles} cycles) in {elapsed:.2f} s -> {dst}")

@@ -2,6 +2,7 @@
 
 import math
 import os
+import time
 
 from ..host.baselines import all_baselines
 from ..host.costmodel import CostModel, CostParams
@@ -10,6 +11,7 @@ from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_seconds, format_size, parse_size
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS
+from ._common import Outputs, add_force_option, add_json_option, print_json, progress
 
 __all__ = ["register", "run", "add_model_arguments", "model_from_args", "topology_from_args", "number"]
 
@@ -111,7 +113,13 @@ def register(subparsers):
                    help="only rotating groups of K sites (default: any size from 2 to N)")
     p.add_argument("-o", "--output", default=DEFAULT_OUT, metavar="FILE.json",
                    help=f"schedule file to write (default: {DEFAULT_OUT})")
+    add_force_option(p, "FILE.json")
+    add_json_option(p)
     p.set_defaults(func=run)
+
+
+#: Searches allowed longer than this print a progress line first.
+SLOW_SEARCH_S = 5.0
 
 
 def _names(topo, group):
@@ -128,6 +136,16 @@ def run(args):
     if args.group_size is not None:
         args.group_size = number(args.group_size, "--group-size", kind=int)
         shapes(topo.n, group_size=args.group_size)  # validates the size
+    if params.memory_bytes < 2 * params.chunk_bytes:
+        raise WanreduceError(
+            f"no schedule reaches consensus: {format_size(params.memory_bytes)} of memory cannot hold "
+            f"one slot of {format_size(params.chunk_bytes)} chunks for any group of 2 or more sites"
+        )
+    outs = Outputs(force=args.force, inputs=[args.topology] if os.path.exists(args.topology) else [])
+    out = outs.add(args.output, "--output")
+    t0 = time.perf_counter()
+    if args.time_limit > SLOW_SEARCH_S:
+        progress("schedule", f"searching {topo.n} sites for up to {args.time_limit:g} s (--time-limit)")
     best, per = optimize(model, group_size=args.group_size, time_limit_s=args.time_limit, seed=args.seed)
     gap_line = None
     if topo.n <= 9 and len(best.shape) > 1 and math.prod(best.shape) == topo.n:
@@ -142,11 +160,32 @@ def run(args):
             f"no schedule reaches consensus: {format_size(params.memory_bytes)} of memory cannot hold "
             f"one slot of {format_size(params.chunk_bytes)} chunks for any group of 2 or more sites"
         )
+    if time.perf_counter() - t0 > SLOW_SEARCH_S:
+        progress("schedule", f"search done in {time.perf_counter() - t0:.1f} s")
     sched = plan_to_schedule(best, model)
-    out = args.output
-    if os.path.dirname(out):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-    write_schedule(sched, out)
+    with outs.commit():
+        write_schedule(sched, outs.temp(out))
+    baselines = all_baselines(model)
+    others = sorted(per.values(), key=lambda p: p.score_s)
+    if args.json:
+        print_json({
+            "topology": topo.name, "sites": list(topo.sites),
+            "params": {"memory_bytes": params.memory_bytes, "chunk_bytes": params.chunk_bytes,
+                       "tensor_bytes": params.tensor_bytes, "site_gbps": params.site_gbps,
+                       "fpga_ingress_gbps": params.fpga_ingress_gbps, "bus_bits": params.bus_bits,
+                       "clock_mhz": params.clock_mhz, "epsilon": params.epsilon},
+            "schedule": {"name": best.name, "exact": bool(best.exact), "period_s": best.period_s,
+                         "time_to_consensus_s": best.score_s},
+            "rounds": [{"time_s": cost.time_s, "bound": cost.bound,
+                        "groups": [[topo.sites[i] for i in g] for g in rnd]}
+                       for rnd, cost in zip(best.rounds, best.round_costs, strict=True)],
+            "shapes": {p.name: p.score_s for p in others},
+            "exhaustive_check": gap_line,
+            "baselines": [{"name": b.name, "time_s": b.time_s, "speedup": b.time_s / best.score_s,
+                           "detail": b.detail} for b in baselines],
+            "output": str(out),
+        })
+        return 0
 
     print(f"topology {topo.name}: {topo.n} sites; memory {format_size(params.memory_bytes)}, "
           f"chunk {params.chunk_bytes} B, tensor {format_size(params.tensor_bytes)}, "
@@ -159,11 +198,10 @@ def run(args):
     for r, (rnd, cost) in enumerate(zip(best.rounds, best.round_costs, strict=True)):
         groups = " ".join(_names(topo, g) for g in rnd)
         print(f"{r:>5}  {format_seconds(cost.time_s):>10}  {cost.bound:<9}  {groups}")
-    others = sorted(per.values(), key=lambda p: p.score_s)
     print("shapes: " + "; ".join(f"{p.name} {format_seconds(p.score_s)}" for p in others))
     if gap_line:
         print(gap_line)
-    for b in all_baselines(model):
+    for b in baselines:
         speed = b.time_s / best.score_s
         print(f"baseline {b.name:<12} {format_seconds(b.time_s):>10}  speedup {speed:.3g}x  ({b.detail})")
     print(f"wrote {out}")

@@ -5,23 +5,36 @@ width, slots, members and chunk size; Verilator builds are cached). The core is 
 control port for the site's rank, the expected sets of the schedule file (for every job id the pcap's
 CONTRIB headers carry; job 0 if none) and the RESULT destinations. Every frame the core emits goes to
 OUT.pcap; its counters (the drop-rule names, ``results`` and ``frames_in``) go to OUT.json.
+
+The chunk size C and the slot count S come from the options or, when those are not given, from the
+schedule file's ``params`` (``chunk_bytes``; ``memory_bytes`` = S x G x C, S rounded down to a power of
+two). Like ``inspect``, the command exits 1 when the core dropped frames, after naming each reason; for
+``unexpected_src`` it prints what the schedule makes this rank expect in each round concerned.
 """
 
 import json
-import os
+import sys
+import time
 
-from ..host.frames import parse_ip, parse_mac
+from ..host.frames import parse_frame, parse_ip, parse_mac
 from ..host.golden import Destination
 from ..host.pcap import read_pcap, write_pcap
-from ..host.protocol import MAGIC, MAX_RANKS, UDP_PORT, Kind
+from ..host.protocol import MAGIC, MAX_RANKS, UDP_PORT, Drop, Kind
+from ..host.validate import check_payload
 from ..sim.agg_driver import CoreSim
+from ..sim.runner import build_progress
 from ..spec.errors import WanreduceError
-from ..spec.schedfile import expected_bitmap, load_schedule
-from ._common import int_in
+from ..spec.schedfile import expected_bitmap, group_of, load_schedule
+from ._common import Outputs, add_force_option, add_json_option, int_in, print_json, progress
 
-__all__ = ["register", "run", "jobs_in_frames", "parse_dest"]
+__all__ = ["register", "run", "jobs_in_frames", "parse_dest", "core_geometry", "unexpected_by_round",
+           "expectation_line"]
 
 MAX_JOBS = 64
+MAX_SLOTS = 1 << 16
+MAX_CHUNK_BYTES = 65504
+#: Frames above which the co-simulation announces itself on stderr (about 10 s of harness time).
+LONG_REPLAY_FRAMES = 20_000
 
 
 def parse_dest(text):
@@ -66,10 +79,12 @@ def register(sub):
                    help="this site's rank, 0..63 (required)")
     p.add_argument("--schedule", metavar="S.json", required=True,
                    help="schedule file of PROTOCOL.md (required)")
-    p.add_argument("--slots", type=int_in(1, 1 << 16, "--slots"), required=True,
-                   help="reorder-buffer slots S, a power of two (required)")
-    p.add_argument("--chunk-bytes", type=int_in(4, 65504, "--chunk-bytes"), required=True,
-                   help="bytes of one member buffer C, a multiple of 4 (required)")
+    p.add_argument("--slots", type=int_in(1, MAX_SLOTS, "--slots"), default=None,
+                   help="reorder-buffer slots S, a power of two (default: the largest that fits the "
+                   "schedule file's params.memory_bytes, S x G x C <= memory)")
+    p.add_argument("--chunk-bytes", type=int_in(4, MAX_CHUNK_BYTES, "--chunk-bytes"), default=None,
+                   help="bytes of one member buffer C, a multiple of 4 (default: the schedule file's "
+                   "params.chunk_bytes)")
     p.add_argument("--width", type=int, choices=(64, 128, 256, 512), default=64,
                    help="datapath width in bits (default: 64; every width gives the same frames)")
     p.add_argument("--members", type=int_in(1, MAX_RANKS, "--members"), default=None,
@@ -85,24 +100,72 @@ def register(sub):
                    help="pcap of the frames the core emits (required)")
     p.add_argument("--counters", metavar="OUT.json", required=True,
                    help="JSON file of the core's counters (required)")
+    add_force_option(p, "OUT.pcap or OUT.json")
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
-def _same(a, b):
-    return os.path.abspath(a) == os.path.abspath(b) or (
-        os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b))
+def core_geometry(schedule, *, slots, chunk_bytes, members, source="the schedule"):
+    """``(slots, chunk_bytes)``: the options' values, or what the schedule file's params imply."""
+    params = schedule.params
+    if chunk_bytes is None:
+        chunk_bytes = params.get("chunk_bytes")
+        if chunk_bytes is None:
+            raise WanreduceError(f"give --chunk-bytes: {source} has no params.chunk_bytes")
+        if (not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool)
+                or not 4 <= chunk_bytes <= MAX_CHUNK_BYTES or chunk_bytes % 4):
+            raise WanreduceError(f"{source}: params.chunk_bytes {chunk_bytes!r} is not a multiple of 4 in "
+                                 f"4..{MAX_CHUNK_BYTES}; give --chunk-bytes")
+    if slots is None:
+        memory = params.get("memory_bytes")
+        if memory is None:
+            raise WanreduceError(f"give --slots: {source} has no params.memory_bytes")
+        if not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0:
+            raise WanreduceError(f"{source}: params.memory_bytes {memory!r} is not a positive whole number")
+        fit = memory // (members * chunk_bytes)
+        if fit < 1:
+            raise WanreduceError(f"{source}: params.memory_bytes {memory} holds no slot of {members} x "
+                                 f"{chunk_bytes} bytes; give --slots")
+        slots = 1 << min(fit.bit_length() - 1, MAX_SLOTS.bit_length() - 1)
+    return slots, chunk_bytes
+
+
+def unexpected_by_round(frames, schedule, rank, *, port):
+    """``{round: sorted sources}`` of the well-formed CONTRIBs whose source the schedule does not make
+    ``rank`` expect in that round (what the core counts as ``unexpected_src``)."""
+    out = {}
+    for f in frames:
+        payload, _, reason = parse_frame(f, port=port)
+        if reason is not None:
+            continue
+        h, reason = check_payload(payload, contrib_input=True)
+        if reason is not None or h.kind != Kind.CONTRIB:
+            continue
+        if not expected_bitmap(schedule, rank, h.round) >> h.src & 1:
+            out.setdefault(h.round, set()).add(h.src)
+    return {r: sorted(v) for r, v in sorted(out.items())}
+
+
+def expectation_line(schedule, rank, round_index, sources=()):
+    """``rank 0 expects {0,5,8} in round 1`` (and what came instead), from the schedule file."""
+    _, members = group_of(schedule, rank, round_index)
+    period = f" (period {schedule.period}: round {round_index % schedule.period})" \
+        if round_index >= schedule.period else ""
+    want = "{" + ",".join(map(str, members)) + "}" if members else "nothing (it waits)"
+    got = f"; got src {','.join(map(str, sources))}" if sources else ""
+    return f"rank {rank} expects {want} in round {round_index}{period}{got}"
 
 
 def run(args):
-    if args.slots & (args.slots - 1):
+    if args.slots is not None and args.slots & (args.slots - 1):
         raise WanreduceError(f"--slots must be a power of two, not {args.slots}")
-    if args.chunk_bytes % 4:
+    if args.chunk_bytes is not None and args.chunk_bytes % 4:
         raise WanreduceError(f"--chunk-bytes must be a multiple of 4, not {args.chunk_bytes}")
-    for path, what in ((args.out, "--out"), (args.counters, "--counters")):
-        if _same(path, args.input) or _same(path, args.schedule):
-            raise WanreduceError(f"{what} {path} is also an input; choose another output file")
-    if _same(args.out, args.counters):
+    if args.out == args.counters:
         raise WanreduceError("--out and --counters name the same file")
+    outs = Outputs(force=args.force, inputs=[args.input, args.schedule])
+    out_pcap = outs.add(args.out, "--out")
+    out_json = outs.add(args.counters, "--counters")
     schedule = load_schedule(args.schedule)
     if args.rank >= schedule.n:
         raise WanreduceError(f"--rank {args.rank} is not a site of {args.schedule} "
@@ -113,6 +176,8 @@ def run(args):
         raise WanreduceError(f"--members {members} is smaller than the schedule's largest group ({largest})")
     if schedule.period > 64:
         raise WanreduceError(f"the schedule's period of {schedule.period} rounds exceeds the core's 64")
+    slots, chunk_bytes = core_geometry(schedule, slots=args.slots, chunk_bytes=args.chunk_bytes,
+                                       members=members, source=str(args.schedule))
     frames = read_pcap(args.input)
     rank = args.rank
     mac = parse_mac(args.mac) if args.mac else bytes([2, 0x57, 0x52, 1, 0, rank])
@@ -130,16 +195,44 @@ def run(args):
     while cap < len(jobs):
         cap *= 2
 
-    sim = CoreSim(width=args.width, slots=args.slots, members=members, slot_bytes=args.chunk_bytes,
-                  dests=len(dests), jobs=cap, entry="frame", port=args.port)
+    def note(text):
+        progress("sim-replay", text)
+
+    with build_progress(note):
+        sim = CoreSim(width=args.width, slots=slots, members=members, slot_bytes=chunk_bytes,
+                      dests=len(dests), jobs=cap, entry="frame", port=args.port)
+    t0 = time.perf_counter()
+    if len(frames) > LONG_REPLAY_FRAMES:
+        note(f"simulating {len(frames)} frames through the core")
     result = sim.run(frames, rank=rank, jobs=jobs, destinations=dests, mac=mac, ip=ip, port=args.port)
-    write_pcap(args.out, result.packets, protect=[args.input, args.schedule])
-    try:
-        with open(args.counters, "w", encoding="utf-8") as f:
-            json.dump(result.counters, f, indent=1)
-            f.write("\n")
-    except OSError as exc:
-        raise WanreduceError(f"{args.counters}: cannot write it ({exc.strerror})") from None
-    print(f"{len(frames)} frames in, {len(result.packets)} frames out, {result.counters['results']} RESULTs, "
-          f"{sum(v for k, v in result.counters.items() if k not in ('results', 'frames_in'))} dropped")
+    if len(frames) > LONG_REPLAY_FRAMES:
+        note(f"simulated in {time.perf_counter() - t0:.1f} s")
+    with outs.commit():
+        write_pcap(outs.temp(out_pcap), result.packets)
+        outs.write_text(out_json, json.dumps(result.counters, indent=1) + "\n")
+
+    counters = result.counters
+    drops = {d.counter: counters[d.counter] for d in Drop if counters.get(d.counter)}
+    dropped = sum(drops.values())
+    expectations = []
+    if drops.get(Drop.UNEXPECTED_SRC.counter):
+        expectations = [expectation_line(schedule, rank, r, srcs)
+                        for r, srcs in unexpected_by_round(frames, schedule, rank, port=args.port).items()]
+    if args.json:
+        print_json({"frames_in": len(frames), "frames_out": len(result.packets),
+                    "results": counters["results"], "dropped": dropped, "drops": drops,
+                    "expected": expectations, "slots": slots,
+                    "chunk_bytes": chunk_bytes, "members": members, "counters": counters,
+                    "outputs": [str(out_pcap), str(out_json)]})
+    else:
+        print(f"{len(frames)} frames in, {len(result.packets)} frames out, {counters['results']} RESULTs, "
+              f"{dropped} dropped (core: {slots} slots x {members} members x {chunk_bytes} B, "
+              f"{args.width}-bit datapath)")
+        for name, n in drops.items():
+            print(f"  {name:<18} {n}")
+        for line in expectations:
+            print(f"    {line}")
+    if dropped:
+        print(f"wanreduce sim-replay: the core dropped {dropped} of {len(frames)} frames", file=sys.stderr)
+        return 1
     return 0

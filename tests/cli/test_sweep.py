@@ -152,6 +152,6 @@ def test_user_csv_and_private_topology(capsys, tmp_path):
     sched = load_schedule(out)
     assert sched.sites == ("A", "B", "C", "D") and averaged(4, sched.rounds)
     code, text, err = run(capsys, "schedule", "--topology", "nine-city-private", "--time-limit", "1",
-                          "-o", str(out))
+                          "-o", str(out), "--force")
     assert code == 0, err
     assert math.isfinite(load_schedule(out).metrics["period_s"])
