@@ -176,6 +176,8 @@ def _city_of(device):
 
 
 def _read_rows(text, source):
+    # Spreadsheet programs on Windows start a UTF-8 CSV with a byte-order mark; it is not part of the header.
+    text = text.removeprefix("\ufeff")
     rows = [r for r in csv.reader(io.StringIO(text)) if any(c.strip() for c in r)]
     if not rows:
         raise WanreduceError(f"{source} is empty")
@@ -291,10 +293,13 @@ def load_topology(spec="nine-city", *, link_gbps=None, sites=None):
             f"topology {spec!r} is neither {' nor '.join(EMBEDDED)} nor an existing CSV file"
         )
     try:
-        with open(spec, encoding="utf-8") as f:
+        with open(spec, encoding="utf-8-sig") as f:
             text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WanreduceError(f"cannot read topology file {spec}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise WanreduceError(f"topology file {spec} is not UTF-8 text (byte {exc.start} is "
+                             f"{exc.object[exc.start]:#04x}); save it as UTF-8 CSV") from None
+    except OSError as exc:
+        raise WanreduceError(f"cannot read topology file {spec} ({exc.strerror})") from None
     return parse_topology_csv(text, source=os.path.basename(spec), link_gbps=link_gbps, sites=sites)
 
 

@@ -115,3 +115,32 @@ def test_unknown_city_and_unknown_topology():
         load_topology("no-such-topology")
     with pytest.raises(WanreduceError, match="at least 2 sites"):
         load_topology("nine-city", sites=["AMS"])
+
+
+def test_csv_with_a_utf8_byte_order_mark(tmp_path):
+    text = "City1,City2,Latency\nA,B,10\nA,C,20\nB,C,30\n"
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    topo = load_topology(str(path))
+    assert topo.sites == ("A", "B", "C")
+    assert topo.one_way_s[topo.index("A"), topo.index("C")] == pytest.approx(0.010)
+    # the same text, already decoded with its mark (as a caller might pass it), reads the same way
+    assert parse_topology_csv("\ufeff" + text).sites == ("A", "B", "C")
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"City1,City2,Latency\nZ\xfcrich,B,10\n", "is not UTF-8 text (byte 21 is 0xfc)"),
+])
+def test_unreadable_csv_is_one_line_in_our_words(tmp_path, content, message):
+    path = tmp_path / "t.csv"
+    path.write_bytes(content)
+    with pytest.raises(WanreduceError) as info:
+        load_topology(str(path))
+    text = str(info.value)
+    assert message in text and "codec" not in text and "\n" not in text
+
+
+def test_topology_path_that_is_a_directory(tmp_path):
+    with pytest.raises(WanreduceError) as info:
+        load_topology(str(tmp_path))
+    assert "cannot read topology file" in str(info.value) and "[Errno" not in str(info.value)
