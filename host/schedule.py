@@ -161,7 +161,9 @@ class _Grid:
         for mem in self.members:
             groups = []
             for row in perm[mem]:
-                g = sorted(int(s) for s in row if s >= 0)
+                # Position order along the round's digit: the summation order that makes every site of an
+                # exact grid end with identical bits (docs/PROTOCOL.md, summation order).
+                g = [int(s) for s in row if s >= 0]
                 if g:
                     groups.append(g)
             out.append(groups)

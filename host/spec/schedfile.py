@@ -28,12 +28,15 @@ __all__ = [
     "group_of",
 ]
 
-SCHEDULE_VERSION = 1
+SCHEDULE_VERSION = 2
+#: Versions this code reads: version 1 lists groups in ascending rank order, which version 2 reads the same
+#: way (the listed order is the summation order).
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """A validated schedule: ``rounds[r]`` is a list of groups, each a sorted list of rank ints."""
+    """A validated schedule: ``rounds[r]`` is a list of groups, each a list of rank ints in summation order."""
 
     sites: tuple
     rounds: tuple
@@ -58,8 +61,8 @@ def schedule_from_obj(obj, *, source="schedule"):
     if not isinstance(obj, dict):
         _fail(source, "the schedule must be a JSON object")
     version = obj.get("version")
-    if version != SCHEDULE_VERSION or isinstance(version, bool):
-        _fail(source, f"version must be {SCHEDULE_VERSION}, got {version!r}")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        _fail(source, f"version must be one of {', '.join(map(str, READABLE_VERSIONS))}, got {version!r}")
     sites = obj.get("sites")
     if not isinstance(sites, list) or not sites or not all(isinstance(s, str) and s for s in sites):
         _fail(source, "'sites' must be a non-empty list of site names")
@@ -89,7 +92,7 @@ def schedule_from_obj(obj, *, source="schedule"):
                     where = "twice" if seen[rank] == g else f"in groups {seen[rank]} and {g}"
                     _fail(source, f"round {r} holds rank {rank} {where}; groups must be disjoint")
                 seen[rank] = g
-            clean.append(sorted(grp))
+            clean.append(list(grp))
         out.append(clean)
     for key in ("params", "metrics"):
         if key in obj and not isinstance(obj[key], dict):
@@ -165,7 +168,7 @@ def write_schedule(schedule, path):
 
 
 def group_of(schedule, rank, round_index):
-    """(group id, sorted members) of ``rank`` in round ``round_index`` (mod period), or ``(None, [])``."""
+    """(group id, members in summation order) of ``rank`` in round ``round_index`` (mod period), or ``(None, [])``."""
     if not 0 <= rank < schedule.n:
         raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1}")
     if round_index < 0:

@@ -1,0 +1,197 @@
+// Several instances of one Verilated aggregator core in one process, driven through a C API (ctypes).
+//
+// The co-simulation (wanreduce.sim.cosim) owns the clock of the WAN; each core here is a Verilated model
+// with its own VerilatedContext, its own queue of input beats and its own cycle counter. The caller pushes
+// the beats of frames that arrived, runs the core until the input is consumed and the output has stayed
+// quiet for `drain` cycles, and takes the output beats with the cycle on which each left. Between bursts an
+// idle core's counter may be moved forward without clocking it (nothing in it changes while it is idle,
+// except its free-running performance counter `cycles`, which therefore counts clocked cycles only).
+//
+// Ports as for the stream harness (harness.cpp): clk, rst, i__payload/i__valid/i__ready,
+// o__payload/o__valid/o__ready, ctl__addr/ctl__wdata/ctl__we/ctl__re/ctl__rdata. IN_BITS and OUT_BITS come
+// from the build. The output is always ready: the WAN side of a core never back-pressures in this model.
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "Vtop.h"
+#include "verilated.h"
+
+#ifndef IN_BITS
+#error "IN_BITS must be defined"
+#endif
+#ifndef OUT_BITS
+#error "OUT_BITS must be defined"
+#endif
+
+static constexpr size_t IN_BYTES = (IN_BITS + 7) / 8;
+static constexpr size_t OUT_BYTES = (OUT_BITS + 7) / 8;
+
+template <typename T>
+static inline void put_port(T& port, const uint8_t* src, size_t nbytes) {
+    if constexpr (VlIsVlWide<T>::value) {
+        std::memcpy(port.data(), src, nbytes);
+    } else {
+        uint64_t v = 0;
+        std::memcpy(&v, src, nbytes);
+        port = static_cast<T>(v);
+    }
+}
+
+template <typename T>
+static inline void get_port(const T& port, uint8_t* dst, size_t nbytes) {
+    if constexpr (VlIsVlWide<T>::value) {
+        std::memcpy(dst, port.data(), nbytes);
+    } else {
+        uint64_t v = static_cast<uint64_t>(port);
+        std::memcpy(dst, &v, nbytes);
+    }
+}
+
+struct Core {
+    std::unique_ptr<VerilatedContext> ctx;
+    std::unique_ptr<Vtop> top;
+    std::deque<std::vector<uint8_t>> in;
+    std::vector<uint8_t> out;
+    std::vector<uint64_t> stamps;
+    uint64_t cycle = 0;
+    uint64_t in_beats = 0;
+    uint64_t longest_stall = 0;  // most consecutive cycles with a beat offered and i__ready low
+
+    Core() : ctx(new VerilatedContext), top(new Vtop(ctx.get())) {
+        top->i___05Fvalid = 0;
+        top->o___05Fready = 1;
+        top->ctl___05Fwe = 0;
+        top->ctl___05Fre = 0;
+        top->rst = 1;
+        for (int k = 0; k < 4; ++k) tick();
+        top->rst = 0;
+        tick();
+    }
+
+    void tick() {
+        top->clk = 0;
+        top->eval();
+        top->clk = 1;
+        top->eval();
+    }
+
+    void ctl_write(uint32_t addr, uint32_t data) {
+        top->ctl___05Faddr = addr;
+        top->ctl___05Fwdata = data;
+        top->ctl___05Fwe = 1;
+        tick();
+        top->ctl___05Fwe = 0;
+    }
+
+    uint32_t ctl_read(uint32_t addr) {
+        top->ctl___05Faddr = addr;
+        top->ctl___05Fre = 1;
+        tick();
+        top->ctl___05Fre = 0;
+        top->clk = 0;
+        top->eval();
+        uint32_t v = static_cast<uint32_t>(top->ctl___05Frdata);
+        top->clk = 1;
+        top->eval();
+        return v;
+    }
+
+    // Clock until the input queue is empty and o__valid has been low for `drain` cycles (or max_cycles).
+    // Returns 0, or 1 if max_cycles was reached first.
+    int run(uint64_t drain, uint64_t max_cycles) {
+        uint64_t quiet = 0, n = 0, stall = 0;
+        bool presenting = false;
+        uint8_t obuf[OUT_BYTES + 8];
+        while (true) {
+            if (!presenting && !in.empty()) {
+                put_port(top->i___05Fpayload, in.front().data(), IN_BYTES);
+                presenting = true;
+            }
+            top->i___05Fvalid = presenting;
+            top->clk = 0;
+            top->eval();
+            const bool fire = presenting && top->i___05Fready;
+            if (top->o___05Fvalid) {
+                get_port(top->o___05Fpayload, obuf, OUT_BYTES);
+                out.insert(out.end(), obuf, obuf + OUT_BYTES);
+                stamps.push_back(cycle);
+                quiet = 0;
+            } else {
+                ++quiet;
+            }
+            stall = presenting && !fire ? stall + 1 : 0;
+            if (stall > longest_stall) longest_stall = stall;
+            top->clk = 1;
+            top->eval();
+            if (fire) {
+                in.pop_front();
+                presenting = false;
+                ++in_beats;
+            }
+            ++cycle;
+            ++n;
+            if (in.empty() && !presenting && quiet > drain) {
+                top->i___05Fvalid = 0;
+                return 0;
+            }
+            if (n >= max_cycles) return 1;
+        }
+    }
+};
+
+extern "C" {
+
+void* cores_new(int n) {
+    auto* v = new std::vector<Core*>();
+    for (int k = 0; k < n; ++k) v->push_back(new Core());
+    return v;
+}
+
+void cores_free(void* h) {
+    auto* v = static_cast<std::vector<Core*>*>(h);
+    for (Core* c : *v) {
+        c->top->final();
+        delete c;
+    }
+    delete v;
+}
+
+static inline Core* core(void* h, int i) { return (*static_cast<std::vector<Core*>*>(h))[i]; }
+
+size_t cores_in_bytes() { return IN_BYTES; }
+size_t cores_out_bytes() { return OUT_BYTES; }
+
+void core_ctl_write(void* h, int i, uint32_t addr, uint32_t data) { core(h, i)->ctl_write(addr, data); }
+uint32_t core_ctl_read(void* h, int i, uint32_t addr) { return core(h, i)->ctl_read(addr); }
+
+void core_push(void* h, int i, const uint8_t* beats, uint64_t nbeats) {
+    Core* c = core(h, i);
+    for (uint64_t k = 0; k < nbeats; ++k)
+        c->in.emplace_back(beats + k * IN_BYTES, beats + (k + 1) * IN_BYTES);
+}
+
+int core_run(void* h, int i, uint64_t drain, uint64_t max_cycles) { return core(h, i)->run(drain, max_cycles); }
+
+uint64_t core_cycle(void* h, int i) { return core(h, i)->cycle; }
+uint64_t core_longest_stall(void* h, int i) { return core(h, i)->longest_stall; }
+
+void core_skip_to(void* h, int i, uint64_t cycle) {
+    Core* c = core(h, i);
+    if (cycle > c->cycle) c->cycle = cycle;
+}
+
+uint64_t core_out_beats(void* h, int i) { return core(h, i)->stamps.size(); }
+
+// Copy out and clear the output beats and their cycle stamps (the caller sized the buffers).
+void core_take(void* h, int i, uint8_t* out, uint64_t* stamps) {
+    Core* c = core(h, i);
+    std::memcpy(out, c->out.data(), c->out.size());
+    std::memcpy(stamps, c->stamps.data(), c->stamps.size() * 8);
+    c->out.clear();
+    c->stamps.clear();
+}
+}

