@@ -115,7 +115,8 @@ def run(args):
     rounds = schedule.period if args.rounds is None else args.rounds
     site = schedule.sites[args.rank]
     what = (f"rank {args.rank} ({site}): {len(em.frames)} CONTRIB frames, {em.rounds_sent} of {rounds} "
-            f"rounds, {em.n_chunks} chunks of {em.elements} {dtype.label} elements")
+            f"rounds, {em.n_chunks} chunk{'s' if em.n_chunks != 1 else ''} of {em.elements} {dtype.label} "
+            "elements")
     if not em.frames:
         raise WanreduceError(f"rank {args.rank} ({site}) is in no group in {rounds} rounds; nothing to emit")
     span = f"{em.times[-1] * 1e3:.3f} ms of pacing at {gbps:g} Gbit/s over {topo.name}"

@@ -216,3 +216,25 @@ def test_emitted_schedule_through_golden_aggregators_verifies(dtype):
     sets, _ = collect_results(udp_payloads(results))
     _, problems = check_results(SCHEDULE, grads, [s for s in sets if not (s.site == 3 and s.round == 1)])
     assert problems == ["site LAX (rank 3) job 0 round 1: no RESULTs, though the site is in a group"]
+
+
+def test_check_follows_the_groups_listed_order():
+    """Round 0 of a schedule listing its group as [2, 0, 1]: the RESULT must be (g2 + g0) + g1 in fp32,
+    which differs from the ascending-rank sum for these values."""
+    from wanreduce.host.replay import ResultSet
+
+    sched = schedule_from_obj({"version": 1, "sites": ["A", "B", "C"], "rounds": [{"groups": [[2, 0, 1]]}],
+                               "params": {}})
+    grads = [np.array([-1e8, 3.0], np.float32), np.array([1.0, 1.0], np.float32),
+             np.array([1e8, 2.0], np.float32)]
+    listed = np.array([(np.float32(1e8) + np.float32(-1e8)) + np.float32(1.0), 6.0], np.float32)      # 1
+    ascending = np.array([(np.float32(-1e8) + np.float32(1.0)) + np.float32(1e8), 6.0], np.float32)   # 0
+    assert listed[0] != ascending[0]
+
+    def result(values):
+        return ResultSet(site=1, dtype=DType.FP32, job=0, round=0, group=0, bitmap=0b111, values=values,
+                         chunks=1)
+
+    assert check_results(sched, grads, [result(listed)]) == (1, [])
+    _, problems = check_results(sched, grads, [result(ascending)])
+    assert len(problems) == 1 and problems[0].startswith("site B (rank 1) job 0 round 0 element 0: got")
