@@ -189,6 +189,8 @@ def emit_site(schedule, grads, *, rank, dtype, one_way_s, gbps, bank_slots, job=
     """Rank ``rank``'s CONTRIB frames for ``rounds`` rounds (default one period), timed by the pacing model.
 
     ``grads`` is one array per site (see :func:`load_grads`); the values sent are rounded to ``dtype``.
+    ``gbps`` is every site's link rate, or one rate per site (the other sites' links pace their frames,
+    and so the RESULTs this site waits for).
     """
     dtype = DType(dtype)
     if not isinstance(rank, int) or not 0 <= rank < schedule.n:
@@ -213,7 +215,8 @@ def emit_site(schedule, grads, *, rank, dtype, one_way_s, gbps, bank_slots, job=
                                  "become infinity")
     elements = int(np.asarray(grads[0]).size)
     n_chunks = -(-elements // chunk_elems)
-    frame_s = frame_seconds(chunk_elems, dtype, gbps)
+    rates = np.broadcast_to(np.asarray(gbps, dtype=float), (schedule.n,))
+    frame_s = np.array([frame_seconds(chunk_elems, dtype, r) for r in rates])
     plan = timeline(schedule, one_way_s, n_chunks=n_chunks, frame_s=frame_s, bank_slots=bank_slots,
                     rounds=rounds)
     # what rank holds before round r is what the reference holds after round r - 1

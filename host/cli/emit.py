@@ -87,7 +87,7 @@ def register(sub):
                    help="window slots per round bank (default: params.bank_slots, else from "
                    "params.memory_bytes and chunk_bytes)")
     p.add_argument("--gbps", type=positive_float("--gbps"), default=None,
-                   help="the site's link rate in Gbit/s (default: the topology's, else params.site_gbps, "
+                   help="every site's link rate in Gbit/s (default: the topology's, else params.site_gbps, "
                    "else 100)")
     add_speed_options(p)
     add_force_option(p, "OUT.pcap")
@@ -108,7 +108,7 @@ def run(args):
     topo = wan_of(args, schedule)
     grads = load_grads(args.grads, schedule)
     dtype = DType.from_label(args.dtype)
-    gbps = site_gbps_of(schedule, topo, args.rank, args.gbps)
+    gbps = [site_gbps_of(schedule, topo, s, args.gbps) for s in range(schedule.n)]
     em = emit_site(schedule, grads, rank=args.rank, dtype=dtype, one_way_s=topo.one_way_s, gbps=gbps,
                    bank_slots=bank_slots_of(schedule, args.bank_slots), job=args.job, rounds=args.rounds,
                    chunk_elems=args.chunk_elems)
@@ -119,7 +119,8 @@ def run(args):
             "elements")
     if not em.frames:
         raise WanreduceError(f"rank {args.rank} ({site}) is in no group in {rounds} rounds; nothing to emit")
-    span = f"{em.times[-1] * 1e3:.3f} ms of pacing at {gbps:g} Gbit/s over {topo.name}"
+    span = (f"last frame at {em.times[-1] * 1e3:.3f} ms of the pacing model ({gbps[args.rank]:g} Gbit/s "
+            f"over {topo.name})")
     if outs is not None:
         with outs.commit():
             write_pcap_timed(outs.temp(path), em.times, em.frames, overwrite=True)

@@ -190,3 +190,26 @@ def test_gradients_too_large_for_the_wire_dtype():
     topo = load_topology("nine-city")
     with pytest.raises(WanreduceError, match="SIN's gradient element 3 is too large for fp16"):
         emit_site(ROTATING, g, rank=0, dtype=DType.FP16, one_way_s=topo.one_way_s, gbps=100, bank_slots=4)
+
+
+def test_a_slow_member_link_delays_the_next_round():
+    sched = nine_city([[[0, 1, 2]], [[0, 1, 2]]])
+    g = grads_for(elems=64)
+    topo = load_topology("nine-city")
+
+    def round1_start(gbps):
+        em = emit_site(sched, g, rank=0, dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=gbps, bank_slots=4,
+                       rounds=2)
+        return min(t for t, f in zip(em.times, em.frames, strict=True)
+                   if decode_payload(decode_frame(f)[3])[0]["round"] == 1)
+
+    fast = round1_start(100)
+    slow = round1_start([100, 0.01] + [100] * 7)
+    # AMS's chunk 0 of round 1 waits for its RESULT of chunk 0 of round 0: the last member's frame (16 fp32
+    # and 98 bytes of headers, FCS, preamble and gap) in at AMS; BAR's now takes 1296 bits / 10 Mbit/s
+    bits = (16 * 4 + 98) * 8
+    ow = topo.one_way_s[:3, 0]
+    in_fast = max(bits / 100e9 + ow)
+    in_slow = max(bits / 100e9 + ow[0], bits / 10e6 + ow[1], bits / 100e9 + ow[2])
+    assert slow - fast == pytest.approx(in_slow - in_fast, abs=1e-9)
+    assert slow - fast > 1e-4
