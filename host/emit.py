@@ -32,7 +32,7 @@ from .topology import load_topology
 
 __all__ = [
     "load_grads", "topology_for", "chunk_elems_for", "bank_slots_of", "site_gbps_of", "frame_seconds",
-    "Emission", "emit_site",
+    "Emission", "emit_site", "emit_sites",
 ]
 
 _ACCEPTED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -192,10 +192,24 @@ def emit_site(schedule, grads, *, rank, dtype, one_way_s, gbps, bank_slots, job=
     ``gbps`` is every site's link rate, or one rate per site (the other sites' links pace their frames,
     and so the RESULTs this site waits for).
     """
-    dtype = DType(dtype)
     if not isinstance(rank, int) or not 0 <= rank < schedule.n:
         raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1} "
                              f"(the schedule has {schedule.n} sites)")
+    (em,) = emit_sites(schedule, grads, ranks=[rank], dtype=dtype, one_way_s=one_way_s, gbps=gbps,
+                       bank_slots=bank_slots, job=job, rounds=rounds, chunk_elems=chunk_elems,
+                       udp_checksum=udp_checksum)
+    return em
+
+
+def emit_sites(schedule, grads, *, dtype, one_way_s, gbps, bank_slots, ranks=None, job=0, rounds=None,
+               chunk_elems=None, udp_checksum=True):
+    """:func:`emit_site` for several ranks (default: all) at the cost of one model run and one timeline."""
+    dtype = DType(dtype)
+    ranks = list(range(schedule.n)) if ranks is None else list(ranks)
+    for rank in ranks:
+        if not isinstance(rank, int) or not 0 <= rank < schedule.n:
+            raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1} "
+                                 f"(the schedule has {schedule.n} sites)")
     rounds = schedule.period if rounds is None else rounds
     if rounds < 1:
         raise WanreduceError(f"{rounds} rounds: emit at least one")
@@ -219,11 +233,17 @@ def emit_site(schedule, grads, *, rank, dtype, one_way_s, gbps, bank_slots, job=
     frame_s = np.array([frame_seconds(chunk_elems, dtype, r) for r in rates])
     plan = timeline(schedule, one_way_s, n_chunks=n_chunks, frame_s=frame_s, bank_slots=bank_slots,
                     rounds=rounds)
-    # what rank holds before round r is what the reference holds after round r - 1
-    before = [np.asarray(grads[rank]).astype(wire).reshape(-1)]
+    # what a site holds before round r is what the reference holds after round r - 1
+    before = [[np.asarray(g).astype(wire).reshape(-1) for g in grads]]
     if rounds > 1:
-        after = run_reference(schedule, grads, dtype=dtype, rounds=rounds - 1)
-        before += [per_site[rank] for per_site in after]
+        before += run_reference(schedule, grads, dtype=dtype, rounds=rounds - 1)
+    return [_frames_of(schedule, before, plan, rank=rank, dtype=dtype, job=job, rounds=rounds,
+                       chunk_elems=chunk_elems, n_chunks=n_chunks, elements=elements,
+                       udp_checksum=udp_checksum) for rank in ranks]
+
+
+def _frames_of(schedule, before, plan, *, rank, dtype, job, rounds, chunk_elems, n_chunks, elements,
+               udp_checksum):
     times, frames, sent = [], [], 0
     for r in range(rounds):
         groups = schedule.rounds[r % schedule.period]
@@ -235,7 +255,7 @@ def emit_site(schedule, grads, *, rank, dtype, one_way_s, gbps, bank_slots, job=
             raise WanreduceError(f"the pacing model gives rank {rank} no send time in round {r}, where it "
                                  f"is in group {gid}")
         dst_ip = contrib_group_ip(job=job, round=r, group=gid, period=schedule.period)
-        payloads = pack_tensor(before[r], dtype=dtype, rank=rank, job=job, round=r, group=gid,
+        payloads = pack_tensor(before[r][rank], dtype=dtype, rank=rank, job=job, round=r, group=gid,
                                chunk_elems=chunk_elems)
         row = 0
         for block in payloads.blocks:

@@ -10,7 +10,7 @@ import argparse
 
 import numpy as np
 
-from ..host.emit import bank_slots_of, emit_site, load_grads, site_gbps_of, topology_for
+from ..host.emit import bank_slots_of, emit_sites, load_grads, site_gbps_of, topology_for
 from ..host.packet import MAX_COUNT
 from ..host.protocol import MAX_RANKS, DType
 from ..host.replay import parse_udp_url, send_datagrams, udp_payloads, write_pcap_timed
@@ -32,6 +32,10 @@ def positive_float(what):
             raise argparse.ArgumentTypeError(f"{what} must be a positive number, not {text}")
         return value
     return convert
+
+
+def rank_or_all(text):
+    return "all" if text == "all" else int_in(0, MAX_RANKS - 1, "--rank")(text)
 
 
 def add_wan_option(p, *, default_help):
@@ -69,8 +73,9 @@ def register(sub):
                    help="schedule file of PROTOCOL.md (required)")
     p.add_argument("--grads", metavar="GRADS.npz", required=True,
                    help="every site's gradients, keyed by site name or rank<R> (required)")
-    p.add_argument("--rank", type=int_in(0, MAX_RANKS - 1, "--rank"), required=True,
-                   help="the emitting site's rank, an index into the schedule's sites (required)")
+    p.add_argument("--rank", type=rank_or_all, required=True,
+                   help="the emitting site's rank, an index into the schedule's sites, or 'all' (one model "
+                   "run for every site; -o then names each file with {rank} or {site}) (required)")
     p.add_argument("--dtype", choices=[d.label for d in DType], default="fp32",
                    help="element type on the wire (default: fp32)")
     out = p.add_mutually_exclusive_group(required=True)
@@ -96,37 +101,52 @@ def register(sub):
 
 def run(args):
     schedule = load_schedule(args.schedule)
-    if args.rank >= schedule.n:
+    every = args.rank == "all"
+    if not every and args.rank >= schedule.n:
         raise WanreduceError(f"--rank {args.rank} is outside 0..{schedule.n - 1} "
                              f"(the schedule has {schedule.n} sites)")
-    outs = None
+    ranks = list(range(schedule.n)) if every else [args.rank]
+    outs, paths = None, []
     if args.output is not None:
+        if every and "{rank}" not in args.output and "{site}" not in args.output:
+            raise WanreduceError("--rank all writes one file per site: put {rank} or {site} in -o")
         outs = Outputs(force=args.force, inputs=[args.schedule, args.grads])
-        path = outs.add(args.output, "-o")
+        for r in ranks:
+            name = args.output.replace("{rank}", str(r)).replace("{site}", schedule.sites[r])
+            paths.append((name, outs.add(name, "-o")))
+    elif every:
+        raise WanreduceError("--rank all needs -o: the sites' frames go to one file each")
     else:
         address = parse_udp_url(args.to)
     topo = wan_of(args, schedule)
     grads = load_grads(args.grads, schedule)
     dtype = DType.from_label(args.dtype)
     gbps = [site_gbps_of(schedule, topo, s, args.gbps) for s in range(schedule.n)]
-    em = emit_site(schedule, grads, rank=args.rank, dtype=dtype, one_way_s=topo.one_way_s, gbps=gbps,
-                   bank_slots=bank_slots_of(schedule, args.bank_slots), job=args.job, rounds=args.rounds,
-                   chunk_elems=args.chunk_elems)
+    ems = emit_sites(schedule, grads, ranks=ranks, dtype=dtype, one_way_s=topo.one_way_s, gbps=gbps,
+                     bank_slots=bank_slots_of(schedule, args.bank_slots), job=args.job, rounds=args.rounds,
+                     chunk_elems=args.chunk_elems)
     rounds = schedule.period if args.rounds is None else args.rounds
-    site = schedule.sites[args.rank]
-    what = (f"rank {args.rank} ({site}): {len(em.frames)} CONTRIB frames, {em.rounds_sent} of {rounds} "
-            f"rounds, {em.n_chunks} chunk{'s' if em.n_chunks != 1 else ''} of {em.elements} {dtype.label} "
-            "elements")
-    if not em.frames:
-        raise WanreduceError(f"rank {args.rank} ({site}) is in no group in {rounds} rounds; nothing to emit")
-    span = (f"last frame at {em.times[-1] * 1e3:.3f} ms of the pacing model ({gbps[args.rank]:g} Gbit/s "
-            f"over {topo.name})")
+    lines = []
+    for em in ems:
+        site = schedule.sites[em.rank]
+        if not em.frames and not every:
+            raise WanreduceError(f"rank {em.rank} ({site}) is in no group in {rounds} rounds; "
+                                 "nothing to emit")
+        what = (f"rank {em.rank} ({site}): {len(em.frames)} CONTRIB frames, {em.rounds_sent} of {rounds} "
+                f"rounds, {em.n_chunks} chunk{'s' if em.n_chunks != 1 else ''} of {em.elements} "
+                f"{dtype.label} elements")
+        if em.frames:
+            what += (f", last frame at {em.times[-1] * 1e3:.3f} ms of the pacing model "
+                     f"({gbps[em.rank]:g} Gbit/s over {topo.name})")
+        lines.append(what)
     if outs is not None:
         with outs.commit():
-            write_pcap_timed(outs.temp(path), em.times, em.frames, overwrite=True)
-        print(f"{args.output}: {what}, {span}")
+            for em, (_, path) in zip(ems, paths, strict=True):
+                write_pcap_timed(outs.temp(path), em.times, em.frames, overwrite=True)
+        for (name, _), what in zip(paths, lines, strict=True):
+            print(f"{name}: {what}")
     else:
         speed = None if args.topspeed else args.speed
-        stats = send_datagrams(udp_payloads(em.frames, source="emit"), em.times, address, speed=speed)
-        print(f"{args.to}: {what}, {span}; sent {stats.summary()}")
+        stats = send_datagrams(udp_payloads(ems[0].frames, source="emit"), ems[0].times, address, speed=speed)
+        print(f"{args.to}: {lines[0]}; sent {stats.summary()}")
     return 0

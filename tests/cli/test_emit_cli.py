@@ -94,12 +94,16 @@ def golden_results(schedule, merged, rank):
 
 def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     tmp, sched, npz, grads = files
-    pcaps = []
-    for rank in range(9):
-        pcaps.append(tmp / f"site{rank}.pcap")
-        code, _, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", rank, "--rounds", 3,
-                           "-o", pcaps[-1])
-        assert code == 0, err
+    code, text, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", "all", "--rounds", 3,
+                          "-o", tmp / "sites" / "{rank}-{site}.pcap")
+    assert code == 0, err
+    pcaps = [tmp / "sites" / f"{rank}-{name}.pcap" for rank, name in enumerate(NINE)]
+    assert text.count("\n") == 9 and f"{pcaps[8]}: rank 8 (TYO): 9 CONTRIB frames" in text
+    # one site at a time gives the same file
+    code, _, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 4, "--rounds", 3,
+                       "-o", tmp / "alone4.pcap")
+    assert code == 0, err
+    assert (tmp / "alone4.pcap").read_bytes() == pcaps[4].read_bytes()
     merged = tmp / "merged" / "in4.pcap"
     code, text, err = run(capsys, "merge", *pcaps, "--wan", "nine-city", "--rank", 4, "--schedule", sched,
                           "-o", merged)
@@ -175,6 +179,8 @@ def test_emit_bad_inputs(capsys, files, tmp_path):
     one_line_error(capsys, "emit", *base, match="exists; pass --force")
     assert (tmp / "o.pcap").read_bytes() == b"keep"
     one_line_error(capsys, "emit", *base[:6], "--to", "udp://127.0.0.1", match="is not udp://HOST:PORT")
+    one_line_error(capsys, "emit", *base[:5], "all", *base[6:], match="put {rank} or {site} in -o")
+    one_line_error(capsys, "emit", *base[:5], "all", "--to", "udp://127.0.0.1:9", match="--rank all needs -o")
     code, _, _ = run(capsys, "emit", *base, "--force")
     assert code == 0 and len(read_pcap(tmp / "o.pcap")) == 6
 

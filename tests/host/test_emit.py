@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.support.wire import decode_frame, decode_payload
-from wanreduce.host.emit import bank_slots_of, emit_site, frame_seconds, load_grads, topology_for
+from wanreduce.host.emit import bank_slots_of, emit_site, emit_sites, frame_seconds, load_grads, topology_for
 from wanreduce.host.protocol import DType
 from wanreduce.host.topology import load_topology
 from wanreduce.spec.errors import WanreduceError
@@ -213,3 +213,15 @@ def test_a_slow_member_link_delays_the_next_round():
     in_slow = max(bits / 100e9 + ow[0], bits / 10e6 + ow[1], bits / 100e9 + ow[2])
     assert slow - fast == pytest.approx(in_slow - in_fast, abs=1e-9)
     assert slow - fast > 1e-4
+
+
+def test_all_sites_at_once_equal_one_at_a_time():
+    g = grads_for(elems=50)
+    topo = load_topology("nine-city")
+    kw = dict(dtype=DType.BF16, one_way_s=topo.one_way_s, gbps=40, bank_slots=2, rounds=3, job=2)
+    together = emit_sites(ROTATING, g, ranks=[7, 1], **kw)
+    for em in together:
+        alone = emit_site(ROTATING, g, rank=em.rank, **kw)
+        assert em.frames == alone.frames and np.array_equal(em.times, alone.times)
+    with pytest.raises(WanreduceError, match="rank 9 is outside"):
+        emit_sites(ROTATING, g, ranks=[0, 9], **kw)
