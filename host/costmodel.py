@@ -6,25 +6,36 @@ link of its multicast tree (the union of shortest paths to the other members) an
 every other member's FPGA. The FPGA merges its G inputs (G - 1 from the backbone, its own site's
 contribution) and sends one RESULT stream down the site's access link.
 
-A group ``g`` whose members each stream their tensor at payload rate ``r`` finishes in::
+A group ``g`` whose members stream their tensor of ``n`` chunks at payload rate ``r`` takes, on its own::
 
-    T_g = max_{j,m in g} d(j, m)  +  tensor_bytes / r
+    T_g = L_g + max(tensor_bytes / r, (ceil(n / S_b) - 1) * lambda_g)
 
-with ``r`` the smallest of
+with ``L_g = max_{j,m in g} d(j, m) + 2f`` (the first chunk's way: up the sender's access link, across the
+WAN, and its RESULT down the member's access link, ``f`` one frame time), ``r`` the smallest of
 
 * the site access links: ``site_Bps * eff`` (one contribution up, one RESULT down, full duplex);
 * the FPGA's ingress ports: ``fpga_ingress_Bps * eff / G`` (G streams arrive at each member);
 * the FPGA datapath, one ``bus_bits`` beat per clock: ``chunk * clock / beats_per_packet / G``;
 * the backbone: each directed link carries one copy per tree that uses it, at most its capacity,
   shared max-min fairly between the groups of a round;
-* the reorder buffer: at member ``m`` a contribution from ``j`` waits from its arrival ``d(j, m)``
-  until the last one arrives, so the memory held is ``r * S_m`` with
-  ``S_m = sum_j (max_k d(k, m) - d(j, m))``, hence ``r <= memory_bytes / max_m S_m``. A group also
-  needs one slot (``G * chunk_bytes``) to run at all.
+
+and the second term the reorder buffer as the gateware builds it (the self-clocked window of
+PROTOCOL.md): the core has ``S`` slots of ``G_max`` member buffers each (S the largest power of two that
+the memory holds), split into one bank per round of the period, ``S_b`` slots each; a site sends chunk
+``c + S_b`` of a round only once its own RESULT for chunk ``c`` is in, so every window of ``S_b`` chunks
+costs one loop ``lambda_g = max_{j,k} (d(j,k) + d(k,j)) / 2 + 2f``. A group that cannot get one slot per
+bank does not run (infinite time, bound "memory").
+
+A schedule's period pipelines its rounds chunk by chunk (a site starts chunk ``c`` of round ``r + 1`` as
+soon as its RESULT for chunk ``c`` of round ``r`` is in), so::
+
+    T_period = sum_r L_r + max(sum_r tensor_bytes / r_r, (ceil(n / S_b) - 1) * max_r lambda_r)
+
+(``L_r``, ``r_r``, ``lambda_r`` of each round's slowest group). The discrete-event co-simulation
+(:mod:`wanreduce.host.wan`, on the golden model or the RTL) is what this closed form is checked against.
 
 ``eff = chunk / (chunk + 98)`` is the payload share of a frame on the wire (Ethernet 14 + FCS 4 +
-preamble and inter-frame gap 20, IPv4 20, UDP 8, wanreduce header 32 bytes). A round lasts as long
-as its slowest group; sites in no group wait. A schedule's period is the sum of its rounds.
+preamble and inter-frame gap 20, IPv4 20, UDP 8, wanreduce header 32 bytes). Sites in no group wait.
 """
 
 import math
@@ -33,21 +44,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..spec.errors import WanreduceError
+from ..spec.protocol import MAX_CHUNK_BYTES, PACKET_OVERHEAD, WIRE_OVERHEAD
+from .pacing import aggregator_slots
+from .wan import bank_layout
 
 __all__ = [
     "CostParams",
     "CostModel",
     "GroupCost",
     "RoundCost",
-    "FRAME_OVERHEAD",
-    "PACKET_OVERHEAD",
+    "ScheduleCost",
 ]
-
-#: Bytes on the wire per chunk besides its payload: Ethernet header 14 + FCS 4 + preamble/SFD 8 +
-#: inter-frame gap 12, IPv4 20, UDP 8, wanreduce header 32.
-FRAME_OVERHEAD = 98
-#: Bytes the FPGA datapath sees per chunk besides its payload (no preamble, gap or FCS).
-PACKET_OVERHEAD = 74
 
 
 def _positive(name, value):
@@ -78,9 +85,9 @@ class CostParams:
             v = getattr(self, name)
             if not (isinstance(v, (int, np.integer)) and v > 0):
                 raise WanreduceError(f"{name.replace('_', ' ')} must be a positive whole number, got {v!r}")
-        if self.chunk_bytes > 8960:
+        if self.chunk_bytes > MAX_CHUNK_BYTES:
             raise WanreduceError(
-                f"chunk bytes {self.chunk_bytes} do not fit one jumbo frame (at most 8960 payload bytes)"
+                f"chunk bytes {self.chunk_bytes} do not fit one jumbo frame (at most {MAX_CHUNK_BYTES})"
             )
         for name in ("site_gbps", "fpga_ingress_gbps", "clock_mhz"):
             _positive(name.replace("_", " "), getattr(self, name))
@@ -92,7 +99,7 @@ class CostParams:
     @property
     def wire_eff(self):
         """Payload share of the bytes on an Ethernet link."""
-        return self.chunk_bytes / (self.chunk_bytes + FRAME_OVERHEAD)
+        return self.chunk_bytes / (self.chunk_bytes + WIRE_OVERHEAD)
 
     @property
     def datapath_Bps(self):
@@ -115,6 +122,8 @@ class GroupCost:
     latency_s: float
     rate_Bps: float
     bound: str  # "latency", "memory", "site", "fpga", "backbone"
+    loop_s: float = 0.0     # lambda_g: one window's loop
+    windows: float = 1.0    # ceil(n / S_b): windows of the round (inf when no slot fits)
 
 
 @dataclass(frozen=True)
@@ -135,8 +144,26 @@ class RoundCost:
         return "idle" if s is None else s.bound
 
 
+@dataclass(frozen=True)
+class ScheduleCost:
+    """A whole period: its time, when each round's last RESULT is in, and what bounds it."""
+
+    period_s: float
+    finish_s: tuple     # per round, from the start of the period
+    bank_slots: int
+    window_s: float     # (windows - 1) * max loop: the reorder buffer's share
+    transfer_s: float   # sum of the rounds' tensor / rate: the links' and datapath's share
+    latency_s: float    # sum of the rounds' first-chunk latencies
+
+    @property
+    def bound(self):
+        if not math.isfinite(self.period_s):
+            return "memory"
+        return "memory" if self.window_s >= self.transfer_s else "rate"
+
+
 class CostModel:
-    """Evaluates groups and rounds of a schedule on one topology under one set of parameters.
+    """Evaluates groups, rounds and periods of a schedule on one topology under one set of parameters.
 
     Group results are cached by member set, which makes the exhaustive and local searches cheap.
     """
@@ -149,10 +176,22 @@ class CostModel:
         caps = topology.site_cap_Bps.copy()
         caps[np.isnan(caps)] = p.site_gbps * 1e9 / 8
         self.site_rate = caps * p.wire_eff
+        #: Time one frame takes on each site's access link.
+        self.frame_s = p.chunk_bytes / self.site_rate
         self.fpga_rate = min(p.fpga_ingress_gbps * 1e9 / 8 * p.wire_eff, p.datapath_Bps)
         self.fpga_bound = "fpga"
+        self.n_chunks = -(-p.tensor_bytes // p.chunk_bytes)
         self._cache = {}
         self._link_limited = topology.links_limited
+
+    def bank_slots(self, period, members):
+        """Slots per round bank of a core built for groups of up to ``members`` and ``period`` rounds."""
+        slots = aggregator_slots(self.params.memory_bytes, chunk_bytes=self.params.chunk_bytes,
+                                 members=max(int(members), 1), width=self.params.bus_bits)
+        return bank_layout(slots, max(int(period), 1))[1]
+
+    def windows(self, bank_slots):
+        return math.ceil(self.n_chunks / bank_slots) if bank_slots > 0 else math.inf
 
     # -- one group on its own ------------------------------------------------------------------
     def _solo(self, members):
@@ -160,70 +199,99 @@ class CostModel:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        p = self.params
         idx = np.asarray(members)
         k = len(idx)
         if k < 2:
-            res = (0.0, math.inf, "idle")
+            res = (0.0, math.inf, "idle", 0.0)
         else:
             d = self.D[np.ix_(idx, idx)]
-            lat = float(d.max())
-            colmax = d.max(axis=0)
-            wait = float((k * colmax - d.sum(axis=0)).max())
+            f2 = 2 * float(self.frame_s[idx].max())
+            lat = float(d.max()) + f2
+            loop = float(((d + d.T) / 2).max()) + f2
             limits = [
                 (float(self.site_rate[idx].min()), "site"),
                 (self.fpga_rate / k, "fpga"),
             ]
-            if k * p.chunk_bytes > p.memory_bytes:
-                limits.append((0.0, "memory"))
-            elif wait > 0:
-                limits.append((p.memory_bytes / wait, "memory"))
             rate, bound = min(limits, key=lambda x: x[0])
-            res = (lat, rate, bound)
+            res = (lat, rate, bound, loop)
         self._cache[key] = res
         return res
 
-    def _finish(self, members, lat, rate, bound):
+    def _finish(self, members, lat, rate, bound, loop, windows):
         if len(members) < 2:
             return GroupCost(members, 0.0, 0.0, math.inf, "idle")
-        if rate <= 0:
-            return GroupCost(members, math.inf, lat, 0.0, bound)
+        if rate <= 0 or not math.isfinite(windows):
+            return GroupCost(members, math.inf, lat, 0.0, "memory" if rate > 0 else bound, loop, windows)
         xfer = self.params.tensor_bytes / rate
-        return GroupCost(members, lat + xfer, lat, rate, "latency" if lat >= xfer else bound)
+        wait = (windows - 1) * loop
+        tail = max(xfer, wait)
+        which = "memory" if wait > xfer else bound
+        return GroupCost(members, lat + tail, lat, rate, "latency" if lat >= tail else which, loop, windows)
 
-    def group(self, members):
+    def _default_bank(self, groups):
+        return self.bank_slots(1, max((len(g) for g in groups), default=1))
+
+    def group(self, members, *, bank_slots=None):
         """Cost of one group alone (no backbone contention with other groups)."""
         members = tuple(sorted(int(m) for m in members))
-        lat, rate, bound = self._solo(members)
         if self._link_limited and len(members) > 1:
-            return self.round([members]).groups[0]
-        return self._finish(members, lat, rate, bound)
+            return self.round([members], bank_slots=bank_slots).groups[0]
+        bank_slots = self._default_bank([members]) if bank_slots is None else bank_slots
+        lat, rate, bound, loop = self._solo(members)
+        return self._finish(members, lat, rate, bound, loop, self.windows(bank_slots))
 
-    def group_time(self, members):
+    def group_time(self, members, *, bank_slots=None):
         """Fast path for searches: the time of a sorted tuple of members, ignoring the backbone."""
-        lat, rate, _ = self._solo(members)
-        if len(members) < 2:
-            return 0.0
-        return math.inf if rate <= 0 else lat + self.params.tensor_bytes / rate
+        bank_slots = self._default_bank([members]) if bank_slots is None else bank_slots
+        return self._finish(members, *self._solo(members), self.windows(bank_slots)).time_s
 
     # -- a round: groups share the backbone ------------------------------------------------------
-    def round(self, groups):
+    def round(self, groups, *, bank_slots=None):
         groups = [tuple(sorted(int(m) for m in g)) for g in groups]
+        bank_slots = self._default_bank(groups) if bank_slots is None else bank_slots
+        windows = self.windows(bank_slots)
         solo = [self._solo(g) for g in groups]
         if not self._link_limited:
-            return RoundCost(tuple(self._finish(g, *s) for g, s in zip(groups, solo, strict=True)))
+            return RoundCost(tuple(self._finish(g, *s, windows) for g, s in zip(groups, solo, strict=True)))
         rates, bounds = self._share_links(groups, solo)
         return RoundCost(
             tuple(
-                self._finish(g, s[0], r, b)
+                self._finish(g, s[0], r, b, s[3], windows)
                 for g, s, r, b in zip(groups, solo, rates, bounds, strict=True)
             )
         )
 
-    def round_time(self, groups):
-        if not self._link_limited:
-            return max((self.group_time(tuple(sorted(g))) for g in groups), default=0.0)
-        return self.round(groups).time_s
+    def round_time(self, groups, *, bank_slots=None):
+        return self.round(groups, bank_slots=bank_slots).time_s
+
+    # -- a period: rounds pipeline chunk by chunk --------------------------------------------------
+    def schedule_bank_slots(self, rounds):
+        members = max((len(g) for rnd in rounds for g in rnd), default=1)
+        return self.bank_slots(len(rounds), members)
+
+    def period(self, rounds, round_costs=None):
+        """:class:`ScheduleCost` of one period of ``rounds`` (the formula in the module docstring)."""
+        sb = self.schedule_bank_slots(rounds)
+        if round_costs is None:
+            round_costs = [self.round(g, bank_slots=sb) for g in rounds]
+        windows = self.windows(sb)
+        lat = xfer = loop = 0.0
+        finish = []
+        latency_sum = 0.0
+        for rc in round_costs:
+            active = [g for g in rc.groups if len(g.members) > 1]
+            if active:
+                if any(not math.isfinite(g.time_s) for g in active):
+                    return ScheduleCost(math.inf, tuple(math.inf for _ in round_costs), sb, math.inf,
+                                        math.inf, math.inf)
+                lat += max(g.latency_s for g in active)
+                xfer += max(self.params.tensor_bytes / g.rate_Bps for g in active)
+                loop = max(loop, max(g.loop_s for g in active))
+            wait = (windows - 1) * loop if loop else 0.0
+            finish.append(lat + max(xfer, wait))
+            latency_sum = lat
+        wait = (windows - 1) * loop if loop else 0.0
+        return ScheduleCost(finish[-1] if finish else 0.0, tuple(finish), sb, wait, xfer, latency_sum)
 
     def _share_links(self, groups, solo):
         """Max-min fair payload rates for the groups of one round over the capacitated backbone."""

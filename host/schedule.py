@@ -201,24 +201,28 @@ class Plan:
     sigma2: float
     periods: float
     score_s: float
+    finish_s: tuple = ()
 
     @property
     def round_s(self):
-        return [rc.time_s for rc in self.round_costs]
+        """What each round adds to the period (rounds overlap chunk by chunk, so not their times alone)."""
+        return [b - a for a, b in zip((0.0, *self.finish_s[:-1]), self.finish_s, strict=True)]
 
 
 def evaluate(model, rounds, *, name="schedule", shape=()):
     """Cost ``rounds`` under the full model (backbone sharing included) and score them."""
     n = model.topology.n
-    costs = [model.round(groups) for groups in rounds]
-    period = sum(c.time_s for c in costs)
+    sb = model.schedule_bank_slots(rounds)
+    costs = [model.round(groups, bank_slots=sb) for groups in rounds]
+    pc = model.period(rounds, costs)
+    period = pc.period_s
     exact, sigma2, periods = consensus(n, rounds, epsilon=model.params.epsilon)
     score = period * periods if math.isfinite(periods) else math.inf
     return Plan(name, tuple(shape), [list(map(list, g)) for g in rounds], costs, period, exact, sigma2,
-                periods, score)
+                periods, score, pc.finish_s)
 
 
-def _batch_times(model, mem):
+def _batch_times(model, mem, bank_slots):
     """Group times for many groups at once, ignoring the backbone. ``mem``: (R, k) sites, -1 = hole.
 
     The same formula as :meth:`CostModel.group_time`, vectorised; the tests hold the two equal.
@@ -229,19 +233,19 @@ def _batch_times(model, mem):
     d = model.D[idx[:, :, None], idx[:, None, :]]  # d[g, j, m]: one-way j -> m
     vv = valid[:, :, None] & valid[:, None, :]
     cnt = valid.sum(axis=1)
-    dneg = np.where(vv, d, -np.inf)
-    lat = dneg.max(axis=(1, 2))
-    colmax = dneg.max(axis=1)
-    colsum = np.where(vv, d, 0.0).sum(axis=1)
-    wait = np.where(valid, cnt[:, None] * np.where(valid, colmax, 0.0) - colsum, 0.0).max(axis=1)
+    f2 = 2 * np.where(valid, model.frame_s[idx], 0.0).max(axis=1)
+    lat = np.where(vv, d, -np.inf).max(axis=(1, 2)) + f2
+    loop = np.where(vv, (d + d.transpose(0, 2, 1)) / 2, -np.inf).max(axis=(1, 2)) + f2
     site = np.where(valid, model.site_rate[idx], np.inf).min(axis=1)
     with np.errstate(divide="ignore"):
         fpga = model.fpga_rate / cnt
-        memr = np.where(wait > 0, p.memory_bytes / np.where(wait > 0, wait, 1.0), np.inf)
-    memr = np.where(cnt * p.chunk_bytes > p.memory_bytes, 0.0, memr)
-    rate = np.minimum(np.minimum(site, fpga), memr)
-    with np.errstate(divide="ignore"):
-        t = lat + np.where(rate > 0, p.tensor_bytes / np.where(rate > 0, rate, 1.0), np.inf)
+    rate = np.minimum(site, fpga)
+    windows = model.windows(bank_slots)
+    if not math.isfinite(windows):
+        return np.where(cnt < 2, 0.0, np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xfer = np.where(rate > 0, p.tensor_bytes / np.where(rate > 0, rate, 1.0), np.inf)
+        t = lat + np.maximum(xfer, (windows - 1) * loop)
     return np.where(cnt < 2, 0.0, t)
 
 
@@ -265,9 +269,10 @@ class _GridSearch:
         self.model = model
         self.grid = _Grid(shape)
         self.n = model.topology.n
+        self.bank_slots = model.bank_slots(len(shape), max(shape))
 
     def _round_times(self, perm):
-        return [_batch_times(self.model, perm[m]) for m in self.grid.members]
+        return [_batch_times(self.model, perm[m], self.bank_slots) for m in self.grid.members]
 
     def objective(self, times):
         total = 0.0
@@ -291,8 +296,8 @@ class _GridSearch:
             # group of b with b replaced by a
             mem_b = perm[mem[gid]]
             mem_b[np.arange(size), slot] = site_a
-            ta = _batch_times(self.model, mem_a)
-            tb = _batch_times(self.model, mem_b)
+            ta = _batch_times(self.model, mem_a, self.bank_slots)
+            tb = _batch_times(self.model, mem_b, self.bank_slots)
             # largest time among the groups other than ga and gid[b]: the top three suffice
             top = np.argsort(t)[::-1][:3]
             rest = np.full(size, 0.0)
@@ -492,7 +497,8 @@ def _exhaustive_structure(n, shape):
 def exhaustive(model, shape):
     """The best placement on an exact grid ``shape`` by trying all ``N!`` of them (``N <= 9``).
 
-    Round costs are computed once per distinct partition (280 for a 3x3 grid), under the full model.
+    Round costs are computed once per distinct partition (280 for a 3x3 grid), under the full model, and
+    combined per placement with the period formula of :meth:`CostModel.period`.
     """
     n = model.topology.n
     if n > 9:
@@ -501,10 +507,21 @@ def exhaustive(model, shape):
         raise WanreduceError(f"exhaustive search needs a grid of at least 2 axes with {n} positions, "
                              f"got {shape}")
     perms, grid, per_round = _exhaustive_structure(n, shape)
-    total = np.zeros(len(perms))
+    sb = model.bank_slots(len(shape), max(shape))
+    windows = model.windows(sb)
+    lat, xfer, loop = np.zeros(len(perms)), np.zeros(len(perms)), np.zeros(len(perms))
     for parts, inverse in per_round:
-        cost = np.array([model.round_time(part) for part in parts])
-        total += cost[inverse]
+        # The period formula of CostModel.period, per placement: latencies and transfers add up over the
+        # rounds, the reorder buffer's loop is the worst round's.
+        costs = [model.round(part, bank_slots=sb) for part in parts]
+        active = [[g for g in rc.groups if len(g.members) > 1] for rc in costs]
+        lat += np.array([max(g.latency_s for g in a) for a in active])[inverse]
+        xfer += np.array([max(model.params.tensor_bytes / g.rate_Bps if g.rate_Bps > 0 else math.inf
+                              for g in a) for a in active])[inverse]
+        loop = np.maximum(loop, np.array([max(g.loop_s for g in a) for a in active])[inverse])
+    with np.errstate(invalid="ignore"):
+        total = lat + np.maximum(xfer, (windows - 1) * loop) if math.isfinite(windows) else \
+            np.full(len(perms), np.inf)
     best = int(np.argmin(total))
     return evaluate(model, grid.rounds(perms[best]), name=_shape_name(shape, n) + " (exhaustive)",
                     shape=shape)
@@ -536,6 +553,8 @@ def plan_to_schedule(plan, model):
         metrics={
             "period_s": plan.period_s,
             "round_s": plan.round_s,
+            "finish_s": list(plan.finish_s),
+            "bank_slots": model.schedule_bank_slots(plan.rounds),
             "exact_consensus": bool(plan.exact),
             "sigma2": plan.sigma2,
             "time_to_consensus_s": plan.score_s,

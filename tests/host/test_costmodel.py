@@ -19,18 +19,21 @@ def model(text=TRIANGLE, **kw):
 
 
 def test_memory_bound_group_by_hand():
-    # Waits at A: C arrives last (20 ms), so A's own waits 20 and B's 10: 30 ms.
-    # At B: C last (30): A waits 20, own 30: 50 ms. At C: B last (30): A 10, own 30: 40 ms.
-    # The worst member needs rate * 50 ms of memory, so with M bytes r = M / 0.05 and a tensor of M
-    # bytes takes 0.05 s after the worst delay of 30 ms.
+    # The core holds member buffers of 17 beats of 64 bytes (32 + 1024 bytes rounded up to whole beats):
+    # 3 members need 3264 bytes a slot, so 1 MiB holds 321 slots, built as 256 (a power of two). One round
+    # alone is one bank: 256 chunks in flight. A tensor of 1024 chunks takes 4 windows; each window after
+    # the first waits one loop, the worst round trip halved: (30 + 30) / 2 = 30 ms (B-C).
     m = model(memory_bytes=1 << 20, tensor_bytes=1 << 20, **FAST)
+    assert m.bank_slots(1, 3) == 256 and m.bank_slots(2, 3) == 128
     g = m.group([0, 1, 2])
     assert g.bound == "memory"
-    assert g.latency_s == pytest.approx(0.030)
-    assert g.rate_Bps == pytest.approx((1 << 20) / 0.050)
-    assert g.time_s == pytest.approx(0.030 + 0.050)
-    # A pair: at A, B waits nothing and A waits 10 ms; symmetric at B: 10 ms.
-    assert m.group([0, 1]).time_s == pytest.approx(0.010 + 0.010)
+    assert g.latency_s == pytest.approx(0.030, rel=1e-4)
+    assert g.time_s == pytest.approx(0.030 + 3 * 0.030, rel=1e-4)
+    # A pair: 2 buffers a slot, 481 -> 256 slots, 4 windows of a 10 ms loop.
+    assert m.group([0, 1]).time_s == pytest.approx(0.010 + 3 * 0.010, rel=1e-4)
+    # Two rounds share the memory: 128 slots a bank, 8 windows.
+    assert m.group([0, 1, 2], bank_slots=m.bank_slots(2, 3)).time_s == pytest.approx(0.030 + 7 * 0.030,
+                                                                                       rel=1e-4)
 
 
 def test_site_bound_group_counts_frame_overhead():
@@ -40,7 +43,9 @@ def test_site_bound_group_counts_frame_overhead():
     g = m.group([0, 2])
     assert g.bound == "site"
     assert g.rate_Bps == pytest.approx(1e9 * 1024 / 1122)
-    assert g.time_s == pytest.approx(0.020 + 10**8 / (1e9 * 1024 / 1122))
+    # The first chunk also crosses both access links: two frame times of 1122 ns.
+    assert g.latency_s == pytest.approx(0.020 + 2 * 1122e-9)
+    assert g.time_s == pytest.approx(0.020 + 2 * 1122e-9 + 10**8 / (1e9 * 1024 / 1122))
 
 
 def test_fpga_ingress_and_datapath_bounds():
@@ -59,8 +64,8 @@ def test_fpga_ingress_and_datapath_bounds():
 def test_latency_bound_and_infeasible_memory():
     m = model(memory_bytes=1 << 30, tensor_bytes=1, **FAST)
     assert m.group([0, 1, 2]).bound == "latency"
-    # 3 members need 3 chunk buffers; 2 KiB cannot hold them
-    m = model(memory_bytes=2048, chunk_bytes=1024, **FAST)
+    # 3 members need 3 member buffers of 1088 bytes; two buffers' worth cannot hold them
+    m = model(memory_bytes=2 * 1088, chunk_bytes=1024, **FAST)
     assert math.isinf(m.group([0, 1, 2]).time_s) and m.group([0, 1, 2]).bound == "memory"
     assert math.isfinite(m.group([0, 1]).time_s)
 
@@ -101,10 +106,12 @@ def test_batch_times_match_the_scalar_model():
     m = model("\n".join(lines), memory_bytes=300_000, tensor_bytes=1 << 22)
     mem = np.array([rng.permutation(8)[:4] for _ in range(30)])
     mem[::3, 1] = -1  # holes
-    batch = _batch_times(m, mem)
+    sb = m.bank_slots(2, 4)
+    assert sb > 0
+    batch = _batch_times(m, mem, sb)
     for row, t in zip(mem, batch, strict=True):
         members = tuple(sorted(int(s) for s in row if s >= 0))
-        assert t == pytest.approx(m.group(members).time_s)
+        assert t == pytest.approx(m.group(members, bank_slots=sb).time_s)
 
 
 def test_baselines_by_hand():
