@@ -7,7 +7,8 @@ and receiving, and RESULTs collected back into tensors.
 * Arrival order. A frame sent by rank ``s`` at time ``t`` reaches rank ``R``'s aggregator at
   ``t + one_way_s[s, R]`` (``s`` is the header's ``src``); :func:`arrival_order` sorts by that, ties in
   input order.
-* UDP. :func:`send_datagrams` sends each frame's UDP payload (the wanreduce header and elements) as one
+* UDP. :func:`udp_datagram` takes a frame's UDP payload without judging its checksums;
+  :func:`send_datagrams` sends each frame's UDP payload (the wanreduce header and elements) as one
   datagram with a plain socket, at its time (scaled by ``speed``) or back to back, and measures how late
   each one left; :class:`Receiver` collects datagrams on a port in a thread, bounded in count and time.
 * RESULTs. :func:`collect_results` groups a capture's RESULT payloads by (aggregator site, job, round)
@@ -33,7 +34,8 @@ from .protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, VERSION, DType, Kind,
 from .reference import ordered_sum, run_reference
 
 __all__ = [
-    "read_pcap_timed", "write_pcap_timed", "udp_payloads", "sources", "arrival_order", "parse_udp_url",
+    "read_pcap_timed", "write_pcap_timed", "udp_datagram", "udp_payloads", "sources", "arrival_order",
+    "parse_udp_url",
     "ReplayStats", "send_datagrams", "Receiver", "datagram_frames", "ResultSet", "collect_results",
     "check_results",
 ]
@@ -105,6 +107,26 @@ def udp_payloads(frames, *, source="capture"):
                                  f"({reason.name.lower()})")
         out.append(payload)
     return out
+
+
+def udp_datagram(frame):
+    """The UDP payload of an Ethernet II / IPv4 / UDP frame, or None when it carries none.
+
+    Checksums are not checked and IPv4 options are skipped: this is what a replay sends, whatever damage
+    the capture holds on purpose (the aggregator's own checks are :func:`wanreduce.host.frames.parse_frame`).
+    """
+    if len(frame) < FRAME_OVERHEAD or frame[12:14] != b"\x08\x00" or frame[14] >> 4 != 4:
+        return None
+    ihl = (frame[14] & 0x0F) * 4
+    total = int.from_bytes(frame[16:18], "big")
+    if ihl < 20 or frame[23] != 17 or int.from_bytes(frame[20:22], "big") & 0x3FFF \
+            or total > len(frame) - 14 or total < ihl + 8:
+        return None
+    udp = 14 + ihl
+    length = int.from_bytes(frame[udp + 4:udp + 6], "big")
+    if length < 8 or ihl + length > total:
+        return None
+    return bytes(frame[udp + 8:udp + length])
 
 
 def _header_check(payload, i, source):

@@ -13,7 +13,7 @@ import numpy as np
 from ..host.emit import bank_slots_of, emit_sites, load_grads, site_gbps_of, topology_for
 from ..host.packet import MAX_COUNT
 from ..host.protocol import MAX_RANKS, DType
-from ..host.replay import parse_udp_url, send_datagrams, udp_payloads, write_pcap_timed
+from ..host.replay import parse_udp_url, send_datagrams, udp_datagram, write_pcap_timed
 from ..host.topology import EMBEDDED
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
@@ -147,6 +147,6 @@ def run(args):
             print(f"{name}: {what}")
     else:
         speed = None if args.topspeed else args.speed
-        stats = send_datagrams(udp_payloads(ems[0].frames, source="emit"), ems[0].times, address, speed=speed)
+        stats = send_datagrams([udp_datagram(f) for f in ems[0].frames], ems[0].times, address, speed=speed)
         print(f"{args.to}: {lines[0]}; sent {stats.summary()}")
     return 0

@@ -9,7 +9,7 @@ the CONTRIBs of R's own groups are kept: what R's multicast subscriptions delive
 import numpy as np
 
 from ..host.protocol import Kind
-from ..host.replay import arrival_order, read_pcap_timed, sources, udp_payloads, write_pcap_timed
+from ..host.replay import arrival_order, read_pcap_timed, sources, udp_datagram, write_pcap_timed
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import group_of, load_schedule
 from ._common import Outputs, add_force_option
@@ -42,7 +42,10 @@ def run(args):
     dropped = 0
     for name in args.inputs:
         times, frames = read_pcap_timed(name)
-        payloads = udp_payloads(frames, source=name)
+        payloads = [udp_datagram(f) for f in frames]
+        bad = next((i for i, d in enumerate(payloads) if d is None), None)
+        if bad is not None:
+            raise WanreduceError(f"{name}: frame {bad} carries no IPv4/UDP datagram, so no sending site")
         srcs = sources(payloads, source=name)
         for t, f, p, s in zip(times, frames, payloads, srcs, strict=True):
             if schedule is not None and not _delivered(schedule, args.rank, p):

@@ -1,6 +1,8 @@
 """``wanreduce replay``: the frames of a capture as real UDP datagrams, at their times.
 
-Each frame's UDP payload (the wanreduce header and elements) becomes one datagram to ``--to``. The times
+Each frame's UDP payload (the wanreduce header and elements) becomes one datagram to ``--to``; checksums
+are not judged (a damaged frame is replayed as the datagram it carries), frames with no IPv4/UDP
+datagram are skipped and counted. The times
 are the pcap's timestamps, or, with ``--wan NAME --rank R``, when rank R's aggregator would receive each
 frame: its send time plus the one-way delay from the site in the header's ``src``. Reports the packets,
 packets per second and how late the datagrams left against their due times.
@@ -8,7 +10,7 @@ packets per second and how late the datagrams left against their due times.
 
 from ..host.emit import topology_for
 from ..host.protocol import MAX_RANKS
-from ..host.replay import arrival_order, parse_udp_url, read_pcap_timed, send_datagrams, sources, udp_payloads
+from ..host.replay import arrival_order, parse_udp_url, read_pcap_timed, send_datagrams, sources, udp_datagram
 from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
@@ -67,15 +69,22 @@ def run(args):
     times, frames = read_pcap_timed(args.input)
     if not frames:
         raise WanreduceError(f"{args.input}: holds no frames; nothing to replay")
-    payloads = udp_payloads(frames, source=args.input)
+    datagrams = [udp_datagram(f) for f in frames]
+    keep = [i for i, d in enumerate(datagrams) if d is not None]
+    if not keep:
+        raise WanreduceError(f"{args.input}: no frame carries an IPv4/UDP datagram; nothing to replay")
+    payloads, times = [datagrams[i] for i in keep], times[keep]
     if topo is not None:
-        times, order = arrival_order(times, sources(payloads, source=args.input), topo.one_way_s, args.rank)
+        srcs = sources(payloads, source=args.input)
+        times, order = arrival_order(times, srcs, topo.one_way_s, args.rank)
         payloads = [payloads[i] for i in order]
     stats = send_datagrams(payloads, times, address, speed=None if args.topspeed else args.speed)
+    skipped = len(frames) - len(keep)
     if args.json:
-        print_json({"packets": stats.packets, "bytes": stats.bytes, "seconds": stats.seconds,
-                    "packets_per_s": stats.packets_per_s, "late_mean_s": stats.late_mean_s,
+        print_json({"packets": stats.packets, "skipped": skipped, "bytes": stats.bytes,
+                    "seconds": stats.seconds, "packets_per_s": stats.packets_per_s, "late_mean_s": stats.late_mean_s,
                     "late_p99_s": stats.late_p99_s, "late_max_s": stats.late_max_s})
     else:
-        print(f"{args.to}: {stats.summary()}")
+        note = f"; {skipped} frames without a UDP datagram skipped" if skipped else ""
+        print(f"{args.to}: {stats.summary()}{note}")
     return 0

@@ -74,6 +74,16 @@ def test_emit_then_loopback_udp_then_capture(capsys, files):
     capture = tmp / "capture.pcap"
     write_pcap_timed(capture, *datagram_frames(rx.datagrams, port=rx.port))
     assert payloads_of(capture) == sent
+    # a damaged checksum is replayed as is; a frame without a datagram is skipped and counted
+    frames = read_pcap(out)
+    damaged = bytearray(frames[1])
+    damaged[40] ^= 0xFF
+    write_pcap(tmp / "odd.pcap", [frames[0], b"\xff" * 60, bytes(damaged)])
+    with Receiver(count=2, timeout=20) as rx:
+        code, text, err = run(capsys, "replay", tmp / "odd.pcap", "--to", f"udp://127.0.0.1:{rx.port}")
+    assert code == 0, err
+    assert "2 packets" in text and "1 frames without a UDP datagram skipped" in text
+    assert [d for _, d, _ in rx.datagrams] == sent[:2]
     # emit straight to the socket, the model's 0.3 s of pacing played 1000 times faster
     with Receiver(count=len(sent), timeout=20) as rx:
         code, text, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 3,

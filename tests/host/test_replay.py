@@ -23,6 +23,7 @@ from wanreduce.host.replay import (
     read_pcap_timed,
     send_datagrams,
     sources,
+    udp_datagram,
     udp_payloads,
     write_pcap_timed,
 )
@@ -94,6 +95,29 @@ def test_sources_and_framing_errors():
         udp_payloads([frame(payload()), frame(payload())[:30]], source="x.pcap")
     with pytest.raises(WanreduceError, match="frame 0 is not a wanreduce v1 packet"):
         sources([b"\x00" * 40])
+
+
+def test_udp_datagram_ignores_checksums_but_needs_a_datagram():
+    p = payload(src=5)
+    good = frame(p)
+    assert udp_datagram(good) == p
+    damaged = bytearray(good)
+    damaged[40] ^= 0xFF                       # UDP checksum
+    damaged[24] ^= 0xFF                       # IPv4 header checksum
+    assert udp_datagram(bytes(damaged)) == p
+    padded = good + bytes(20)                 # Ethernet padding after the IPv4 total length
+    assert udp_datagram(padded) == p
+    options = bytearray(good[:14] + bytes([0x46]) + good[15:34] + bytes(4) + good[34:])
+    options[16:18] = (len(good) - 14 + 4).to_bytes(2, "big")
+    assert udp_datagram(bytes(options)) == p  # IHL 6: the UDP header starts 4 bytes later
+    not_ip = bytearray(good)
+    not_ip[12:14] = b"\x08\x06"
+    tcp = bytearray(good)
+    tcp[23] = 6
+    fragment = bytearray(good)
+    fragment[20] |= 0x20
+    for bad in (bytes(not_ip), bytes(tcp), bytes(fragment), good[:41], good[:60]):
+        assert udp_datagram(bad) is None
 
 
 @pytest.mark.parametrize("url, want", [("udp://127.0.0.1:9", ("127.0.0.1", 9)),
