@@ -76,9 +76,10 @@ def load_npy(path, *, void16_as_bf16=False):
     except ValueError as exc:
         if "pickle" in str(exc) or "Object arrays" in str(exc):
             raise WanreduceError(f"{path}: holds Python objects, not numbers; save a numeric array") from None
-        raise WanreduceError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from None
-    except (OSError, EOFError) as exc:
-        raise WanreduceError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from None
+        raise WanreduceError(f"{path}: a damaged .npy file (its data does not match its header, or the "
+                             "file is cut short)") from None
+    except (OSError, EOFError):
+        raise WanreduceError(f"{path}: a damaged .npy file (cut short or unreadable)") from None
     if void16_as_bf16 and arr.dtype.kind == "V" and arr.dtype.itemsize == 2 and arr.dtype.names is None:
         import ml_dtypes
 
@@ -138,8 +139,9 @@ class Outputs:
         parent = path.parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
-            raise WanreduceError(f"{what} {path}: {parent} is a file, not a folder") from None
+        except (FileExistsError, NotADirectoryError):
+            blocker = next((p for p in (parent, *parent.parents) if p.exists() and not p.is_dir()), parent)
+            raise WanreduceError(f"{what} {path}: {blocker} is a file, not a folder") from None
         except OSError as exc:
             raise WanreduceError(
                 f"{what} {path}: cannot create the folder {parent} ({exc.strerror})") from None

@@ -118,7 +118,7 @@ def test_pack_errors(capsys, tmp_path, tensor):
     garbage = tmp_path / "g.npy"
     garbage.write_bytes(b"\x93NUMPY garbage")
     code, _, err = run(capsys, "pack", str(garbage), "-o", str(out), "--rank", "0")
-    assert code == 2 and "not a readable .npy" in err
+    assert code == 2 and "a damaged .npy file" in err
     before = tensor.read_bytes()
     assert tensor.read_bytes() == before and not out.exists()
 
@@ -159,3 +159,78 @@ def test_demo_bad_memory(capsys):
     assert code == 2 and "cannot hold one slot" in err
     code, _, err = run(capsys, "demo", "--memory", "lots")
     assert code == 2 and "--memory" in err
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.write_text("1,2,3\n"), "not a .npy file"),
+    (lambda p: np.savez(p.with_suffix(".npz"), a=np.ones(3)) or p.with_suffix(".npz").rename(p),
+     "is an .npz archive"),
+    (lambda p: np.save(p, np.array([{}], dtype=object), allow_pickle=True), "holds Python objects"),
+    (lambda p: p.write_bytes(np.lib.format.MAGIC_PREFIX + b"\x01\x00garbage"), "a damaged .npy file"),
+])
+def test_pack_on_a_file_that_is_not_npy_says_so(capsys, tmp_path, make, message):
+    src = tmp_path / "x.npy"
+    make(src)
+    code, _, err = run(capsys, "pack", str(src), "-o", str(tmp_path / "o.pcap"), "--rank", "0")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    # numpy's own messages suggest allow_pickle=True or pickle.load: never pass that on
+    assert "pickle" not in err.lower() and "Errno" not in err
+
+
+def test_pack_reads_a_bf16_npy_saved_with_ml_dtypes(capsys, tmp_path):
+    import ml_dtypes
+
+    values = np.array([1.0, -2.5, 3.140625, 0.0078125, -0.0, 65280.0], np.float32)
+    src = tmp_path / "bf.npy"
+    np.save(src, values.astype(ml_dtypes.bfloat16))  # stored as '|V2': the header has no bf16 name
+    assert np.load(src).dtype == np.dtype("V2")
+    out = tmp_path / "o.pcap"
+    code, text, err = run(capsys, "pack", str(src), "-o", str(out), "--rank", "3", "--dtype", "bf16")
+    assert code == 0, err
+    _, _, _, payload = decode_frame(read_pcap(out)[0])
+    h, elems = decode_payload(payload)
+    # every value is exact in bf16, which is the top half of fp32: the wire carries exactly those bits
+    assert h["dtype"] == 2 and elems == [int(v) >> 16 for v in values.view(np.uint32)]
+
+
+def test_pack_group_ids_above_255_need_explicit_addresses(capsys, tmp_path, tensor):
+    out = tmp_path / "o.pcap"
+    code, _, err = run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "0", "--group", "300")
+    assert code == 2 and "--group 300 does not fit the default multicast address" in err and not out.exists()
+    # two groups never share the default address: 256 no longer wraps onto group 0
+    code, _, err = run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "0", "--group", "300",
+                       "--dst-ip", "239.1.1.44", "--dst-mac", "01:00:5e:01:01:2c")
+    assert code == 0, err
+    _, _, _, payload = decode_frame(read_pcap(out)[0])
+    assert decode_payload(payload)[0]["group"] == 300
+    assert read_pcap(out)[0][30:34] == bytes([239, 1, 1, 44])
+
+
+def test_rtl_add_stages_0_is_an_option_error(capsys, tmp_path):
+    code, _, err = run(capsys, "rtl-add", "--dtype", "fp32", "--stages", "0", "a.npy", "b.npy")
+    assert code == 2 and "--stages must be in 1..32, not 0" in err
+
+
+def test_version(capsys):
+    import importlib.metadata
+
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"wanreduce {importlib.metadata.version('wanreduce')}"
+
+
+def test_inspect_json(capsys, tmp_path, tensor):
+    import json
+
+    out = tmp_path / "o.pcap"
+    run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "1", "--chunk-elems", "500", "--round", "7")
+    frames = read_pcap(out)
+    mixed = tmp_path / "m.pcap"
+    write_pcap(mixed, [frames[0], frames[1][:60]])
+    code, text, _ = run(capsys, "inspect", str(mixed), "--json")
+    doc = json.loads(text)
+    assert code == 1 and (doc["total"], doc["ok"], doc["dropped"]) == (2, 1, 1)
+    assert doc["drops"] == {"truncated": 1}
+    first = doc["frames"][0]
+    assert first["ok"] and (first["kind"], first["round"], first["src"]) == ("CONTRIB", 7, 1)
+    assert first["count"] == 500 and first["bitmap"] == 2 and not first["last"]
+    assert doc["frames"][1] == {"index": 1, "ok": False, "drop": "truncated", "rule": 2}
