@@ -266,7 +266,7 @@ class BoardTop(Elaboratable):
         clki, fb, op, fout = self.pll
         clk100 = platform.request("clk100", 0).i
         button = platform.request("rst", 0).i
-        clkop, lock = Signal(), Signal()
+        clkop, lock = Signal(name="pll_clkop"), Signal(name="pll_lock")
         m.submodules.pll = Instance(
             "EHXPLLL",
             p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
