@@ -142,3 +142,51 @@ def test_timeout_is_reported():
     out, stats = h.run(to_beats(range(1000), 12), backpressure_prob=0.9, seed=2, max_cycles=500,
                        allow_timeout=True)
     assert stats.timed_out and len(out) == stats.out_beats
+
+
+class TracedPassthrough(wiring.Component):
+    """A stream register that reports each accepted beat's value on a trace port, and refuses input for
+    ``hold`` cycles after every beat whose value is a multiple of 7 (a known worst stall)."""
+
+    i: In(stream.Signature(12))
+    o: Out(stream.Signature(12))
+    trace: Out(wiring.Signature({"valid": Out(1), "payload": Out(12)}))
+
+    def __init__(self, hold):
+        self.hold = hold
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        wait = Signal(range(self.hold + 1))
+        free = (self.o.ready | ~self.o.valid) & (wait == 0)
+        m.d.comb += [self.i.ready.eq(free), self.trace.valid.eq(self.i.valid & free),
+                     self.trace.payload.eq(self.i.payload)]
+        with m.If(wait != 0):
+            m.d.sync += wait.eq(wait - 1)
+        with m.If(self.o.ready | ~self.o.valid):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(self.i.valid & free):
+            m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(1)]
+            with m.If(self.i.payload % 7 == 0):
+                m.d.sync += wait.eq(self.hold)
+        return m
+
+
+def test_trace_and_stalls():
+    h = Harness(TracedPassthrough(hold=9), top="traced_passthrough12")
+    assert h.has_trace
+    values = list(range(1, 400))
+    out, stats = h.run(to_beats(values, 12), idle_prob=0.0, seed=1)
+    assert from_beats(out) == values
+    # One trace event per accepted beat, in order, on increasing cycles.
+    assert stats.trace.tolist() == values
+    assert (np.diff(stats.trace_cycles.astype(np.int64)) > 0).all()
+    # Every multiple of 7 holds the input off for exactly `hold` cycles with the next beat waiting.
+    assert stats.max_stall == 9
+    assert stats.stall_cycles == 9 * sum(1 for v in values[:-1] if v % 7 == 0)
+    # Output back-pressure adds stalls of its own; the longest grows.
+    _, slow = h.run(to_beats(values, 12), backpressure_prob=0.7, seed=2)
+    assert slow.max_stall > 9 and slow.stall_cycles > stats.stall_cycles
+    # A DUT without a trace port reports none.
+    assert Harness(Passthrough(), top="passthrough12").run(to_beats([1], 12))[1].trace is None

@@ -1,0 +1,165 @@
+"""Fuzzing the aggregator core (issue #12): a 10,000-frame slice of random and mutated frames through the
+Verilated core, each frame's drop code against the independent classifier, every RESULT against the golden
+aggregator, the ready bound and the counters; ``make bench`` runs the full volume (``sim/bench/fuzz.py``).
+
+The classifier itself is checked here without the RTL: its code table names the spec's counters in the
+spec's order, hand-made frames get the code PROTOCOL.md gives, and on the generator's stream it agrees
+with the golden aggregator (which is built on the host validator) frame for frame.
+"""
+
+import struct
+import warnings
+
+import pytest
+
+from wanreduce.host.frames import build_frame
+from wanreduce.host.golden import GoldenAggregator
+from wanreduce.sim import fuzz
+from wanreduce.sim.fuzz_classify import CODES, Classifier, frame_code, payload_code
+from wanreduce.spec.protocol import Drop
+
+
+def test_code_table_is_the_spec_drop_order():
+    assert [(int(d), d.counter) for d in sorted(Drop)] == sorted(CODES.items())
+
+
+def _payload(**over):
+    f = dict(magic=0x5752, version=1, kind=0, dtype=0, flags=0, job=7, round=3, chunk=1, src=2, group=0,
+             count=2, reserved=0, bitmap=1 << 2)
+    f.update(over)
+    return struct.pack("!HBBBBHIIHHHHQ", *f.values()) + bytes(4 * 2)
+
+
+def _frame(payload, *, checksum=True):
+    return bytearray(build_frame(payload, src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02",
+                                 src_ip="10.0.0.1", dst_ip="10.0.0.2", sport=47000, dport=47000,
+                                 udp_checksum=checksum))
+
+
+def test_stateless_codes_from_the_page():
+    ok = _frame(_payload())
+    assert frame_code(ok, port=47000)[0] == 0
+    assert frame_code(ok + b"\xaa" * 9, port=47000)[0] == 0           # Ethernet padding is ignored
+    assert frame_code(ok[:41], port=47000)[0] == 1
+    assert frame_code(ok[:-1], port=47000)[0] == 1                    # total length beyond the frame
+    vlan = ok[:12] + b"\x81\x00\x00\x05" + ok[12:]
+    assert frame_code(vlan, port=47000)[0] == 2
+    opts = bytearray(ok)
+    opts[14] = 0x46
+    assert frame_code(opts, port=47000)[0] == 3                       # IHL 6 before the checksum
+    frag = bytearray(ok)
+    frag[20] |= 0x20
+    assert frame_code(frag, port=47000)[0] == 3
+    bad = bytearray(ok)
+    bad[24] ^= 1
+    assert frame_code(bad, port=47000)[0] == 4
+    assert frame_code(ok, port=47001)[0] == 6
+    csum = bytearray(ok)
+    csum[-1] ^= 1
+    assert frame_code(csum, port=47000)[0] == 8
+    nocsum = _frame(_payload(), checksum=False)
+    nocsum[-1] ^= 1
+    assert frame_code(nocsum, port=47000)[0] == 0                     # checksum 0: not computed
+    assert payload_code(_payload()[:31], slot_bytes=64)[0] == 9
+    cases = {10: dict(magic=0x5753), 11: dict(version=2), 12: dict(kind=2), 13: dict(dtype=3),
+             14: dict(flags=2), 15: dict(reserved=1), 16: dict(count=0), 17: dict(count=3),
+             18: dict(kind=1), 19: dict(src=64, bitmap=0), 20: dict(count=2)}
+    for code, over in cases.items():
+        slot_bytes = 4 if code == 20 else 64
+        assert payload_code(_payload(**over), slot_bytes=slot_bytes)[0] == code, over
+    assert payload_code(_payload(flags=1), slot_bytes=64)[0] == 0      # LAST is a valid flag
+
+
+def test_slot_decisions_from_the_page():
+    c = Classifier(jobs={7: [0b0111, 0]}, slots=2, slot_bytes=64)
+    assert c.payload(_payload(src=3, bitmap=8)) == (21, False)          # not expected
+    assert c.payload(_payload(round=1)) == (21, False)                  # a round the site waits
+    assert c.payload(_payload(job=8)) == (21, False)                    # a job it was not told about
+    assert c.payload(_payload(src=0, bitmap=1, round=2)) == (0, False)  # claims slot 1 (chunk 1)
+    assert c.payload(_payload(src=0, bitmap=1, round=2)) == (24, False)
+    assert c.payload(_payload(src=1, bitmap=2, round=2, count=1)[:-4]) == (25, False)
+    assert c.payload(_payload(src=1, bitmap=2, round=0)) == (22, False)
+    assert c.payload(_payload(src=1, bitmap=2, round=4)) == (23, False)
+    assert c.payload(_payload(src=1, bitmap=2, round=2)) == (0, False)
+    assert c.payload(_payload(src=2, bitmap=4, round=2)) == (0, True)   # completes
+    assert c.payload(_payload(src=2, bitmap=4, round=2)) == (24, False)  # also after completion
+    assert c.payload(_payload(src=0, bitmap=1, round=0)) == (22, False)
+    assert c.payload(_payload(src=0, bitmap=1, round=4)) == (0, False)  # reclaims the done slot
+    assert c.tally["results"] == 1 and c.tally["accepted"] == 4
+
+
+class _Build:
+    """The parameters of a fuzz build, without building it."""
+
+    def __init__(self, width, entry):
+        self.width, self.entry = width, entry
+        self.core = type("Core", (), fuzz._BUILD[width])()
+
+
+@pytest.mark.parametrize("entry", ["frame", "payload"])
+def test_classifier_agrees_with_golden(entry):
+    sim = _Build(64, entry)
+    s = fuzz.scenario_for(sim)
+    cl = Classifier(jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port)
+    gen = fuzz.FrameGen(s, entry=entry, seed=11, classifier=cl)
+    golden = GoldenAggregator(rank=s.rank, jobs=s.jobs, slots=s.slots, members=s.members,
+                              slot_bytes=s.slot_bytes, port=s.port)
+    feed = cl.frame if entry == "frame" else cl.payload
+    golden_feed = golden.feed_frame if entry == "frame" else golden.feed_payload
+    for _ in range(3000):
+        data, _label = gen.next()
+        before = dict(golden.counters)
+        golden_feed(data)
+        code, done = feed(data)
+        bumped = [k for k, v in golden.counters.items()
+                  if v != before[k] and k not in ("frames_in", "results")]
+        assert bumped == ([] if code == 0 else [CODES[code]]), data.hex()
+        assert golden.counters["results"] - before["results"] == done
+    # The stream reaches every code the entry point can see.
+    reachable = set(CODES.values()) - ({CODES[c] for c in range(1, 9)} if entry == "payload" else set())
+    assert {k for k in reachable if cl.tally[k]} == reachable
+    assert cl.tally["results"] > 200
+
+
+def _sim(width, entry):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fuzz.FuzzSim(width=width, entry=entry)
+
+
+# 10,000 frames in all: W=64 at both entry points, and W=512 frames.
+SLICE = [(64, "frame", 5000, 1), (64, "payload", 2500, 2), (512, "frame", 2500, 3)]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("width,entry,n,seed", SLICE, ids=[f"w{w}-{e}" for w, e, _, _ in SLICE])
+def test_fuzz_slice(width, entry, n, seed):
+    report = fuzz.run_fuzz(_sim(width, entry), n_frames=n, seed=seed)
+    assert report.violations == 0, "\n".join(report.details)
+    assert report.frames > n and report.wedged == 0
+    seen = {code for code, k in report.codes.items() if k}
+    assert seen == set(range(26)) - (set(range(1, 9)) if entry == "payload" else set())
+    labels = {part for label in report.mutations for part in label.split("+")}
+    mutations = fuzz.FrameGen.PAYLOAD_MUTATIONS + (fuzz.FrameGen.FRAME_MUTATIONS if entry == "frame" else ())
+    assert set(mutations) | {"valid", "replay", "random_tag", "garbage", "recovery"} == labels
+    assert report.results > n // 10
+    assert 0 < report.max_stall <= report.bound
+
+
+@pytest.mark.rtl
+def test_fuzz_checks_can_fail(monkeypatch):
+    """The frame-for-frame, counter and ready checks report a classifier that is wrong about one code and
+    a ready bound the core cannot meet."""
+
+    class Wrong(Classifier):
+        def _count(self, code, completes):
+            return super()._count(22 if code == 23 else code, completes)
+
+    monkeypatch.setattr(fuzz, "Classifier", Wrong)
+    monkeypatch.setattr(fuzz, "ready_bound", lambda core: 0)
+    report = fuzz.run_fuzz(_sim(64, "frame"), n_frames=300, seed=5)
+    text = "\n".join(report.details)
+    assert report.violations > 3
+    assert "expected 22 stale, core 23 ahead_of_window" in text
+    assert "counters (classifier, core) differ" in text
+    assert "i.ready low for" in text
