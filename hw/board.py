@@ -223,7 +223,9 @@ class UARTBridge(wiring.Component):
                 with m.If(self.i.valid):
                     m.d.comb += self.i.ready.eq(1)
                     p = self.i.payload
-                    m.d.sync += [txbuf.eq(Cat(p.bytes[:7], p.last, p.data)), txn.eq(p.bytes + 1)]
+                    hdr = Signal(8)
+                    m.d.comb += hdr.eq(p.bytes | (p.last << 7))
+                    m.d.sync += [txbuf.eq(Cat(hdr, p.data)), txn.eq(p.bytes + 1)]
                 with m.Else():
                     m.d.sync += [txbuf.eq(_NONE), txn.eq(1)]
                 m.next = "CMD"
