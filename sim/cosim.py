@@ -113,13 +113,16 @@ class RtlCores:
         for addr, data in writes:
             self.lib.core_ctl_write(self.handle, i, addr, data)
 
-    def feed(self, i, cycle, frames, *, max_cycles=10_000_000):
-        """Frames into core ``i`` from ``cycle`` on; returns ``[(cycle of the last beat, frame), ...]``."""
+    def feed(self, i, cycle, frames, *, drain=_DRAIN, max_cycles=10_000_000):
+        """Frames into core ``i`` from ``cycle`` on; returns ``[(cycle of the last beat, frame), ...]``.
+
+        The core runs until its input is consumed and its output has been quiet for ``drain`` cycles.
+        """
         lib, h = self.lib, self.handle
         lib.core_skip_to(h, i, int(cycle))
         beats = packets_to_beats(frames, self.width)
         lib.core_push(h, i, beats.tobytes(), len(beats))
-        if lib.core_run(h, i, _DRAIN, max_cycles):
+        if lib.core_run(h, i, drain, max_cycles):
             raise RuntimeError(f"core {i} did not finish a burst in {max_cycles} cycles")
         n = lib.core_out_beats(h, i)
         if not n:
@@ -155,7 +158,7 @@ class RtlCores:
                                            rounds=c.rounds, members=c.members, max_dests=c.dests,
                                            slots=c.slots, bank_bits={job: bank_bits})
             self.configure(s, writes)
-            out.append(RtlSite(self, s, clock_hz))
+            out.append(RtlSite(self, s, clock_hz, schedule))
         return out
 
 
@@ -173,14 +176,25 @@ def _last_flags(meta, width):
 
 
 class RtlSite:
-    """One site's core as a :mod:`wanreduce.host.wan` aggregator."""
+    """One site's core as a :mod:`wanreduce.host.wan` aggregator.
 
-    def __init__(self, cores, index, clock_hz):
-        self.cores, self.index, self.clock_hz = cores, index, clock_hz
+    A burst that cannot complete a chunk (by the schedule, fault-free) produces no RESULT, so the core is
+    run only until its input is consumed; one that completes a chunk runs until the RESULT is out and the
+    core is quiet again, which keeps every RESULT's cycle exact while skipping most idle clocks.
+    """
+
+    def __init__(self, cores, index, clock_hz, schedule):
+        self.cores, self.index, self.clock_hz, self.schedule = cores, index, clock_hz, schedule
+        self.arrived = {}
 
     def feed(self, t, msgs):
         cycle = int(np.ceil(t * self.clock_hz))
-        outs = self.cores.feed(self.index, cycle, [m.frame for m in msgs])
+        completes = False
+        for m in msgs:
+            got = self.arrived.setdefault((m.round, m.chunk), set())
+            got.add(m.src)
+            completes |= got >= set(_members(self.schedule, self.index, m.round))
+        outs = self.cores.feed(self.index, cycle, [m.frame for m in msgs], drain=_DRAIN if completes else 8)
         return [(c / self.clock_hz, result_msg(frame)) for c, frame in outs]
 
     def counters(self):
