@@ -137,6 +137,17 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     assert code == 0, err
     want = run_reference(schedule, grads, rounds=2)[1][4]
     assert np.array_equal(np.load(arr).view(np.uint32), want.view(np.uint32))
+    code, text, _ = run(capsys, "verify", res, "--grads", npz, "--schedule", sched, "--json")
+    report = json.loads(text)
+    assert code == 0 and report["ok"] and report["rounds"] == [0, 1, 2] and report["results"] == 9
+    code, _, err = run(capsys, "unpack", res, "-o", tmp / "sum2.npy", "--sum")   # default: the last round
+    assert code == 0, err
+    members = next(grp for grp in schedule.rounds[0] if 4 in grp)                 # round 2 = period entry 0
+    before = run_reference(schedule, grads, rounds=2)[1]
+    want = before[members[0]].copy()
+    for m in members[1:]:
+        want = (want + before[m]).astype(np.float32)
+    assert np.array_equal(np.load(tmp / "sum2.npy").view(np.uint32), want.view(np.uint32))
     # a RESULT with one changed element fails verification, naming it
     bad = [bytearray(f) for f in results]
     h, _ = decode_payload(decode_frame(bytes(bad[6]))[3])
