@@ -1,30 +1,45 @@
 # Every target installs the project into .venv first, so any of them works as the first command on a
-# fresh clone. Only Python 3.11, g++, make and perl are assumed; the rest comes from PyPI.
+# fresh clone. Only Python 3.11, g++, make and perl are assumed; the rest comes from PyPI, at the exact
+# versions of requirements/ci.lock (pyproject.toml keeps compatible ranges for users' environments).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements/ci.lock
 # Two workers on two cores; RTL builds are cached and shared read-only between them (wanreduce.sim.runner).
 PYTEST_WORKERS ?= 2
+BOARD ?= ecpix5_85
 
-.PHONY: install test sim verilog bench demo lint clean
+.PHONY: install test test-all sim verilog synth bitstream bench demo train lint lock clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/ci.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --disable-pip-version-check -q --upgrade pip
-	$(VENV)/bin/pip install --disable-pip-version-check -q -e '.[dev,synth]'
+	$(PIP) -e '.[dev,synth]'
 	touch $@
 
-test: $(STAMP)
+# The suite CI runs: lint, then every test not marked slow (the volume checks live in `make test-all`).
+test: $(STAMP) lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow" --durations=10 tests
+
+# Everything, the slow volume tests included.
+test-all: $(STAMP) lint
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=10 tests
 
 sim: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "rtl and not slow" tests
 
 verilog: $(STAMP)
-	$(PY) -m wanreduce.sim.verilog --out build/verilog
+	$(VENV)/bin/wanreduce verilog -o build/verilog
+
+# Whole-core synthesis (ECP5 W=64 place and route, UltraScale+ W=512 estimate) and build/synth.md.
+synth: $(STAMP)
+	$(PY) -m wanreduce.sim.synth all
+
+bitstream: $(STAMP)
+	$(PY) -m wanreduce.sim.synth bitstream --board $(BOARD)
 
 bench: $(STAMP)
 	$(PY) -m wanreduce.sim.bench --out build/bench.json $(if $(BENCH),--only $(BENCH))
@@ -32,8 +47,16 @@ bench: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/wanreduce demo
 
+train: $(STAMP)
+	$(PIP) -e '.[dev,synth,train]'
+	$(VENV)/bin/wanreduce train
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hw host sim tests
 
+lock: $(STAMP)
+	$(PY) requirements/freeze.py > requirements/ci.lock
+
 clean:
 	rm -rf build sim_build .pytest_cache
+	-$(VENV)/bin/wanreduce cache --clear

@@ -22,6 +22,13 @@ COMMANDS = [
     "wanreduce.cli.sweep",
     "wanreduce.cli.rtl_add",
     "wanreduce.cli.sim_replay",
+    "wanreduce.cli.emit",
+    "wanreduce.cli.replay",
+    "wanreduce.cli.merge",
+    "wanreduce.cli.unpack",
+    "wanreduce.cli.verify",
+    "wanreduce.cli.verilog",
+    "wanreduce.cli.cache",
 ]
 
 
