@@ -163,6 +163,7 @@ def figure(topo, params, points, baselines, threshold, thresholds):
                 else:
                     off_scale.append(f"{b.name} {format_seconds(b.time_s)}")
         else:
+            ax.set_ylim(1e-3, 1e3)  # any positive range: there is nothing to draw on a log axis
             ax.text(0.5, 0.5, "no memory size in the sweep\nreaches consensus", ha="center", va="center",
                     transform=ax.transAxes)
             off_scale = [f"{b.name} {format_seconds(b.time_s)}" for b in baselines]
@@ -198,6 +199,7 @@ def figure(topo, params, points, baselines, threshold, thresholds):
             ax2.set_ylim(min(ys) / 1.5, max(ys) * 1.5)
             _size_ticks(ax2, "y", min(ys), max(ys))
         else:
+            ax2.set_ylim(1, 2)  # nothing to draw; a positive range keeps the log axis valid
             ax2.set_yticks([])
         ts = [t for t, _ in thresholds]
         ax2.set_xlim(ts[0] / 1.3, ts[-1] * 1.3)
@@ -258,8 +260,9 @@ def run(args):
     if not has_groups_of_3(topo.n):
         verdict = (f"crossover: none; on {topo.n} sites there are no rotating groups of 3 besides the "
                    "all-to-all group")
-    elif all(r["groups_of_3_s"] is None for r in rows):
-        verdict = f"crossover: none; rotating groups of 3 do not reach consensus on {topo.n} sites"
+    elif threshold is None and all(r["groups_of_3_s"] is None for r in rows):
+        verdict = (f"crossover: none; rotating groups of 3 reach consensus at no memory size from "
+                   f"{format_size(memories[0])} to {format_size(memories[-1])}")
     elif threshold is None:
         verdict = "crossover: none; rotating groups of 3 win at every memory size up to 1 TiB"
     else:
