@@ -36,7 +36,7 @@ READABLE_VERSIONS = (1, 2)
 
 @dataclass(frozen=True)
 class Schedule:
-    """A validated schedule: ``rounds[r]`` is a list of groups, each a list of rank ints in summation order."""
+    """A validated schedule: ``rounds[r]`` lists groups, each a list of rank ints in summation order."""
 
     sites: tuple
     rounds: tuple
@@ -168,7 +168,8 @@ def write_schedule(schedule, path):
 
 
 def group_of(schedule, rank, round_index):
-    """(group id, members in summation order) of ``rank`` in round ``round_index`` (mod period), or ``(None, [])``."""
+    """(group id, members in summation order) of ``rank`` in round ``round_index`` (mod period), or
+    ``(None, [])``."""
     if not 0 <= rank < schedule.n:
         raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1}")
     if round_index < 0:
