@@ -22,6 +22,7 @@ from ..host import control
 from ..host.protocol import UDP_PORT
 from ..hw.core import AggregatorCore
 from ..hw.layouts import Beat
+from ..spec import regmap
 from .harness import Harness
 
 __all__ = ["packets_to_beats", "beats_to_packets", "CoreSim", "CoreResult", "core_top"]
@@ -118,7 +119,7 @@ class CoreSim:
                                       seed=seed,
                                       drain_cycles=drain_cycles, ctl_writes=writes, ctl_reads=reads,
                                       max_cycles=max_cycles)
-        nc = len(control.COUNTER_NAMES)
+        nc = len(regmap.COUNTER_NAMES)
         return CoreResult(packets=beats_to_packets(out, self.width),
                           counters=control.decode_counters(stats.ctl_reads[:nc]),
                           perf=control.decode_perf(stats.ctl_reads[nc:]), stats=stats)
