@@ -189,7 +189,8 @@ def run(args):
     job_ids = jobs_in_frames(frames, args.port) or [0]
     if len(job_ids) > MAX_JOBS:
         raise WanreduceError(f"the pcap carries {len(job_ids)} job ids; the core holds at most {MAX_JOBS}")
-    period = [expected_bitmap(schedule, rank, r) for r in range(schedule.period)]
+    # Each round's group in the schedule's summation order: the core sums in that order (PROTOCOL.md).
+    period = [tuple(group_of(schedule, rank, r)[1]) for r in range(schedule.period)]
     jobs = dict.fromkeys(job_ids, period)
     cap = 4
     while cap < len(jobs):

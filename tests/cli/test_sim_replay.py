@@ -8,15 +8,18 @@ import pytest
 
 from tests.support import traffic
 from wanreduce.cli import main
+from wanreduce.cli.sim_replay import core_geometry, expectation_line, unexpected_by_round
 from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.host.pcap import read_pcap, write_pcap
 from wanreduce.host.protocol import DType
-from wanreduce.spec.schedfile import expected_bitmap, load_schedule
+from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.schedfile import expected_bitmap, load_schedule, schedule_from_obj
 
 SCHEDULE = {
     "version": 1, "sites": ["AMS", "BAR", "FRA", "LAX", "LON", "NYC"],
     "rounds": [{"groups": [[0, 2, 4], [1, 3, 5]]}, {"groups": [[0, 1], [2, 3], [4, 5]]}],
-    "params": {}, "metrics": {},
+    # 4 slots of 3 members x 128 bytes: what the replay below builds when it takes the sizes from here
+    "params": {"chunk_bytes": 128, "memory_bytes": 4 * 3 * 128 + 100}, "metrics": {},
 }
 
 
@@ -37,6 +40,10 @@ def files(tmp_path):
                 frames.append(traffic.frame_of(p, src=src))
     frames.insert(4, frames[1])          # a duplicate
     frames.insert(7, frames[2][:30])     # a truncated frame
+    # rank 1 is not in rank 2's group of round 0 ({0,2,4}): unexpected_src
+    stray = traffic.contrib(job=0, round=0, chunk=0, src=1, group=0, dtype=DType.FP32,
+                            elems_bits=traffic.random_elements(rng, DType.FP32, 20))
+    frames.insert(9, traffic.frame_of(stray, src=1))
     pcap = tmp_path / "in.pcap"
     write_pcap(pcap, frames)
     return tmp_path, sched, pcap, frames
@@ -46,10 +53,18 @@ def files(tmp_path):
 def test_replay_matches_golden(files, capsys):
     tmp, sched, pcap, frames = files
     out, counters = tmp / "out.pcap", tmp / "c.json"
-    rc = main(["sim-replay", str(pcap), "--rank", "2", "--schedule", str(sched), "--slots", "4",
-               "--chunk-bytes", "128", "--out", str(out), "--counters", str(counters),
-               "--dest", "02:00:00:00:00:01,10.0.0.1,5000", "--dest", "02:00:00:00:00:02,10.0.0.2"])
-    assert rc == 0
+    # no --slots or --chunk-bytes: the schedule file's params give them
+    argv = ["sim-replay", str(pcap), "--rank", "2", "--schedule", str(sched), "--out", str(out),
+            "--counters", str(counters), "--dest", "02:00:00:00:00:01,10.0.0.1,5000",
+            "--dest", "02:00:00:00:00:02,10.0.0.2"]
+    rc = main(argv)
+    text, err = capsys.readouterr()
+    # frames were dropped, so like `inspect` the exit status is 1, with each reason named
+    assert rc == 1 and "the core dropped 3 of" in err
+    assert "core: 4 slots x 3 members x 128 B" in text
+    for line in ("  truncated          1", "  unexpected_src     1", "  duplicate          1"):
+        assert line in text.splitlines(), text
+    assert "    rank 2 expects {0,2,4} in round 0; got src 1" in text.splitlines()
     schedule = load_schedule(sched)
     golden = GoldenAggregator(rank=2, jobs={0: [expected_bitmap(schedule, 2, r) for r in range(2)]}, slots=4,
                               members=3, slot_bytes=128, mac="02:57:52:01:00:02", ip="10.87.83.2",
@@ -59,7 +74,15 @@ def test_replay_matches_golden(files, capsys):
     assert read_pcap(out) == want
     assert len(want) == 2 * 9
     assert json.loads(counters.read_text()) == golden.counters
-    assert "18 frames out" in capsys.readouterr().out
+    assert golden.counters["unexpected_src"] == 1 and "18 frames out" in text
+    # --json: the same numbers as one document; the outputs exist, so --force is needed
+    assert main(argv + ["--json"]) == 2 and "already exists" in capsys.readouterr().err
+    assert main(argv + ["--json", "--force"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    drops = {k: v for k, v in golden.counters.items() if v and k not in ("frames_in", "results")}
+    assert doc["drops"] == drops
+    assert doc["expected"] == ["rank 2 expects {0,2,4} in round 0; got src 1"]
+    assert (doc["slots"], doc["chunk_bytes"], doc["members"], doc["frames_out"]) == (4, 128, 3, 18)
 
 
 @pytest.mark.parametrize("change,message", [
@@ -96,3 +119,46 @@ def test_bad_schedule_is_one_line(files, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("wanreduce sim-replay: error:") and "\n" not in err
+
+
+def test_core_geometry_from_the_schedule():
+    sched = schedule_from_obj(SCHEDULE)
+    assert core_geometry(sched, slots=None, chunk_bytes=None, members=3) == (4, 128)
+    # options win over the file; the slot count is rounded down to a power of two
+    assert core_geometry(sched, slots=2, chunk_bytes=None, members=3) == (2, 128)
+    assert core_geometry(sched, slots=None, chunk_bytes=64, members=3) == (8, 64)
+    assert core_geometry(sched, slots=None, chunk_bytes=128, members=2) == (4, 128)  # 6.4 slots -> 4
+    bare = schedule_from_obj({**SCHEDULE, "params": {}})
+    with pytest.raises(WanreduceError, match="give --chunk-bytes: s.json has no params.chunk_bytes"):
+        core_geometry(bare, slots=4, chunk_bytes=None, members=3, source="s.json")
+    with pytest.raises(WanreduceError, match="give --slots: s.json has no params.memory_bytes"):
+        core_geometry(bare, slots=None, chunk_bytes=64, members=3, source="s.json")
+    small = schedule_from_obj({**SCHEDULE, "params": {"chunk_bytes": 1024, "memory_bytes": 2048}})
+    with pytest.raises(WanreduceError, match="holds no slot of 3 x 1024 bytes"):
+        core_geometry(small, slots=None, chunk_bytes=None, members=3)
+    odd = schedule_from_obj({**SCHEDULE, "params": {"chunk_bytes": 1022, "memory_bytes": 1 << 20}})
+    with pytest.raises(WanreduceError, match="not a multiple of 4"):
+        core_geometry(odd, slots=None, chunk_bytes=None, members=3)
+
+
+def test_missing_sizes_are_one_line(files, capsys):
+    tmp, sched, pcap, _ = files
+    sched.write_text(json.dumps({**SCHEDULE, "params": {}}))
+    argv = ["sim-replay", str(pcap), "--rank", "2", "--schedule", str(sched), "--out", str(tmp / "o.pcap"),
+            "--counters", str(tmp / "c.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"give --chunk-bytes: {sched} has no params.chunk_bytes") and "\n" not in err
+
+
+def test_expected_sets_named_from_the_schedule(files):
+    _, sched, _, frames = files
+    schedule = load_schedule(sched)
+    assert unexpected_by_round(frames, schedule, 2, port=47000) == {0: [1]}
+    # rank 0 shares rank 2's group in rounds 0 and 2, but pairs with rank 1 in round 1
+    assert unexpected_by_round(frames, schedule, 0, port=47000) == {0: [1], 1: [2, 3]}
+    assert expectation_line(schedule, 2, 0, [1]) == "rank 2 expects {0,2,4} in round 0; got src 1"
+    assert expectation_line(schedule, 5, 1) == "rank 5 expects {4,5} in round 1"
+    assert expectation_line(schedule, 3, 2) == "rank 3 expects {1,3,5} in round 2 (period 2: round 0)"
+    waits = schedule_from_obj({**SCHEDULE, "rounds": [{"groups": [[0, 1]]}]})
+    assert expectation_line(waits, 4, 0) == "rank 4 expects nothing (it waits) in round 0"
