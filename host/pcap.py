@@ -63,9 +63,9 @@ def write_pcap(path, frames, *, overwrite=True, protect=()):
     """
     for p in protect:
         if os.path.exists(p) and os.path.exists(path) and os.path.samefile(p, path):
-            raise WanreduceError(f"{path}: is also an input; choose another output file")
+            raise WanreduceError(f"{path}: is also an input file; choose another output")
     if not overwrite and os.path.exists(path):
-        raise WanreduceError(f"{path}: exists; pass --force to replace it")
+        raise WanreduceError(f"{path}: already exists; pass --force to replace it")
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
