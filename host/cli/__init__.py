@@ -40,8 +40,15 @@ def version():
         return "unknown (not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line option errors (its own print the whole usage first), like every other error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="wanreduce",
         description="FPGA in-network aggregation for training across continents: packet tools, "
         "RTL checks and the WAN sync-schedule optimizer.",

@@ -13,6 +13,7 @@ two). Like ``inspect``, the command exits 1 when the core dropped frames, after 
 """
 
 import json
+import os
 import sys
 import time
 
@@ -166,6 +167,10 @@ def run(args):
     outs = Outputs(force=args.force, inputs=[args.input, args.schedule])
     out_pcap = outs.add(args.out, "--out")
     out_json = outs.add(args.counters, "--counters")
+    if not os.path.isfile(args.schedule):
+        # load_schedule's message would carry the OS's own wording ("[Errno 2] ...")
+        what = "is a directory, not a schedule file" if os.path.isdir(args.schedule) else "no such file"
+        raise WanreduceError(f"{args.schedule}: {what}")
     schedule = load_schedule(args.schedule)
     if args.rank >= schedule.n:
         raise WanreduceError(f"--rank {args.rank} is not a site of {args.schedule} "

@@ -138,6 +138,8 @@ def test_pack_refuses_to_overwrite_without_force(capsys, tmp_path, tensor):
 def test_option_range_errors(capsys, argv):
     code, _, err = run(capsys, *argv)
     assert code == 2 and "error" in err and "Traceback" not in err
+    # one line, like every other error, pointing at --help instead of printing the whole usage
+    assert err.count("\n") == 1 and err.startswith("wanreduce pack: error: ") and "pack --help" in err
 
 
 def test_console_script_prints_no_traceback(tmp_path):
