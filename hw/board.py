@@ -334,7 +334,7 @@ def _yowasp_env():
             os.environ[var] = found
 
 
-def build(board="ecpix5_85", *, build_dir, freq_mhz=125, baud=115200, name="wanreduce_board"):
+def build(board="ecpix5_85", *, build_dir, freq_mhz=125, baud=115200, seed=1, name="wanreduce_board"):
     """Build the board top to a bitstream in ``build_dir``; return a dict describing the build."""
     platforms = _platforms()
     if board not in platforms:
@@ -343,7 +343,8 @@ def build(board="ecpix5_85", *, build_dir, freq_mhz=125, baud=115200, name="wanr
     platform = platforms[board]()
     top = BoardTop(freq_mhz=freq_mhz, baud=baud)
     platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
-                   nextpnr_opts="--router router2 --timing-allow-fail")
+                   nextpnr_opts=f"--router router2 --timing-allow-fail --seed {seed} "
+                                f"--report {name}.report.json")
     clki, fb, op, fout = top.pll
     return {"name": name, "device": platform.device, "package": platform.package, "speed": platform.speed,
             "freq_mhz": fout, "baud": baud, "pll": {"clki_div": clki, "clkfb_div": fb, "clkop_div": op},

