@@ -158,7 +158,7 @@ def unpack_payloads(payloads, *, dtype=None):
         if b.shape[1] < HEADER_BYTES:
             raise WanreduceError(f"a payload of {b.shape[1]} bytes is shorter than the 32-byte header")
     if np.any(headers["magic"] != MAGIC) or np.any(headers["version"] != VERSION):
-        raise WanreduceError("a payload has a wrong magic or version; not a wanreduce v1 packet")
+        raise WanreduceError("a payload has a wrong magic or version; not a wanreduce packet of this version")
     codes = np.unique(headers["dtype"])
     if len(codes) != 1 or int(codes[0]) not in DType._value2member_map_:
         raise WanreduceError(f"payloads mix or use unknown dtypes {sorted(int(c) for c in codes)}")

@@ -131,7 +131,7 @@ def udp_datagram(frame):
 
 def _header_check(payload, i, source):
     if len(payload) < HEADER_BYTES or int.from_bytes(payload[0:2], "big") != MAGIC or payload[2] != VERSION:
-        raise WanreduceError(f"{source}: frame {i} is not a wanreduce v1 packet")
+        raise WanreduceError(f"{source}: frame {i} is not a wanreduce v{VERSION} packet")
 
 
 def sources(payloads, *, source="capture"):

@@ -532,7 +532,7 @@ def plan_to_schedule(plan, model):
     topo, p = model.topology, model.params
     if topo.n > MAX_RANKS:
         raise WanreduceError(
-            f"protocol v1 schedule files hold at most {MAX_RANKS} ranks; {topo.n} sites need "
+            f"schedule files hold at most {MAX_RANKS} ranks; {topo.n} sites need "
             "hierarchical aggregation"
         )
     return Schedule(

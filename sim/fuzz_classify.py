@@ -82,7 +82,7 @@ def payload_code(payload, *, slot_bytes):
      bitmap) = struct.unpack_from("!HBBBBHIIHHHHQ", payload)
     if magic != 0x5752:
         return 10, None
-    if version != 1:
+    if version != 2:
         return 11, None
     if kind not in (_CONTRIB, _RESULT):
         return 12, None

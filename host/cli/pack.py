@@ -14,7 +14,7 @@ __all__ = ["register", "run"]
 def register(sub):
     p = sub.add_parser(
         "pack", help="turn a tensor (.npy) into CONTRIB frames (.pcap)",
-        description="Pack a tensor into wanreduce v1 CONTRIB packets, one per chunk, wrapped in "
+        description="Pack a tensor into wanreduce CONTRIB packets, one per chunk, wrapped in "
         "Ethernet/IPv4/UDP and written as a pcap. Values are rounded to the wire dtype (nearest even); a "
         "finite value too large for it is an error.")
     p.add_argument("tensor", metavar="TENSOR.npy",

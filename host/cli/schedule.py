@@ -131,7 +131,7 @@ def run(args):
     topo, params = model.topology, model.params
     if topo.n > MAX_RANKS:
         raise WanreduceError(
-            f"protocol v1 schedule files hold at most {MAX_RANKS} ranks; the topology has {topo.n} sites"
+            f"schedule files hold at most {MAX_RANKS} ranks; the topology has {topo.n} sites"
         )
     if args.group_size is not None:
         args.group_size = number(args.group_size, "--group-size", kind=int)

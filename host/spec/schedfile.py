@@ -69,7 +69,7 @@ def schedule_from_obj(obj, *, source="schedule"):
     if len(set(sites)) != len(sites):
         _fail(source, "'sites' names a site twice")
     if len(sites) > MAX_RANKS:
-        _fail(source, f"protocol v1 has at most {MAX_RANKS} ranks, the schedule has {len(sites)} sites")
+        _fail(source, f"the protocol has at most {MAX_RANKS} ranks, the schedule has {len(sites)} sites")
     rounds = obj.get("rounds")
     if not isinstance(rounds, list) or not rounds:
         _fail(source, "'rounds' must be a non-empty list")

@@ -40,7 +40,7 @@ def test_independent_decoder_reads_every_field(dtype):
     wire = tensor.astype(np_dtype(dtype))
     for i, p in enumerate(payloads):
         h, elems = decode_payload(p)
-        assert (h["magic"], h["version"], h["kind"], h["dtype"]) == (0x5752, 1, 0, int(dtype))
+        assert (h["magic"], h["version"], h["kind"], h["dtype"]) == (0x5752, 2, 0, int(dtype))
         assert (h["job"], h["round"], h["chunk"], h["src"], h["group"]) == (513, 70000, 10 + i, 9, 3)
         assert h["reserved"] == 0 and h["bitmap"] == 1 << 9
         assert h["flags"] == (1 if i == 3 else 0)

@@ -93,7 +93,7 @@ def test_sources_and_framing_errors():
     assert sources(ps).tolist() == [3, 12]
     with pytest.raises(WanreduceError, match="frame 1 is not a well-formed IPv4/UDP frame \\(truncated\\)"):
         udp_payloads([frame(payload()), frame(payload())[:30]], source="x.pcap")
-    with pytest.raises(WanreduceError, match="frame 0 is not a wanreduce v1 packet"):
+    with pytest.raises(WanreduceError, match="frame 0 is not a wanreduce v2 packet"):
         sources([b"\x00" * 40])
 
 

@@ -8,7 +8,7 @@ from wanreduce.host.validate import check_payload
 
 
 def payload(count=4, dtype=0, **fields):
-    h = dict(magic=0x5752, version=1, kind=0, dtype=dtype, flags=0, job=1, round=2, chunk=3, src=5, group=0,
+    h = dict(magic=0x5752, version=2, kind=0, dtype=dtype, flags=0, job=1, round=2, chunk=3, src=5, group=0,
              count=count, reserved=0, bitmap=1 << 5) | fields
     size = 4 if dtype == 0 else 2
     body = b"\x11" * (count * size)
@@ -18,7 +18,7 @@ def payload(count=4, dtype=0, **fields):
 CASES = [
     ("short", payload()[:31], Drop.SHORT_HEADER),
     ("magic", payload(magic=0x5753), Drop.BAD_MAGIC),
-    ("version", payload(version=2), Drop.BAD_VERSION),
+    ("version", payload(version=1), Drop.BAD_VERSION),
     ("kind", payload(kind=2), Drop.BAD_KIND),
     ("dtype", payload(dtype=3), Drop.BAD_DTYPE),
     ("flags", payload(flags=2), Drop.BAD_FLAGS),

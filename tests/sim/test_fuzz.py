@@ -24,7 +24,7 @@ def test_code_table_is_the_spec_drop_order():
 
 
 def _payload(**over):
-    f = dict(magic=0x5752, version=1, kind=0, dtype=0, flags=0, job=7, round=3, chunk=1, src=2, group=0,
+    f = dict(magic=0x5752, version=2, kind=0, dtype=0, flags=0, job=7, round=3, chunk=1, src=2, group=0,
              count=2, reserved=0, bitmap=1 << 2)
     f.update(over)
     return struct.pack("!HBBBBHIIHHHHQ", *f.values()) + bytes(4 * 2)

@@ -1,4 +1,4 @@
-"""An independent reading of PROTOCOL.md v1 for the tests: plain ``struct``, nothing from wanreduce."""
+"""An independent reading of PROTOCOL.md (version 2) for the tests: plain ``struct``, no wanreduce."""
 
 import struct
 
