@@ -83,7 +83,8 @@ def run(args):
     if args.json:
         print_json({"packets": stats.packets, "skipped": skipped, "bytes": stats.bytes,
                     "seconds": stats.seconds, "packets_per_s": stats.packets_per_s,
-                    "late_mean_s": stats.late_mean_s, "late_p99_s": stats.late_p99_s, "late_max_s": stats.late_max_s})
+                    "late_mean_s": stats.late_mean_s, "late_p99_s": stats.late_p99_s,
+                    "late_max_s": stats.late_max_s})
     else:
         note = f"; {skipped} frames without a UDP datagram skipped" if skipped else ""
         print(f"{args.to}: {stats.summary()}{note}")
