@@ -6,6 +6,10 @@ nothing but the standard library so it can be imported anywhere. The optimizer l
 
 A schedule is one period of rounds; round ``i`` of an infinite run uses ``rounds[i % period]``. In
 each round the groups are disjoint sets of ranks (indices into ``sites``); a site in no group waits.
+
+An optional ``lean`` section (schedule file version 3) switches the schedule to root aggregation: per
+round and group, the stripes of chunks, each with its root, the senders' pacing interval and their send
+offsets (``docs/PROTOCOL.md``, ``docs/lean.md``). Files without it are written as version 2.
 """
 
 import json
@@ -17,6 +21,7 @@ from .protocol import MAX_RANKS
 
 __all__ = [
     "SCHEDULE_VERSION",
+    "LEAN_SCHEDULE_VERSION",
     "MAX_RANKS",
     "Schedule",
     "load_schedule",
@@ -29,9 +34,14 @@ __all__ = [
 ]
 
 SCHEDULE_VERSION = 2
+#: Version of files with a ``lean`` section (root aggregation): a version-2 reader refuses them rather than
+#: running them in gather mode.
+LEAN_SCHEDULE_VERSION = 3
 #: Versions this code reads: version 1 lists groups in ascending rank order, which version 2 reads the same
-#: way (the listed order is the summation order).
-READABLE_VERSIONS = (1, 2)
+#: way (the listed order is the summation order); version 3 adds the ``lean`` section.
+READABLE_VERSIONS = (1, 2, 3)
+#: Aggregation modes a ``lean`` section may name.
+LEAN_MODES = ("root",)
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,12 @@ class Schedule:
     rounds: tuple
     params: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
+    #: The validated ``lean`` section (root aggregation), or None for gather mode.
+    lean: dict | None = None
+
+    @property
+    def mode(self):
+        return "gather" if self.lean is None else self.lean["mode"]
 
     @property
     def n(self):
@@ -97,12 +113,107 @@ def schedule_from_obj(obj, *, source="schedule"):
     for key in ("params", "metrics"):
         if key in obj and not isinstance(obj[key], dict):
             _fail(source, f"'{key}' must be an object")
+    lean = None
+    if "lean" in obj:
+        if version != LEAN_SCHEDULE_VERSION:
+            _fail(source, f"a 'lean' section needs schedule file version {LEAN_SCHEDULE_VERSION}, "
+                  f"the file says {version}")
+        lean = _check_lean(obj["lean"], out, obj.get("params", {}), source)
+    elif version == LEAN_SCHEDULE_VERSION:
+        _fail(source, f"version must be one of 1, 2 for a file without a 'lean' section (version "
+              f"{LEAN_SCHEDULE_VERSION} is root aggregation and needs one), got {version}")
     return Schedule(
         sites=tuple(sites),
         rounds=tuple(out),
         params=dict(obj.get("params", {})),
         metrics=dict(obj.get("metrics", {})),
+        lean=lean,
     )
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_seconds(v, *, positive=False):
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return False
+    return v > 0 if positive else v >= 0
+
+
+def _check_lean(lean, rounds, params, source):
+    """The ``lean`` section against the rounds: one entry per round and group, stripes that tile the
+    chunks from 0 in order, roots that are members, one offset per member."""
+    if not isinstance(lean, dict):
+        _fail(source, "'lean' must be an object")
+    unknown = sorted(set(lean) - {"mode", "jitter_s", "rounds"})
+    if unknown:
+        _fail(source, f"'lean' has unknown key {unknown[0]!r} (known: mode, jitter_s, rounds)")
+    if lean.get("mode") not in LEAN_MODES:
+        _fail(source, f"lean.mode must be one of {', '.join(LEAN_MODES)}, got {lean.get('mode')!r}")
+    jitter = lean.get("jitter_s", 0.0)
+    if not _is_seconds(jitter):
+        _fail(source, f"lean.jitter_s must be a non-negative number of seconds, got {jitter!r}")
+    lrounds = lean.get("rounds")
+    if not isinstance(lrounds, list) or len(lrounds) != len(rounds):
+        got = len(lrounds) if isinstance(lrounds, list) else repr(lrounds)
+        _fail(source, f"lean.rounds must list one entry per round ({len(rounds)}), got {got}")
+    total = None
+    cb, tb = params.get("chunk_bytes"), params.get("tensor_bytes")
+    if _is_int(cb) and _is_int(tb) and cb > 0 and tb > 0:
+        total = -(-tb // cb)
+    out_rounds, last_start = [], 0.0
+    for r, (lr, groups) in enumerate(zip(lrounds, rounds, strict=True)):
+        where = f"lean.rounds[{r}]"
+        if not isinstance(lr, dict) or not isinstance(lr.get("groups"), list):
+            _fail(source, f"{where} must be an object with a list 'groups'")
+        start = lr.get("start_s", 0.0)
+        if not _is_seconds(start) or start < last_start:
+            _fail(source, f"{where}.start_s must be a number of seconds, not below the previous round's, "
+                  f"got {start!r}")
+        last_start = start
+        if len(lr["groups"]) != len(groups):
+            _fail(source, f"{where} lists {len(lr['groups'])} groups, round {r} has {len(groups)}")
+        out_groups = []
+        for g, (lg, members) in enumerate(zip(lr["groups"], groups, strict=True)):
+            gw = f"{where}.groups[{g}]"
+            stripes = lg.get("stripes") if isinstance(lg, dict) else None
+            if not isinstance(stripes, list) or (not stripes and len(members) > 1):
+                _fail(source, f"{gw} must be an object with a non-empty list 'stripes'")
+            nxt, clean = 0, []
+            for k, st in enumerate(stripes):
+                sw = f"{gw}.stripes[{k}]"
+                if not isinstance(st, dict):
+                    _fail(source, f"{sw} must be an object")
+                missing = [key for key in ("root", "first_chunk", "chunks", "interval_s", "offsets_s")
+                           if key not in st]
+                if missing:
+                    _fail(source, f"{sw} lacks {missing[0]!r}")
+                root, first, count = st["root"], st["first_chunk"], st["chunks"]
+                if not _is_int(root) or root not in members:
+                    _fail(source, f"{sw}.root {root!r} is not a member of round {r} group {g} {members}")
+                if not _is_int(first) or first != nxt:
+                    _fail(source, f"{sw}.first_chunk must be {nxt} (stripes tile the chunks in order), "
+                          f"got {first!r}")
+                if not _is_int(count) or count < 1:
+                    _fail(source, f"{sw}.chunks must be a positive whole number, got {count!r}")
+                if not _is_seconds(st["interval_s"], positive=True):
+                    _fail(source, f"{sw}.interval_s must be a positive number of seconds, "
+                          f"got {st['interval_s']!r}")
+                offs = st["offsets_s"]
+                if not isinstance(offs, list) or len(offs) != len(members) \
+                        or not all(_is_seconds(o) for o in offs):
+                    _fail(source, f"{sw}.offsets_s must list {len(members)} non-negative seconds, one per "
+                          "member in the group's order")
+                nxt = first + count
+                clean.append({"root": root, "first_chunk": first, "chunks": count,
+                              "interval_s": float(st["interval_s"]), "offsets_s": [float(o) for o in offs]})
+            if total is not None and clean and nxt != total:
+                _fail(source, f"{gw}'s stripes cover {nxt} chunks, but params give {total} "
+                      f"(tensor_bytes / chunk_bytes)")
+            out_groups.append({"stripes": clean})
+        out_rounds.append({"start_s": float(start), "groups": out_groups})
+    return {"mode": lean["mode"], "jitter_s": float(jitter), "rounds": out_rounds}
 
 
 def parse_schedule(text, *, source="schedule"):
@@ -136,13 +247,16 @@ def _jsonable(value):
 
 
 def schedule_to_obj(schedule):
-    return {
-        "version": SCHEDULE_VERSION,
+    obj = {
+        "version": SCHEDULE_VERSION if schedule.lean is None else LEAN_SCHEDULE_VERSION,
         "sites": list(schedule.sites),
         "rounds": [{"groups": [list(map(int, g)) for g in rnd]} for rnd in schedule.rounds],
         "params": _jsonable(schedule.params),
         "metrics": _jsonable(schedule.metrics),
     }
+    if schedule.lean is not None:
+        obj["lean"] = _jsonable(schedule.lean)
+    return obj
 
 
 def write_schedule(schedule, path):
@@ -157,9 +271,23 @@ def write_schedule(schedule, path):
         f'  "sites": {json.dumps(obj["sites"])},\n'
         f'  "rounds": [\n{rounds}\n  ],\n'
         f'  "params": {json.dumps(obj["params"])},\n'
-        f'  "metrics": {json.dumps(obj["metrics"])}\n'
-        "}\n"
+        f'  "metrics": {json.dumps(obj["metrics"])}'
     )
+    if "lean" in obj:
+        # one line per stripe: offsets are long lists
+        lean = obj["lean"]
+        rnds = []
+        for lr in lean["rounds"]:
+            groups = ",\n".join(
+                '        {"stripes": [\n' + ",\n".join(f"          {json.dumps(st)}" for st in lg["stripes"])
+                + "\n        ]}" for lg in lr["groups"])
+            rnds.append(f'      {{"start_s": {json.dumps(lr["start_s"])}, "groups": [\n{groups}\n      ]}}')
+        text += (
+            ',\n  "lean": {\n'
+            f'    "mode": {json.dumps(lean["mode"])}, "jitter_s": {json.dumps(lean["jitter_s"])},\n'
+            '    "rounds": [\n' + ",\n".join(rnds) + "\n    ]\n  }"
+        )
+    text += "\n}\n"
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)

@@ -1,0 +1,427 @@
+"""Root aggregation ("lean" mode): one FPGA per stripe sums the group's contributions once and multicasts
+the RESULT, with senders offset so that their contributions arrive together.
+
+The shape (issue #10). For one group ``g`` (members listed in summation order) the tensor's chunks are cut
+into contiguous **stripes**, one per **root** ``q`` (a member of ``g``). Every member ``j`` unicasts its
+contribution to the chunks of stripe ``q`` to ``q``'s aggregator, paced at one chunk every ``I_q`` seconds
+(payload rate ``r_q = chunk / I_q``), starting at its **send offset**::
+
+    o_{j,q} = A_q - f_j - d(j, q),      A_q = max_{k in g} (f_k + d(k, q))
+
+(``f_j`` one frame time on ``j``'s access link, ``d`` the one-way delay, ``d(q, q) = 0``), so the ``G``
+contributions of a chunk reach the root at the same instant and the root's own simply leaves last. The
+root sums them in the group's listed order (one sum, so every member gets the same bits whatever the
+arrival order) and multicasts one RESULT to the group (``result_group_ip``). A stripe takes::
+
+    T_q = L_q + (n_q - 1) * I_q,        L_q = A_q + max_{m in g} (d(q, m) + f_m)
+
+(``L_q``: 2 x the root's eccentricity plus two frame times), and the group ``max_q T_q``.
+
+Rates. ``r_q`` is bounded by
+
+* each member's access link: every member sends every stripe up and takes every RESULT down, so
+  ``sum_q r_q <= min_{j in g} site_Bps * eff`` (full duplex);
+* the root's datapath, one bus beat per clock: ``G * r_q <= datapath_Bps`` (only the root's own stripe
+  enters its reduce engine; the other roots' traffic passes the in-line bypass);
+* the root's ingress ports: its own hosts' upload, the ``G - 1`` streams of its stripe and the other
+  roots' RESULTs for its hosts: ``2 * sum_q r_q + (G - 2) * r_q <= fpga_ingress_Bps * eff``, charged with
+  ``sum_q r_q`` at the access-link bound (conservative);
+* memory: a slot lives from a chunk's first contribution to its last, at most the **jitter margin**
+  ``ell = 2J + k * f_max`` (``J`` the WAN's one-way jitter, default 0.5 ms; ``k`` stripes whose frames
+  may queue behind each other on a sender's link). The gateware reserves ``S_b`` slots of ``G_max``
+  member buffers per round bank (:meth:`CostModel.bank_slots`, as for gather mode), so a root runs at
+  ``r_q <= S_b * chunk / ell``; a chunk ``S_b`` chunks later reuses the slot only after ``ell``;
+* the backbone, on topologies with link capacities: every stripe loads the links of its ``G - 1``
+  unicast paths to the root and of the root's multicast tree; when a link is over capacity all of the
+  group's rates scale down by the same factor (uniform, not max-min fair).
+
+**Memory accounting.** What the root must hold is the chunks in flight during ``ell``:
+``ceil(r_q * ell / chunk) + 1`` slots of ``G`` member buffers of :func:`member_buffer_bytes` each
+(:attr:`RootStripe.peak_slot_bytes`); the co-simulation (:mod:`wanreduce.host.wan_lean`) measures the same
+thing. What the gateware reserves is its power-of-two slots for the memory given.
+
+**Stripes.** For a set of roots the optimizer solves: minimise ``T`` such that
+``sum_q r_q * (T - L_q)^+ >= tensor_bytes``, under the bounds above. For a fixed ``T`` this is a
+fractional knapsack (fill the roots of smallest ``L_q`` first, each to its bound, until the access link is
+full), so the rates come from that fill and ``T`` from the piecewise-linear equation; the stripes'
+chunk counts are the bytes each root moves by ``T``. Adding a root never hurts (it may get no rate), so
+every member is a candidate root unless ``max_roots`` limits them (then the smallest ``L_q``).
+
+**Rounds.** A plan may also use the gather optimizer's grid placements (rounds of smaller groups), each
+group in root mode. Rounds run one after the other: round ``r`` starts at ``start_s[r]``, the modelled
+end of round ``r - 1``, and a sender also waits for its own RESULT of the previous round for the same
+chunk (no chunk-by-chunk pipelining of rounds is modelled; it is conservative).
+
+:func:`best_plan` compares this mode with the gather mode of :func:`wanreduce.host.schedule.optimize` and
+says which won and why; :func:`lean_to_schedule` writes the schedule file's ``lean`` section
+(``docs/PROTOCOL.md``, schedule file version 3).
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..spec.errors import WanreduceError
+from ..spec.schedfile import MAX_RANKS, Schedule
+from .pacing import member_buffer_bytes
+from .schedule import consensus, optimize, plan_to_schedule
+
+__all__ = [
+    "DEFAULT_JITTER_S",
+    "RootStripe",
+    "LeanGroup",
+    "LeanRound",
+    "LeanPlan",
+    "Choice",
+    "lean_group",
+    "lean_plan",
+    "optimize_lean",
+    "best_plan",
+    "lean_to_schedule",
+    "lean_section",
+]
+
+#: One-way WAN jitter the offsets must absorb (the issue's default): a slot lives 2J.
+DEFAULT_JITTER_S = 0.5e-3
+
+
+@dataclass(frozen=True)
+class RootStripe:
+    """One root's stripe: chunks ``first_chunk .. first_chunk + chunks - 1`` of the group's tensor."""
+
+    root: int
+    first_chunk: int
+    chunks: int
+    rate_Bps: float        # payload rate of every sender's stream to this root
+    interval_s: float      # chunk / rate: the senders' pacing
+    offsets_s: tuple       # per member, in the group's listed order: when it sends its first chunk
+    latency_s: float       # L_q: first chunk out of the first sender to its RESULT at the last member
+    time_s: float          # L_q + (chunks - 1) * interval_s
+    bound: str             # what caps rate_Bps: "site", "fpga", "memory", "backbone"
+    inflight_chunks: int   # chunks live at the root during the jitter margin (the model's peak)
+    peak_slot_bytes: int   # inflight_chunks * G * member buffer bytes
+
+
+@dataclass(frozen=True)
+class LeanGroup:
+    members: tuple
+    stripes: tuple
+    time_s: float
+    bound: str
+    lifetime_s: float      # ell: how long a slot lives at a root
+
+    @property
+    def latency_s(self):
+        return max((s.latency_s for s in self.stripes), default=0.0)
+
+    @property
+    def roots(self):
+        return tuple(s.root for s in self.stripes)
+
+
+@dataclass(frozen=True)
+class LeanRound:
+    """A round in root mode: its groups; ``time_s`` and ``bound`` as :class:`RoundCost` has them."""
+
+    groups: tuple = field(default_factory=tuple)
+
+    @property
+    def time_s(self):
+        return max((g.time_s for g in self.groups), default=0.0)
+
+    @property
+    def bound(self):
+        if not self.groups:
+            return "idle"
+        return max(self.groups, key=lambda g: g.time_s).bound
+
+
+@dataclass
+class LeanPlan:
+    """A root-mode plan, with the attributes of :class:`wanreduce.host.schedule.Plan` that tables use."""
+
+    name: str
+    shape: tuple
+    rounds: list
+    round_costs: list       # LeanRound per round
+    period_s: float
+    exact: bool
+    sigma2: float
+    periods: float
+    score_s: float
+    finish_s: tuple
+    jitter_s: float
+    mode: str = "root"
+
+    @property
+    def round_s(self):
+        return [b - a for a, b in zip((0.0, *self.finish_s[:-1]), self.finish_s, strict=True)]
+
+    @property
+    def start_s(self):
+        return (0.0, *self.finish_s[:-1])
+
+    @property
+    def peak_slot_bytes(self):
+        """Largest model peak of one root's slots over every stripe of the plan."""
+        return max((s.peak_slot_bytes for rc in self.round_costs for g in rc.groups for s in g.stripes),
+                   default=0)
+
+
+def _label(bounds):
+    return min(bounds, key=lambda b: b[0])
+
+
+def _solve_t(lat, rates, total):
+    """Smallest T with sum rates * (T - lat)^+ >= total (rates > 0)."""
+    order = np.argsort(lat)
+    rate_sum = lat_rate = 0.0
+    for k, i in enumerate(order):
+        rate_sum += rates[i]
+        lat_rate += rates[i] * lat[i]
+        t = (total + lat_rate) / rate_sum
+        nxt = lat[order[k + 1]] if k + 1 < len(order) else math.inf
+        if t <= nxt:
+            return t
+    return math.inf
+
+
+def _backbone_scale(model, members, roots, rates):
+    topo = model.topology
+    if not topo.links_limited:
+        return 1.0
+    load = np.zeros(len(topo.link_cap_Bps))
+    for q, r in zip(roots, rates, strict=True):
+        if r <= 0:
+            continue
+        for j in members:
+            if j != q:
+                for e in topo.paths[j][q]:
+                    load[e] += r
+        for e in topo.tree_links(q, members):
+            load[e] += r
+    cap = topo.link_cap_Bps * model.params.wire_eff
+    used = (load > 0) & np.isfinite(cap)
+    if not used.any():
+        return 1.0
+    return min(1.0, float((cap[used] / load[used]).min()))
+
+
+def lean_group(model, members, *, jitter_s=DEFAULT_JITTER_S, bank_slots=None, roots=None, max_roots=None,
+               members_max=None):
+    """Cost and stripes of one group in root mode (the module docstring's model).
+
+    ``members`` in summation order; ``roots`` the candidate roots (default: every member);
+    ``bank_slots`` the slots of one round bank (default: a one-round core for this group);
+    ``members_max`` the member buffers per slot the core is built with (default: the group's size).
+    """
+    p = model.params
+    members = tuple(int(m) for m in members)
+    g = len(members)
+    if g < 2:
+        return LeanGroup(members, (), 0.0, "idle", 0.0)
+    if not (isinstance(jitter_s, (int, float)) and math.isfinite(jitter_s) and jitter_s >= 0):
+        raise WanreduceError(f"the jitter must be a non-negative number of seconds, got {jitter_s!r}")
+    gmax = g if members_max is None else int(members_max)
+    if bank_slots is None:
+        bank_slots = model.bank_slots(1, gmax)
+    cand = list(members) if roots is None else [int(q) for q in roots]
+    if not cand or any(q not in members for q in cand):
+        raise WanreduceError(f"the roots {cand} must be members of the group {list(members)}")
+    idx = np.asarray(members)
+    d = model.D
+    f = model.frame_s
+    arrive = {q: float(max(f[j] + d[j, q] for j in idx)) for q in cand}
+    lat = {q: arrive[q] + float(max(d[q, m] + f[m] for m in idx)) for q in cand}
+    cand.sort(key=lambda q: (lat[q], q))
+    if max_roots is not None:
+        if not (isinstance(max_roots, int) and max_roots >= 1):
+            raise WanreduceError(f"the number of roots must be a positive whole number, got {max_roots!r}")
+        cand = cand[:max_roots]
+    if bank_slots < 1:
+        return LeanGroup(members, (), math.inf, "memory", math.inf)
+    budget = float(model.site_rate[idx].min())
+    f_max = float(f[idx].max())
+    life = 2 * jitter_s + len(cand) * f_max
+    ingress = p.fpga_ingress_gbps * 1e9 / 8 * p.wire_eff
+    caps = [(p.datapath_Bps / g, "fpga"), (bank_slots * p.chunk_bytes / life, "memory")]
+    if g > 2:
+        caps.append((max(ingress - 2 * budget, 0.0) / (g - 2), "fpga"))
+    cap, cap_bound = _label(caps)
+    rates, bounds, left = [], [], budget
+    for _q in cand:
+        r = min(cap, left)
+        rates.append(r)
+        bounds.append(cap_bound if r >= cap else "site")
+        left -= r
+    scale = _backbone_scale(model, members, cand, rates)
+    if scale < 1.0:
+        rates = [r * scale for r in rates]
+        bounds = ["backbone"] * len(rates)
+    live = [k for k, r in enumerate(rates) if r > 0]
+    if not live:
+        return LeanGroup(members, (), math.inf, bounds[0] if bounds else "memory", life)
+    lat_a = np.array([lat[cand[k]] for k in live])
+    rate_a = np.array([rates[k] for k in live])
+    t_star = _solve_t(lat_a, rate_a, float(p.tensor_bytes))
+    n_chunks = model.n_chunks
+    share = rate_a * np.maximum(t_star - lat_a, 0.0) / p.tensor_bytes * n_chunks
+    counts = np.floor(share).astype(np.int64)
+    # largest remainders, but only to roots that move bytes by T
+    for k in np.argsort(-(share - counts))[: n_chunks - int(counts.sum())]:
+        counts[k] += 1
+    stripes, first = [], 0
+    mbb = member_buffer_bytes(p.chunk_bytes, p.bus_bits)
+    for k, n_q in zip(live, counts, strict=True):
+        if n_q <= 0:
+            continue
+        q = cand[k]
+        r = rates[k]
+        interval = p.chunk_bytes / r
+        offsets = tuple(arrive[q] - float(f[j]) - float(d[j, q]) for j in members)
+        inflight = math.ceil(r * life / p.chunk_bytes) + 1
+        time_q = lat[q] + (int(n_q) - 1) * interval
+        stripes.append(RootStripe(q, first, int(n_q), r, interval, offsets, lat[q], time_q, bounds[k],
+                                  min(inflight, int(n_q)), min(inflight, int(n_q)) * g * mbb))
+        first += int(n_q)
+    slow = max(stripes, key=lambda s: s.time_s)
+    bound = "latency" if slow.latency_s >= slow.time_s - slow.latency_s else slow.bound
+    return LeanGroup(members, tuple(stripes), slow.time_s, bound, life)
+
+
+def lean_plan(model, rounds, *, name="root", shape=(), jitter_s=DEFAULT_JITTER_S, max_roots=None):
+    """Cost ``rounds`` (groups in summation order) in root mode: a :class:`LeanPlan`."""
+    n = model.topology.n
+    rounds = [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in rounds]
+    gmax = max((len(g) for rnd in rounds for g in rnd), default=1)
+    sb = model.bank_slots(len(rounds), gmax)
+    costs, finish, t = [], [], 0.0
+    for rnd in rounds:
+        groups = tuple(lean_group(model, g, jitter_s=jitter_s, bank_slots=sb, max_roots=max_roots,
+                                  members_max=gmax) for g in rnd)
+        rc = LeanRound(groups)
+        costs.append(rc)
+        t += rc.time_s
+        finish.append(t)
+    exact, sigma2, periods = consensus(n, rounds, epsilon=model.params.epsilon)
+    period = finish[-1] if finish else 0.0
+    score = period * periods if math.isfinite(periods) and math.isfinite(period) else math.inf
+    return LeanPlan(name, tuple(shape), rounds, costs, period, exact, sigma2, periods, score, tuple(finish),
+                    float(jitter_s))
+
+
+def optimize_lean(model, *, jitter_s=DEFAULT_JITTER_S, gather_per_shape=None, max_roots=None):
+    """Best root-mode plan: every site in one group (listed in rank order), and each grid placement the
+    gather optimizer found (``gather_per_shape``, :func:`optimize`'s second result) with its groups in root
+    mode. Returns ``(best, per_shape)``."""
+    n = model.topology.n
+    per = {(n,): lean_plan(model, [[list(range(n))]], name="root all-to-all", shape=(n,), jitter_s=jitter_s,
+                           max_roots=max_roots)}
+    for s, plan in (gather_per_shape or {}).items():
+        if s == (n,):
+            continue
+        per[s] = lean_plan(model, plan.rounds, name=f"root {plan.name}", shape=s, jitter_s=jitter_s,
+                           max_roots=max_roots)
+    best = min(per.values(), key=lambda p: (p.score_s, p.period_s, len(p.rounds)))
+    return best, per
+
+
+@dataclass
+class Choice:
+    """What :func:`best_plan` chose: the winner, both modes' best plans and why."""
+
+    best: object        # Plan (gather) or LeanPlan (root)
+    mode: str           # "gather" or "root"
+    reason: str
+    gather: object
+    root: object
+    gather_per_shape: dict
+    root_per_shape: dict
+
+
+def _fmt(s):
+    if not math.isfinite(s):
+        return "infeasible"
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.3f} s"
+
+
+def _why(plan):
+    rc = max(plan.round_costs, key=lambda c: c.time_s)
+    return rc.bound
+
+
+def best_plan(model, *, jitter_s=DEFAULT_JITTER_S, time_limit_s=20.0, seed=0, group_size=None, gather=None,
+              max_roots=None, modes=("gather", "root")):
+    """The better of gather mode (:func:`wanreduce.host.schedule.optimize`) and root mode, by time to
+    consensus, with the reason. ``gather`` may pass ``optimize``'s result to avoid searching twice.
+
+    Returns a :class:`Choice`.
+    """
+    modes = tuple(modes)
+    if not modes or any(m not in ("gather", "root") for m in modes):
+        raise WanreduceError(f"aggregation modes must be among gather and root, got {', '.join(modes)}")
+    if gather is None:
+        gather = optimize(model, group_size=group_size, time_limit_s=time_limit_s, seed=seed)
+    g_best, g_per = gather
+    r_best, r_per = optimize_lean(model, jitter_s=jitter_s, gather_per_shape=g_per, max_roots=max_roots)
+    if group_size is not None:
+        r_per = {s: p for s, p in r_per.items() if set(s) == {group_size}} or r_per
+        r_best = min(r_per.values(), key=lambda p: (p.score_s, p.period_s, len(p.rounds)))
+    cands = []
+    if "gather" in modes:
+        cands.append(("gather", g_best))
+    if "root" in modes:
+        cands.append(("root", r_best))
+    mode, best = min(cands, key=lambda c: (c[1].score_s, c[0] != "gather"))
+    g_txt = f"gather {g_best.name} {_fmt(g_best.score_s)} ({_why(g_best)}-bound)"
+    roots = sorted({s.root for rc in r_best.round_costs for g in rc.groups for s in g.stripes})
+    r_txt = (f"root {r_best.name} {_fmt(r_best.score_s)} ({_why(r_best)}-bound, "
+             f"{len(roots)} root{'s' if len(roots) != 1 else ''}, jitter {jitter_s * 1e3:g} ms)")
+    if len(cands) == 1:
+        reason = f"only {mode} mode was allowed: " + (g_txt if mode == "gather" else r_txt)
+    elif mode == "root":
+        ratio = g_best.score_s / r_best.score_s if r_best.score_s > 0 else math.inf
+        reason = f"root mode wins: {r_txt} against {g_txt}, {ratio:.3g}x faster"
+    else:
+        ratio = r_best.score_s / g_best.score_s if g_best.score_s > 0 else math.inf
+        reason = f"gather mode wins: {g_txt} against {r_txt}, {ratio:.3g}x faster"
+    return Choice(best, mode, reason, g_best, r_best, g_per, r_per)
+
+
+def lean_section(plan):
+    """The schedule file's ``lean`` object for ``plan`` (PROTOCOL.md, schedule file version 3)."""
+    rounds = []
+    for start, rc in zip(plan.start_s, plan.round_costs, strict=True):
+        groups = []
+        for grp in rc.groups:
+            groups.append({"stripes": [
+                {"root": s.root, "first_chunk": s.first_chunk, "chunks": s.chunks, "interval_s": s.interval_s,
+                 "offsets_s": list(s.offsets_s)} for s in grp.stripes]})
+        rounds.append({"start_s": start, "groups": groups})
+    return {"mode": "root", "jitter_s": plan.jitter_s, "rounds": rounds}
+
+
+def lean_to_schedule(plan, model):
+    """The :class:`Schedule` of a root-mode plan: the gather keys (rounds, params) plus its ``lean``
+    section, and root-mode metrics."""
+    if not isinstance(plan, LeanPlan):
+        return plan_to_schedule(plan, model)
+    if model.topology.n > MAX_RANKS:
+        raise WanreduceError(f"schedule files hold at most {MAX_RANKS} ranks; {model.topology.n} sites need "
+                             "hierarchical aggregation")
+    if not math.isfinite(plan.period_s):
+        raise WanreduceError("the root-mode plan does not run with this memory (no slot per round bank)")
+    base = plan_to_schedule(plan, model)
+    metrics = dict(base.metrics)
+    gmax = max((len(g) for rnd in plan.rounds for g in rnd), default=1)
+    metrics.update({
+        "mode": "root",
+        "bank_slots": model.bank_slots(len(plan.rounds), gmax),
+        "peak_slot_bytes": plan.peak_slot_bytes,
+        "roots": [[list(g.roots) for g in rc.groups] for rc in plan.round_costs],
+    })
+    params = dict(base.params)
+    params["jitter_s"] = plan.jitter_s
+    return Schedule(sites=base.sites, rounds=base.rounds, params=params, metrics=metrics,
+                    lean=lean_section(plan))
