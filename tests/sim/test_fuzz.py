@@ -127,8 +127,8 @@ def _sim(width, entry):
         return fuzz.FuzzSim(width=width, entry=entry)
 
 
-# 10,000 frames in all: W=64 at both entry points, and W=512 frames.
-SLICE = [(64, "frame", 5000, 1), (64, "payload", 2500, 2), (512, "frame", 2500, 3)]
+# 10,000 frames in all, at W=64 only to keep the suite's Verilator builds small; `make bench` covers W=512.
+SLICE = [(64, "frame", 7000, 1), (64, "payload", 3000, 2)]
 
 
 @pytest.mark.rtl
