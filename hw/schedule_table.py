@@ -138,11 +138,15 @@ class ScheduleTable(wiring.Component):
         expected = Signal(64)
         m.d.comb += expected.eq(Mux(ctxt.hit, entry.bitmap, 0))
         src = ctxt.beat.desc.src
+        # The first position holding src wins: an order of a multiple of four members has no "none" byte,
+        # so the words after it may still hold ranks of a longer order written before (the driver only
+        # writes the words it needs). A tree of (found, index) pairs keeps this log2(G_max) muxes deep.
+        terms = [(entry.valid[k] & (entry.rank[k] == src), Const(k, range(G + 1))) for k in range(G)]
+        while len(terms) > 1:
+            terms = [(terms[n][0] | terms[n + 1][0], Mux(terms[n][0], terms[n][1], terms[n + 1][1]))
+                     if n + 1 < len(terms) else terms[n] for n in range(0, len(terms), 2)]
         midx = Signal(range(G + 1))
-        m.d.comb += midx.eq(G)
-        for k in reversed(range(G)):  # the first position holding src wins
-            with m.If(entry.valid[k] & (entry.rank[k] == src)):
-                m.d.comb += midx.eq(k)
+        m.d.comb += midx.eq(Mux(terms[0][0], terms[0][1], G))
         unexpected = ~expected.bit_select(src, 1)
 
         ob = self.o.payload
