@@ -179,7 +179,6 @@ class CostModel:
         #: Time one frame takes on each site's access link.
         self.frame_s = p.chunk_bytes / self.site_rate
         self.fpga_rate = min(p.fpga_ingress_gbps * 1e9 / 8 * p.wire_eff, p.datapath_Bps)
-        self.fpga_bound = "fpga"
         self.n_chunks = -(-p.tensor_bytes // p.chunk_bytes)
         self._cache = {}
         self._link_limited = topology.links_limited

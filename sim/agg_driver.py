@@ -25,7 +25,7 @@ from ..hw.layouts import Beat
 from ..spec import regmap
 from .harness import Harness
 
-__all__ = ["packets_to_beats", "beats_to_packets", "CoreSim", "CoreResult", "core_top"]
+__all__ = ["packets_to_beats", "beats_to_packets", "CoreSim", "CoreResult", "TOP"]
 
 
 def _meta_bits(width):
@@ -74,9 +74,9 @@ def beats_to_packets(records, width):
     return out
 
 
-def core_top(**params):
-    """The Verilog module name of a core build (parameters folded in, so builds never collide)."""
-    return "agg_core"
+#: The Verilog module name of every core build; builds are cached by their Verilog text, so configurations
+#: never collide.
+TOP = "agg_core"
 
 
 @dataclasses.dataclass
@@ -98,7 +98,7 @@ class CoreSim:
         self.params = params
         self.core = AggregatorCore(**params)
         self.width = params["width"]
-        self.harness = Harness(self.core, top=core_top(**params))
+        self.harness = Harness(self.core, top=TOP)
 
     def config_writes(self, *, rank, jobs, destinations=(), mac="02:57:52:00:00:00", ip="10.87.82.0",
                       port=UDP_PORT):

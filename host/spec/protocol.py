@@ -174,11 +174,6 @@ class Drop(enum.IntEnum):
     def rule(self):
         return _RULE[self]
 
-    @property
-    def stage(self):
-        """Which stage decides it: ``"frame"`` (codes 1-8), ``"header"`` (9-20) or ``"slot"`` (21-25)."""
-        return "frame" if self <= Drop.BAD_UDP_CHECKSUM else "header" if self <= Drop.TOO_LARGE else "slot"
-
 
 _RULE = {
     **{d: 0 for d in (Drop.NOT_IPV4, Drop.BAD_IP_HEADER, Drop.NOT_UDP, Drop.WRONG_PORT)},
