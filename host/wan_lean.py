@@ -1,0 +1,314 @@
+"""Discrete-event co-simulation of root aggregation (a schedule with a ``lean`` section) over the WAN.
+
+What it models, per round of the schedule and per group (``docs/lean.md``):
+
+* **senders**: member ``j`` of a group sends chunk ``first_chunk + i`` of stripe ``q`` at
+  ``start_s + offsets_s[j] + i * interval_s`` (the schedule's keys), but not before its own RESULT for
+  the same chunk of the previous round it took part in is in (the data it sends). Frames leave the site's
+  access link back to back, first come first served among the ready chunks (``frame bytes / link rate``
+  each), unicast to the stripe's root;
+* **WAN**: a frame reaches the root after the one-way delay plus, when ``jitter_s`` is given, a uniform
+  extra delay in ``[0, 2 * jitter_s)`` drawn per frame from a seeded generator (so frames may overtake);
+* **root**: its aggregator (the golden model with data, a counter without) takes the ``G``
+  contributions, sums them in the group's listed order and sends ONE RESULT to the group's RESULT
+  multicast address (:func:`wanreduce.spec.addressing.result_group_ip`); every member receives that same
+  frame after the one-way delay (plus jitter) and one frame time on its access link. The root uses the
+  gateware's slots: ``S`` slots (the memory's power of two for ``G_max`` members), round banks of
+  ``bank_slots``; a contribution that finds its slot held by another live chunk is counted as a
+  ``slot_conflict`` (the gateware's ``ahead_of_window``);
+* **memory**: a chunk occupies a root slot from its first contribution to its last; the run reports
+  each root's peak number of live slots and ``peak * G * member buffer bytes``.
+
+The building blocks (message type, chunk count, RESULT parsing, frame layout) are those of
+:mod:`wanreduce.host.wan`.
+"""
+
+import dataclasses
+import heapq
+import math
+
+import numpy as np
+
+from ..spec import addressing
+from ..spec.errors import WanreduceError
+from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
+from .frames import build_frame
+from .golden import Destination, GoldenAggregator
+from .pacing import aggregator_slots, member_buffer_bytes
+from .packet import pack_tensor
+from .protocol import bits_dtype, np_dtype
+from .wan import Msg, bank_layout, chunk_count, result_msg
+
+__all__ = ["LeanRun", "simulate_lean", "lean_contrib_frame"]
+
+
+@dataclasses.dataclass
+class LeanRun:
+    """What a root-mode co-simulation did."""
+
+    finish_s: float
+    send: np.ndarray            # [site, round, chunk] when the frame started on the access link (NaN: none)
+    result: np.ndarray          # [site, round, chunk] RESULT in at the site's hosts (NaN: none)
+    peak_slots: dict            # root site -> most slots live at once
+    peak_slot_bytes: dict       # root site -> peak_slots * G * member buffer bytes
+    slot_conflicts: int         # contributions that found their slot held by another live chunk
+    ingress_bytes: list         # per site: frame bytes delivered to its aggregator (contributions)
+    results_emitted: int
+    counters: dict              # root site -> golden aggregator counters (data runs)
+    values: list | None         # per site: the tensor after the last round (wire dtype), with data
+    chunks_simulated: int       # chunks per group and round actually run (all, unless stripe_limit)
+
+
+def lean_contrib_frame(elems, *, dtype, rank, root, job, round_index, group, chunk, chunk_elems, last):
+    """One CONTRIB frame of chunk ``chunk`` from site ``rank``'s hosts, unicast to ``root``'s aggregator."""
+    payloads = pack_tensor(elems, dtype=dtype, rank=rank, job=job, round=round_index, group=group,
+                           chunk_elems=chunk_elems, first_chunk=chunk, last=last)
+    return build_frame(next(iter(payloads)), src_mac=addressing.host_mac(rank),
+                       dst_mac=addressing.aggregator_mac(root), src_ip=addressing.host_ip(rank),
+                       dst_ip=addressing.aggregator_ip(root), sport=UDP_PORT, dport=UDP_PORT)
+
+
+class _Jitter:
+    """Uniform extra delays in [0, 2J), drawn in blocks from one seeded generator."""
+
+    def __init__(self, jitter_s, seed):
+        self.span = 2.0 * float(jitter_s)
+        self.rng = np.random.default_rng(seed)
+        self.block, self.pos = np.empty(0), 0
+
+    def __call__(self):
+        if self.span == 0.0:
+            return 0.0
+        if self.pos >= len(self.block):
+            self.block, self.pos = self.rng.random(1 << 16) * self.span, 0
+        v = self.block[self.pos]
+        self.pos += 1
+        return float(v)
+
+
+def _round_start(schedule, r):
+    lean, period = schedule.lean, schedule.period
+    start = lean["rounds"][r % period]["start_s"]
+    if r < period:
+        return start
+    per = schedule.metrics.get("period_s")
+    if not isinstance(per, (int, float)) or not math.isfinite(per) or per <= 0:
+        raise WanreduceError("running more than one period of a root-mode schedule needs metrics.period_s")
+    return (r // period) * per + start
+
+
+def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DType.FP32,
+                  memory_bytes=None, tensors=None, jitter_s=0.0, seed=0, rounds=None, job=0,
+                  stripe_limit=None, width=512):
+    """Run ``rounds`` rounds (default: one period) of a root-mode ``schedule``; returns a :class:`LeanRun`.
+
+    ``site_Bps`` is each site's access-link rate in bytes/s on the wire; ``memory_bytes`` the aggregator
+    memory (default: the schedule's ``params.memory_bytes``) that sets the root's slots; ``tensors`` one
+    array per site for a run with data (golden roots), else the run is timing-only. ``stripe_limit``
+    runs only the first chunks of every stripe (timing-only; for figures that a steady state gives).
+    """
+    if schedule.lean is None:
+        raise WanreduceError("the schedule has no 'lean' section: it is a gather-mode schedule "
+                             "(use wanreduce.host.wan.simulate)")
+    dtype = DType(dtype)
+    n, period = schedule.n, schedule.period
+    rounds = period if rounds is None else int(rounds)
+    n_chunks = chunk_count(elements, chunk_elems)
+    chunk_bytes = chunk_elems * dtype.size
+    memory_bytes = schedule.params.get("memory_bytes") if memory_bytes is None else memory_bytes
+    if not isinstance(memory_bytes, int) or memory_bytes < 1:
+        raise WanreduceError(f"the aggregator memory {memory_bytes!r} is not a positive byte count")
+    with_data = tensors is not None
+    if with_data and stripe_limit is not None:
+        raise ValueError("A run with data simulates every chunk; stripe_limit is for timing-only runs.")
+    gmax = max(len(g) for rnd in schedule.rounds for g in rnd)
+    slots = aggregator_slots(memory_bytes, chunk_bytes=chunk_bytes, members=gmax, width=width)
+    bits, bank = bank_layout(slots, period)
+    if bank < 1:
+        raise WanreduceError(f"{memory_bytes} bytes of aggregator memory hold no round bank of {gmax}-member "
+                             f"slots of {chunk_bytes}-byte chunks")
+    mbb = member_buffer_bytes(chunk_bytes, width)
+    D = np.asarray(one_way_s, float)
+    site_Bps = np.broadcast_to(np.asarray(site_Bps, float), (n,))
+    frame_bytes = chunk_bytes + WIRE_OVERHEAD
+    frame_s = frame_bytes / site_Bps
+    jitter = _Jitter(jitter_s, seed)
+    vt = np_dtype(dtype)
+
+    # Per (round, site): group id, members, and per chunk the root and the scheduled send time.
+    plan = []      # per round: list of (members, stripes)
+    for r in range(rounds):
+        lr = schedule.lean["rounds"][r % period]
+        grp = []
+        for members, lg in zip(schedule.rounds[r % period], lr["groups"], strict=True):
+            total = sum(st["chunks"] for st in lg["stripes"])
+            if lg["stripes"] and total != n_chunks:
+                raise WanreduceError(f"round {r}: the stripes cover {total} chunks but the tensor has "
+                                     f"{n_chunks} of {chunk_elems} elements")
+            grp.append((tuple(members), lg["stripes"]))
+        plan.append(grp)
+    member_of = [[None] * rounds for _ in range(n)]   # (gid, members) of site s in round r
+    root_of = [dict() for _ in range(rounds)]            # per round: (gid, chunk) -> root
+    for r, grp in enumerate(plan):
+        for gid, (members, stripes) in enumerate(grp):
+            for m in members:
+                member_of[m][r] = (gid, members)
+            for st in stripes:
+                lim = st["chunks"] if stripe_limit is None else min(st["chunks"], int(stripe_limit))
+                for c in range(st["first_chunk"], st["first_chunk"] + lim):
+                    root_of[r][(gid, c)] = st["root"]
+    prev_round = [[None] * rounds for _ in range(n)]
+    next_round = [[None] * rounds for _ in range(n)]
+    for s in range(n):
+        last = None
+        for r in range(rounds):
+            if member_of[s][r] is not None:
+                prev_round[s][r] = last
+                if last is not None:
+                    next_round[s][last] = r
+                last = r
+
+    if with_data:
+        values = [np.asarray(t).astype(vt).reshape(-1).copy() for t in tensors]
+        if len(values) != n or any(v.size != elements for v in values):
+            raise ValueError(f"Give {n} tensors of {elements} elements each.")
+        current = [[v[c * chunk_elems:(c + 1) * chunk_elems].copy() for c in range(n_chunks)] for v in values]
+        aggs = {}
+        for q in range(n):
+            # What the control port would load at q: the group's order in the rounds where q roots a stripe.
+            jobs, dest = [], None
+            for r in range(period):
+                entry = 0
+                for gid, members in enumerate(schedule.rounds[r]):
+                    stripes = schedule.lean["rounds"][r]["groups"][gid]["stripes"]
+                    if q in members and any(st["root"] == q for st in stripes):
+                        entry = tuple(members)
+                        if dest is None:
+                            dest = addressing.result_group_ip(job=job, round=r, group=gid, period=period)
+                jobs.append(entry)
+            if dest is not None:
+                aggs[q] = GoldenAggregator(rank=q, jobs={job: jobs}, slots=slots, members=gmax,
+                                           slot_bytes=chunk_bytes, bank_bits={job: bits},
+                                           destinations=[Destination(addressing.multicast_mac(dest), dest,
+                                                                     UDP_PORT)])
+
+    send = np.full((n, rounds, n_chunks), np.nan)
+    result = np.full((n, rounds, n_chunks), np.nan)
+    sched = {}
+    events, seq = [], 0
+    ready = [[] for _ in range(n)]
+    link_busy = [False] * n
+    ingress = [0] * n
+    seen = {}                  # (round, chunk) at its root -> contributors so far
+    live = [dict() for _ in range(n)]   # per root: slot -> (round, chunk)
+    peak = {}
+    conflicts = 0
+    emitted = 0
+
+    def push(t, kind, *data):
+        nonlocal seq
+        heapq.heappush(events, (t, seq, kind, data))
+        seq += 1
+
+    for r, grp in enumerate(plan):
+        start = _round_start(schedule, r)
+        for members, stripes in grp:
+            for st in stripes:
+                lim = st["chunks"] if stripe_limit is None else min(st["chunks"], int(stripe_limit))
+                for k, s in enumerate(members):
+                    t0 = start + st["offsets_s"][k]
+                    for i in range(lim):
+                        c = st["first_chunk"] + i
+                        t = t0 + i * st["interval_s"]
+                        if prev_round[s][r] is None:
+                            push(t, "ready", s, r, c)
+                        else:
+                            sched[(s, r, c)] = t
+
+    def start_send(s, t):
+        if not ready[s]:
+            link_busy[s] = False
+            return
+        _, r, c = heapq.heappop(ready[s])
+        link_busy[s] = True
+        send[s, r, c] = t
+        gid, members = member_of[s][r]
+        q = root_of[r][(gid, c)]
+        frame = None
+        if with_data:
+            frame = lean_contrib_frame(current[s][c], dtype=dtype, rank=s, root=q, job=job, round_index=r,
+                                       group=gid, chunk=c, chunk_elems=chunk_elems, last=c == n_chunks - 1)
+        done = t + frame_s[s]
+        push(done + D[s, q] + jitter(), "deliver", q, Msg(s, r, c, gid, frame=frame))
+        push(done, "link_free", s)
+
+    while events:
+        t, _, kind, data = heapq.heappop(events)
+        if kind == "ready":
+            s, r, c = data
+            heapq.heappush(ready[s], (t, r, c))
+            if not link_busy[s]:
+                start_send(s, t)
+        elif kind == "link_free":
+            start_send(data[0], t)
+        elif kind == "deliver":
+            q, msg = data
+            r, c, gid = msg.round, msg.chunk, msg.group
+            members = member_of[msg.src][r][1]
+            ingress[q] += len(msg.frame) if msg.frame is not None else frame_bytes
+            key = (r, c)
+            got = seen.get(key)
+            if got is None:
+                got = seen[key] = set()
+                slot = (((r % period) << bits) | (c & (bank - 1))) % slots
+                if slot in live[q]:
+                    conflicts += 1
+                live[q][slot] = key
+                peak[q] = max(peak.get(q, 0), len(live[q]))
+            got.add(msg.src)
+            out = None
+            if with_data:
+                frames = aggs[q].feed_frame(msg.frame)
+                if frames:
+                    out = result_msg(frames[0])
+            elif len(got) == len(members):
+                out = Msg(q, r, c, gid)
+            if out is not None:
+                emitted += 1
+                slot = (((r % period) << bits) | (c & (bank - 1))) % slots
+                if live[q].get(slot) == key:
+                    del live[q][slot]
+                del seen[key]
+                for m in members:
+                    push(t + D[q, m] + jitter() + frame_s[m], "result", m, out)
+        elif kind == "result":
+            m, res = data
+            r, c = res.round, res.chunk
+            if not np.isnan(result[m, r, c]):
+                continue
+            result[m, r, c] = t
+            if with_data:
+                g = len(member_of[m][r][1])
+                elems = np.frombuffer(res.payload, bits_dtype(dtype), offset=HEADER_BYTES).view(vt)
+                with np.errstate(all="ignore"):
+                    current[m][c] = (elems / vt.type(g)).astype(vt)
+            nr = next_round[m][r]
+            if nr is not None and (m, nr, c) in sched:
+                push(max(t, sched.pop((m, nr, c))), "ready", m, nr, c)
+
+    sizes = {}
+    for grp in plan:
+        for members, stripes in grp:
+            for st in stripes:
+                sizes[st["root"]] = max(sizes.get(st["root"], 0), len(members))
+    finish = float(np.nanmax(result)) if np.isfinite(result).any() else math.nan
+    simulated = n_chunks if stripe_limit is None else \
+        sum(min(st["chunks"], int(stripe_limit)) for st in plan[0][0][1])
+    return LeanRun(
+        finish_s=finish, send=send, result=result, peak_slots=dict(peak),
+        peak_slot_bytes={q: p * sizes.get(q, gmax) * mbb for q, p in peak.items()},
+        slot_conflicts=conflicts, ingress_bytes=ingress, results_emitted=emitted,
+        counters={q: dict(a.counters) for q, a in aggs.items()} if with_data else {},
+        values=[np.concatenate(current[s]) for s in range(n)] if with_data else None,
+        chunks_simulated=simulated,
+    )
