@@ -4,8 +4,11 @@ It follows ``docs/PROTOCOL.md`` literally: a reorder buffer of ``slots`` slots i
 ``((round mod P) << bank_bits | chunk mod 2**bank_bits) mod S``), ``members`` buffers of ``slot_bytes``
 bytes per slot, contributions stored as they arrive, and the sum taken in the group's summation order (the
 order the schedule lists the group in) with one IEEE-754 rounding per addition in the packet's dtype (numpy
-and ml_dtypes do the arithmetic). Every drop is counted under its :class:`~.protocol.Drop` name. The RTL is
-compared with this model byte for byte, so it favours being obviously right over being fast.
+and ml_dtypes do the arithmetic). Each slot keeps a shadow of the last RESULT it completed: a CONTRIB for
+that chunk is dropped as ``duplicate`` and makes the aggregator send the stored RESULT again
+(``results_reemitted``), which is how a site whose RESULT was lost gets it back. Every drop is counted
+under its :class:`~.protocol.Drop` name. The RTL is compared with this model byte for byte, so it favours
+being obviously right over being fast.
 """
 
 import dataclasses
@@ -13,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from ..spec import addressing
+from ..spec.regmap import COUNTER_NAMES
 from .frames import build_frame, parse_frame, parse_ip, parse_mac
 from .protocol import HEADER_BYTES, MAX_RANKS, UDP_PORT, Drop, DType, Kind, bits_dtype, np_dtype
 from .validate import check_payload
@@ -59,11 +63,16 @@ def reduce_in_order(contributions, dtype):
 
 
 class _Slot:
-    __slots__ = ("state", "tag", "bitmap", "dtype", "count", "group", "flags", "buffers")
+    __slots__ = ("state", "tag", "bitmap", "dtype", "count", "group", "flags", "buffers", "last_tag",
+                 "last_result")
 
     def __init__(self):
         self.state = "empty"
         self.tag = None
+        # The shadow: the tag and RESULT payload of the last chunk this slot completed, kept until the next
+        # completion overwrites them (one copy suffices, docs/PROTOCOL.md "Loss, duplicates and the shadow").
+        self.last_tag = None
+        self.last_result = None
 
 
 def _older(a, b):
@@ -112,8 +121,7 @@ class GoldenAggregator:
         self.mac, self.ip, self.port = parse_mac(mac), parse_ip(ip), port
         self.destinations = [Destination(parse_mac(d.mac), parse_ip(d.ip), d.port) for d in destinations]
         self.slots = [_Slot() for _ in range(slots)]
-        self.counters = {d.counter: 0 for d in Drop}
-        self.counters.update(results=0, frames_in=0)
+        self.counters = {name: 0 for name in COUNTER_NAMES}
 
     def expected(self, job, round_):
         """``(bitmap, summation order)`` this site expects for ``(job, round_)``; ``(0, ())`` if none."""
@@ -132,7 +140,8 @@ class GoldenAggregator:
         return []
 
     def feed_frame(self, frame):
-        """One Ethernet frame in → the RESULT frames it completes (one per destination), maybe none."""
+        """One Ethernet frame in → the RESULT frames it completes or re-emits (one per destination), maybe
+        none."""
         self.counters["frames_in"] += 1
         payload, _, reason = parse_frame(frame, port=self.port)
         if reason is not None:
@@ -145,7 +154,7 @@ class GoldenAggregator:
         ]
 
     def feed_payload(self, payload):
-        """One bare UDP payload in → the RESULT payloads it completes (zero or one)."""
+        """One bare UDP payload in → the RESULT payloads it completes or re-emits (zero or one)."""
         self.counters["frames_in"] += 1
         return self._payload(bytes(payload))
 
@@ -158,6 +167,12 @@ class GoldenAggregator:
             return self._drop(Drop.UNEXPECTED_SRC)
         tag = (h.job, h.round, h.chunk)
         slot = self.slots[self.slot_index(h.job, h.round, h.chunk)]
+        if tag == slot.last_tag:
+            # Completed here already (the slot is done, or live with a newer chunk): a retransmission or a
+            # copy. Never counted again; its sender may have lost the RESULT, so send the shadow again.
+            self.counters[Drop.DUPLICATE.counter] += 1
+            self.counters["results_reemitted"] += 1
+            return [slot.last_result]
         if slot.state == "live":
             if slot.tag != tag:
                 return self._drop(Drop.STALE if _older(tag, slot.tag) else Drop.AHEAD_OF_WINDOW)
@@ -165,8 +180,8 @@ class GoldenAggregator:
                 return self._drop(Drop.DUPLICATE)
             if (h.dtype, h.count) != (slot.dtype, slot.count):
                 return self._drop(Drop.SLOT_MISMATCH)
-        elif slot.state == "done" and (slot.tag == tag or _older(tag, slot.tag)):
-            return self._drop(Drop.DUPLICATE if slot.tag == tag else Drop.STALE)
+        elif slot.state == "done" and _older(tag, slot.tag):
+            return self._drop(Drop.STALE)
         if slot.state != "live":
             slot.state, slot.tag, slot.bitmap, slot.buffers = "live", tag, 0, {}
             slot.dtype, slot.count, slot.group, slot.flags = h.dtype, h.count, h.group, 0
@@ -179,6 +194,20 @@ class GoldenAggregator:
         total = reduce_in_order([slot.buffers[m] for m in sorted(slot.buffers)], h.dtype)
         result = h.replace(kind=Kind.RESULT, src=self.rank, group=slot.group, flags=slot.flags,
                            bitmap=slot.bitmap, reserved=0)
+        payload_out = result.encode() + total.astype(bits_dtype(h.dtype)).tobytes()
         slot.state, slot.buffers = "done", None
+        slot.last_tag, slot.last_result = tag, payload_out
         self.counters["results"] += 1
-        return [result.encode() + total.astype(bits_dtype(h.dtype)).tobytes()]
+        return [payload_out]
+
+    def missing(self, job, round_, chunk):
+        """Ranks whose contribution to ``(job, round_, chunk)`` this aggregator has not stored: the expected
+        set less the slot's bitmap while the chunk is live there, nothing once it completed, everything
+        before it claimed its slot. What the dead-site diagnosis reads (a deployment has no such register)."""
+        expected, order = self.expected(job, round_)
+        tag = (job, round_, chunk)
+        slot = self.slots[self.slot_index(job, round_, chunk)]
+        if slot.last_tag == tag or (slot.state == "done" and slot.tag == tag):
+            return ()
+        seen = slot.bitmap if slot.state == "live" and slot.tag == tag else 0
+        return tuple(r for r in order if not seen >> r & 1)

@@ -124,13 +124,33 @@ def test_ahead_of_window_and_stale():
     assert g.counters["ahead_of_window"] == 1
     g.feed_payload(one(1, chunk=1))         # completes chunk 1
     g.feed_payload(one(0, chunk=5))         # now claims slot 1
-    g.feed_payload(one(1, chunk=1))         # late retransmission of an older chunk: stale
-    assert g.counters["stale"] == 1
+    g.feed_payload(one(1, chunk=5))         # completes chunk 5: the shadow now holds chunk 5
+    g.feed_payload(one(1, chunk=1))         # late retransmission of a chunk older than the shadow: stale
+    assert g.counters["stale"] == 1 and g.counters["results_reemitted"] == 0
     g.feed_payload(one(0, chunk=1, round_=0, job=0))
     assert g.counters["stale"] == 2
-    g.feed_payload(one(1, chunk=5))
     g.feed_payload(one(0, chunk=1, round_=1))  # a newer round reuses the done slot
     assert g.slots[1].tag == (0, 1, 1) and g.counters["results"] == 2
+
+
+def test_shadow_result_is_sent_again_never_counted_twice():
+    g = agg(expected=0b11, slots=4)
+    g.feed_payload(one(0, chunk=1))
+    (first,) = g.feed_payload(one(1, chunk=1))
+    # The slot is done: a retransmission from either member gets the same RESULT bytes back.
+    assert g.feed_payload(one(0, chunk=1)) == [first] and g.feed_payload(one(1, chunk=1)) == [first]
+    assert g.counters["duplicate"] == 2 and g.counters["results_reemitted"] == 2
+    assert g.counters["results"] == 1
+    # A newer chunk makes the slot live; the shadow still answers for chunk 1 and the live chunk is untouched.
+    g.feed_payload(one(0, chunk=5))
+    assert g.feed_payload(one(1, chunk=1)) == [first]
+    assert g.counters["stale"] == 0 and g.counters["duplicate"] == 3 and g.slots[1].bitmap == 0b01
+    assert g.missing(0, 0, 5) == (1,) and g.missing(0, 0, 1) == ()
+    (second,) = g.feed_payload(one(1, chunk=5))
+    assert second != first and g.counters["results"] == 2
+    # Chunk 5 overwrote the shadow: chunk 1 is now stale, and nothing is sent.
+    assert g.feed_payload(one(0, chunk=1)) == [] and g.counters["stale"] == 1
+    assert g.counters["results_reemitted"] == 3
 
 
 def test_live_slot_older_tag_is_stale():
