@@ -9,6 +9,12 @@ returned in the order of their send times, which come from :mod:`wanreduce.host.
 window: a chunk leaves after the site's own RESULT of the same chunk in the previous round and of the
 previous chunk in the same window slot, back to back at one frame time each).
 
+A root-mode schedule (one with a ``lean`` section, ``docs/lean.md``) sends each chunk instead unicast to
+the aggregator of its stripe's root (``10.87.83.<root>`` / ``02:57:52:01:00:<root>``), at the schedule's
+send offsets and pacing interval (``start_s + offsets_s[R] + i * interval_s``), no earlier than R's own
+RESULT of the same chunk in the previous round it took part in, back to back on its link: the send
+times of the root-mode co-simulation (:func:`wanreduce.host.wan_lean.simulate_lean`, timing only).
+
 The gradients file (GRADS.npz) holds one array per site, keyed by the site's name in the schedule
 (``"AMS"``) or by ``"rank<R>"`` (``"rank0"``); every site needs exactly one, all of the same shape, in
 float32, float16 or bfloat16 (ml_dtypes; numpy stores it as a 2-byte void type, read back as bfloat16).
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from ..spec import addressing
 from ..spec.addressing import contrib_group_ip, host_ip, host_mac, multicast_mac
 from ..spec.errors import WanreduceError
 from .frames import build_frames
@@ -29,6 +36,7 @@ from .packet import MAX_COUNT, pack_tensor
 from .protocol import UDP_PORT, WIRE_OVERHEAD, DType, np_dtype
 from .reference import run_reference
 from .topology import load_topology
+from .wan_lean import simulate_lean
 
 __all__ = [
     "load_grads", "topology_for", "chunk_elems_for", "bank_slots_of", "site_gbps_of", "frame_seconds",
@@ -231,8 +239,13 @@ def emit_sites(schedule, grads, *, dtype, one_way_s, gbps, bank_slots, ranks=Non
     n_chunks = -(-elements // chunk_elems)
     rates = np.broadcast_to(np.asarray(gbps, dtype=float), (schedule.n,))
     frame_s = np.array([frame_seconds(chunk_elems, dtype, r) for r in rates])
-    plan = timeline(schedule, one_way_s, n_chunks=n_chunks, frame_s=frame_s, bank_slots=bank_slots,
-                    rounds=rounds)
+    if schedule.lean is None:
+        plan = timeline(schedule, one_way_s, n_chunks=n_chunks, frame_s=frame_s, bank_slots=bank_slots,
+                        rounds=rounds)
+    else:
+        # The root-mode pacing: offsets and intervals from the schedule, links and data as in the co-sim.
+        plan = simulate_lean(schedule, one_way_s=one_way_s, site_Bps=rates * 1e9 / 8, chunk_elems=chunk_elems,
+                             elements=elements, dtype=dtype, rounds=rounds)
     # what a site holds before round r is what the reference holds after round r - 1
     before = [[np.asarray(g).astype(wire).reshape(-1) for g in grads]]
     if rounds > 1:
@@ -254,17 +267,26 @@ def _frames_of(schedule, before, plan, *, rank, dtype, job, rounds, chunk_elems,
         if np.isnan(send).any():
             raise WanreduceError(f"the pacing model gives rank {rank} no send time in round {r}, where it "
                                  f"is in group {gid}")
-        dst_ip = contrib_group_ip(job=job, round=r, group=gid, period=schedule.period)
-        payloads = pack_tensor(before[r][rank], dtype=dtype, rank=rank, job=job, round=r, group=gid,
-                               chunk_elems=chunk_elems)
-        row = 0
-        for block in payloads.blocks:
-            framed = build_frames(block, src_mac=host_mac(rank), dst_mac=multicast_mac(dst_ip),
-                                  src_ip=host_ip(rank), dst_ip=dst_ip, sport=UDP_PORT, dport=UDP_PORT,
-                                  udp_checksum=udp_checksum)
-            frames.extend(f.tobytes() for f in framed)
-            times.extend(send[row:row + len(block)])
-            row += len(block)
+        if schedule.lean is None:
+            dst_ip = contrib_group_ip(job=job, round=r, group=gid, period=schedule.period)
+            # (first chunk, chunks, destination IP, destination MAC): the whole tensor to the group's address
+            parts = [(0, n_chunks, dst_ip, multicast_mac(dst_ip))]
+        else:
+            stripes = schedule.lean["rounds"][r % schedule.period]["groups"][gid]["stripes"]
+            parts = [(st["first_chunk"], st["chunks"], addressing.aggregator_ip(st["root"]),
+                      addressing.aggregator_mac(st["root"])) for st in stripes]
+        for first, count, dst_ip, dst_mac in parts:
+            piece = before[r][rank][first * chunk_elems:(first + count) * chunk_elems]
+            payloads = pack_tensor(piece, dtype=dtype, rank=rank, job=job, round=r, group=gid,
+                                   chunk_elems=chunk_elems, first_chunk=first, last=first + count == n_chunks)
+            row = first
+            for block in payloads.blocks:
+                framed = build_frames(block, src_mac=host_mac(rank), dst_mac=dst_mac, src_ip=host_ip(rank),
+                                      dst_ip=dst_ip, sport=UDP_PORT, dport=UDP_PORT,
+                                      udp_checksum=udp_checksum)
+                frames.extend(f.tobytes() for f in framed)
+                times.extend(send[row:row + len(block)])
+                row += len(block)
         sent += 1
     times = np.asarray(times, dtype=float)
     order = np.argsort(times, kind="stable")

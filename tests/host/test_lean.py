@@ -262,3 +262,50 @@ def test_gather_schedule_is_refused():
     with pytest.raises(WanreduceError, match="no 'lean' section"):
         wan_lean.simulate_lean(sched, one_way_s=np.zeros((2, 2)), site_Bps=1e9, chunk_elems=4, elements=8,
                                memory_bytes=1 << 20)
+
+
+def test_emitter_applies_offsets_and_sends_to_the_roots():
+    from wanreduce.host.emit import emit_sites
+    from wanreduce.host.frames import parse_frame
+    from wanreduce.host.golden import GoldenAggregator
+    from wanreduce.host.packet import decode_headers
+    from wanreduce.host.reference import ordered_sum
+    from wanreduce.spec import addressing
+    from wanreduce.spec.protocol import UDP_PORT
+
+    topo = load_topology("nine-city", sites=["AMS", "FRA", "LON"])
+    model = CostModel(topo, CostParams(memory_bytes=16 << 10, chunk_bytes=1024, tensor_bytes=32 << 10))
+    sched = _lean_schedule(model, [[[1, 0, 2]]])
+    stripes = sched.lean["rounds"][0]["groups"][0]["stripes"]
+    assert len(stripes) > 1
+    rng = np.random.default_rng(9)
+    grads = [rng.standard_normal(8192).astype(np.float32) for _ in range(3)]
+    ems = emit_sites(sched, grads, dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=100.0, bank_slots=1)
+    root_of = {c: st["root"] for st in stripes
+               for c in range(st["first_chunk"], st["first_chunk"] + st["chunks"])}
+    aggs = {st["root"]: GoldenAggregator(rank=st["root"], jobs={0: [(1, 0, 2)]}, slots=8, members=3,
+                                         slot_bytes=1024) for st in stripes}
+    arrivals = []
+    for em in ems:
+        first_sent = {}
+        for t, frame in zip(em.times, em.frames, strict=True):
+            payload, info, reason = parse_frame(frame, port=UDP_PORT)
+            assert reason is None
+            h = decode_headers(np.frombuffer(payload[:32], np.uint8).reshape(1, -1))[0]
+            chunk = int(h["chunk"])
+            q = root_of[chunk]
+            assert ".".join(str(b) for b in info.dst_ip) == addressing.aggregator_ip(q)
+            first_sent.setdefault(q, t)
+            arrivals.append((t + topo.one_way_s[em.rank, q], q, payload))
+        for st in stripes:
+            # the stripe's first chunk leaves at the member's offset (its link is idle then)
+            k = sched.rounds[0][0].index(em.rank)
+            assert first_sent[st["root"]] == pytest.approx(st["offsets_s"][k], abs=1e-7)
+    sums = {}
+    for _, q, payload in sorted(arrivals, key=lambda a: a[0]):
+        for out in aggs[q].feed_payload(payload):
+            h = decode_headers(np.frombuffer(out[:32], np.uint8).reshape(1, -1))[0]
+            sums[int(h["chunk"])] = np.frombuffer(out[32:], np.float32)
+    assert sorted(sums) == list(range(32))
+    want = ordered_sum([grads[1], grads[0], grads[2]], DType.FP32)
+    assert np.array_equal(np.concatenate([sums[c] for c in range(32)]), want)
