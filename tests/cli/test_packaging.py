@@ -3,6 +3,7 @@ install that works from anywhere (its build cache in the user cache folder, not 
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,9 +20,15 @@ RANGES = ("numpy", "scapy", "matplotlib")
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
+    # Built from a copy: setuptools writes build/lib and an egg-info next to the sources it builds.
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("host", "hw", "sim"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("wheel")
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                        "--disable-pip-version-check", "-w", str(out), str(ROOT)],
+                        "--disable-pip-version-check", "-w", str(out), str(src)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     (path,) = out.glob("wanreduce-*.whl")
