@@ -6,7 +6,8 @@ bytes per slot, contributions stored as they arrive, and the sum taken in the gr
 order the schedule lists the group in) with one IEEE-754 rounding per addition in the packet's dtype (numpy
 and ml_dtypes do the arithmetic). Each slot keeps a shadow of the last RESULT it completed: a CONTRIB for
 that chunk is dropped as ``duplicate`` and makes the aggregator send the stored RESULT again
-(``results_reemitted``), which is how a site whose RESULT was lost gets it back. Every drop is counted
+(``results_reemitted``), which is how a site whose RESULT was lost gets it back. A chunk older than a live
+slot's chunk but newer than its shadow takes the slot back (``evictions``). Every drop is counted
 under its :class:`~.protocol.Drop` name. The RTL is compared with this model byte for byte, so it favours
 being obviously right over being fast.
 """
@@ -173,9 +174,18 @@ class GoldenAggregator:
             self.counters[Drop.DUPLICATE.counter] += 1
             self.counters["results_reemitted"] += 1
             return [slot.last_result]
+        if slot.state == "live" and slot.tag != tag:
+            if not _older(tag, slot.tag):
+                return self._drop(Drop.AHEAD_OF_WINDOW)
+            if slot.last_tag is not None and _older(tag, slot.last_tag):
+                return self._drop(Drop.STALE)
+            # An older chunk that never completed here finds its slot taken by the next one: every copy of
+            # it that reached this aggregator was lost or overtaken. The newer chunk cannot complete anywhere
+            # before this site sends it, which waits for the older chunk's RESULT here, so its senders still
+            # retransmit it: give the slot back to the older chunk and discard the newer one's buffers.
+            self.counters["evictions"] += 1
+            slot.state = "empty"
         if slot.state == "live":
-            if slot.tag != tag:
-                return self._drop(Drop.STALE if _older(tag, slot.tag) else Drop.AHEAD_OF_WINDOW)
             if (slot.bitmap >> h.src) & 1:
                 return self._drop(Drop.DUPLICATE)
             if (h.dtype, h.count) != (slot.dtype, slot.count):

@@ -31,13 +31,14 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
+from .errors import WanreduceError
 from .frames import build_frame, parse_frame
 from .golden import Destination, GoldenAggregator
 from .packet import decode_headers, pack_tensor
 from .protocol import bits_dtype, np_dtype
 
-__all__ = ["Msg", "CountingSite", "GoldenSite", "WanRun", "RoundStats", "simulate", "bank_layout",
-           "chunk_count"]
+__all__ = ["Msg", "CountingSite", "GoldenSite", "WanRun", "RoundStats", "Faults", "Recovery", "SiteTimeout",
+           "RETRIES", "TIMEOUT_FRAMES", "simulate", "bank_layout", "chunk_count"]
 
 
 @dataclasses.dataclass
@@ -108,6 +109,10 @@ class GoldenSite:
     def counters(self):
         return dict(self.agg.counters)
 
+    def missing(self, job, round_, chunk):
+        """Ranks whose contribution the aggregator lacks for that chunk (read from the slot bitmap)."""
+        return self.agg.missing(job, round_, chunk)
+
 
 def result_msg(frame):
     """A RESULT frame (from an aggregator) → :class:`Msg` with its payload."""
@@ -132,27 +137,88 @@ class RoundStats:
     last_result_s: float
 
 
+#: Retransmissions of one chunk before its site gives up and the run stops with :class:`SiteTimeout`.
+RETRIES = 6
+#: Frame times added to twice the group's longest one-way delay for the first retransmission timeout.
+TIMEOUT_FRAMES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Faults:
+    """What the WAN does wrong, all drawn from one ``numpy.random.default_rng(seed)`` in event order.
+
+    Every copy of a CONTRIB that reaches a member's aggregator, and every RESULT on its way from an
+    aggregator to its site's hosts, is lost with probability ``loss`` and duplicated with probability ``dup``
+    (the second copy arrives a frame time plus up to one round trip of the pair later, and is itself subject
+    to loss and corruption). ``reorder`` adds to each CONTRIB copy an extra delay uniform in ``[0, RTT)`` of
+    its pair, so copies overtake each other within a round trip. ``corrupt`` flips one random bit of a
+    CONTRIB copy (the aggregator must drop it by its checksums and header rules). ``kill`` is
+    ``(site, round)``: that site's hosts send no frame of that round or any later one.
+    """
+
+    loss: float = 0.0
+    dup: float = 0.0
+    reorder: bool = False
+    corrupt: float = 0.0
+    kill: tuple | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("loss", "dup", "corrupt"):
+            p = getattr(self, name)
+            if not 0.0 <= p < 1.0:
+                raise ValueError(f"The {name} probability must be in [0, 1), not {p}.")
+
+
+class SiteTimeout(WanreduceError):
+    """A chunk ran out of retransmissions: the run stops instead of summing without a member."""
+
+    def __init__(self, message, *, site, round, chunk, missing):
+        super().__init__(message)
+        self.site, self.round, self.chunk, self.missing = site, round, chunk, tuple(missing)
+
+
+@dataclasses.dataclass
+class Recovery:
+    """What the hosts did about faults (all zero in a fault-free run)."""
+
+    retransmits: int = 0            # CONTRIBs sent again because a chunk's timer expired
+    resends_on_result: int = 0      # CONTRIBs sent again because a RESULT for an applied chunk came in
+    results_ignored: int = 0        # RESULTs for chunks already applied
+    lost: int = 0                   # CONTRIB copies the WAN lost
+    duplicated: int = 0             # CONTRIB copies the WAN delivered twice
+    corrupted: int = 0              # CONTRIB copies with one bit flipped
+    results_lost: int = 0           # RESULTs lost on the way to the hosts
+    results_duplicated: int = 0     # RESULTs delivered twice
+
+
 @dataclasses.dataclass
 class WanRun:
     """What a co-simulation did: times, traffic, drops and (with data) every site's final tensor."""
 
     rounds: list
     finish_s: float
-    send: np.ndarray          # [site, round, chunk] send start (NaN: the site waits that round)
+    send: np.ndarray          # [site, round, chunk] first send start (NaN: the site waits that round)
     result: np.ndarray        # [site, round, chunk] own RESULT in at the hosts (NaN: waits)
     ingress_bytes: list       # per site: frame bytes delivered to its aggregator
     counters: list            # per site: the aggregator's counters (empty for timing-only runs)
     values: list | None       # per site: the tensor after the last round (wire dtype), with data
     results_emitted: int
+    recovery: Recovery = dataclasses.field(default_factory=Recovery)
 
 
 def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DType.FP32, bank_slots,
-             sites=None, tensors=None, rounds=None, job=0, progress=None):
+             sites=None, tensors=None, rounds=None, job=0, progress=None, faults=None):
     """Run ``rounds`` rounds (default: one period) of ``schedule``; returns a :class:`WanRun`.
 
     ``site_Bps`` is each site's access-link rate in bytes/s on the wire; ``sites`` the aggregators (one per
     site, see the module docstring; default :class:`CountingSite`); ``tensors`` one array per site for a run
     with data (required unless every site is a CountingSite).
+
+    ``faults`` (a :class:`Faults`, even one with every probability 0) turns the recovery on: every sent
+    chunk gets a retransmission timer, and a RESULT for a chunk already applied makes the hosts send their
+    contribution to it again (see the module docstring). A chunk that runs out of retransmissions raises
+    :class:`SiteTimeout`. Without ``faults`` the WAN is perfect and the hosts keep no timers.
     """
     dtype = DType(dtype)
     n, period = schedule.n, schedule.period
@@ -165,6 +231,10 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
     frame_s = (chunk_elems * dtype.size + WIRE_OVERHEAD) / site_Bps
     sites = sites if sites is not None else [CountingSite(schedule, s) for s in range(n)]
     with_data = tensors is not None
+    if faults is not None and not with_data:
+        raise ValueError("Fault injection needs a run with data (tensors and frame-level aggregators).")
+    rng = np.random.default_rng(faults.seed) if faults is not None else None
+    kill_site, kill_round = faults.kill if faults is not None and faults.kill is not None else (None, None)
     vt = np_dtype(dtype)
     if with_data:
         values = [np.asarray(t).astype(vt).reshape(-1).copy() for t in tensors]
@@ -174,6 +244,10 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
     member_of = [[_members(schedule, s, r) for r in range(rounds)] for s in range(n)]
     group_id = [[next((g for g, grp in enumerate(schedule.rounds[r % period]) if s in grp), None)
                  for r in range(rounds)] for s in range(n)]
+    # First retransmission timeout of each (site, round): a round trip across the group's widest pair plus
+    # a few frame times; doubled on every retry.
+    timeout0 = [[2.0 * max((D[j, k] for j in g for k in g), default=0.0) + TIMEOUT_FRAMES * frame_s[s]
+                 for g in member_of[s]] for s in range(n)]
     # Previous round each site took part in, for the data dependency.
     prev_round = [[None] * rounds for _ in range(n)]
     for s in range(n):
@@ -186,12 +260,16 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
     send = np.full((n, rounds, n_chunks), np.nan)
     result = np.full((n, rounds, n_chunks), np.nan)
     waiting = {}   # (site, round, chunk) -> unmet conditions
-    ready = [[] for _ in range(n)]        # per site: heap of (ready time, round, chunk)
+    ready = [[] for _ in range(n)]        # per site: heap of (ready time, round, chunk, resend)
     link_busy = [False] * n
     events = []
     seq = 0
     ingress = [0] * n
     emitted = 0
+    rec = Recovery()
+    sent_frames = {}     # (site, round, chunk) -> the CONTRIB frame, resent byte for byte
+    echoed = {}          # (site, round, chunk) -> when a RESULT for an applied chunk last caused a resend
+    outstanding = sum(n_chunks for s in range(n) for r in range(rounds) if member_of[s][r])
 
     def push(t, kind, *data):
         nonlocal seq
@@ -216,27 +294,94 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
             waiting[key] = left
             return
         del waiting[key]
-        heapq.heappush(ready[s], (t, r, c))
+        heapq.heappush(ready[s], (t, r, c, False))
+        if not link_busy[s]:
+            start_send(s, t)
+
+    def resend(s, r, c, t):
+        heapq.heappush(ready[s], (t, r, c, True))
         if not link_busy[s]:
             start_send(s, t)
 
     def start_send(s, t):
-        if not ready[s]:
+        while ready[s]:
+            _, r, c, again = heapq.heappop(ready[s])
+            if s == kill_site and r >= kill_round:
+                continue  # the dead site sends nothing of this round on
+            break
+        else:
             link_busy[s] = False
             return
-        _, r, c = heapq.heappop(ready[s])
         link_busy[s] = True
-        send[s, r, c] = t
         grp = member_of[s][r]
         gid = group_id[s][r]
-        frame = None
-        if with_data:
-            frame = contrib_frame(current[s][c], dtype=dtype, rank=s, job=job, round_index=r, group=gid,
-                                  chunk=c, chunk_elems=chunk_elems, last=c == n_chunks - 1, period=period)
+        if again:
+            frame = sent_frames[(s, r, c)]
+        else:
+            send[s, r, c] = t
+            frame = None
+            if with_data:
+                frame = contrib_frame(current[s][c], dtype=dtype, rank=s, job=job, round_index=r, group=gid,
+                                      chunk=c, chunk_elems=chunk_elems, last=c == n_chunks - 1,
+                                      period=period)
+            if faults is not None:
+                sent_frames[(s, r, c)] = frame
         arrive = t + frame_s[s]
         for m in grp:
-            push(arrive + D[s, m], "deliver", m, Msg(s, r, c, gid, frame=frame))
+            if faults is None:
+                push(arrive + D[s, m], "deliver", m, Msg(s, r, c, gid, frame=frame))
+            else:
+                deliver_with_faults(arrive, s, m, Msg(s, r, c, gid, frame=frame))
+        if faults is not None and not again:
+            push(arrive + timeout0[s][r], "timer", s, r, c, 0)
         push(arrive, "link_free", s)
+
+    def deliver_with_faults(t, s, m, msg):
+        rtt = D[s, m] + D[m, s]
+        copies = 1
+        if rng.random() < faults.dup:
+            copies, rec.duplicated = 2, rec.duplicated + 1
+        for k in range(copies):
+            if faults.loss and rng.random() < faults.loss:
+                rec.lost += 1
+                continue
+            delay = D[s, m]
+            if faults.reorder:
+                delay += rng.uniform(0.0, rtt) if rtt > 0 else 0.0
+            if k:
+                delay += frame_s[s] + (rng.uniform(0.0, rtt) if rtt > 0 else 0.0)
+            frame = msg.frame
+            if faults.corrupt and rng.random() < faults.corrupt:
+                rec.corrupted += 1
+                bit = int(rng.integers(len(frame) * 8))
+                frame = bytearray(frame)
+                frame[bit // 8] ^= 1 << (bit % 8)
+                frame = bytes(frame)
+            push(t + delay, "deliver", m, dataclasses.replace(msg, frame=frame))
+
+    def give_up(s, r, c, t):
+        """The chunk ran out of retransmissions: name who is missing, from what can be read."""
+        grp = member_of[s][r]
+        names = schedule.sites
+        missing = getattr(sites[s], "missing", None)
+        held = missing(job, r, c) if missing is not None else None
+        if held is None:
+            # The aggregator's slot state is not readable (the RTL): the members that never sent the chunk.
+            held = tuple(m for m in grp if np.isnan(send[m, r, c]))
+            how = "never sent it"
+        else:
+            how = f"no contribution of theirs reached {names[s]}'s aggregator"
+        waited = timeout0[s][r] * ((1 << (RETRIES + 1)) - 1)
+        if held:
+            who = ", ".join(f"{names[m]} (rank {m})" for m in held)
+            msg = (f"round {r}: site{'s' if len(held) > 1 else ''} {who} missing from chunk {c} of group "
+                   f"{{{','.join(names[m] for m in grp)}}}: {how} in {waited:.3g} s ({RETRIES} "
+                   f"retransmissions by {names[s]}); stopping rather than summing without "
+                   f"{'them' if len(held) > 1 else 'it'}")
+        else:
+            msg = (f"round {r}: {names[s]}'s RESULT for chunk {c} never reached its hosts in {waited:.3g} s "
+                   f"({RETRIES} retransmissions), although every member's contribution is in; stopping")
+        raise SiteTimeout(msg, site=s, round=r, chunk=c, missing=held)
 
     # Initial conditions: data and window, each counted once per chunk of every round a site takes part in.
     for s in range(n):
@@ -248,7 +393,7 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
                 if need:
                     waiting[(s, r, c)] = need
                 else:
-                    heapq.heappush(ready[s], (0.0, r, c))
+                    heapq.heappush(ready[s], (0.0, r, c, False))
     for s in range(n):
         if ready[s]:
             start_send(s, 0.0)
@@ -267,11 +412,26 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
             return r + period, c % bank_slots
         return None
 
+    def holds_contribution(s, r, c):
+        """The hosts keep a chunk's CONTRIB until their RESULT for the slot's next chunk is in: then every
+        member has its RESULT for this one (the window rule), so nobody can need it again."""
+        succ = window_succ(r, c)
+        return succ is None or not member_of[s][succ[0]] or np.isnan(result[s, succ[0], succ[1]])
+
     reported = -1
-    while events:
+    while events and outstanding:
         t, _, kind, data = heapq.heappop(events)
         if kind == "link_free":
             start_send(data[0], t)
+        elif kind == "timer":
+            s, r, c, k = data
+            if not np.isnan(result[s, r, c]) or (s == kill_site and r >= kill_round):
+                continue
+            if k >= RETRIES:
+                give_up(s, r, c, t)
+            rec.retransmits += 1
+            resend(s, r, c, t)
+            push(t + timeout0[s][r] * (2 << k), "timer", s, r, c, k + 1)
         elif kind == "deliver":
             m, msg = data
             if msg.frame is not None:
@@ -280,13 +440,34 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
                 ingress[m] += chunk_elems * dtype.size + WIRE_OVERHEAD
             for t_out, res in sites[m].feed(t, [msg]):
                 emitted += 1
-                push(t_out + frame_s[m], "result", m, res)
+                copies = 1
+                if faults is not None:
+                    if rng.random() < faults.dup:
+                        copies, rec.results_duplicated = 2, rec.results_duplicated + 1
+                for k in range(copies):
+                    if faults is not None and faults.loss and rng.random() < faults.loss:
+                        rec.results_lost += 1
+                        continue
+                    push(t_out + frame_s[m] * (1 + k), "result", m, res)
         elif kind == "result":
             s, res = data
             r, c = res.round, res.chunk
-            if not (0 <= r < rounds and 0 <= c < n_chunks) or not np.isnan(result[s, r, c]):
+            if not (0 <= r < rounds and 0 <= c < n_chunks):
                 continue  # not ours to apply (the aggregator's counters say why)
+            if not np.isnan(result[s, r, c]):
+                rec.results_ignored += 1
+                # Applied already. The RESULT came again because some member sent this chunk to our
+                # aggregator after it completed (or the WAN copied it): a member may still be missing our
+                # contribution, so send it once more, at most once per timeout.
+                if (faults is not None and not (s == kill_site and r >= kill_round)
+                        and t - echoed.get((s, r, c), -math.inf) >= timeout0[s][r]
+                        and holds_contribution(s, r, c)):
+                    echoed[(s, r, c)] = t
+                    rec.resends_on_result += 1
+                    resend(s, r, c, t)
+                continue
             result[s, r, c] = t
+            outstanding -= 1
             if with_data:
                 g = len(member_of[s][r])
                 elems = np.frombuffer(res.payload, bits_dtype(dtype), offset=HEADER_BYTES).view(vt)
@@ -303,6 +484,16 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
                 reported = r
                 progress(f"round {r} complete at {t * 1e3:.1f} ms simulated")
 
+    if outstanding:
+        s, r, c = next((s, r, c) for s in range(n) for r in range(rounds) if member_of[s][r]
+                       for c in range(n_chunks) if np.isnan(result[s, r, c]))
+        if kill_site is None:
+            raise RuntimeError(f"The co-simulation stalled: site {s} has no RESULT for round {r} chunk {c}.")
+        names = schedule.sites
+        raise SiteTimeout(f"round {kill_round}: site {names[kill_site]} (rank {kill_site}) stopped sending "
+                          f"and no other member of its groups is left to time out; {names[s]} has no RESULT "
+                          f"for round {r}", site=s, round=r, chunk=c, missing=(kill_site,))
+
     stats = []
     for r in range(rounds):
         sr = send[:, r][~np.isnan(send[:, r])]
@@ -313,7 +504,7 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
     final = None
     if with_data:
         final = [np.concatenate(current[s]) for s in range(n)]
-    return WanRun(stats, finish, send, result, ingress, [a.counters() for a in sites], final, emitted)
+    return WanRun(stats, finish, send, result, ingress, [a.counters() for a in sites], final, emitted, rec)
 
 
 def contrib_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, period):

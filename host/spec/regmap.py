@@ -55,10 +55,12 @@ DEST_BASE = 0x0200
 DEST_STRIDE = 4
 
 #: Counters, 32 bits, read-only, wrapping: index 0 frames_in, index d the drop counter of code d,
-#: then results (chunks completed), then results_reemitted (shadow RESULTs sent again because a CONTRIB
-#: for the slot's last completed chunk came in; that CONTRIB is also counted under duplicate).
+#: then results (chunks completed), results_reemitted (shadow RESULTs sent again because a CONTRIB for the
+#: slot's last completed chunk came in; that CONTRIB is also counted under duplicate) and evictions (a live
+#: chunk's buffers discarded because an older chunk, not completed here, took its slot back).
 COUNTER_BASE = 0x0400
-COUNTER_NAMES = ["frames_in"] + [d.counter for d in sorted(Drop)] + ["results", "results_reemitted"]
+COUNTER_NAMES = ["frames_in"] + [d.counter for d in sorted(Drop)] + ["results", "results_reemitted",
+                                                                     "evictions"]
 assert [COUNTER_NAMES.index(d.counter) for d in Drop] == [int(d) for d in Drop]
 
 #: Performance counters, 32 bits: clock cycles since reset or clear, input beats accepted, output beats

@@ -153,11 +153,20 @@ def test_shadow_result_is_sent_again_never_counted_twice():
     assert g.counters["results_reemitted"] == 3
 
 
-def test_live_slot_older_tag_is_stale():
+def test_older_chunk_not_completed_here_takes_its_slot_back():
     g = agg(expected=0b11, slots=4)
     g.feed_payload(one(0, chunk=1, round_=3))
-    g.feed_payload(one(1, chunk=1, round_=2))
-    assert g.counters["stale"] == 1 and g.counters["ahead_of_window"] == 0
+    g.feed_payload(one(1, chunk=1, round_=2))   # round 2 never completed here: it evicts round 3
+    assert g.counters["evictions"] == 1 and g.counters["stale"] == 0 and g.counters["ahead_of_window"] == 0
+    assert g.slots[1].tag == (0, 2, 1) and g.slots[1].bitmap == 0b10
+    g.feed_payload(one(0, chunk=1, round_=3))   # the newer chunk waits its turn
+    assert g.counters["ahead_of_window"] == 1
+    (res,) = g.feed_payload(one(0, chunk=1, round_=2, value=2.0))
+    assert np.frombuffer(res, np.float32, offset=32).tolist() == [3.0] * 4
+    g.feed_payload(one(1, chunk=1, round_=1))   # older than the slot's last completed chunk
+    assert g.counters["stale"] == 1 and g.counters["evictions"] == 1
+    g.feed_payload(one(0, chunk=1, round_=3))
+    assert len(g.feed_payload(one(1, chunk=1, round_=3))) == 1 and g.counters["results"] == 2
 
 
 def test_slot_mismatch_leaves_slot_as_it_was():
