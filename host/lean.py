@@ -32,8 +32,8 @@ Rates. ``r_q`` is bounded by
   member buffers per round bank (:meth:`CostModel.bank_slots`, as for gather mode), so a root runs at
   ``r_q <= S_b * chunk / ell``; a chunk ``S_b`` chunks later reuses the slot only after ``ell``;
 * the backbone, on topologies with link capacities: every stripe loads the links of its ``G - 1``
-  unicast paths to the root and of the root's multicast tree; when a link is over capacity all of the
-  group's rates scale down by the same factor (uniform, not max-min fair).
+  unicast paths to the root and of the root's multicast tree, once per unit of ``r_q``; the groups of a
+  round share the links.
 
 **Memory accounting.** What the root must hold is the chunks in flight during ``ell``:
 ``ceil(r_q * ell / chunk) + 1`` slots of ``G`` member buffers of :func:`member_buffer_bytes` each
@@ -41,11 +41,13 @@ Rates. ``r_q`` is bounded by
 thing. What the gateware reserves is its power-of-two slots for the memory given.
 
 **Stripes.** For a set of roots the optimizer solves: minimise ``T`` such that
-``sum_q r_q * (T - L_q)^+ >= tensor_bytes``, under the bounds above. For a fixed ``T`` this is a
-fractional knapsack (fill the roots of smallest ``L_q`` first, each to its bound, until the access link is
-full), so the rates come from that fill and ``T`` from the piecewise-linear equation; the stripes'
-chunk counts are the bytes each root moves by ``T``. Adding a root never hurts (it may get no rate), so
-every member is a candidate root unless ``max_roots`` limits them (then the smallest ``L_q``).
+``sum_q r_q * (T - L_q)^+ >= tensor_bytes``, under the bounds above; the stripes' chunk counts are then
+the bytes each root moves by ``T``, so all roots finish together. For a fixed ``T`` and no link limits
+this is a fractional knapsack, solved by filling the roots of smallest ``L_q`` first, each to its bound,
+until the access link is full (adding a root never hurts: it may get no rate). With link limits the
+greedy fill may crowd one path, so :func:`lean_round` also tries progressive (max-min fair) fillings over
+each group's ``k`` nearest roots and keeps the fastest; every member is a candidate root unless
+``max_roots`` limits them (then the nearest).
 
 **Rounds.** A plan may also use the gather optimizer's grid placements (rounds of smaller groups), each
 group in root mode. Rounds run one after the other: round ``r`` starts at ``start_s[r]``, the modelled
@@ -75,6 +77,7 @@ __all__ = [
     "LeanPlan",
     "Choice",
     "lean_group",
+    "lean_round",
     "lean_plan",
     "optimize_lean",
     "best_plan",
@@ -169,8 +172,151 @@ class LeanPlan:
                    default=0)
 
 
-def _label(bounds):
-    return min(bounds, key=lambda b: b[0])
+class _Cand:
+    """One candidate root of one group: its latency, first arrival, rate bound and link use."""
+
+    __slots__ = ("group", "q", "lat", "arrive", "cap", "cap_bound", "use")
+
+    def __init__(self, group, q, lat, arrive, cap, cap_bound, use):
+        self.group, self.q, self.lat, self.arrive = group, q, lat, arrive
+        self.cap, self.cap_bound, self.use = cap, cap_bound, use
+
+
+def _group_candidates(model, gi, members, *, jitter_s, bank_slots, gmax, roots, max_roots):
+    """Candidate roots of one group (smallest latency first), the group's access-link budget and ``ell``."""
+    p = model.params
+    topo = model.topology
+    g = len(members)
+    cand = list(members) if roots is None else [int(q) for q in roots]
+    if not cand or any(q not in members for q in cand):
+        raise WanreduceError(f"the roots {cand} must be members of the group {list(members)}")
+    idx = np.asarray(members)
+    d, f = model.D, model.frame_s
+    arrive = {q: float(max(f[j] + d[j, q] for j in idx)) for q in cand}
+    lat = {q: arrive[q] + float(max(d[q, m] + f[m] for m in idx)) for q in cand}
+    cand.sort(key=lambda q: (lat[q], q))
+    if max_roots is not None:
+        if not (isinstance(max_roots, int) and not isinstance(max_roots, bool) and max_roots >= 1):
+            raise WanreduceError(f"the number of roots must be a positive whole number, got {max_roots!r}")
+        cand = cand[:max_roots]
+    budget = float(model.site_rate[idx].min())
+    life = 2 * jitter_s + len(cand) * float(f[idx].max())
+    ingress = p.fpga_ingress_gbps * 1e9 / 8 * p.wire_eff
+    caps = [(p.datapath_Bps / g, "fpga"), (bank_slots * p.chunk_bytes / life, "memory")]
+    if g > 2:
+        caps.append((max(ingress - 2 * budget, 0.0) / (g - 2), "fpga"))
+    cap, cap_bound = min(caps, key=lambda c: c[0])
+    out = []
+    for q in cand:
+        use = None
+        if topo.links_limited:
+            use = np.zeros(len(topo.link_cap_Bps))
+            for j in members:
+                if j != q:
+                    for e in topo.paths[j][q]:
+                        use[e] += 1
+            for e in topo.tree_links(q, members):
+                use[e] += 1
+        out.append(_Cand(gi, q, lat[q], arrive[q], cap, cap_bound, use))
+    return out, budget, life
+
+
+def _greedy(cands, budgets, link_cap):
+    """Fill roots in ascending latency, each to the first bound it meets (its cap, its group's access
+    link, a backbone link): optimal for one group without links (a fractional knapsack)."""
+    rates, bounds = {}, {}
+    left = dict(budgets)
+    rem = None if link_cap is None else link_cap.copy()
+    for c in sorted(cands, key=lambda c: (c.lat, c.group, c.q)):
+        limits = [(c.cap, c.cap_bound), (left[c.group], "site")]
+        if rem is not None:
+            used = c.use > 0
+            if used.any():
+                limits.append((float((rem[used] / c.use[used]).min()), "backbone"))
+        r, why = min(limits, key=lambda x: x[0])
+        r = max(r, 0.0)
+        rates[id(c)], bounds[id(c)] = r, why
+        left[c.group] -= r
+        if rem is not None:
+            rem -= r * c.use
+    return rates, bounds
+
+
+def _fill(cands, budgets, link_cap):
+    """Progressive filling: every root's rate grows at the same pace until a bound stops it (max-min
+    fair); spreads the backbone's load where the greedy fill would crowd one path."""
+    rates = {id(c): 0.0 for c in cands}
+    bounds = {id(c): c.cap_bound for c in cands}
+    active = {id(c): c for c in cands}
+    left = dict(budgets)
+    rem = None if link_cap is None else link_cap.copy()
+    while active:
+        per_group = {}
+        for c in active.values():
+            per_group[c.group] = per_group.get(c.group, 0) + 1
+        step = min(min(c.cap - rates[k] for k, c in active.items()),
+                   min(left[gi] / k for gi, k in per_group.items()))
+        demand = None
+        if rem is not None:
+            demand = sum(c.use for c in active.values())
+            sel = demand > 0
+            if sel.any():
+                step = min(step, float((rem[sel] / demand[sel]).min()))
+        step = max(step, 0.0)
+        for k, c in active.items():
+            rates[k] += step
+            left[c.group] -= step
+        if rem is not None:
+            rem -= step * demand
+        done = []
+        for k, c in active.items():
+            if rates[k] >= c.cap * (1 - 1e-12):
+                done.append(k)
+            elif left[c.group] <= budgets[c.group] * 1e-12:
+                bounds[k] = "site"
+                done.append(k)
+            elif rem is not None and (c.use[rem <= link_cap * 1e-12] > 0).any():
+                bounds[k] = "backbone"
+                done.append(k)
+        if not done:
+            break
+        for k in done:
+            del active[k]
+    return rates, bounds
+
+
+def _stripes(model, members, cands, rates, bounds, life):
+    """Stripes of one group for the given rates: chunk counts that make the roots finish together."""
+    p = model.params
+    g = len(members)
+    live = [c for c in cands if rates.get(id(c), 0.0) > 0]
+    if not live:
+        return (), math.inf, (cands[0].cap_bound if cands else "memory")
+    lat_a = np.array([c.lat for c in live])
+    rate_a = np.array([rates[id(c)] for c in live])
+    t_star = _solve_t(lat_a, rate_a, float(p.tensor_bytes))
+    n_chunks = model.n_chunks
+    share = rate_a * np.maximum(t_star - lat_a, 0.0) / p.tensor_bytes * n_chunks
+    counts = np.floor(share).astype(np.int64)
+    for k in np.argsort(-(share - counts))[: n_chunks - int(counts.sum())]:
+        counts[k] += 1
+    d, f = model.D, model.frame_s
+    mbb = member_buffer_bytes(p.chunk_bytes, p.bus_bits)
+    stripes, first = [], 0
+    for c, n_q in zip(live, counts, strict=True):
+        if n_q <= 0:
+            continue
+        r = rates[id(c)]
+        interval = p.chunk_bytes / r
+        offsets = tuple(c.arrive - float(f[j]) - float(d[j, c.q]) for j in members)
+        inflight = min(math.ceil(r * life / p.chunk_bytes) + 1, int(n_q))
+        stripes.append(RootStripe(c.q, first, int(n_q), r, interval, offsets, c.lat,
+                                  c.lat + (int(n_q) - 1) * interval, bounds[id(c)], inflight,
+                                  inflight * g * mbb))
+        first += int(n_q)
+    slow = max(stripes, key=lambda s: s.time_s)
+    bound = "latency" if slow.latency_s >= slow.time_s - slow.latency_s else slow.bound
+    return tuple(stripes), slow.time_s, bound
 
 
 def _solve_t(lat, rates, total):
@@ -187,107 +333,59 @@ def _solve_t(lat, rates, total):
     return math.inf
 
 
-def _backbone_scale(model, members, roots, rates):
-    topo = model.topology
-    if not topo.links_limited:
-        return 1.0
-    load = np.zeros(len(topo.link_cap_Bps))
-    for q, r in zip(roots, rates, strict=True):
-        if r <= 0:
-            continue
-        for j in members:
-            if j != q:
-                for e in topo.paths[j][q]:
-                    load[e] += r
-        for e in topo.tree_links(q, members):
-            load[e] += r
-    cap = topo.link_cap_Bps * model.params.wire_eff
-    used = (load > 0) & np.isfinite(cap)
-    if not used.any():
-        return 1.0
-    return min(1.0, float((cap[used] / load[used]).min()))
-
-
-def lean_group(model, members, *, jitter_s=DEFAULT_JITTER_S, bank_slots=None, roots=None, max_roots=None,
+def lean_round(model, groups, *, jitter_s=DEFAULT_JITTER_S, bank_slots=None, roots=None, max_roots=None,
                members_max=None):
-    """Cost and stripes of one group in root mode (the module docstring's model).
+    """Cost and stripes of one round's groups in root mode (the module docstring's model): a
+    :class:`LeanRound`.
 
-    ``members`` in summation order; ``roots`` the candidate roots (default: every member);
-    ``bank_slots`` the slots of one round bank (default: a one-round core for this group);
-    ``members_max`` the member buffers per slot the core is built with (default: the group's size).
+    The groups share the backbone. Rates come from the better (by the round's time) of a greedy fill in
+    ascending root latency and progressive fillings over each group's ``k`` nearest roots,
+    ``k = 1 .. G``. ``roots`` (one group only) fixes the candidate roots; ``bank_slots`` the slots of
+    one round bank (default: a one-round core); ``members_max`` the member buffers per slot the core is
+    built with (default: the largest group).
     """
-    p = model.params
-    members = tuple(int(m) for m in members)
-    g = len(members)
-    if g < 2:
-        return LeanGroup(members, (), 0.0, "idle", 0.0)
     if not (isinstance(jitter_s, (int, float)) and math.isfinite(jitter_s) and jitter_s >= 0):
         raise WanreduceError(f"the jitter must be a non-negative number of seconds, got {jitter_s!r}")
-    gmax = g if members_max is None else int(members_max)
+    groups = [tuple(int(m) for m in g) for g in groups if len(g) > 0]
+    if roots is not None and len(groups) != 1:
+        raise WanreduceError("fixed roots need exactly one group")
+    gmax = max((len(g) for g in groups), default=1) if members_max is None else int(members_max)
     if bank_slots is None:
         bank_slots = model.bank_slots(1, gmax)
-    cand = list(members) if roots is None else [int(q) for q in roots]
-    if not cand or any(q not in members for q in cand):
-        raise WanreduceError(f"the roots {cand} must be members of the group {list(members)}")
-    idx = np.asarray(members)
-    d = model.D
-    f = model.frame_s
-    arrive = {q: float(max(f[j] + d[j, q] for j in idx)) for q in cand}
-    lat = {q: arrive[q] + float(max(d[q, m] + f[m] for m in idx)) for q in cand}
-    cand.sort(key=lambda q: (lat[q], q))
-    if max_roots is not None:
-        if not (isinstance(max_roots, int) and max_roots >= 1):
-            raise WanreduceError(f"the number of roots must be a positive whole number, got {max_roots!r}")
-        cand = cand[:max_roots]
+    real = [(gi, g) for gi, g in enumerate(groups) if len(g) >= 2]
+    out = [LeanGroup(g, (), 0.0, "idle", 0.0) for g in groups]
+    if not real:
+        return LeanRound(tuple(out))
     if bank_slots < 1:
-        return LeanGroup(members, (), math.inf, "memory", math.inf)
-    budget = float(model.site_rate[idx].min())
-    f_max = float(f[idx].max())
-    life = 2 * jitter_s + len(cand) * f_max
-    ingress = p.fpga_ingress_gbps * 1e9 / 8 * p.wire_eff
-    caps = [(p.datapath_Bps / g, "fpga"), (bank_slots * p.chunk_bytes / life, "memory")]
-    if g > 2:
-        caps.append((max(ingress - 2 * budget, 0.0) / (g - 2), "fpga"))
-    cap, cap_bound = _label(caps)
-    rates, bounds, left = [], [], budget
-    for _q in cand:
-        r = min(cap, left)
-        rates.append(r)
-        bounds.append(cap_bound if r >= cap else "site")
-        left -= r
-    scale = _backbone_scale(model, members, cand, rates)
-    if scale < 1.0:
-        rates = [r * scale for r in rates]
-        bounds = ["backbone"] * len(rates)
-    live = [k for k, r in enumerate(rates) if r > 0]
-    if not live:
-        return LeanGroup(members, (), math.inf, bounds[0] if bounds else "memory", life)
-    lat_a = np.array([lat[cand[k]] for k in live])
-    rate_a = np.array([rates[k] for k in live])
-    t_star = _solve_t(lat_a, rate_a, float(p.tensor_bytes))
-    n_chunks = model.n_chunks
-    share = rate_a * np.maximum(t_star - lat_a, 0.0) / p.tensor_bytes * n_chunks
-    counts = np.floor(share).astype(np.int64)
-    # largest remainders, but only to roots that move bytes by T
-    for k in np.argsort(-(share - counts))[: n_chunks - int(counts.sum())]:
-        counts[k] += 1
-    stripes, first = [], 0
-    mbb = member_buffer_bytes(p.chunk_bytes, p.bus_bits)
-    for k, n_q in zip(live, counts, strict=True):
-        if n_q <= 0:
-            continue
-        q = cand[k]
-        r = rates[k]
-        interval = p.chunk_bytes / r
-        offsets = tuple(arrive[q] - float(f[j]) - float(d[j, q]) for j in members)
-        inflight = math.ceil(r * life / p.chunk_bytes) + 1
-        time_q = lat[q] + (int(n_q) - 1) * interval
-        stripes.append(RootStripe(q, first, int(n_q), r, interval, offsets, lat[q], time_q, bounds[k],
-                                  min(inflight, int(n_q)), min(inflight, int(n_q)) * g * mbb))
-        first += int(n_q)
-    slow = max(stripes, key=lambda s: s.time_s)
-    bound = "latency" if slow.latency_s >= slow.time_s - slow.latency_s else slow.bound
-    return LeanGroup(members, tuple(stripes), slow.time_s, bound, life)
+        for gi, g in real:
+            out[gi] = LeanGroup(g, (), math.inf, "memory", math.inf)
+        return LeanRound(tuple(out))
+    per, budgets, lives = {}, {}, {}
+    for gi, g in real:
+        per[gi], budgets[gi], lives[gi] = _group_candidates(model, gi, g, jitter_s=jitter_s,
+                                                            bank_slots=bank_slots, gmax=gmax, roots=roots,
+                                                            max_roots=max_roots)
+    topo = model.topology
+    link_cap = topo.link_cap_Bps * model.params.wire_eff if topo.links_limited else None
+    allcands = [c for gi in per for c in per[gi]]
+    tries = [_greedy(allcands, budgets, link_cap)]
+    for k in range(1, max(len(v) for v in per.values()) + 1):
+        tries.append(_fill([c for gi in per for c in per[gi][:k]], budgets, link_cap))
+    best = None
+    for rates, bounds in tries:
+        res = {gi: _stripes(model, g, per[gi], rates, bounds, lives[gi]) for gi, g in real}
+        t = max(r[1] for r in res.values())
+        if best is None or t < best[0]:
+            best = (t, res)
+    for gi, g in real:
+        stripes, t, bound = best[1][gi]
+        out[gi] = LeanGroup(g, stripes, t, bound, lives[gi])
+    return LeanRound(tuple(out))
+
+
+def lean_group(model, members, **kw):
+    """One group alone in root mode (:func:`lean_round` with one group): a :class:`LeanGroup`."""
+    return lean_round(model, [members], **kw).groups[0]
 
 
 def lean_plan(model, rounds, *, name="root", shape=(), jitter_s=DEFAULT_JITTER_S, max_roots=None):
@@ -298,9 +396,7 @@ def lean_plan(model, rounds, *, name="root", shape=(), jitter_s=DEFAULT_JITTER_S
     sb = model.bank_slots(len(rounds), gmax)
     costs, finish, t = [], [], 0.0
     for rnd in rounds:
-        groups = tuple(lean_group(model, g, jitter_s=jitter_s, bank_slots=sb, max_roots=max_roots,
-                                  members_max=gmax) for g in rnd)
-        rc = LeanRound(groups)
+        rc = lean_round(model, rnd, jitter_s=jitter_s, bank_slots=sb, max_roots=max_roots, members_max=gmax)
         costs.append(rc)
         t += rc.time_s
         finish.append(t)
