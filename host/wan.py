@@ -370,17 +370,22 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
             held = tuple(m for m in grp if np.isnan(send[m, r, c]))
             how = "never sent it"
         else:
-            how = f"no contribution of theirs reached {names[s]}'s aggregator"
+            how = f"{names[s]}'s aggregator holds no contribution from {'them' if len(held) > 1 else 'it'}"
         waited = timeout0[s][r] * ((1 << (RETRIES + 1)) - 1)
         if held:
             who = ", ".join(f"{names[m]} (rank {m})" for m in held)
             msg = (f"round {r}: site{'s' if len(held) > 1 else ''} {who} missing from chunk {c} of group "
-                   f"{{{','.join(names[m] for m in grp)}}}: {how} in {waited:.3g} s ({RETRIES} "
+                   f"{{{','.join(names[m] for m in grp)}}}: {how} after {waited:.3g} s ({RETRIES} "
                    f"retransmissions by {names[s]}); stopping rather than summing without "
                    f"{'them' if len(held) > 1 else 'it'}")
-        else:
+        elif missing is not None:
             msg = (f"round {r}: {names[s]}'s RESULT for chunk {c} never reached its hosts in {waited:.3g} s "
                    f"({RETRIES} retransmissions), although every member's contribution is in; stopping")
+        else:
+            members = ",".join(names[m] for m in grp)
+            msg = (f"round {r}: {names[s]} has no RESULT for chunk {c} after {waited:.3g} s ({RETRIES} "
+                   f"retransmissions) although every member of {{{members}}} sent it; their contributions "
+                   "or the RESULT were lost every time; stopping")
         raise SiteTimeout(msg, site=s, round=r, chunk=c, missing=held)
 
     # Initial conditions: data and window, each counted once per chunk of every round a site takes part in.

@@ -7,8 +7,16 @@ its seeded random tensor chunk by chunk under the self-clocked window, each core
 delivers in the order it arrives, and every site's hosts apply their RESULTs. It then checks that every
 site holds, bit for bit, what a numpy model of the same schedule computes, that all sites hold the same
 bits, that nothing was dropped, and that the simulated period is within 10% of the cost model's.
+
+With ``--loss``, ``--dup``, ``--reorder``, ``--corrupt`` or ``--kill`` the WAN misbehaves (seeded by
+``--seed``) and the hosts recover (retransmission timers, the aggregators' shadow RESULTs; see
+docs/reliability.md): the check is then that every site's final tensor is, bit for bit, the fault-free
+one (the numpy model), and the report says what the recovery cost. A killed site makes the run stop with a
+one-line error naming it and the round, and the demo exit 1.
 """
 
+import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -25,7 +33,7 @@ from ..host.units import format_seconds, format_size, parse_size
 from ..hw.layouts import WIDTHS
 from ..sim.cosim import CLOCK_HZ, RtlCores
 from ..spec.errors import WanreduceError
-from ..spec.protocol import DType
+from ..spec.protocol import Drop, DType
 from ._common import int_in
 
 __all__ = ["register", "run"]
@@ -54,9 +62,51 @@ def register(sub):
                    help="datapath width of the cores in bits (default: 64, the quickest to build)")
     p.add_argument("--time-limit", type=int_in(1, 600, "--time-limit"), default=5,
                    help="seconds for the schedule search (default: 5)")
+    p.add_argument("--loss", type=_probability("--loss"), default=0.0, metavar="P",
+                   help="probability that the WAN loses a CONTRIB copy or a RESULT (default: 0)")
+    p.add_argument("--dup", type=_probability("--dup"), default=0.0, metavar="P",
+                   help="probability that the WAN delivers a CONTRIB copy or a RESULT twice (default: 0)")
+    p.add_argument("--reorder", action="store_true",
+                   help="delay every CONTRIB copy by up to one round trip of its pair, so copies overtake")
+    p.add_argument("--corrupt", type=_probability("--corrupt"), default=0.0, metavar="P",
+                   help="probability that one bit of a CONTRIB copy flips (default: 0)")
+    p.add_argument("--kill", metavar="SITE@ROUND",
+                   help="that site (name or rank) sends nothing from that round on; the run must stop with "
+                        "an error naming it")
     p.add_argument("--json", default="build/demo.json",
                    help="where to write the report (default: build/demo.json; '-' for none)")
     p.set_defaults(func=run)
+
+
+def _probability(what):
+    def convert(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a probability, not {text!r}") from None
+        if not 0.0 <= value < 1.0:
+            raise argparse.ArgumentTypeError(f"{what} must be in [0, 1), not {text}")
+        return value
+    return convert
+
+
+def _kill(text, sites, rounds=None):
+    """``SITE@ROUND`` → ``(rank, round)``; SITE is a site name of the topology or a rank; the round is checked
+    against ``rounds`` when given."""
+    site, sep, rnd = (text or "").partition("@")
+    if not sep:
+        raise WanreduceError(f"--kill {text!r}: expected SITE@ROUND, for example {sites[0]}@1")
+    if site in sites:
+        rank = sites.index(site)
+    elif site.isdigit() and int(site) < len(sites):
+        rank = int(site)
+    else:
+        raise WanreduceError(f"--kill {text!r}: no site {site!r} (the sites are {', '.join(sites)}, or a "
+                             f"rank 0..{len(sites) - 1})")
+    if not rnd.isdigit() or (rounds is not None and int(rnd) >= rounds):
+        last = f"0..{rounds - 1} (one period is simulated)" if rounds is not None else "a round number"
+        raise WanreduceError(f"--kill {text!r}: the round must be {last}")
+    return rank, int(rnd)
 
 
 def _progress(msg):
@@ -72,6 +122,8 @@ def run(args):
     params = CostParams(memory_bytes=memory, chunk_bytes=chunk_bytes, tensor_bytes=n_chunks * chunk_bytes,
                         bus_bits=args.width, clock_mhz=CLOCK_HZ / 1e6)
     model = CostModel(topo, params)
+    if args.kill:
+        _kill(args.kill, list(topo.sites))     # a misspelt site is refused before the search
     _progress(f"searching schedules for {topo.n} sites ({args.time_limit} s)")
     best, _ = optimize(model, time_limit_s=args.time_limit, seed=args.seed)
     if not np.isfinite(best.score_s):
@@ -88,6 +140,17 @@ def run(args):
     print(f"  cores: W={args.width}, {slots} slots of {gmax} member buffers, {schedule.period} round banks "
           f"of {bank_slots} slots")
 
+    faulty = bool(args.loss or args.dup or args.reorder or args.corrupt or args.kill)
+    faults = None
+    if faulty:
+        kill = _kill(args.kill, list(topo.sites), schedule.period) if args.kill else None
+        faults = wan.Faults(loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt,
+                            kill=kill, seed=args.seed)
+        print(f"  faults: loss {args.loss:g}, duplication {args.dup:g}, reordering "
+              f"{'within a round trip' if args.reorder else 'none'}, corruption {args.corrupt:g}"
+              + (f", {topo.sites[kill[0]]} stops at round {kill[1]}" if kill else "")
+              + f" (seed {args.seed})")
+
     rng = np.random.default_rng(args.seed)
     tensors = [rng.standard_normal(args.elements).astype(np.float32) for _ in range(topo.n)]
     if args.aggregator == "rtl":
@@ -100,9 +163,19 @@ def run(args):
     site_Bps = model.site_rate / params.wire_eff
     _progress(f"co-simulating one period on the {args.aggregator} aggregators")
     t0 = time.perf_counter()
-    result = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=site_Bps, chunk_elems=args.chunk_elems,
-                          elements=args.elements, dtype=dtype, bank_slots=bank_slots, sites=sites,
-                          tensors=tensors, progress=_progress)
+    try:
+        result = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=site_Bps,
+                              chunk_elems=args.chunk_elems, elements=args.elements, dtype=dtype,
+                              bank_slots=bank_slots, sites=sites, tensors=tensors, progress=_progress,
+                              faults=faults)
+    except wan.SiteTimeout as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        print("demo: FAIL")
+        _write(args.json, {"sites": list(topo.sites), "aggregator": args.aggregator, "seed": args.seed,
+                           "faults": _faults_json(args), "error": str(exc), "timeout_site": exc.site,
+                           "timeout_round": exc.round, "missing_sites": [topo.sites[m] for m in exc.missing],
+                           "pass": False})
+        return 1
     wall = time.perf_counter() - t0
 
     reference = run_reference(schedule, tensors, dtype=dtype)[-1]
@@ -115,7 +188,7 @@ def run(args):
     drops = {}
     for counters in result.counters:
         for k, v in counters.items():
-            if k not in ("frames_in", "results") and v:
+            if k not in ("frames_in", "results", "results_reemitted", "evictions") and v:
                 drops[k] = drops.get(k, 0) + v
     model_finish = list(best.finish_s)
     print("round  simulated   modelled   difference")
@@ -134,7 +207,36 @@ def run(args):
         print(f"  {name}: {result.ingress_bytes[s]:,} bytes into its aggregator")
     print(f"check: every site equal to the numpy model of the schedule: {exact} (max |error| {err:g}); "
           f"distinct results across sites: {distinct}; drops: {drops or 'none'}")
-    ok = exact and distinct == 1 and not drops and abs(rel) <= TOLERANCE
+    recovery = {}
+    if faulty:
+        # The same schedule on a perfect WAN (timing only): what the faults cost in simulated time.
+        clean = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=site_Bps,
+                             chunk_elems=args.chunk_elems, elements=args.elements, dtype=dtype,
+                             bank_slots=bank_slots)
+        rec = result.recovery
+
+        def total(*names):
+            return sum(c.get(name, 0) for c in result.counters for name in names)
+
+        recovery = {
+            "faults": _faults_json(args),
+            "retransmits": rec.retransmits + rec.resends_on_result,
+            "retransmits_on_timeout": rec.retransmits, "resends_on_result": rec.resends_on_result,
+            "duplicates_dropped": total("duplicate"),
+            "corrupt_dropped": total(*(d.counter for d in Drop if int(d) <= 20)),
+            "results_reemitted": total("results_reemitted"), "evictions": total("evictions"),
+            "recovery_time_s": result.finish_s - clean.finish_s, "fault_free_time_s": clean.finish_s,
+            "wan": dataclasses.asdict(rec),
+        }
+        print(f"recovery: {recovery['retransmits']} retransmissions ({rec.retransmits} on timeout, "
+              f"{rec.resends_on_result} on a repeated RESULT), {recovery['duplicates_dropped']} duplicates "
+              f"dropped, {recovery['corrupt_dropped']} corrupt frames dropped, "
+              f"{recovery['results_reemitted']} RESULTs re-emitted, {recovery['evictions']} evictions; the "
+              f"faults cost {format_seconds(recovery['recovery_time_s'])} over the fault-free "
+              f"{format_seconds(clean.finish_s)}")
+        ok = exact and distinct == 1
+    else:
+        ok = exact and distinct == 1 and not drops and abs(rel) <= TOLERANCE
     report = {
         "sites": list(topo.sites), "rounds": rows, "schedule": [list(map(list, r)) for r in schedule.rounds],
         "construction": best.name, "aggregator": args.aggregator, "width": args.width, "slots": slots,
@@ -142,12 +244,21 @@ def run(args):
         "dtype": dtype.label, "seed": args.seed, "sim_time_s": result.finish_s, "model_time_s": best.period_s,
         "sim_vs_model": rel, "max_abs_err_vs_numpy": err, "exact": exact, "distinct_results": distinct,
         "drops": drops, "ingress_bytes": dict(zip(topo.sites, result.ingress_bytes, strict=True)),
-        "results_emitted": result.results_emitted, "wall_s": wall, "pass": ok,
+        "results_emitted": result.results_emitted, "wall_s": wall, **recovery, "pass": ok,
     }
-    if args.json != "-":
-        path = Path(args.json)
+    _write(args.json, report)
+    print("demo: PASS" if ok else "demo: FAIL")
+    return 0 if ok else 1
+
+
+def _faults_json(args):
+    return {"loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt,
+            "kill": args.kill}
+
+
+def _write(where, report):
+    if where != "-":
+        path = Path(where)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=1) + "\n")
         print(f"wrote {path}")
-    print("demo: PASS" if ok else "demo: FAIL")
-    return 0 if ok else 1
