@@ -149,20 +149,6 @@ def test_console_script_prints_no_traceback(tmp_path):
         "no such file"
 
 
-def test_demo_passes(capsys):
-    code, text, _ = run(capsys, "demo", "--elements", "3000", "--time-limit", "1")
-    assert code == 0 and "demo: PASS" in text
-    assert text.count("each group's members identical to the bit: True") == 2  # a 3x3 grid: two rounds
-    assert text.count("identical to the bit: True; equal to numpy summing in rank order: True") == 3
-
-
-def test_demo_bad_memory(capsys):
-    code, _, err = run(capsys, "demo", "--memory", "1KiB", "--time-limit", "1")
-    assert code == 2 and "cannot hold one slot" in err
-    code, _, err = run(capsys, "demo", "--memory", "lots")
-    assert code == 2 and "--memory" in err
-
-
 @pytest.mark.parametrize("make, message", [
     (lambda p: p.write_text("1,2,3\n"), "not a .npy file"),
     (lambda p: np.savez(p.with_suffix(".npz"), a=np.ones(3)) or p.with_suffix(".npz").rename(p),
