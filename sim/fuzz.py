@@ -107,35 +107,45 @@ class FuzzSim:
 
 @dataclasses.dataclass
 class Scenario:
-    """The site under test: its rank, the expected sets of its jobs (one schedule period each) and the
-    destinations of its RESULT frames."""
+    """The site under test: its rank, its jobs (one schedule period each: per round the ranks in summation
+    order, or 0 where the site waits), their round banks (``bank_bits``, log2 of a bank's slots; default
+    log2 S) and the destinations of its RESULT frames."""
 
     rank: int
     jobs: dict
     slots: int
     members: int
     slot_bytes: int
+    bank_bits: dict = dataclasses.field(default_factory=dict)
     port: int = UDP_PORT
-    mac: str = "02:57:52:00:00:05"
-    ip: str = "10.87.82.5"
+    mac: str = "02:57:52:01:00:05"
+    ip: str = "10.87.83.5"
     destinations: tuple = ()
 
     def expected(self, job, round_):
+        """The expected set of (job, round) as a bitmap."""
         period = self.jobs.get(job)
-        return period[round_ % len(period)] if period else 0
+        entry = period[round_ % len(period)] if period else 0
+        return entry if isinstance(entry, int) else sum(1 << r for r in entry)
 
+    def bank(self, job):
+        """log2 of the slots in one round bank of ``job``."""
+        return self.bank_bits.get(job, self.slots.bit_length() - 1)
 
-def _bits(*ranks):
-    return sum(1 << r for r in ranks)
+    def slot(self, job, round_, chunk):
+        """The slot a chunk uses (PROTOCOL.md: round-banked)."""
+        b = self.bank(job)
+        return ((round_ % len(self.jobs[job])) << b | chunk % (1 << b)) % self.slots
 
 
 def scenario_for(sim):
-    """The fixed site of the fuzz runs for a build: rank 5; job 0 with a period of three (ranks 0, 5, 63;
-    ranks 1, 5, 9, 40; a round in which the site waits) and job 0xFFFF with a period of two (a one-member
-    group, then ranks 2, 5, 17), so that the job id, rank and round-modulo limits are all in play."""
+    """The fixed site of the fuzz runs for a build: rank 5; job 0 with a period of three (ranks 63, 0, 5;
+    ranks 40, 5, 1, 9; a round in which the site waits) and the default slot rule (chunk mod S); job 0xFFFF
+    with a period of two (a one-member group, then ranks 17, 5, 2) in round banks of S/2 slots. The job id,
+    rank and round-modulo limits are all in play, and the summation orders are not ascending."""
     core = sim.core
-    jobs = {0: [_bits(0, 5, 63), _bits(1, 5, 9, 40), 0], 0xFFFF: [_bits(5), _bits(2, 5, 17)]}
-    return Scenario(rank=5, jobs=jobs,
+    jobs = {0: [[63, 0, 5], [40, 5, 1, 9], 0], 0xFFFF: [[5], [17, 5, 2]]}
+    return Scenario(rank=5, jobs=jobs, bank_bits={0xFFFF: max(0, core.slots.bit_length() - 2)},
                     slots=core.slots, members=core.members, slot_bytes=core.slot_bytes,
                     destinations=(Destination("02:00:00:00:00:0a", "10.1.0.1", 47001),
                                   Destination("01:00:5e:57:53:07", "239.87.83.7")))
@@ -255,9 +265,13 @@ class FrameGen:
         self.sent = collections.deque(maxlen=64)
         # Per job: the next (round, chunk) to start; job 0xFFFF runs near the top of the round range.
         self.cursor = {0: [0, 0], 0xFFFF: [0xFFFFFFFF - 50_000, 0]}
-        self.chunks_per_round = 2 * scenario.slots
 
     # Valid contributions.
+
+    def chunks_per_round(self, job):
+        """Twice the slots of the job's round bank: every slot is used twice per round, so the second
+        chunk in a slot may arrive while the first is still live."""
+        return 2 << self.s.bank(job)
 
     def shape(self, tag):
         """The (dtype, count) every member uses for a chunk (a function of the tag, as in a real job)."""
@@ -292,7 +306,7 @@ class FrameGen:
         cur = self.cursor[job]
         round_, chunk = cur
         cur[1] += 1
-        if cur[1] == self.chunks_per_round:
+        if cur[1] == self.chunks_per_round(job):
             cur[:] = [round_ + 1, 0]
         members = [r for r in range(64) if self.s.expected(job, round_) >> r & 1]
         if self.py.random() < 0.05 and len(members) > 1:
@@ -340,7 +354,7 @@ class FrameGen:
             return self.contrib(job, round_, chunk, src, shape=shape)
         job = self.py.choice([0, 0xFFFF])
         cur = self.cursor[job]
-        return self.contrib(job, cur[0], self.py.randrange(self.chunks_per_round), self.py.randrange(64))
+        return self.contrib(job, cur[0], self.py.randrange(self.chunks_per_round(job)), self.py.randrange(64))
 
     def m_field_limit(self, p):
         f = _fields_of(p)
@@ -357,6 +371,17 @@ class FrameGen:
             return _header(**f) + _elements(self.rng, f["dtype"], f["count"])
         return _header(**f) + p[HEADER_BYTES:]
 
+    def m_count_limit(self, p):
+        """``count`` at its limits with the payload sized to match: 0, one element, a full member buffer,
+        one element more than fits (``too_large``), and far more."""
+        f = _fields_of(p)
+        if f["dtype"] not in _SIZE or self.py.random() < 0.3:
+            f["count"] = 0
+            return _header(**f) + p[HEADER_BYTES:]
+        cap = self.s.slot_bytes // _SIZE[f["dtype"]]
+        f["count"] = self.py.choice([1, cap, cap + 1, cap + 1 + self.py.randrange(64), 4 * cap])
+        return _header(**f) + _elements(self.rng, f["dtype"], f["count"])
+
     def m_lying_count(self, p):
         f = _fields_of(p)
         f["count"] = (f["count"] + self.py.choice([-2, -1, 1, 2, 0x8000])) & 0xFFFF
@@ -369,6 +394,11 @@ class FrameGen:
     def m_payload_extend(self, p):
         return p + bytes(self.rng.integers(0, 256, self.py.choice([1, 2, 4, self.py.randint(1, 64)]),
                                            dtype=np.uint8))
+
+    def m_payload_insert(self, p):
+        """Bytes inserted inside the header or among the elements (the payload grows in the middle)."""
+        k = self.py.randrange(len(p) + 1) if self.py.random() < 0.5 else self.py.randrange(HEADER_BYTES + 1)
+        return p[:k] + bytes(self.rng.integers(0, 256, self.py.choice([1, 2, 4, 16]), dtype=np.uint8)) + p[k:]
 
     def m_payload_flip(self, p):
         b = bytearray(p)
@@ -384,8 +414,8 @@ class FrameGen:
         f["bitmap"] = self.s.expected(f["job"], f["round"]) or f["bitmap"]
         return _header(**f) + p[HEADER_BYTES:]
 
-    PAYLOAD_MUTATIONS = ("field_limit", "lying_count", "payload_truncate", "payload_extend", "payload_flip",
-                         "result")
+    PAYLOAD_MUTATIONS = ("field_limit", "count_limit", "lying_count", "payload_truncate", "payload_extend",
+                         "payload_insert", "payload_flip", "result")
 
     def framed(self, p):
         """Frame a mutated payload (frame entry) so that the mutation is what reaches the header parser."""
@@ -420,6 +450,15 @@ class FrameGen:
         if self.py.random() < 0.5:
             _fix_lengths(f)         # longer payload, lengths agreeing: the header's count does not
         return f                    # else Ethernet padding, which must be ignored
+
+    def m_insert(self, f):
+        """Bytes inserted inside one layer of the frame, the lengths usually fixed up to match."""
+        lo, hi = self.layer(f)
+        k = self.py.randint(lo, hi)
+        f[k:k] = bytes(self.rng.integers(0, 256, self.py.choice([1, 2, 4, 8, 20]), dtype=np.uint8))
+        if self.py.random() < 0.6:
+            _fix_lengths(f)
+        return f
 
     def m_ip_field(self, f):
         field = self.py.choice(["total", "udp_len", "ttl", "proto", "dport", "sport", "tos", "ident",
@@ -482,8 +521,8 @@ class FrameGen:
         cut = self.py.randrange(len(f))
         return f[:cut] + other[self.py.randrange(len(other)):]
 
-    FRAME_MUTATIONS = ("flip", "truncate", "extend", "ip_field", "ip_options", "fragment", "vlan", "udp_csum",
-                       "splice")
+    FRAME_MUTATIONS = ("flip", "truncate", "extend", "insert", "ip_field", "ip_options", "fragment", "vlan",
+                       "udp_csum", "splice")
     _NO_FIX = {"udp_csum"}
 
     def garbage(self):
@@ -562,13 +601,16 @@ class FrameGen:
                     if expected >> src & 1 and not seen >> src & 1]
         return out
 
-    def _newer_round(self, job, floor):
-        """The first round above ``floor`` in which job ``job`` expects someone, or None past 2**32 - 1."""
+    def _fresh(self, job, floor, index):
+        """A (round, chunk) of ``job`` in slot ``index`` with a round above ``floor`` in which the job expects
+        someone, or None when the 32-bit round range is exhausted (P rounds in a row cover every bank)."""
         for round_ in range(floor + 1, floor + 1 + len(self.s.jobs[job])):
             if round_ > 0xFFFFFFFF:
                 return None
             if self.s.expected(job, round_):
-                return round_
+                for chunk in range(self.s.slots):
+                    if self.s.slot(job, round_, chunk) == index:
+                        return round_, chunk
         return None
 
     def heal(self):
@@ -600,14 +642,15 @@ class FrameGen:
                     floor = self.cursor[job][0]
                     if tag is not None and tag[0] == job:
                         floor = max(floor, tag[1])
-                    round_ = self._newer_round(job, floor)
-                    if round_ is None:
+                    found = self._fresh(job, floor, index)
+                    if found is None:
                         continue
+                    round_, chunk = found
                     members = [r for r in range(64) if self.s.expected(job, round_) >> r & 1]
                     self.py.shuffle(members)
-                    out += [self.wrap(self.contrib(job, round_, index, src), src=src) for src in members]
+                    out += [self.wrap(self.contrib(job, round_, chunk, src), src=src) for src in members]
                     fresh += 1
-                    tag, used = (job, round_, index), True
+                    tag, used = (job, round_, chunk), True
                 wedged += not used
                 held[index] = tag
         return out, fresh, wedged
@@ -663,7 +706,8 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
     receiver. Idle cycles between beats (``idle_prob``) vary the timing of arrivals.
     """
     s = scenario_for(sim)
-    classifier = Classifier(jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port)
+    classifier = Classifier(jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port,
+                            bank_bits=s.bank_bits)
     gen = FrameGen(s, entry=sim.entry, seed=seed, classifier=classifier)
     feed = classifier.frame if sim.entry == "frame" else classifier.payload
     inputs, want_codes = [], []
@@ -684,7 +728,7 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
 
     golden = GoldenAggregator(rank=s.rank, jobs=s.jobs, slots=s.slots, members=s.members,
                               slot_bytes=s.slot_bytes, mac=s.mac, ip=s.ip, port=s.port,
-                              destinations=s.destinations)
+                              destinations=s.destinations, bank_bits=s.bank_bits)
     golden_feed = golden.feed_frame if sim.entry == "frame" else golden.feed_payload
     want_out = []
     for data in inputs:
@@ -693,7 +737,7 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
     c = sim.core
     writes = control.config_writes(rank=s.rank, jobs=s.jobs, destinations=s.destinations, mac=s.mac, ip=s.ip,
                                    port=s.port, max_jobs=c.jobs, rounds=c.rounds, members=c.members,
-                                   max_dests=c.dests)
+                                   max_dests=c.dests, slots=c.slots, bank_bits=s.bank_bits)
     beats = packets_to_beats(inputs, sim.width)
     reads = control.counter_reads()
     out, stats = sim.harness.run(beats, idle_prob=idle_prob, seed=seed, ctl_writes=writes, ctl_reads=reads,
@@ -726,6 +770,9 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
     counters = control.decode_counters(stats.ctl_reads)
     want_counters = {"frames_in": len(inputs), "results": classifier.tally["results"],
                      **{name: classifier.tally[name] for name in CODES.values()}}
+    for name in ("results_reemitted", "evictions"):
+        if name in counters:
+            want_counters[name] = classifier.tally[name]
     if counters != want_counters:
         diff = {k: (v, counters.get(k)) for k, v in want_counters.items() if counters.get(k) != v}
         _fail(report, f"seed {seed}: counters (classifier, core) differ: {diff}")
@@ -747,7 +794,8 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
     fresh_done = sum(1 for _, done in want_codes[n_fuzz:] if done)
     live_left = sum(1 for slot in classifier.slots if slot is not None and slot[0] == "live")
     per_result = len(s.destinations) if sim.entry == "frame" else 1
-    if live_left or fresh_done < fresh or len(want_out) != per_result * golden.counters["results"]:
+    sent = golden.counters["results"] + golden.counters.get("results_reemitted", 0)
+    if live_left or fresh_done < fresh or len(want_out) != per_result * sent:
         _fail(report, f"seed {seed}: recovery left {live_left} chunks live and completed {fresh_done} "
                       f"chunks (at least {fresh} fresh ones expected)")
     return report

@@ -8,9 +8,19 @@ the RTL frame for frame; a test checks that its code table names the same counte
 
 API::
 
-    c = Classifier(jobs={7: [0b1011, 0]}, slots=4, slot_bytes=64, port=47000)
+    c = Classifier(jobs={7: [[3, 0, 1], 0]}, slots=4, slot_bytes=64, port=47000, bank_bits={7: 1})
     code, completes = c.frame(frame_bytes)      # or c.payload(udp_payload) for the payload entry point
-    c.tally                                     # {counter name: frames}, "accepted" and "results" too
+    c.reemitted                                 # whether that frame made the core send a RESULT again
+    c.tally                                     # {counter name: frames}, "accepted", "results" and
+                                                # "results_reemitted" too
+
+Two loss-recovery rules refine PROTOCOL.md's slot decision, as the register map (``results_reemitted``,
+``evictions``) and the golden model's docstring define them:
+
+* the shadow: a slot remembers the tag of the last chunk it completed until its next completion; a CONTRIB
+  for that tag is a ``duplicate`` whatever the slot holds now, and the stored RESULT is sent again;
+* eviction: a CONTRIB older than a live slot's chunk but not older than the slot's shadow (or with no
+  shadow) takes the slot back: the live chunk's buffers are discarded and the CONTRIB claims the slot.
 """
 
 import struct
@@ -105,27 +115,45 @@ def payload_code(payload, *, slot_bytes):
     return 0, {"job": job, "round": round_, "chunk": chunk, "src": src, "dtype": dtype, "count": count}
 
 
+def _bitmap(entry):
+    """An expected entry, a bitmap or a sequence of ranks in summation order, as a bitmap (the order only
+    matters to the sum, not to which packets are dropped)."""
+    return int(entry) if isinstance(entry, int) else sum(1 << int(r) for r in entry)
+
+
 class Classifier:
     """One aggregator's view: the expected sets and the slot states (codes 21-25) on top of the stateless
-    checks. ``jobs`` maps a job id to the expected bitmaps of one schedule period (round ``r`` uses entry
-    ``r mod P``; 0 means this site waits)."""
+    checks. ``jobs`` maps a job id to the expected entries of one schedule period (round ``r`` uses entry
+    ``r mod P``; a bitmap or a sequence of ranks; 0 means this site waits); ``bank_bits`` maps a job id to
+    its bank bits ``b`` (default log2 S): the slot of a chunk is ``((round mod P) << b | chunk mod 2^b) mod
+    S``."""
 
-    def __init__(self, *, jobs, slots, slot_bytes, port=47000):
-        self.jobs = {int(j): [int(b) for b in period] for j, period in jobs.items()}
+    def __init__(self, *, jobs, slots, slot_bytes, port=47000, bank_bits=None):
+        if slots < 1 or slots & (slots - 1):
+            raise ValueError(f"The slot count must be a power of two, not {slots}.")
+        self.jobs = {int(j): [_bitmap(e) for e in period] for j, period in jobs.items()}
+        full = slots.bit_length() - 1
+        self.bank_bits = {j: full for j in self.jobs}
+        self.bank_bits.update({int(j): int(b) for j, b in (bank_bits or {}).items()})
         self.slot_bytes = slot_bytes
         self.port = port
-        # Per slot: None (empty) or [state "live"/"done", (job, round, chunk), bitmap, dtype, count].
+        # Per slot: None (empty) or [state "live"/"done", (job, round, chunk), bitmap, dtype, count], and
+        # the shadow: the tag of the last chunk the slot completed.
         self.slots = [None] * slots
+        self.shadow = [None] * slots
+        self.reemitted = False
         self.tally = dict.fromkeys(CODES.values(), 0)
-        self.tally.update(accepted=0, results=0)
+        self.tally.update(accepted=0, results=0, results_reemitted=0, evictions=0)
 
     def frame(self, frame):
         """Classify one Ethernet frame (and apply it to the slots): ``(code, completes)``."""
+        self.reemitted = False
         code, payload = frame_code(frame, port=self.port)
         return self._count(code, False) if code else self.payload(payload)
 
     def payload(self, payload):
         """Classify one bare UDP payload (and apply it to the slots): ``(code, completes)``."""
+        self.reemitted = False
         code, h = payload_code(payload, slot_bytes=self.slot_bytes)
         if code:
             return self._count(code, False)
@@ -134,21 +162,30 @@ class Classifier:
         if not expected >> h["src"] & 1:
             return self._count(21, False)
         tag = (h["job"], h["round"], h["chunk"])
-        index = h["chunk"] % len(self.slots)
+        b = self.bank_bits[h["job"]]
+        index = ((h["round"] % len(period)) << b | h["chunk"] % (1 << b)) % len(self.slots)
         slot = self.slots[index]
         bit = 1 << h["src"]
+        if tag == self.shadow[index]:
+            self.reemitted = True
+            self.tally["results_reemitted"] += 1
+            return self._count(24, False)
         if slot is not None:
             state, held, seen, dtype, count = slot
             older = tag[0] == held[0] and tag[1:] < held[1:]
             if state == "live":
                 if held != tag:
-                    return self._count(22 if older else 23, False)
-                if seen & bit:
+                    if not older:
+                        return self._count(23, False)
+                    last = self.shadow[index]
+                    if last is not None and tag[0] == last[0] and tag[1:] < last[1:]:
+                        return self._count(22, False)
+                    self.tally["evictions"] += 1
+                    slot = self.slots[index] = None
+                elif seen & bit:
                     return self._count(24, False)
-                if (dtype, count) != (h["dtype"], h["count"]):
+                elif (dtype, count) != (h["dtype"], h["count"]):
                     return self._count(25, False)
-            elif held == tag:
-                return self._count(24, False)
             elif older:
                 return self._count(22, False)
         if slot is None or slot[0] == "done":
@@ -157,6 +194,7 @@ class Classifier:
         completes = slot[2] == expected
         if completes:
             slot[0] = "done"
+            self.shadow[index] = tag
         return self._count(0, completes)
 
     def _count(self, code, completes):

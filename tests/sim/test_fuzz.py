@@ -61,7 +61,7 @@ def test_stateless_codes_from_the_page():
     nocsum[-1] ^= 1
     assert frame_code(nocsum, port=47000)[0] == 0                     # checksum 0: not computed
     assert payload_code(_payload()[:31], slot_bytes=64)[0] == 9
-    cases = {10: dict(magic=0x5753), 11: dict(version=2), 12: dict(kind=2), 13: dict(dtype=3),
+    cases = {10: dict(magic=0x5753), 11: dict(version=1), 12: dict(kind=2), 13: dict(dtype=3),
              14: dict(flags=2), 15: dict(reserved=1), 16: dict(count=0), 17: dict(count=3),
              18: dict(kind=1), 19: dict(src=64, bitmap=0), 20: dict(count=2)}
     for code, over in cases.items():
@@ -78,14 +78,37 @@ def test_slot_decisions_from_the_page():
     assert c.payload(_payload(src=0, bitmap=1, round=2)) == (0, False)  # claims slot 1 (chunk 1)
     assert c.payload(_payload(src=0, bitmap=1, round=2)) == (24, False)
     assert c.payload(_payload(src=1, bitmap=2, round=2, count=1)[:-4]) == (25, False)
-    assert c.payload(_payload(src=1, bitmap=2, round=0)) == (22, False)
     assert c.payload(_payload(src=1, bitmap=2, round=4)) == (23, False)
     assert c.payload(_payload(src=1, bitmap=2, round=2)) == (0, False)
     assert c.payload(_payload(src=2, bitmap=4, round=2)) == (0, True)   # completes
-    assert c.payload(_payload(src=2, bitmap=4, round=2)) == (24, False)  # also after completion
+    assert c.payload(_payload(src=2, bitmap=4, round=2)) == (24, False)  # also after completion,
+    assert c.reemitted                                                   # and the RESULT goes again
     assert c.payload(_payload(src=0, bitmap=1, round=0)) == (22, False)
     assert c.payload(_payload(src=0, bitmap=1, round=4)) == (0, False)  # reclaims the done slot
-    assert c.tally["results"] == 1 and c.tally["accepted"] == 4
+    assert not c.reemitted
+    # The slot's shadow still names (7, 2, 1): a late copy is a duplicate, and its RESULT is sent again.
+    assert c.payload(_payload(src=1, bitmap=2, round=2)) == (24, False) and c.reemitted
+    assert c.payload(_payload(src=1, bitmap=2, round=0)) == (22, False)  # older than the shadow
+    # Older than the live (7, 4, 1) but newer than the shadow: takes the slot back.
+    assert c.payload(_payload(src=1, bitmap=2, round=2, chunk=3)) == (0, False)
+    assert c.payload(_payload(src=0, bitmap=1, round=4)) == (23, False)
+    assert c.tally["results"] == 1 and c.tally["accepted"] == 5
+    assert c.tally["results_reemitted"] == 2 and c.tally["evictions"] == 1
+
+
+def test_round_banks_from_the_page():
+    # Period 2, banks of 2 slots in 4: round r's chunk c uses slot (r mod 2) * 2 + c mod 2.
+    c = Classifier(jobs={7: [[2, 0], [0]]}, slots=4, slot_bytes=64, bank_bits={7: 1})
+    assert c.payload(_payload(src=0, bitmap=1, round=0, chunk=0)) == (0, False)    # slot 0
+    assert c.payload(_payload(src=0, bitmap=1, round=1, chunk=0)) == (0, True)     # slot 2, one member
+    assert c.payload(_payload(src=0, bitmap=1, round=2, chunk=2)) == (23, False)   # slot 0 again: live
+    assert c.payload(_payload(src=0, bitmap=1, round=3, chunk=4)) == (0, True)     # slot 2: done, newer
+    assert c.payload(_payload(src=0, bitmap=1, round=1, chunk=2)) == (22, False)   # slot 2: older
+    assert c.payload(_payload(src=2, bitmap=4, round=0, chunk=0)) == (0, True)
+    # Without banks the same job uses chunk mod 4 whatever the round.
+    d = Classifier(jobs={7: [[2, 0], [0]]}, slots=4, slot_bytes=64)
+    assert d.payload(_payload(src=0, bitmap=1, round=0, chunk=0)) == (0, False)
+    assert d.payload(_payload(src=0, bitmap=1, round=1, chunk=0)) == (23, False)
 
 
 class _Build:
@@ -100,10 +123,10 @@ class _Build:
 def test_classifier_agrees_with_golden(entry):
     sim = _Build(64, entry)
     s = fuzz.scenario_for(sim)
-    cl = Classifier(jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port)
+    cl = Classifier(jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port, bank_bits=s.bank_bits)
     gen = fuzz.FrameGen(s, entry=entry, seed=11, classifier=cl)
     golden = GoldenAggregator(rank=s.rank, jobs=s.jobs, slots=s.slots, members=s.members,
-                              slot_bytes=s.slot_bytes, port=s.port)
+                              slot_bytes=s.slot_bytes, port=s.port, bank_bits=s.bank_bits)
     feed = cl.frame if entry == "frame" else cl.payload
     golden_feed = golden.feed_frame if entry == "frame" else golden.feed_payload
     for _ in range(3000):
@@ -112,9 +135,11 @@ def test_classifier_agrees_with_golden(entry):
         golden_feed(data)
         code, done = feed(data)
         bumped = [k for k, v in golden.counters.items()
-                  if v != before[k] and k not in ("frames_in", "results")]
+                  if v != before[k] and k not in ("frames_in", "results", "results_reemitted", "evictions")]
         assert bumped == ([] if code == 0 else [CODES[code]]), data.hex()
         assert golden.counters["results"] - before["results"] == done
+        assert golden.counters["results_reemitted"] - before["results_reemitted"] == cl.reemitted
+    assert golden.counters["evictions"] == cl.tally["evictions"]
     # The stream reaches every code the entry point can see.
     reachable = set(CODES.values()) - ({CODES[c] for c in range(1, 9)} if entry == "payload" else set())
     assert {k for k in reachable if cl.tally[k]} == reachable
