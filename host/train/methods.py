@@ -1,0 +1,209 @@
+"""The methods compared, their sync rounds and WAN costs, and the simulated clock of each site.
+
+The stated setting (:class:`Setting`) is what the clock charges: the compute time of one training step
+and the bytes of one sync of a model of ``params`` parameters. The small model trains for real; its
+accuracy after each step is placed on the clock of the stated setting.
+
+Clock of one step at site ``i`` (every site starts step ``t`` at its own time ``c_i``)::
+
+    compute ends     e_i = c_i + step_s
+    sync may start   s_i = c_i                      gossip (mixing overlaps the whole step, D-PSGD)
+                           c_i + (1 - bwd) step_s   all-reduce (buckets leave during the backward pass)
+                           e_i                      DiLoCo outer step (no overlap)
+
+then for each round of the sync and each group ``g`` of it, in order, the group starts when its last
+member is ready and lasts the cost model's time of that group in that round, ``T_g`` (latency plus
+sync bytes over the group's rate); the last gradient bucket of an overlapped sync cannot leave before
+``e_i`` and takes ``T_g`` at one bucket's bytes. The site's next step starts at the latest of its compute
+end, its bulk sync end and its last bucket's end. A site in no group of a round does not wait for it.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..baselines import colocated, ring, unicast
+from ..costmodel import CostModel, CostParams
+from ..schedule import optimize
+
+__all__ = ["Setting", "Method", "METHODS", "SyncCost", "build_costs", "simulate_clock", "lean_available"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The stated compute-to-communication setting (defaults: a 1B-parameter model per 8-GPU node).
+
+    Step time = 6 * params * tokens / (gpus * peak * mfu): 6 FLOPs per parameter and token for forward and
+    backward (Kaplan et al. 2020, arXiv:2001.08361); 989 TFLOP/s dense BF16 per H100 SXM (NVIDIA's
+    datasheet); 40 % model-FLOPs utilisation (PaLM reached 46 %, arXiv:2204.02311). The backward pass is
+    two thirds of it.
+    """
+
+    params: float = 1e9
+    tokens_per_step: int = 256 * 2048
+    gpus: int = 8
+    peak_flops: float = 989e12
+    mfu: float = 0.40
+    bwd_share: float = 2 / 3
+    wire_bytes: int = 4  # per element: fp32
+    bucket_bytes: int = 25 << 20  # DDP's default bucket
+    small_memory: int = 1 << 20
+    ample_memory: int = 64 << 30
+    colocated_us: float = 5.0
+    colocated_gbps: float = 400.0
+
+    @property
+    def step_s(self):
+        return 6 * self.params * self.tokens_per_step / (self.gpus * self.peak_flops * self.mfu)
+
+    @property
+    def sync_bytes(self):
+        return int(self.params * self.wire_bytes)
+
+    def describe(self):
+        return (f"{self.params / 1e9:g}B parameters, {self.tokens_per_step:,} tokens per step on "
+                f"{self.gpus} GPUs at {self.peak_flops / 1e12:g} TFLOP/s and {self.mfu:.0%} MFU: "
+                f"{self.step_s:.3f} s per step; sync {self.sync_bytes / 1e9:g} GB "
+                f"({self.wire_bytes}-byte elements)")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One line of the comparison.
+
+    ``transport`` names the cost: a baseline (``colocated``, ``ring``, ``unicast``) or a wanreduce
+    schedule (``wanreduce``, at ``memory`` "small" or "ample"; ``lean`` for the root mode).
+    ``per_sync`` is "period" (a whole schedule period per sync: exact average) or "round" (one round).
+    """
+
+    name: str
+    algorithm: str  # "allreduce", "diloco", "gossip"
+    transport: str
+    memory: str = ""
+    h: int = 1
+    per_sync: str = "period"
+    note: str = ""
+
+    @property
+    def wanreduce(self):
+        return self.transport in ("wanreduce", "lean")
+
+
+def _methods(h):
+    return (
+        Method("colocated", "allreduce", "colocated", note="same GPUs in one building (lower bound)"),
+        Method("ring", "allreduce", "ring", note="ring all-reduce over the WAN, every step"),
+        Method("unicast", "allreduce", "unicast", note="all-to-all unicast, no in-network aggregation"),
+        Method(f"diloco-ring-h{h}", "diloco", "ring", h=h,
+               note=f"DiLoCo over a WAN ring, outer step every {h} (software state of the art)"),
+        Method("wanreduce-small", "allreduce", "wanreduce", "small", note="every step, full period"),
+        Method("wanreduce-ample", "allreduce", "wanreduce", "ample", note="every step, full period"),
+        Method("wanreduce-gossip-small", "gossip", "wanreduce", "small", per_sync="round",
+               note="one schedule round per step, overlapped (D-PSGD)"),
+        Method("wanreduce-gossip-ample", "gossip", "wanreduce", "ample", per_sync="round",
+               note="one schedule round per step, overlapped (D-PSGD)"),
+        Method(f"wanreduce-diloco-small-h{h}", "diloco", "wanreduce", "small", h=h,
+               note=f"DiLoCo outer step every {h}, full period"),
+        Method(f"wanreduce-diloco-ample-h{h}", "diloco", "wanreduce", "ample", h=h,
+               note=f"DiLoCo outer step every {h}, full period"),
+        Method("wanreduce-lean", "allreduce", "lean", "small", note="lean (root) mode, issue #10"),
+    )
+
+
+METHODS = _methods
+
+
+def lean_available():
+    """(available, reason): the lean (root) mode's cost model, issue #10, is not in the host model yet."""
+    return False, "the lean (root) mode's cost model (issue #10) is not in wanreduce.host yet"
+
+
+@dataclass
+class SyncCost:
+    """For each sync index (modulo the list): its rounds of groups, each group's bulk and last-bucket time."""
+
+    rounds: list  # per sync: list of rounds; round = list of groups (lists of ranks)
+    times: list  # per sync: list of rounds; round = list of (bulk_s, bucket_s) per group
+    detail: str = ""
+    plan: dict = field(default_factory=dict)
+
+
+def _plan_rounds(topo, setting, memory, time_limit_s, seed):
+    big = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=setting.sync_bytes))
+    small = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=setting.bucket_bytes))
+    best, _ = optimize(big, time_limit_s=time_limit_s, seed=seed)
+    rounds = [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in best.rounds]
+    times = []
+    for rnd in rounds:
+        bulk = big.round(rnd).groups
+        tail = small.round(rnd).groups
+        times.append([(b.time_s, t.time_s) for b, t in zip(bulk, tail, strict=True)])
+    info = {"construction": best.name, "period_s": best.period_s, "score_s": best.score_s,
+            "rounds": rounds, "round_s": best.round_s, "bounds": [rc.bound for rc in best.round_costs]}
+    return rounds, times, info
+
+
+def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
+    """{method name: SyncCost or None (not available)}, and {method name: reason} for those missing."""
+    n = topo.n
+    everyone = [list(range(n))]
+    costs, missing, plans = {}, {}, {}
+    for m in methods:
+        if m.transport == "lean":
+            ok, why = lean_available()
+            if not ok:
+                costs[m.name], missing[m.name] = None, why
+                continue
+        if m.transport in ("colocated", "ring", "unicast"):
+            fn = {"colocated": lambda mod: colocated(mod, colocated_us=setting.colocated_us,
+                                                     colocated_gbps=setting.colocated_gbps),
+                  "ring": ring, "unicast": unicast}[m.transport]
+            big = fn(CostModel(topo, CostParams(tensor_bytes=setting.sync_bytes)))
+            tail = fn(CostModel(topo, CostParams(tensor_bytes=setting.bucket_bytes)))
+            costs[m.name] = SyncCost([[everyone]], [[[(big.time_s, tail.time_s)]]], big.detail)
+            continue
+        memory = setting.small_memory if m.memory == "small" else setting.ample_memory
+        if memory not in plans:
+            plans[memory] = _plan_rounds(topo, setting, memory, time_limit_s, seed)
+        rounds, times, info = plans[memory]
+        if m.per_sync == "period":
+            costs[m.name] = SyncCost([rounds], [times], info["construction"], info)
+        else:
+            costs[m.name] = SyncCost([[r] for r in rounds], [[t] for t in times], info["construction"], info)
+    return costs, missing
+
+
+def simulate_clock(method, cost, setting, steps, n):
+    """Simulated time (max over the sites) at the end of each step 0..steps; array of steps + 1."""
+    step_s = setting.step_s
+    clock = np.zeros(n)
+    out = np.zeros(steps + 1)
+    k = 0
+    for step in range(1, steps + 1):
+        start = clock.copy()
+        end = start + step_s
+        sync_now = method.algorithm != "diloco" or step % method.h == 0
+        if not sync_now:
+            clock = end
+        else:
+            if method.algorithm == "gossip":
+                ready, tail = start.copy(), start.copy()
+            elif method.algorithm == "allreduce":
+                ready, tail = start + (1 - setting.bwd_share) * step_s, end.copy()
+            else:
+                ready, tail = end.copy(), end.copy()
+            rounds = cost.rounds[k % len(cost.rounds)]
+            times = cost.times[k % len(cost.times)]
+            k += 1
+            for groups, gtimes in zip(rounds, times, strict=True):
+                for g, (bulk, bucket) in zip(groups, gtimes, strict=True):
+                    if len(g) < 2:
+                        continue
+                    ready[g] = ready[g].max() + bulk
+                    tail[g] = tail[g].max() + bucket
+            clock = np.maximum(end, np.maximum(ready, tail))
+        out[step] = clock.max()
+    if not np.all(np.isfinite(out)):
+        out[~np.isfinite(out)] = math.inf
+    return out

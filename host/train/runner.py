@@ -1,0 +1,50 @@
+"""Launch one process per site, train every trajectory, collect what rank 0 gathered."""
+
+import multiprocessing
+import os
+import queue as queue_module
+import tempfile
+import time
+
+from ..errors import WanreduceError
+
+__all__ = ["run_sites"]
+
+
+def run_sites(n, cfg, trajectories, *, timeout_s=1800):
+    """Train ``trajectories`` on ``n`` site processes (gloo on loopback); rank 0's results by key."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise WanreduceError("training needs PyTorch: pip install -e '.[train]' (or make train)") from exc
+    from .worker import worker_main
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="wanreduce-train-") as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        procs = [ctx.Process(target=worker_main, args=(r, n, init_file, cfg, trajectories, queue),
+                             daemon=True) for r in range(n)]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                try:
+                    results = queue.get(timeout=1.0)
+                    break
+                except queue_module.Empty:
+                    failed = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0)}
+                    if failed:
+                        raise WanreduceError(f"site process(es) failed with exit codes {failed}; their "
+                                             "error is printed above") from None
+                    if time.monotonic() > deadline:
+                        raise WanreduceError(f"the site processes did not finish in {timeout_s:g} s") \
+                            from None
+        finally:
+            for p in procs:
+                p.join(timeout=30)
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+    return results
