@@ -3,7 +3,8 @@
 :func:`timeline` runs the discrete-event WAN of :mod:`wanreduce.host.wan` with timing-only aggregators
 (a RESULT leaves when its last contribution arrives), which is what the emitter stamps its pcap with and
 what the cost model's closed form is checked against. :func:`aggregator_slots` says how many slots the
-gateware has for a given memory, and :func:`bank_slots_for` how many chunks of one round may be in flight.
+gateware has for a given memory (member buffers and the shadow RESULT), and :func:`bank_slots_for` how many
+chunks of one round may be in flight.
 """
 
 import dataclasses
@@ -34,8 +35,9 @@ def member_buffer_bytes(chunk_bytes, width=DEFAULT_WIDTH):
 
 def aggregator_slots(memory_bytes, *, chunk_bytes, members, width=DEFAULT_WIDTH):
     """Slots S (a power of two, as the gateware builds them) that ``memory_bytes`` holds with ``members``
-    member buffers each; 0 when not even one fits."""
-    per_slot = members * member_buffer_bytes(chunk_bytes, width)
+    member buffers each plus one buffer for the slot's shadow RESULT (the last RESULT it completed, sent again
+    when a CONTRIB for that chunk comes back, docs/PROTOCOL.md); 0 when not even one fits."""
+    per_slot = (members + 1) * member_buffer_bytes(chunk_bytes, width)
     fit = int(memory_bytes) // per_slot
     return 1 << (fit.bit_length() - 1) if fit else 0
 

@@ -19,20 +19,22 @@ def model(text=TRIANGLE, **kw):
 
 
 def test_memory_bound_group_by_hand():
-    # The core holds member buffers of 17 beats of 64 bytes (32 + 1024 bytes rounded up to whole beats):
-    # 3 members need 3264 bytes a slot, so 1 MiB holds 321 slots, built as 256 (a power of two). One round
-    # alone is one bank: 256 chunks in flight. A tensor of 1024 chunks takes 4 windows; each window after
-    # the first waits one loop, the worst round trip halved: (30 + 30) / 2 = 30 ms (B-C).
+    # The core holds member buffers of 17 beats of 64 bytes (32 + 1024 bytes rounded up to whole beats),
+    # and one more per slot for its shadow RESULT: 3 members need 4 x 1088 = 4352 bytes a slot, so 1 MiB
+    # holds 1048576 / 4352 = 240 slots, built as 128 (a power of two). One round alone is one bank: 128
+    # chunks in flight. A tensor of 1024 chunks takes 8 windows; each window after the first waits one
+    # loop, the worst round trip halved: (30 + 30) / 2 = 30 ms (B-C).
     m = model(memory_bytes=1 << 20, tensor_bytes=1 << 20, **FAST)
-    assert m.bank_slots(1, 3) == 256 and m.bank_slots(2, 3) == 128
+    assert m.bank_slots(1, 3) == 128 and m.bank_slots(2, 3) == 64
     g = m.group([0, 1, 2])
     assert g.bound == "memory"
     assert g.latency_s == pytest.approx(0.030, rel=1e-4)
-    assert g.time_s == pytest.approx(0.030 + 3 * 0.030, rel=1e-4)
-    # A pair: 2 buffers a slot, 481 -> 256 slots, 4 windows of a 10 ms loop.
+    assert g.time_s == pytest.approx(0.030 + 7 * 0.030, rel=1e-4)
+    # A pair: 2 + 1 buffers a slot, 3264 bytes, 321 -> 256 slots, 4 windows of a 10 ms loop.
+    assert m.bank_slots(1, 2) == 256
     assert m.group([0, 1]).time_s == pytest.approx(0.010 + 3 * 0.010, rel=1e-4)
-    # Two rounds share the memory: 128 slots a bank, 8 windows.
-    assert m.group([0, 1, 2], bank_slots=m.bank_slots(2, 3)).time_s == pytest.approx(0.030 + 7 * 0.030,
+    # Two rounds share the memory: 64 slots a bank, 16 windows.
+    assert m.group([0, 1, 2], bank_slots=m.bank_slots(2, 3)).time_s == pytest.approx(0.030 + 15 * 0.030,
                                                                                        rel=1e-4)
 
 
@@ -64,8 +66,9 @@ def test_fpga_ingress_and_datapath_bounds():
 def test_latency_bound_and_infeasible_memory():
     m = model(memory_bytes=1 << 30, tensor_bytes=1, **FAST)
     assert m.group([0, 1, 2]).bound == "latency"
-    # 3 members need 3 member buffers of 1088 bytes; two buffers' worth cannot hold them
-    m = model(memory_bytes=2 * 1088, chunk_bytes=1024, **FAST)
+    # 3 members need 3 member buffers of 1088 bytes and the shadow's; three buffers' worth cannot hold them,
+    # but holds a pair's 2 + 1
+    m = model(memory_bytes=3 * 1088, chunk_bytes=1024, **FAST)
     assert math.isinf(m.group([0, 1, 2]).time_s) and m.group([0, 1, 2]).bound == "memory"
     assert math.isfinite(m.group([0, 1]).time_s)
 
