@@ -10,6 +10,7 @@ import pytest
 from wanreduce.host import lean, wan_lean
 from wanreduce.host.baselines import all_baselines
 from wanreduce.host.costmodel import CostModel, CostParams
+from wanreduce.host.pacing import aggregator_slots
 from wanreduce.host.reference import run_reference
 from wanreduce.host.topology import from_rtt_matrix, load_topology
 from wanreduce.spec.errors import WanreduceError
@@ -74,13 +75,19 @@ def test_stripes_by_hand():
 
 
 def test_memory_bounds_the_rate():
-    # 64 KiB: 16 slots of 3 x 1088 B; a slot lives 2J + 3 frames, so a root moves 16 KiB per lifetime.
+    # 64 KiB holds S slots of 3 member buffers (the gateware's rule, a power of two); a slot lives
+    # 2J + one frame (one stripe), so a root moves S chunks per lifetime.
     model = _three(1 << 20, memory=64 << 10)
+    slots = aggregator_slots(64 << 10, chunk_bytes=1024, members=3)
+    assert 4 <= slots <= 16
     plan = lean.lean_plan(model, [[[0, 1, 2]]], jitter_s=0.5e-3, max_roots=1)
     (st,) = plan.round_costs[0].groups[0].stripes
     assert st.bound == "memory"
-    assert st.rate_Bps == pytest.approx(16 * 1024 / (1e-3 + FRAME_S), rel=1e-12)
+    assert st.rate_Bps == pytest.approx(slots * 1024 / (1e-3 + FRAME_S), rel=1e-12)
     assert plan.round_costs[0].bound == "memory"
+    # no memory for one slot: the plan does not run
+    tiny = lean.lean_plan(_three(1 << 20, memory=2048), [[[0, 1, 2]]])
+    assert math.isinf(tiny.period_s) and tiny.round_costs[0].bound == "memory"
 
 
 def test_more_roots_never_slower_and_root_beats_gather_on_chip():
