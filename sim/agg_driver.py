@@ -9,7 +9,7 @@ API::
 
     from wanreduce.sim.agg_driver import CoreSim, packets_to_beats, beats_to_packets
     sim = CoreSim(width=64, slots=4, members=4, slot_bytes=64, dests=2, entry="frame")   # builds (cached)
-    res = sim.run(frames, rank=0, jobs={0: [0b111]}, destinations=[...], mac=..., ip=..., port=47000,
+    res = sim.run(frames, rank=0, jobs={0: [0b111]}, destinations=[...], mac=..., ip=..., port=UDP_PORT,
                   idle_prob=0.0, backpressure_prob=0.0, seed=0)
     res.packets (list of bytes), res.counters (dict like GoldenAggregator.counters), res.perf, res.stats
 """
@@ -100,14 +100,14 @@ class CoreSim:
         self.width = params["width"]
         self.harness = Harness(self.core, top=TOP)
 
-    def config_writes(self, *, rank, jobs, destinations=(), mac="02:57:52:00:00:00", ip="10.87.82.0",
+    def config_writes(self, *, rank, jobs, destinations=(), mac=None, ip=None,
                       port=UDP_PORT):
         c = self.core
         return control.config_writes(rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip,
                                      port=port, max_jobs=c.jobs, rounds=c.rounds, members=c.members,
                                      max_dests=c.dests)
 
-    def run(self, packets, *, rank, jobs, destinations=(), mac="02:57:52:00:00:00", ip="10.87.82.0",
+    def run(self, packets, *, rank, jobs, destinations=(), mac=None, ip=None,
             port=UDP_PORT, idle_prob=0.0, backpressure_prob=0.0, seed=0, drain_cycles=4096, max_cycles=None):
         writes = self.config_writes(rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip,
                                     port=port)

@@ -5,6 +5,7 @@ from ..host.frames import build_frames
 from ..host.packet import MAX_COUNT, pack_tensor
 from ..host.pcap import write_pcap
 from ..host.protocol import MAX_RANKS, UDP_PORT, DType
+from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option, int_in, load_npy
 
@@ -34,13 +35,16 @@ def register(sub):
                    help="elements per packet (default: 256, i.e. 1 KiB of fp32)")
     p.add_argument("--first-chunk", type=int_in(0, 0xFFFFFFFF, "--first-chunk"), default=0,
                    help="index of the first chunk (default: 0)")
-    p.add_argument("--src-mac", default=None, help="source MAC (default: 02:57:52:00:00:<rank>)")
+    p.add_argument("--period", type=int_in(1, addressing.MAX_PERIOD, "--period"), default=1,
+                   help="rounds in the schedule's period; picks the round's multicast group (default: 1)")
+    p.add_argument("--src-mac", default=None, help="source MAC (default: the rank's host MAC, PROTOCOL.md)")
     p.add_argument("--dst-mac", default=None,
-                   help="destination MAC (default: 01:00:5e:57:52:<group>; needs --group 0..255)")
-    p.add_argument("--src-ip", default=None, help="source IPv4 (default: 10.87.82.<rank>)")
+                   help="destination MAC (default: the multicast MAC of the destination address)")
+    p.add_argument("--src-ip", default=None, help="source IPv4 (default: the rank's host address)")
     p.add_argument("--dst-ip", default=None,
-                   help="destination IPv4 (default: multicast 239.87.82.<group>; needs --group 0..255, since "
-                   "the group id is the address's last octet; give --dst-ip and --dst-mac for larger ids)")
+                   help="destination IPv4 (default: the CONTRIB multicast group of (job, round mod period, "
+                   "group) in PROTOCOL.md's addressing plan; needs --group 0..255, the address's last "
+                   "octet; give --dst-ip and --dst-mac for larger ids)")
     p.add_argument("--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT,
                    help=f"UDP source and destination port (default: {UDP_PORT})")
     p.add_argument("--no-udp-checksum", action="store_true",
@@ -54,22 +58,23 @@ def run(args):
         # The default multicast address carries the group id in one octet; wrapping it would send two
         # groups to the same address.
         raise WanreduceError(f"--group {args.group} does not fit the default multicast address "
-                             "(239.87.82.<group>, group 0..255); give --dst-ip and --dst-mac")
+                             "(group 0..255); give --dst-ip and --dst-mac")
     outs = Outputs(force=args.force, inputs=[args.tensor])
     out = outs.add(args.output, "--output")
     tensor = load_npy(args.tensor, void16_as_bf16=True)
     dtype = DType.from_label(args.dtype)
     payloads = pack_tensor(tensor, dtype=dtype, rank=args.rank, job=args.job, round=args.round,
                            group=args.group, chunk_elems=args.chunk_elems, first_chunk=args.first_chunk)
-    g = args.group
-    addressing = dict(
-        src_mac=args.src_mac or f"02:57:52:00:00:{args.rank:02x}",
-        dst_mac=args.dst_mac or f"01:00:5e:57:52:{g:02x}",
-        src_ip=args.src_ip or f"10.87.82.{args.rank}",
-        dst_ip=args.dst_ip or f"239.87.82.{g}",
+    dst_ip = args.dst_ip or addressing.contrib_group_ip(job=args.job, round=args.round, group=args.group,
+                                                        period=args.period)
+    where = dict(
+        src_mac=args.src_mac or addressing.host_mac(args.rank),
+        dst_mac=args.dst_mac or addressing.multicast_mac(dst_ip),
+        src_ip=args.src_ip or addressing.host_ip(args.rank),
+        dst_ip=dst_ip,
         sport=args.port, dport=args.port, udp_checksum=not args.no_udp_checksum,
     )
-    blocks = [build_frames(b, **addressing) for b in payloads.blocks]
+    blocks = [build_frames(b, **where) for b in payloads.blocks]
     frames = (row for block in blocks for row in block)
     with outs.commit():
         write_pcap(outs.temp(out), frames)

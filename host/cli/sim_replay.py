@@ -24,6 +24,7 @@ from ..host.protocol import MAGIC, MAX_RANKS, UDP_PORT, Drop, Kind
 from ..host.validate import check_payload
 from ..sim.agg_driver import CoreSim
 from ..sim.runner import build_progress
+from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
 from ._common import Outputs, add_force_option, add_json_option, int_in, print_json, progress
@@ -33,7 +34,7 @@ __all__ = ["register", "run", "jobs_in_frames", "parse_dest", "core_geometry", "
 
 MAX_JOBS = 64
 MAX_SLOTS = 1 << 16
-MAX_CHUNK_BYTES = 65504
+MAX_SLOT_BYTES = 65504
 #: Frames above which the co-simulation announces itself on stderr (about 10 s of harness time).
 LONG_REPLAY_FRAMES = 20_000
 
@@ -83,7 +84,7 @@ def register(sub):
     p.add_argument("--slots", type=int_in(1, MAX_SLOTS, "--slots"), default=None,
                    help="reorder-buffer slots S, a power of two (default: the largest that fits the "
                    "schedule file's params.memory_bytes, S x G x C <= memory)")
-    p.add_argument("--chunk-bytes", type=int_in(4, MAX_CHUNK_BYTES, "--chunk-bytes"), default=None,
+    p.add_argument("--chunk-bytes", type=int_in(4, MAX_SLOT_BYTES, "--chunk-bytes"), default=None,
                    help="bytes of one member buffer C, a multiple of 4 (default: the schedule file's "
                    "params.chunk_bytes)")
     p.add_argument("--width", type=int, choices=(64, 128, 256, 512), default=64,
@@ -92,8 +93,10 @@ def register(sub):
                    help="member buffers per slot G (default: the schedule's largest group)")
     p.add_argument("--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT,
                    help=f"UDP port the core listens on and sends from (default: {UDP_PORT})")
-    p.add_argument("--mac", default=None, help="the aggregator's MAC (default: 02:57:52:01:00:<rank>)")
-    p.add_argument("--ip", default=None, help="the aggregator's IPv4 address (default: 10.87.83.<rank>)")
+    p.add_argument("--mac", default=None,
+                   help="the aggregator's MAC (default: the rank's aggregator MAC, PROTOCOL.md)")
+    p.add_argument("--ip", default=None,
+                   help="the aggregator's IPv4 address (default: the rank's aggregator address)")
     p.add_argument("--dest", action="append", metavar="MAC,IP[,PORT]", default=None,
                    help="a RESULT destination; repeat for several (default: one, the site's host multicast "
                    "group 01:00:5e:57:53:<rank>,239.87.83.<rank>,47000)")
@@ -114,9 +117,9 @@ def core_geometry(schedule, *, slots, chunk_bytes, members, source="the schedule
         if chunk_bytes is None:
             raise WanreduceError(f"give --chunk-bytes: {source} has no params.chunk_bytes")
         if (not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool)
-                or not 4 <= chunk_bytes <= MAX_CHUNK_BYTES or chunk_bytes % 4):
+                or not 4 <= chunk_bytes <= MAX_SLOT_BYTES or chunk_bytes % 4):
             raise WanreduceError(f"{source}: params.chunk_bytes {chunk_bytes!r} is not a multiple of 4 in "
-                                 f"4..{MAX_CHUNK_BYTES}; give --chunk-bytes")
+                                 f"4..{MAX_SLOT_BYTES}; give --chunk-bytes")
     if slots is None:
         memory = params.get("memory_bytes")
         if memory is None:
@@ -185,10 +188,11 @@ def run(args):
                                        members=members, source=str(args.schedule))
     frames = read_pcap(args.input)
     rank = args.rank
-    mac = parse_mac(args.mac) if args.mac else bytes([2, 0x57, 0x52, 1, 0, rank])
-    ip = parse_ip(args.ip) if args.ip else bytes([10, 87, 83, rank])
+    mac = parse_mac(args.mac if args.mac else addressing.aggregator_mac(rank))
+    ip = parse_ip(args.ip if args.ip else addressing.aggregator_ip(rank))
     dests = [parse_dest(d) for d in args.dest] if args.dest else [
-        Destination(bytes([1, 0, 0x5E, 0x57, 0x53, rank]), bytes([239, 87, 83, rank]), UDP_PORT)]
+        Destination(addressing.multicast_mac(addressing.site_group_ip(rank)), addressing.site_group_ip(rank),
+                    UDP_PORT)]
     if len(dests) > 16:
         raise WanreduceError(f"the core sends to at most 16 destinations, not {len(dests)}")
     job_ids = jobs_in_frames(frames, args.port) or [0]

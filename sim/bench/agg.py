@@ -19,7 +19,8 @@ import warnings
 import numpy as np
 
 from ...host.golden import Destination
-from ...host.protocol import DType
+from ...host.protocol import UDP_PORT, DType
+from ...spec import addressing
 from ._support import test_support
 
 __all__ = ["run", "line_rate", "reduce_rate"]
@@ -47,7 +48,8 @@ def line_rate(*, n_frames=10_000, sources=8, slots=16, seed=0, sim=None):
                                     elems_bits=elems[src])
             frames.append(traffic.frame_of(p, src=src, udp_checksum=False))
     jobs = {0: [(1 << sources) - 1]}
-    dest = [Destination("01:00:5e:57:53:00", "239.87.83.0", 47000)]
+    group = addressing.site_group_ip(0)
+    dest = [Destination(addressing.multicast_mac(group), group, UDP_PORT)]
     writes = sim.config_writes(rank=0, jobs=jobs, destinations=dest)
     beats = packets_to_beats(frames, WIDTH)
     out, stats = sim.harness.run(beats, ctl_writes=writes, stamps=True, drain_cycles=2000,
