@@ -472,7 +472,7 @@ def best_plan(model, *, jitter_s=DEFAULT_JITTER_S, time_limit_s=20.0, seed=0, gr
     mode, best = min(cands, key=lambda c: (c[1].score_s, c[0] != "gather"))
     g_txt = f"gather {g_best.name} {_fmt(g_best.score_s)} ({_why(g_best)}-bound)"
     roots = sorted({s.root for rc in r_best.round_costs for g in rc.groups for s in g.stripes})
-    r_txt = (f"root {r_best.name} {_fmt(r_best.score_s)} ({_why(r_best)}-bound, "
+    r_txt = (f"{r_best.name} {_fmt(r_best.score_s)} ({_why(r_best)}-bound, "
              f"{len(roots)} root{'s' if len(roots) != 1 else ''}, jitter {jitter_s * 1e3:g} ms)")
     if len(cands) == 1:
         reason = f"only {mode} mode was allowed: " + (g_txt if mode == "gather" else r_txt)

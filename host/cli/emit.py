@@ -3,7 +3,9 @@
 Rank R sends, in each round it takes part in, the tensor it holds after the previous round (the numpy
 model of the schedule, :mod:`wanreduce.host.reference`), once, to its group's CONTRIB multicast address
 (:mod:`wanreduce.spec.addressing`). The frames are timed by the pacing model's self-clocked window over
-the WAN's one-way delays; the pcap carries those times (nanoseconds), ``--to`` sends at them.
+the WAN's one-way delays; the pcap carries those times (nanoseconds), ``--to`` sends at them. A root-mode
+schedule (schedule file version 3, ``docs/lean.md``) sends each chunk unicast to its stripe's root
+aggregator instead, at the schedule's send offsets and pacing interval.
 """
 
 import argparse
@@ -67,7 +69,9 @@ def register(sub):
         "part in, the tensor it holds after the previous round (numpy model of the schedule), chunked, sent "
         "once to the group's multicast address 239.<88+job%8>.<round%P>.<group> from 10.87.82.<R>, UDP "
         "port 47000. Frames are timed by the pacing model (self-clocked window over the WAN's one-way "
-        "delays). GRADS.npz holds one array per site, keyed by site name or rank<R>, all of one shape, "
+        "delays). A root-mode schedule (version 3, docs/lean.md) sends each chunk to its stripe's root "
+        "aggregator 10.87.83.<root> at the schedule's send offsets and pacing instead. GRADS.npz holds one "
+        "array per site, keyed by site name or rank<R>, all of one shape, "
         "float32/float16/bfloat16.")
     p.add_argument("--schedule", metavar="S.json", required=True,
                    help="schedule file of PROTOCOL.md (required)")
