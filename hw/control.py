@@ -14,7 +14,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec import regmap as regs
-from ..spec.protocol import MAX_RANKS, UDP_PORT
+from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop
 from .schedule_table import BANK_BITS
 
 __all__ = ["ControlSignature", "Control"]
@@ -57,7 +57,7 @@ class Control(wiring.Component):
             "dest_port": Out(16).array(dests),
             "sched_addr": Out(range(jobs * rounds)), "sched_data": Out(64),
             "sched_order": Out(8).array(members), "sched_en": Out(1),
-            "ev_valid": In(1), "ev_code": In(5), "ev_result": In(1),
+            "ev_valid": In(1), "ev_code": In(5), "ev_result": In(1), "ev_reemit": In(1), "ev_evict": In(1),
             "in_beat": In(1), "out_beat": In(1), "reduce_read": In(1), "reduce_active": In(1),
         })
 
@@ -75,14 +75,17 @@ class Control(wiring.Component):
 
         # Events. Counters are zeroed by a write to REG_CLEAR, which wins over a same-cycle event.
         clear = c.we & (c.addr == regs.REG_CLEAR) & c.wdata[0]
+        named = dict(zip(regs.COUNTER_NAMES, counters, strict=True))
         with m.If(self.ev_valid):
-            m.d.sync += counters[0].eq(counters[0] + 1)
+            m.d.sync += named["frames_in"].eq(named["frames_in"] + 1)
             with m.Switch(self.ev_code):
-                for code in range(1, len(regs.COUNTER_NAMES) - 1):
-                    with m.Case(code):
-                        m.d.sync += counters[code].eq(counters[code] + 1)
-        with m.If(self.ev_result):
-            m.d.sync += counters[-1].eq(counters[-1] + 1)
+                for code in sorted(Drop):
+                    with m.Case(int(code)):
+                        m.d.sync += counters[int(code)].eq(counters[int(code)] + 1)
+        for name, strobe in (("results", self.ev_result), ("results_reemitted", self.ev_reemit),
+                             ("evictions", self.ev_evict)):
+            with m.If(strobe):
+                m.d.sync += named[name].eq(named[name] + 1)
         for sig, strobe in zip(perf, [Const(1), self.in_beat, self.out_beat, self.reduce_read,
                                       self.reduce_active], strict=True):
             with m.If(strobe):

@@ -109,9 +109,10 @@ class AggregatorCore(wiring.Component):
         m.submodules.slots = slots = self.slot_table
         wiring.connect(m, sched.o, slots.i)
         m.d.comb += [ctl.ev_valid.eq(slots.ev_valid), ctl.ev_code.eq(slots.ev_code),
-                     ctl.ev_result.eq(slots.ev_result)]
+                     ctl.ev_result.eq(slots.ev_result), ctl.ev_reemit.eq(slots.ev_reemit),
+                     ctl.ev_evict.eq(slots.ev_evict)]
 
-        # Completed chunks wait here for the reduce engine.
+        # Completed chunks and re-emit requests wait here for the reduce engine, in input order.
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=Completion(self.slots).size,
                                                            depth=self.queue_depth)
         m.submodules.reduce = red = self.reduce

@@ -147,9 +147,10 @@ def ScheduledBeat(width, members, slots):
 
 
 def Completion(slots):
-    """A completed chunk for the reduce engine: where it is, how to sum it, what goes in the RESULT."""
+    """A completed chunk for the reduce engine: where it is, how to sum it, what goes in the RESULT. With
+    ``replay`` set only ``slot`` counts: send the slot's last RESULT again from the reduce engine's copy."""
     return data.StructLayout({
-        "slot": range(slots), "g": range(65), "nwords": 16, "desc": Desc, "bitmap": 64,
+        "slot": range(slots), "g": range(65), "nwords": 16, "desc": Desc, "bitmap": 64, "replay": 1,
     })
 
 

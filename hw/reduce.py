@@ -19,6 +19,14 @@ formats' adders run side by side (``W/32`` fp32 lanes plus ``W/16`` fp16 and ``W
 result is selected per beat by dtype), and a beat costs ``g`` read cycles, the same as it cost the input
 to write (one beat per contribution), so the engine keeps pace with a fully loaded input.
 
+Re-emitting a RESULT (the slot table's ``replay`` requests, PROTOCOL.md's shadow): every finished sum is
+also written to a shadow memory of ``slots * words`` beats (one member buffer's worth per slot) and every
+completion record to a record memory of ``slots`` entries. A replay takes the slot's record (one cycle to
+read it), waits for the ring to empty (so every sum it copies has been written), and then passes the
+stored beats through the ring as a group of one, which adds -0.0 and leaves them as they are; the RESULT
+builder sees the same record and beats as the first time. Replays neither read the member buffers nor
+release the slot.
+
 Back-pressure: a beat is started only when the output FIFO has room reserved for its sum, so a stalled
 output never interrupts a sum in flight; it just stops new beats from starting.
 """
@@ -100,6 +108,19 @@ class Reduce(wiring.Component):
         cur_w = Signal(16)
         horizon = Signal(range(64 * K + 1))
 
+        # The shadow: each slot's last sums and completion record, for re-emitting its RESULT. A replay is
+        # a completion of group size 1 whose beat comes from here instead of member 0's buffer (adding -0.0
+        # leaves a sum as it is); it starts only when the ring is empty, so that the sums it copies have all
+        # been written.
+        S = self.slots
+        m.submodules.shadow = shadow = memory.Memory(shape=W, depth=S * NW, init=[])
+        shw = shadow.write_port()
+        shr = shadow.read_port(domain="sync")
+        m.submodules.records = records = memory.Memory(shape=Completion(S), depth=S, init=[])
+        rcw = records.write_port()
+        rcr = records.read_port(domain="sync")
+        fetch = Signal()  # the cycle after a replay was taken: its record arrives from ``records``
+
         # Ring registers: R (read data arrives), adder stages, O (accumulator back at issue).
         rv, rsb, racc = Signal(), Signal(sb_layout), Signal(W)
         ov, osb, oacc = Signal(), Signal(sb_layout), Signal(W)
@@ -109,7 +130,7 @@ class Reduce(wiring.Component):
         fin = ov & (osb.m + 1 >= osb.cd.g)
         free = Signal(range(self.fifo_depth + 1))
         m.d.comb += free.eq(self.fifo_depth - out.level - reserved)
-        disp = ~cont & cur_v & (free != 0) & (cur.g * K > horizon)
+        disp = ~cont & cur_v & ~fetch & (free != 0) & (cur.g * K > horizon) & (~cur.replay | (in_ring == 0))
         issue = cont | disp
         isb = Signal(sb_layout)
         with m.If(cont):
@@ -118,8 +139,9 @@ class Reduce(wiring.Component):
             m.d.comb += [isb.cd.eq(cur), isb.w.eq(cur_w), isb.m.eq(0)]
         m.d.comb += [
             self.rd.addr.eq((isb.cd.slot * G + isb.m) * NW + isb.w), self.rd.en.eq(1),
-            self.read_strobe.eq(issue),
-            self.release.eq(issue & (isb.m + 1 == isb.cd.g) & (isb.w + 1 == isb.cd.nwords)),
+            shr.addr.eq(isb.cd.slot * NW + isb.w), shr.en.eq(1),
+            self.read_strobe.eq(issue & ~isb.cd.replay),
+            self.release.eq(issue & ~isb.cd.replay & (isb.m + 1 == isb.cd.g) & (isb.w + 1 == isb.cd.nwords)),
             self.release_slot.eq(isb.cd.slot),
             self.active.eq(cur_v | (in_ring != 0)),
         ]
@@ -128,7 +150,9 @@ class Reduce(wiring.Component):
         # Finished sums go to the FIFO, in the order they were started.
         word = Signal(ResultWord(W, self.slots))
         m.d.comb += [word.data.eq(oacc), word.last.eq(osb.w + 1 == osb.cd.nwords), word.cd.eq(osb.cd),
-                     out.w_data.eq(word), out.w_en.eq(fin)]
+                     out.w_data.eq(word), out.w_en.eq(fin),
+                     shw.addr.eq(osb.cd.slot * NW + osb.w), shw.data.eq(oacc),
+                     shw.en.eq(fin & ~osb.cd.replay)]
         m.d.sync += [reserved.eq(reserved + disp - fin), in_ring.eq(in_ring + disp - fin)]
         with m.If(disp):
             m.d.sync += horizon.eq(cur.g * K - 1)
@@ -141,12 +165,19 @@ class Reduce(wiring.Component):
             m.d.sync += cur_w.eq(cur_w + 1)
         with m.If(take_last):
             m.d.sync += cur_v.eq(0)
-        with m.If(self.i.valid & self.i.ready):
+        take = self.i.valid & self.i.ready
+        with m.If(take):
             m.d.sync += [cur_v.eq(1), cur.eq(self.i.payload), cur_w.eq(0)]
+        m.d.comb += [rcw.addr.eq(self.i.payload.slot), rcw.data.eq(self.i.payload),
+                     rcw.en.eq(take & ~self.i.payload.replay),
+                     rcr.addr.eq(self.i.payload.slot), rcr.en.eq(take & self.i.payload.replay)]
+        m.d.sync += fetch.eq(take & self.i.payload.replay)
+        with m.If(fetch):
+            m.d.sync += [cur.eq(rcr.data), cur.g.eq(1), cur.replay.eq(1)]
 
         # Adders: every format's lanes see the same beat; the dtype picks one bank's result.
         first = rsb.m == 0
-        rdata = self.rd.data
+        rdata = Mux(rsb.cd.replay, shr.data, self.rd.data)
         results = []
         for n, fmt in enumerate(self.formats):
             fw = fmt.width

@@ -7,7 +7,14 @@ Memories (``amaranth.lib.memory``):
   so elements keep their lane positions from wire to adder and back (at 512 bits the first stored beat also
   holds the 32 header bytes, which the RESULT builder overwrites).
 * ``state``: one entry per slot: state (empty/live/done), tag, bitmap of ranks seen, dtype/count/group of
-  the first contribution and the OR of the flags.
+  the first contribution, the OR of the flags, and the shadow tag: the tag of the last chunk the slot
+  completed (kept while a newer chunk is live there).
+
+The shadow (PROTOCOL.md): a CONTRIB for the slot's last completed chunk is dropped as ``duplicate`` and
+asks the reduce engine, through the completion queue (``replay`` set), to send that chunk's RESULT again
+from its stored copy (``ev_reemit``). A CONTRIB for a chunk older than the live one there but newer than
+the shadow tag (it never completed here) takes the slot back: the live chunk's contributions are
+discarded and the slot is claimed anew (``ev_evict``, counted when the packet commits).
 
 The slot of a packet comes with it from the schedule table (its round bank's slot, ``((round mod P) << b |
 chunk mod 2**b) mod S``); the buffer it writes is its member index there, the sender's position in the
@@ -23,8 +30,8 @@ is being claimed); codes that are only known at the end (1-9, 17) leave the slot
 After reset the state memory is cleared, one slot per cycle, with ``i.ready`` low for those S cycles.
 
 Latency: one cycle to X. Back-pressure: X stalls (``i.ready`` low) only when (a) a packet would claim a
-done slot whose buffers the reduce engine has not finished reading (``busy``), or (b) a completion finds
-the reduce engine's queue full. Otherwise one beat per cycle.
+done slot whose buffers the reduce engine has not finished reading (``busy``), or (b) a completion or a
+re-emit request finds the reduce engine's queue full. Otherwise one beat per cycle.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -58,6 +65,8 @@ class _Decision(enum.Enum, shape=3):
     AHEAD = 3
     DUPLICATE = 4
     MISMATCH = 5
+    REEMIT = 6  # a duplicate of the shadow chunk: send its RESULT again
+    EVICT = 7   # a claim of a live slot by an older chunk
 
 
 D = protocol.Drop
@@ -73,7 +82,8 @@ class SlotTable(wiring.Component):
     Ports: ``i`` (:func:`ScheduledBeat`), ``done`` (completed chunks, :func:`Completion`), ``rd`` (the
     reduce engine's read port into ``buffers``), ``release`` / ``release_slot`` (the reduce engine has
     issued the last read of a chunk), and the event outputs for the counters: ``ev_valid`` (a packet
-    ended), ``ev_code`` (0 if it was stored, else its drop code), ``ev_result`` (it completed a chunk).
+    ended), ``ev_code`` (0 if it was stored, else its drop code), ``ev_result`` (it completed a chunk),
+    ``ev_reemit`` (it asked for a RESULT again), ``ev_evict`` (it took a live slot back).
     """
 
     def __init__(self, *, width, slots, members, slot_bytes):
@@ -91,6 +101,7 @@ class SlotTable(wiring.Component):
                                                 shape=width)),
             "release": In(1), "release_slot": In(range(slots)),
             "ev_valid": Out(1), "ev_code": Out(5), "ev_result": Out(1),
+            "ev_reemit": Out(1), "ev_evict": Out(1),
         })
 
     def elaborate(self, platform):
@@ -101,7 +112,7 @@ class SlotTable(wiring.Component):
 
         state_layout = data.StructLayout({
             "state": SlotState, "job": 16, "round": 32, "chunk": 32, "bitmap": 64, "dtype": 2, "count": 16,
-            "group": 16, "flags": 1,
+            "group": 16, "flags": 1, "last_valid": 1, "last_job": 16, "last_round": 32, "last_chunk": 32,
         })
         m.submodules.buffers = buffers = memory.Memory(shape=W, depth=self.depth, init=[])
         bwp = buffers.write_port()
@@ -140,33 +151,42 @@ class SlotTable(wiring.Component):
         older = (st.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(st.chunk, st.round))
         seen = st.bitmap.bit_select(desc.src, 1)
         mismatch = (st.dtype != desc.dtype) | (st.count != desc.count)
+        last_same_job = st.last_valid & (st.last_job == desc.job)
+        last_eq = last_same_job & (st.last_round == desc.round) & (st.last_chunk == desc.chunk)
+        last_older = last_same_job & (Cat(desc.chunk, desc.round) < Cat(st.last_chunk, st.last_round))
         dec_now = Signal(_Decision)
-        with m.Switch(st.state):
-            with m.Case(SlotState.LIVE):
-                with m.If(tag_eq):
-                    m.d.comb += dec_now.eq(Mux(seen, _Decision.DUPLICATE,
-                                               Mux(mismatch, _Decision.MISMATCH, _Decision.STORE)))
-                with m.Else():
-                    m.d.comb += dec_now.eq(Mux(older, _Decision.STALE, _Decision.AHEAD))
-            with m.Case(SlotState.DONE):
-                m.d.comb += dec_now.eq(Mux(tag_eq, _Decision.DUPLICATE,
-                                           Mux(older, _Decision.STALE, _Decision.CLAIM)))
-            with m.Default():
-                m.d.comb += dec_now.eq(_Decision.CLAIM)
+        with m.If(last_eq):
+            m.d.comb += dec_now.eq(_Decision.REEMIT)
+        with m.Else():
+            with m.Switch(st.state):
+                with m.Case(SlotState.LIVE):
+                    with m.If(tag_eq):
+                        m.d.comb += dec_now.eq(Mux(seen, _Decision.DUPLICATE,
+                                                   Mux(mismatch, _Decision.MISMATCH, _Decision.STORE)))
+                    with m.Else():
+                        m.d.comb += dec_now.eq(Mux(older, Mux(last_older, _Decision.STALE, _Decision.EVICT),
+                                                   _Decision.AHEAD))
+                with m.Case(SlotState.DONE):
+                    m.d.comb += dec_now.eq(Mux(tag_eq, _Decision.DUPLICATE,
+                                               Mux(older, _Decision.STALE, _Decision.CLAIM)))
+                with m.Default():
+                    m.d.comb += dec_now.eq(_Decision.CLAIM)
 
         held_dec = Signal(_Decision)
         held_write = Signal()
         dec = Signal(_Decision)
         m.d.comb += dec.eq(Mux(r.hc, dec_now, held_dec))
-        write_ok_now = ((dec_now == _Decision.CLAIM) | (dec_now == _Decision.STORE)) & \
-            ~(r.drops & _HC_KNOWN).any() & (r.midx < G)
+        claim_now = (dec_now == _Decision.CLAIM) | (dec_now == _Decision.EVICT)
+        write_ok_now = (claim_now | (dec_now == _Decision.STORE)) & ~(r.drops & _HC_KNOWN).any() & \
+            (r.midx < G)
         write_ok = Mux(r.hc, write_ok_now, held_write)
-        busy_stall = rv & r.hc & (dec_now == _Decision.CLAIM) & busy.bit_select(slot, 1)
+        busy_stall = rv & r.hc & claim_now & busy.bit_select(slot, 1)
 
         slot_drop = Signal(32)
         with m.Switch(dec):
             for d, code in ((_Decision.STALE, D.STALE), (_Decision.AHEAD, D.AHEAD_OF_WINDOW),
-                            (_Decision.DUPLICATE, D.DUPLICATE), (_Decision.MISMATCH, D.SLOT_MISMATCH)):
+                            (_Decision.DUPLICATE, D.DUPLICATE), (_Decision.MISMATCH, D.SLOT_MISMATCH),
+                            (_Decision.REEMIT, D.DUPLICATE)):
                 with m.Case(d):
                     m.d.comb += slot_drop[code].eq(1)
         code = Signal(5)
@@ -175,14 +195,18 @@ class SlotTable(wiring.Component):
         # The slot after this contribution, and whether it completes the chunk.
         bit = (Const(1, 64) << desc.src)[:64]
         new = Signal(state_layout)
-        with m.If(dec == _Decision.CLAIM):
+        m.d.comb += new.eq(st)  # the shadow tag stays unless this packet completes a chunk
+        with m.If((dec == _Decision.CLAIM) | (dec == _Decision.EVICT)):
             m.d.comb += [new.job.eq(desc.job), new.round.eq(desc.round), new.chunk.eq(desc.chunk),
                          new.bitmap.eq(bit), new.dtype.eq(desc.dtype), new.count.eq(desc.count),
                          new.group.eq(desc.group), new.flags.eq(desc.flags)]
         with m.Else():
-            m.d.comb += [new.eq(st), new.bitmap.eq(st.bitmap | bit), new.flags.eq(st.flags | desc.flags)]
+            m.d.comb += [new.bitmap.eq(st.bitmap | bit), new.flags.eq(st.flags | desc.flags)]
         completes = new.bitmap == r.expected
         m.d.comb += new.state.eq(Mux(completes, SlotState.DONE, SlotState.LIVE))
+        with m.If(completes):
+            m.d.comb += [new.last_valid.eq(1), new.last_job.eq(desc.job), new.last_round.eq(desc.round),
+                         new.last_chunk.eq(desc.chunk)]
 
         commit = rv & r.last & (code == 0) & ~busy_stall
         size = element_bytes(desc.dtype)
@@ -190,9 +214,11 @@ class SlotTable(wiring.Component):
         m.d.comb += plen.eq(protocol.HEADER_BYTES + desc.count * size)
         nwords = Signal(16)
         m.d.comb += nwords.eq(((plen + B - 1) >> (B.bit_length() - 1)) - PW0)
+        # A re-emit request is a completion record with only the slot and ``replay`` meaningful.
+        reemit = rv & r.last & (dec == _Decision.REEMIT) & (code == D.DUPLICATE)
         cd = self.done.payload
         m.d.comb += [
-            self.done.valid.eq(commit & completes),
+            self.done.valid.eq((commit & completes) | reemit), cd.replay.eq(reemit),
             cd.slot.eq(slot), cd.g.eq(sum(r.expected[k] for k in range(64))), cd.nwords.eq(nwords),
             cd.desc.eq(desc), cd.desc.flags.eq(new.flags), cd.desc.group.eq(new.group),
             cd.bitmap.eq(new.bitmap),
@@ -216,7 +242,8 @@ class SlotTable(wiring.Component):
         with m.Else():
             m.d.comb += [swp.addr.eq(slot), swp.data.eq(new), swp.en.eq(go & commit)]
         m.d.comb += [self.ev_valid.eq(go & r.last), self.ev_code.eq(code),
-                     self.ev_result.eq(go & commit & completes)]
+                     self.ev_result.eq(go & commit & completes), self.ev_reemit.eq(go & reemit),
+                     self.ev_evict.eq(go & commit & (dec == _Decision.EVICT))]
 
         # Busy: completed, and the reduce engine has not yet issued every read of it.
         set_mask = Mux(go & commit & completes, (Const(1, S) << slot)[:S], 0)

@@ -62,16 +62,20 @@ def test_registers_schedule_and_counters():
         assert await read(regs.ORDER_BASE + 1) == 0x01020304
         await write(regs.ORDER_BASE + regs.ORDER_WORDS - 1, 0x05060708)  # past G_max: accepted, not kept
         assert await read(regs.ORDER_BASE + regs.ORDER_WORDS - 1) == 0
-        for code in (0, 3, 3, 25, 0):
+        for code, reemit, evict in ((0, 0, 1), (3, 0, 0), (3, 0, 0), (25, 0, 0), (0, 0, 0), (24, 1, 0),
+                                    (24, 1, 0)):
             ctx.set(dut.ev_valid, 1)
             ctx.set(dut.ev_code, code)
             ctx.set(dut.ev_result, code == 0)
+            ctx.set(dut.ev_reemit, reemit)
+            ctx.set(dut.ev_evict, evict)
             await ctx.tick()
-        ctx.set(dut.ev_valid, 0)
-        ctx.set(dut.ev_result, 0)
+        for sig in (dut.ev_valid, dut.ev_result, dut.ev_reemit, dut.ev_evict):
+            ctx.set(sig, 0)
         values = driver.decode_counters([await read(a) for a in driver.counter_reads()])
-        assert values["frames_in"] == 5 and values["bad_ip_header"] == 2 and values["slot_mismatch"] == 1
-        assert values["results"] == 2 and sum(values.values()) == 10
+        assert values["frames_in"] == 7 and values["bad_ip_header"] == 2 and values["slot_mismatch"] == 1
+        assert values["duplicate"] == 2 and values["results_reemitted"] == 2 and values["evictions"] == 1
+        assert values["results"] == 2 and sum(values.values()) == 17
         await write(regs.REG_CLEAR, 1)
         cleared = driver.decode_counters([await read(a) for a in driver.counter_reads()])
         assert all(v == 0 for v in cleared.values())

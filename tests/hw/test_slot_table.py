@@ -1,6 +1,7 @@
 """Slot table: the slot decision (claim, store, stale, ahead of window, duplicate, mismatch) and completion,
-packet by packet, against the golden aggregator's drop tally and RESULT count for the same contributions,
-with job 1 in round banks of two slots and summation orders that are not ascending."""
+packet by packet, against the golden aggregator's drop tally, RESULT count, re-emits (a duplicate of the
+slot's shadow chunk) and evictions for the same contributions, with job 1 in round banks of two slots and
+summation orders that are not ascending."""
 
 import numpy as np
 from amaranth.sim import Simulator
@@ -18,11 +19,12 @@ def test_decisions_match_golden():
     jobs = {1: [[3, 0, 1], [2, 1]], 2: [[1, 3, 0, 2]]}
     golden = GoldenAggregator(rank=0, jobs=jobs, slots=S, members=G, slot_bytes=C, bank_bits={1: 1})
     packets = []
-    for t in range(400):
+    for t in range(600):
         # Rounds and chunks advance slowly, with stragglers and senders running ahead now and then.
         job = 1 if rng.random() < 0.9 else 2
-        rnd = max(0, t // 100 - int(rng.random() < 0.1))
-        chunk = max(0, t // 12 + int(rng.integers(-1, 2)) + (S if rng.random() < 0.05 else 0))
+        rnd = max(0, t // 150 - int(rng.random() < 0.1))
+        chunk = max(0, t // 12 + int(rng.integers(-1, 2)) + (S if rng.random() < 0.05 else 0)
+                    - (2 * S if rng.random() < 0.05 else 0))
         expected, order = golden.expected(job, rnd)
         src = int(rng.choice(order))
         dtype = int(rng.integers(0, 3)) if rng.random() < 0.04 else job - 1
@@ -34,19 +36,23 @@ def test_decisions_match_golden():
         golden.feed_payload(p)
         code = next((int(d) for d in Drop if golden.counters[d.counter] != before[d.counter]), 0)
         completed = golden.counters["results"] != before["results"]
+        reemit = golden.counters["results_reemitted"] - before["results_reemitted"]
+        evict = golden.counters["evictions"] - before["evictions"]
         packets.append(({"job": job, "round": rnd, "chunk": int.from_bytes(p[12:16], "big"), "src": src,
                          "group": job, "count": count, "dtype": dtype, "flags": 0},
-                        expected, order.index(src), golden.slot_index(job, rnd, chunk), code, completed))
+                        expected, order.index(src), golden.slot_index(job, rnd, chunk),
+                        (code, int(completed), reemit, evict)))
 
     dut = SlotTable(width=512, slots=S, members=G, slot_bytes=C)
     events = []
+    replays = []
 
     async def tb(ctx):
         ctx.set(dut.done.ready, 1)
         pending = list(packets)
         for _ in range(20 * len(packets)):
             if pending:
-                desc, expected, midx, slot, _, _ = pending[0]
+                desc, expected, midx, slot, _ = pending[0]
                 ctx.set(dut.i.valid, 1)
                 ctx.set(dut.i.payload, {"bytes": 64, "last": 1, "hc": 1, "pw": 0, "desc": desc,
                                         "expected": expected, "midx": midx, "slot": slot})
@@ -54,8 +60,12 @@ def test_decisions_match_golden():
                 ctx.set(dut.i.valid, 0)
             took = bool(pending) and ctx.get(dut.i.ready)
             if ctx.get(dut.ev_valid):
-                events.append((ctx.get(dut.ev_code), ctx.get(dut.ev_result)))
-            done = ctx.get(dut.done.valid)
+                events.append((ctx.get(dut.ev_code), ctx.get(dut.ev_result), ctx.get(dut.ev_reemit),
+                               ctx.get(dut.ev_evict)))
+            # A re-emit request does not read the member buffers, so it releases nothing.
+            done = ctx.get(dut.done.valid) and not ctx.get(dut.done.payload.replay)
+            if ctx.get(dut.done.valid) and ctx.get(dut.done.payload.replay):
+                replays.append(ctx.get(dut.done.payload.slot))
             slot = ctx.get(dut.done.payload.slot)
             await ctx.tick()
             # The reduce engine's release, a few cycles after each completion.
@@ -71,8 +81,10 @@ def test_decisions_match_golden():
     sim.add_testbench(tb)
     sim.run()
     assert len(events) == len(packets)
-    want = [(code, int(completed)) for *_, code, completed in packets]
+    want = [p[-1] for p in packets]
     assert events == want
-    codes = {c for c, _ in want}
+    codes = {c for c, *_ in want}
     assert {0, Drop.STALE, Drop.AHEAD_OF_WINDOW, Drop.DUPLICATE, Drop.SLOT_MISMATCH} <= codes
-    assert sum(r for _, r in want) >= 8
+    assert sum(r for _, r, _, _ in want) >= 8
+    assert replays == [p[3] for p in packets if p[-1][2]]  # one request per re-emit, for the packet's slot
+    assert sum(e[2] for e in want) >= 5 and sum(e[3] for e in want) >= 1

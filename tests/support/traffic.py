@@ -67,7 +67,7 @@ def header_fault(rng, payload, kind, *, slot_bytes, outsider):
     if kind == "magic":
         p[0] ^= 0x40
     elif kind == "version":
-        p[2] = 2
+        p[2] = VERSION + 1
     elif kind == "kind":
         p[3] = 5
     elif kind == "dtype":
