@@ -195,20 +195,19 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
     send = np.full((n, rounds, n_chunks), np.nan)
     result = np.full((n, rounds, n_chunks), np.nan)
     sched = {}
+    # Events are flat tuples (time, sequence, kind, a, b, c, d): kinds below, fields per kind.
+    READY, LINK_FREE, DELIVER, RESULT = 0, 1, 2, 3
     events, seq = [], 0
     ready = [[] for _ in range(n)]
     link_busy = [False] * n
     ingress = [0] * n
-    seen = {}                  # (round, chunk) at its root -> contributors so far
+    seen = {}                  # (root, round, chunk) -> contributors so far
     live = [dict() for _ in range(n)]   # per root: slot -> (round, chunk)
     peak = {}
     conflicts = 0
     emitted = 0
-
-    def push(t, kind, *data):
-        nonlocal seq
-        heapq.heappush(events, (t, seq, kind, data))
-        seq += 1
+    push = heapq.heappush
+    pop = heapq.heappop
 
     for r, grp in enumerate(plan):
         start = _round_start(schedule, r)
@@ -217,72 +216,75 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
                 lim = st["chunks"] if stripe_limit is None else min(st["chunks"], int(stripe_limit))
                 for k, s in enumerate(members):
                     t0 = start + st["offsets_s"][k]
-                    for i in range(lim):
-                        c = st["first_chunk"] + i
-                        t = t0 + i * st["interval_s"]
-                        if prev_round[s][r] is None:
-                            push(t, "ready", s, r, c)
-                        else:
-                            sched[(s, r, c)] = t
+                    first, step = st["first_chunk"], st["interval_s"]
+                    if prev_round[s][r] is None:
+                        for i in range(lim):
+                            events.append((t0 + i * step, seq, READY, s, r, first + i, None))
+                            seq += 1
+                    else:
+                        for i in range(lim):
+                            sched[(s, r, first + i)] = t0 + i * step
+    heapq.heapify(events)
 
     def start_send(s, t):
+        nonlocal seq
         if not ready[s]:
             link_busy[s] = False
             return
-        _, r, c = heapq.heappop(ready[s])
+        _, r, c = pop(ready[s])
         link_busy[s] = True
         send[s, r, c] = t
-        gid, members = member_of[s][r]
+        gid = member_of[s][r][0]
         q = root_of[r][(gid, c)]
         frame = None
         if with_data:
             frame = lean_contrib_frame(current[s][c], dtype=dtype, rank=s, root=q, job=job, round_index=r,
                                        group=gid, chunk=c, chunk_elems=chunk_elems, last=c == n_chunks - 1)
         done = t + frame_s[s]
-        push(done + D[s, q] + jitter(), "deliver", q, Msg(s, r, c, gid, frame=frame))
-        push(done, "link_free", s)
+        push(events, (done + D[s, q] + jitter(), seq, DELIVER, q, s, (r, c, gid), frame))
+        push(events, (done, seq + 1, LINK_FREE, s, None, None, None))
+        seq += 2
 
     while events:
-        t, _, kind, data = heapq.heappop(events)
-        if kind == "ready":
-            s, r, c = data
-            heapq.heappush(ready[s], (t, r, c))
-            if not link_busy[s]:
-                start_send(s, t)
-        elif kind == "link_free":
-            start_send(data[0], t)
-        elif kind == "deliver":
-            q, msg = data
-            r, c, gid = msg.round, msg.chunk, msg.group
-            members = member_of[msg.src][r][1]
-            ingress[q] += len(msg.frame) if msg.frame is not None else frame_bytes
-            key = (r, c)
+        t, _, kind, a, b, c_, d_ = pop(events)
+        if kind == READY:
+            push(ready[a], (t, b, c_))
+            if not link_busy[a]:
+                start_send(a, t)
+        elif kind == LINK_FREE:
+            start_send(a, t)
+        elif kind == DELIVER:
+            q, src, (r, c, gid), frame = a, b, c_, d_
+            members = member_of[src][r][1]
+            ingress[q] += len(frame) if frame is not None else frame_bytes
+            key = (q, r, c)
             got = seen.get(key)
+            slot = (((r % period) << bits) | (c & (bank - 1))) % slots
             if got is None:
                 got = seen[key] = set()
-                slot = (((r % period) << bits) | (c & (bank - 1))) % slots
                 if slot in live[q]:
                     conflicts += 1
-                live[q][slot] = key
-                peak[q] = max(peak.get(q, 0), len(live[q]))
-            got.add(msg.src)
+                live[q][slot] = (r, c)
+                if len(live[q]) > peak.get(q, 0):
+                    peak[q] = len(live[q])
+            got.add(src)
             out = None
             if with_data:
-                frames = aggs[q].feed_frame(msg.frame)
+                frames = aggs[q].feed_frame(frame)
                 if frames:
                     out = result_msg(frames[0])
             elif len(got) == len(members):
                 out = Msg(q, r, c, gid)
             if out is not None:
                 emitted += 1
-                slot = (((r % period) << bits) | (c & (bank - 1))) % slots
-                if live[q].get(slot) == key:
+                if live[q].get(slot) == (r, c):
                     del live[q][slot]
                 del seen[key]
                 for m in members:
-                    push(t + D[q, m] + jitter() + frame_s[m], "result", m, out)
-        elif kind == "result":
-            m, res = data
+                    push(events, (t + D[q, m] + jitter() + frame_s[m], seq, RESULT, m, out, None, None))
+                    seq += 1
+        else:
+            m, res = a, b
             r, c = res.round, res.chunk
             if not np.isnan(result[m, r, c]):
                 continue
@@ -294,7 +296,8 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
                     current[m][c] = (elems / vt.type(g)).astype(vt)
             nr = next_round[m][r]
             if nr is not None and (m, nr, c) in sched:
-                push(max(t, sched.pop((m, nr, c))), "ready", m, nr, c)
+                push(events, (max(t, sched.pop((m, nr, c))), seq, READY, m, nr, c, None))
+                seq += 1
 
     sizes = {}
     for grp in plan:
