@@ -17,6 +17,15 @@ site's hosts one frame time after the aggregator emits it. Because the WAN's del
 reached that member, a contribution never finds its slot held by another live chunk: no
 ``ahead_of_window`` drop can happen without faults (the proof is in ``docs/PROTOCOL.md``).
 
+**Faults and recovery** (``faults=``, :class:`Faults`; ``docs/reliability.md``): the WAN loses, copies,
+reorders and corrupts frames and can stop a site, all from one seeded generator. The hosts then keep a timer
+per sent chunk (first timeout ``2 x`` the group's longest one-way delay ``+ 4`` frame times, doubling per
+retry) and resend the same CONTRIB to the group while their own RESULT for it is missing; a RESULT for a
+chunk already applied is not applied again but makes them resend their contribution (a member is still
+asking for the chunk, and may lack theirs); after :data:`RETRIES` retries the run stops with
+:class:`SiteTimeout`, naming the missing sites and the round. The aggregators' shadow RESULTs and evictions
+(``docs/PROTOCOL.md``) make every retransmission safe.
+
 The aggregator of each site is pluggable: :class:`GoldenSite` (the golden model, here), the Verilated core
 (:mod:`wanreduce.sim.cosim`), or :class:`CountingSite` (timing only, no data: the pacing model the emitter
 uses). An aggregator takes ``feed(t, msgs)`` and returns ``[(t_out, msg), ...]`` for the RESULTs it emits to
@@ -38,7 +47,7 @@ from .packet import decode_headers, pack_tensor
 from .protocol import bits_dtype, np_dtype
 
 __all__ = ["Msg", "CountingSite", "GoldenSite", "WanRun", "RoundStats", "Faults", "Recovery", "SiteTimeout",
-           "RETRIES", "TIMEOUT_FRAMES", "simulate", "bank_layout", "chunk_count"]
+           "RETRIES", "TIMEOUT_DELAYS", "TIMEOUT_FRAMES", "simulate", "bank_layout", "chunk_count"]
 
 
 @dataclasses.dataclass
@@ -139,7 +148,9 @@ class RoundStats:
 
 #: Retransmissions of one chunk before its site gives up and the run stops with :class:`SiteTimeout`.
 RETRIES = 6
-#: Frame times added to twice the group's longest one-way delay for the first retransmission timeout.
+#: The first retransmission timeout of a chunk: this many times the longest one-way delay between two members
+#: of its group, plus TIMEOUT_FRAMES frame times of the sender's link; it doubles on every retry.
+TIMEOUT_DELAYS = 2
 TIMEOUT_FRAMES = 4
 
 
@@ -246,8 +257,8 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
                  for r in range(rounds)] for s in range(n)]
     # First retransmission timeout of each (site, round): a round trip across the group's widest pair plus
     # a few frame times; doubled on every retry.
-    timeout0 = [[2.0 * max((D[j, k] for j in g for k in g), default=0.0) + TIMEOUT_FRAMES * frame_s[s]
-                 for g in member_of[s]] for s in range(n)]
+    timeout0 = [[TIMEOUT_DELAYS * max((D[j, k] for j in g for k in g), default=0.0)
+                 + TIMEOUT_FRAMES * frame_s[s] for g in member_of[s]] for s in range(n)]
     # Previous round each site took part in, for the data dependency.
     prev_round = [[None] * rounds for _ in range(n)]
     for s in range(n):
