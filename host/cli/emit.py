@@ -70,7 +70,7 @@ def register(sub):
         "once to the group's multicast address 239.<88+job%8>.<round%P>.<group> from 10.87.82.<R>, UDP "
         "port 47000. Frames are timed by the pacing model (self-clocked window over the WAN's one-way "
         "delays). A root-mode schedule (version 3, docs/lean.md) sends each chunk to its stripe's root "
-        "aggregator 10.87.83.<root> at the schedule's send offsets and pacing instead. GRADS.npz holds one "
+        "aggregator at the schedule's send offsets and pacing instead. GRADS.npz holds one "
         "array per site, keyed by site name or rank<R>, all of one shape, "
         "float32/float16/bfloat16.")
     p.add_argument("--schedule", metavar="S.json", required=True,
