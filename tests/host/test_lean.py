@@ -331,3 +331,19 @@ def test_emitter_applies_offsets_and_sends_to_the_roots():
     assert sorted(sums) == list(range(32))
     want = ordered_sum([grads[1], grads[0], grads[2]], DType.FP32)
     assert np.array_equal(np.concatenate([sums[c] for c in range(32)]), want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", list(DType))
+def test_nine_cities_with_data_and_jitter(dtype):
+    # Every city, striped over the roots the optimizer picks at 256 KiB of memory, 0.5 ms of jitter.
+    topo = load_topology("nine-city")
+    model = CostModel(topo, CostParams(memory_bytes=256 << 10, chunk_bytes=1024, tensor_bytes=512 << 10))
+    plan = lean.lean_plan(model, [[[4, 0, 2, 5, 3, 7, 8, 6, 1]]])
+    sched = lean.lean_to_schedule(plan, model)
+    run, ref = _data_run(sched, topo, dtype, elements=(512 << 10) // dtype.size,
+                         chunk_elems=1024 // dtype.size, jitter_s=0.5e-3, memory=256 << 10)
+    pairs = zip(run.values, ref, strict=True)
+    assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in pairs)
+    assert len({v.tobytes() for v in run.values}) == 1 and run.slot_conflicts == 0
+    assert run.finish_s == pytest.approx(plan.period_s, rel=0.10)
