@@ -17,7 +17,7 @@ from ..host.train.methods import METHODS, Setting
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option, int_in, progress
 
-__all__ = ["register", "run", "table_text"]
+__all__ = ["register", "run", "table_text", "sweep_text"]
 
 DEFAULT_JSON = os.path.join("build", "train.json")
 DEFAULT_PLOT = os.path.join("build", "train.png")
@@ -83,17 +83,30 @@ def register(subparsers):
 
 def table_text(result):
     """The README table: time to target and ratio to colocated, per method."""
-    lines = ["| method | what | steps to target | s per step | time to target | vs colocated |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| method | what | sync | s per step (vs colocated) | steps to target | time to target | "
+             "vs colocated |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, e in result["methods"].items():
         if not e.get("available"):
-            lines.append(f"| {name} | {e['note']} | not available: {e['reason']} | | | |")
+            lines.append(f"| {name} | {e['note']} | | not available: {e['reason']} | | | |")
             continue
         t, r = e["time_to_target_s"], e["ratio_vs_colocated"]
+        steps = e["steps_to_target"] if t is not None else "not reached"
         lines.append(
-            f"| {name} | {e['note']} | {e['steps_to_target'] if t is not None else 'not reached'} | "
-            f"{e['s_per_step']:.3f} | {'' if t is None else f'{t:,.0f} s'} | "
-            f"{'' if r is None else f'{r:.3f}'} |")
+            f"| {name} | {e['note']} | {e['sync_s']:,.2f} s | {e['s_per_step']:,.3f} "
+            f"({e['step_ratio_vs_colocated']:,.2f}) | {steps} | "
+            f"{'' if t is None else f'{t:,.0f} s'} | {'' if r is None else f'{r:,.2f}'} |")
+    return "\n".join(lines)
+
+
+def sweep_text(result):
+    """The same runs on clocks of more or less compute per step: the best wanreduce ratio at each."""
+    lines = ["| tokens per step per site | step time | best wanreduce method | time to target vs colocated |",
+             "| --- | --- | --- | --- |"]
+    for row in result["compute_sweep"]:
+        r = row["ratio_vs_colocated"]
+        lines.append(f"| {row['tokens_per_step']:,} | {row['step_s']:.2f} s | "
+                     f"{row['best_wanreduce'] or 'none'} | {'not reached' if r is None else f'{r:.2f}'} |")
     return "\n".join(lines)
 
 
@@ -118,6 +131,8 @@ def run(args):
         write_json(result, outs.temp(out_json))
         plot(result, outs.temp(out_png))
     print(table_text(result))
+    print()
+    print(sweep_text(result))
     best, ratio = result["best_wanreduce"], result["ratio_vs_colocated"]
     if ratio is not None:
         print(f"best wanreduce method: {best}, {ratio:.3f}x the colocated time to target "

@@ -4,7 +4,7 @@ clock, reduced to time to target, written to JSON and drawn."""
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class Config:
     momentum: float = 0.9
     outer_lr: float = 0.7
     h: int = 10
-    dtype: str = "fp32"
+    dtype: str = "bf16"
     engine: str = "fast"
     chunk_elems: int = 256
     target: float = 0.92
@@ -38,6 +38,8 @@ class Config:
     eval_every: int = 5
     schedule_time_s: float = 5.0
     methods: list = field(default_factory=list)  # empty: all
+    # The same runs on clocks of more (or less) compute per step: where the goal is and is not reached.
+    sweep_tokens: tuple = (128 * 2048, 256 * 2048, 512 * 2048, 1024 * 2048, 2048 * 2048)
 
     def check(self):
         if not 2 <= self.sites <= 64:
@@ -56,7 +58,7 @@ class Config:
 
 def trajectory_key(method, cost):
     """Methods whose syncs compute the same numbers share one training run (they differ only in clock)."""
-    return json.dumps([method.algorithm, method.h, cost.rounds])
+    return json.dumps([method.algorithm, method.h, method.pipelined, method.weights, cost.rounds])
 
 
 def _steps_for(method, cfg):
@@ -68,6 +70,12 @@ def _time_to_target(evals, clock, target):
         if min(accs) >= target:
             return step, float(clock[step])
     return None, None
+
+
+def _best_wanreduce(entries):
+    wr = [(e["ratio_vs_colocated"], n) for n, e in entries.items()
+          if n.startswith("wanreduce") and e.get("ratio_vs_colocated") is not None]
+    return min(wr) if wr else (None, None)
 
 
 def run_experiment(cfg, setting=None, *, log=print):
@@ -97,6 +105,7 @@ def run_experiment(cfg, setting=None, *, log=print):
         key_of[m.name] = key
         if key not in trajs:
             trajs[key] = dict(key=key, algorithm=m.algorithm, h=m.h, steps=_steps_for(m, cfg),
+                              pipelined=m.pipelined, dtype="fp32" if m.weights else cfg.dtype,
                               eval_every=m.h if m.algorithm == "diloco" else cfg.eval_every,
                               syncs=costs[m.name].rounds)
     wcfg = dict(seed=cfg.seed, hidden=cfg.hidden, lr=cfg.lr, momentum=cfg.momentum, outer_lr=cfg.outer_lr,
@@ -110,7 +119,8 @@ def run_experiment(cfg, setting=None, *, log=print):
     out_methods = {}
     for m in methods:
         entry = {"algorithm": m.algorithm, "transport": m.transport, "memory": m.memory, "h": m.h,
-                 "per_sync": m.per_sync, "note": m.note}
+                 "per_sync": m.per_sync, "pipelined": m.pipelined, "note": m.note,
+                 "sync_bytes": setting.bytes_for(m), "wire_dtype": "fp32" if m.weights else cfg.dtype}
         if costs[m.name] is None:
             entry.update(available=False, reason=missing[m.name], time_to_target_s=None)
             out_methods[m.name] = entry
@@ -138,21 +148,41 @@ def run_experiment(cfg, setting=None, *, log=print):
         )
         out_methods[m.name] = entry
     base = out_methods.get("colocated", {}).get("time_to_target_s")
+    base_step = out_methods.get("colocated", {}).get("s_per_step")
     for entry in out_methods.values():
         t = entry.get("time_to_target_s")
         entry["ratio_vs_colocated"] = t / base if (t is not None and base) else None
-    wr = [(e["ratio_vs_colocated"], n) for n, e in out_methods.items()
-          if n.startswith("wanreduce") and e.get("ratio_vs_colocated") is not None]
-    best = min(wr) if wr else (None, None)
+        sps = entry.get("s_per_step")
+        entry["step_ratio_vs_colocated"] = sps / base_step if (sps and base_step) else None
+    best = _best_wanreduce(out_methods)
+    sweep = []
+    for tokens in cfg.sweep_tokens:
+        s2 = replace(setting, tokens_per_step=tokens)
+        times = {}
+        for m in methods:
+            if costs[m.name] is None:
+                continue
+            evals = results[key_of[m.name]]["evals"]
+            clock = simulate_clock(m, costs[m.name], s2, evals[-1][0], cfg.sites)
+            times[m.name] = _time_to_target(evals, clock, cfg.target)[1]
+        ratios = {n: (t / times["colocated"] if t is not None and times.get("colocated") else None)
+                  for n, t in times.items()}
+        b = min(((r, n) for n, r in ratios.items() if n.startswith("wanreduce") and r is not None),
+                default=(None, None))
+        sweep.append({"tokens_per_step": tokens, "step_s": s2.step_s, "best_wanreduce": b[1],
+                      "ratio_vs_colocated": b[0], "ratios": ratios})
     plans = {}
     for m in methods:
         c = costs[m.name]
         if c is not None and c.plan:
-            plans[m.memory] = c.plan
+            plans[f"{m.memory} memory, {setting.bytes_for(m) / 1e9:g} GB"] = c.plan
     return {
         "setting": {**asdict(setting), "step_s": setting.step_s, "sync_bytes": setting.sync_bytes,
                     "described": setting.describe()},
         "config": {k: v for k, v in asdict(cfg).items() if k != "methods"},
+        "ratio_rule": "time to target accuracy over colocated's, same runs and clock; "
+                      "step_ratio_vs_colocated is seconds per step over colocated's, the utilisation measure "
+                      "INTELLECT-1 reports",
         "topology": topo.name,
         "sites": list(topo.sites),
         "target_accuracy": cfg.target,
@@ -160,6 +190,7 @@ def run_experiment(cfg, setting=None, *, log=print):
         "plans": plans,
         "methods": out_methods,
         "time_to_target_s": {n: e.get("time_to_target_s") for n, e in out_methods.items()},
+        "compute_sweep": sweep,
         "best_wanreduce": best[1],
         "ratio_vs_colocated": best[0],
         "goal_ratio": 1.10,
@@ -198,7 +229,8 @@ def plot(result, path):
         if not e.get("available"):
             continue
         curve = np.array(e["curve"])
-        t = np.maximum(curve[:, 0], 1e-1)
+        curve = curve[curve[:, 0] > 0]  # the untrained model at time 0 has no place on a log axis
+        t = curve[:, 0]
         color, ls = styles.get(name, (None, "-" if name.startswith("wanreduce") else "-."))
         ttt = e.get("time_to_target_s")
         label = f"{name} ({ttt:,.0f} s)" if ttt is not None else f"{name} (not reached)"

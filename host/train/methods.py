@@ -7,7 +7,8 @@ accuracy after each step is placed on the clock of the stated setting.
 Clock of one step at site ``i`` (every site starts step ``t`` at its own time ``c_i``)::
 
     compute ends     e_i = c_i + step_s
-    sync may start   s_i = c_i                      gossip (mixing overlaps the whole step, D-PSGD)
+    sync may start   s_i = c_i                      gossip (mixing overlaps the whole step, D-PSGD),
+                                                    pipelined all-reduce (the previous step's gradients)
                            c_i + (1 - bwd) step_s   all-reduce (buckets leave during the backward pass)
                            e_i                      DiLoCo outer step (no overlap)
 
@@ -61,6 +62,10 @@ class Setting:
     def sync_bytes(self):
         return int(self.params * self.wire_bytes)
 
+    def bytes_for(self, method):
+        """Sync volume of ``method``: weights travel in fp32, gradients in the wire dtype."""
+        return int(self.params * (4 if method.weights else self.wire_bytes))
+
     def describe(self):
         return (f"{self.params / 1e9:g}B parameters, {self.tokens_per_step:,} tokens per step on "
                 f"{self.gpus} GPUs at {self.peak_flops / 1e12:g} TFLOP/s and {self.mfu:.0%} MFU: "
@@ -84,6 +89,8 @@ class Method:
     h: int = 1
     per_sync: str = "period"
     note: str = ""
+    pipelined: bool = False  # all-reduce applied one step late, its sync overlapping the whole next step
+    weights: bool = False  # syncs weights (gossip), always in fp32: bf16 weights would round updates away
 
     @property
     def wanreduce(self):
@@ -97,12 +104,16 @@ def _methods(h):
         Method("unicast", "allreduce", "unicast", note="all-to-all unicast, no in-network aggregation"),
         Method(f"diloco-ring-h{h}", "diloco", "ring", h=h,
                note=f"DiLoCo over a WAN ring, outer step every {h} (software state of the art)"),
+        Method("ring-pipelined", "allreduce", "ring", pipelined=True,
+               note="ring all-reduce over the WAN, applied one step late, overlapping the next step"),
         Method("wanreduce-small", "allreduce", "wanreduce", "small", note="every step, full period"),
         Method("wanreduce-ample", "allreduce", "wanreduce", "ample", note="every step, full period"),
-        Method("wanreduce-gossip-small", "gossip", "wanreduce", "small", per_sync="round",
-               note="one schedule round per step, overlapped (D-PSGD)"),
-        Method("wanreduce-gossip-ample", "gossip", "wanreduce", "ample", per_sync="round",
-               note="one schedule round per step, overlapped (D-PSGD)"),
+        Method("wanreduce-ample-pipelined", "allreduce", "wanreduce", "ample", pipelined=True,
+               note="every step, full period, applied one step late, overlapping the next step"),
+        Method("wanreduce-gossip-small", "gossip", "wanreduce", "small", per_sync="round", weights=True,
+               note="one schedule round of fp32 weights per step, overlapped (D-PSGD)"),
+        Method("wanreduce-gossip-ample", "gossip", "wanreduce", "ample", per_sync="round", weights=True,
+               note="one schedule round of fp32 weights per step, overlapped (D-PSGD)"),
         Method(f"wanreduce-diloco-small-h{h}", "diloco", "wanreduce", "small", h=h,
                note=f"DiLoCo outer step every {h}, full period"),
         Method(f"wanreduce-diloco-ample-h{h}", "diloco", "wanreduce", "ample", h=h,
@@ -129,8 +140,8 @@ class SyncCost:
     plan: dict = field(default_factory=dict)
 
 
-def _plan_rounds(topo, setting, memory, time_limit_s, seed):
-    big = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=setting.sync_bytes))
+def _plan_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
+    big = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=nbytes))
     small = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=setting.bucket_bytes))
     best, _ = optimize(big, time_limit_s=time_limit_s, seed=seed)
     rounds = [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in best.rounds]
@@ -159,14 +170,15 @@ def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
             fn = {"colocated": lambda mod: colocated(mod, colocated_us=setting.colocated_us,
                                                      colocated_gbps=setting.colocated_gbps),
                   "ring": ring, "unicast": unicast}[m.transport]
-            big = fn(CostModel(topo, CostParams(tensor_bytes=setting.sync_bytes)))
+            big = fn(CostModel(topo, CostParams(tensor_bytes=setting.bytes_for(m))))
             tail = fn(CostModel(topo, CostParams(tensor_bytes=setting.bucket_bytes)))
             costs[m.name] = SyncCost([[everyone]], [[[(big.time_s, tail.time_s)]]], big.detail)
             continue
         memory = setting.small_memory if m.memory == "small" else setting.ample_memory
-        if memory not in plans:
-            plans[memory] = _plan_rounds(topo, setting, memory, time_limit_s, seed)
-        rounds, times, info = plans[memory]
+        key = (memory, setting.bytes_for(m))
+        if key not in plans:
+            plans[key] = _plan_rounds(topo, setting, memory, key[1], time_limit_s, seed)
+        rounds, times, info = plans[key]
         if m.per_sync == "period":
             costs[m.name] = SyncCost([rounds], [times], info["construction"], info)
         else:
@@ -187,7 +199,7 @@ def simulate_clock(method, cost, setting, steps, n):
         if not sync_now:
             clock = end
         else:
-            if method.algorithm == "gossip":
+            if method.algorithm == "gossip" or method.pipelined:
                 ready, tail = start.copy(), start.copy()
             elif method.algorithm == "allreduce":
                 ready, tail = start + (1 - setting.bwd_share) * step_s, end.copy()

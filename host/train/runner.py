@@ -14,12 +14,20 @@ __all__ = ["run_sites"]
 def run_sites(n, cfg, trajectories, *, timeout_s=1800):
     """Train ``trajectories`` on ``n`` site processes (gloo on loopback); rank 0's results by key."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as exc:
         raise WanreduceError("training needs PyTorch: pip install -e '.[train]' (or make train)") from exc
+    from .data import load_split
     from .worker import worker_main
 
-    ctx = multiprocessing.get_context("spawn")
+    load_split(n, seed=cfg["seed"])  # a missing scikit-learn is reported here, once, not by every site
+    # The site processes are forked from a parent that has already imported what they need (DDP imports
+    # torch._dynamo, tens of seconds of CPU per process on a loaded 2-core machine); the parent runs no
+    # torch kernel first, so no thread pool is forked.
+    import torch._dynamo  # noqa: F401
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="wanreduce-train-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")

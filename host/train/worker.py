@@ -3,7 +3,8 @@
 Three algorithms, each with its sync through :func:`wanreduce.host.train.aggregate.run_rounds`:
 
 * ``allreduce`` (H = 1): a :class:`~torch.nn.parallel.DistributedDataParallel` model whose communication
-  hook replaces each gradient bucket by its average under the sync's rounds;
+  hook replaces each gradient bucket by its average under the sync's rounds (or, pipelined, by the
+  previous step's average, so that the sync can overlap the whole next step);
 * ``diloco``: ``h`` inner SGD steps, then ``sync(model)`` averages the pseudo-gradients (global copy minus
   local weights) and an outer Nesterov-momentum SGD step moves the global copy (DiLoCo, Douillard et al.
   2023, arXiv:2311.08105; outer lr 0.7 and momentum 0.9 as there);
@@ -27,8 +28,6 @@ from .aggregate import run_rounds, wire_dtype
 
 __all__ = ["make_model", "Syncer", "train_trajectory", "worker_main"]
 
-_GATHER_VIEW = {2: np.int16, 4: np.int32}
-
 
 def make_model(seed, hidden=64):
     """The model every method trains: a two-layer perceptron on the 8x8 digits (4,810 parameters)."""
@@ -49,10 +48,10 @@ class Syncer:
     def average(self, flat, rounds):
         """``flat`` (numpy float32) of this site → its value after ``rounds``, as float32."""
         bits = to_wire_bits(flat, self.dtype)
-        mine = torch.from_numpy(bits.view(_GATHER_VIEW[self.dtype.size]).copy())
+        mine = torch.from_numpy(bits.view(np.uint8).copy())  # gloo gathers bytes of any width
         gathered = [torch.empty_like(mine) for _ in range(self.n)]
         dist.all_gather(gathered, mine)
-        x = np.stack([g.numpy() for g in gathered]).view(np_dtype(self.dtype))
+        x = np.stack([g.numpy() for g in gathered]).view(np_dtype(self.dtype))  # (sites, elements)
         y = run_rounds(x, rounds, self.dtype, engine=self.engine, chunk_elems=self.chunk_elems,
                        first_round=self.syncs)
         if self.record is not None:
@@ -102,6 +101,19 @@ def _ddp_hook(state, bucket):
     return fut
 
 
+def _pipelined_hook(state, bucket):
+    """The previous step's averaged gradients (zero on the first step); this step's are averaged now and
+    applied next step, so on the clock their sync overlaps the whole next step."""
+    syncer, rounds_of, pending = state
+    buf = bucket.buffer()
+    out = syncer.average(buf.detach().numpy(), rounds_of())
+    prev = pending.get(bucket.index(), np.zeros_like(out))
+    pending[bucket.index()] = out
+    fut = torch.futures.Future()
+    fut.set_result(torch.from_numpy(prev).view_as(buf))
+    return fut
+
+
 def _accuracy(model, x, y):
     with torch.no_grad():
         return float((model(x).argmax(1) == y).float().mean())
@@ -129,7 +141,10 @@ def train_trajectory(*, rank, n, split, traj, cfg, syncer):
     net = model
     if algo == "allreduce":
         net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
-        net.register_comm_hook((syncer, rounds_now), _ddp_hook)
+        if traj.get("pipelined"):
+            net.register_comm_hook((syncer, rounds_now, {}), _pipelined_hook)
+        else:
+            net.register_comm_hook((syncer, rounds_now), _ddp_hook)
     opt = _SGD(model.parameters(), lr=lr, momentum=cfg["momentum"])
     if algo == "diloco":
         glob = nn.utils.parameters_to_vector(model.parameters()).detach().clone()
@@ -185,7 +200,8 @@ def worker_main(rank, n, init_file, cfg, trajectories, out_queue):
         split = load_split(n, seed=cfg["seed"])
         results = {}
         for traj in trajectories:
-            syncer = Syncer(rank=rank, n=n, dtype=cfg["dtype"], engine=traj.get("engine", cfg["engine"]),
+            syncer = Syncer(rank=rank, n=n, dtype=traj.get("dtype", cfg["dtype"]),
+                            engine=traj.get("engine", cfg["engine"]),
                             chunk_elems=cfg["chunk_elems"], record=cfg.get("record", False))
             import time
 
