@@ -338,11 +338,11 @@ def lean_round(model, groups, *, jitter_s=DEFAULT_JITTER_S, bank_slots=None, roo
     """Cost and stripes of one round's groups in root mode (the module docstring's model): a
     :class:`LeanRound`.
 
-    The groups share the backbone. Rates come from the better (by the round's time) of a greedy fill in
-    ascending root latency and progressive fillings over each group's ``k`` nearest roots,
-    ``k = 1 .. G``. ``roots`` (one group only) fixes the candidate roots; ``bank_slots`` the slots of
-    one round bank (default: a one-round core); ``members_max`` the member buffers per slot the core is
-    built with (default: the largest group).
+    The groups share the backbone. Rates come from a greedy fill in ascending root latency or, on a
+    backbone with link capacities, from whichever is faster of it and progressive fillings over each
+    group's ``k`` nearest roots, ``k = 1 .. G``. ``roots`` (one group only) fixes the candidate roots;
+    ``bank_slots`` the slots of one round bank (default: a one-round core); ``members_max`` the member
+    buffers per slot the core is built with (default: the largest group).
     """
     if not (isinstance(jitter_s, (int, float)) and math.isfinite(jitter_s) and jitter_s >= 0):
         raise WanreduceError(f"the jitter must be a non-negative number of seconds, got {jitter_s!r}")
@@ -369,8 +369,9 @@ def lean_round(model, groups, *, jitter_s=DEFAULT_JITTER_S, bank_slots=None, roo
     link_cap = topo.link_cap_Bps * model.params.wire_eff if topo.links_limited else None
     allcands = [c for gi in per for c in per[gi]]
     tries = [_greedy(allcands, budgets, link_cap)]
-    for k in range(1, max(len(v) for v in per.values()) + 1):
-        tries.append(_fill([c for gi in per for c in per[gi][:k]], budgets, link_cap))
+    if link_cap is not None:  # without link limits the greedy fill is optimal (a fractional knapsack)
+        for k in range(1, max(len(v) for v in per.values()) + 1):
+            tries.append(_fill([c for gi in per for c in per[gi][:k]], budgets, link_cap))
     best = None
     for rates, bounds in tries:
         res = {gi: _stripes(model, g, per[gi], rates, bounds, lives[gi]) for gi, g in real}
