@@ -284,7 +284,8 @@ class BoardTop(Elaboratable):
         )
         m.domains.sync = ClockDomain("sync")
         m.d.comb += ClockSignal("sync").eq(clkop)
-        platform.add_clock_constraint(clkop, fout * 1e6)
+        # No FREQUENCY line for the PLL output: synthesis renames its net (nextpnr would ignore the
+        # constraint), and nextpnr derives the exact frequency from the EHXPLLL's dividers by itself.
         m.submodules.reset_sync = ResetSynchronizer(button | ~lock, domain="sync")
 
         m.submodules.core = core = AggregatorCore(**self.core_params)

