@@ -263,6 +263,9 @@ def _frames_of(schedule, before, plan, *, rank, dtype, job, rounds, chunk_elems,
         gid = next((g for g, members in enumerate(groups) if rank in members), None)
         if gid is None:
             continue
+        lean = schedule.lean
+        if lean is not None and not lean["rounds"][r % schedule.period]["groups"][gid]["stripes"]:
+            continue  # a group of one in root mode: nothing to aggregate, nothing sent
         send = np.asarray(plan.send[rank, r, :n_chunks], dtype=float)
         if np.isnan(send).any():
             raise WanreduceError(f"the pacing model gives rank {rank} no send time in round {r}, where it "

@@ -151,6 +151,8 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
     root_of = [dict() for _ in range(rounds)]            # per round: (gid, chunk) -> root
     for r, grp in enumerate(plan):
         for gid, (members, stripes) in enumerate(grp):
+            if not stripes:
+                continue  # a group of one sends nothing and keeps its value: it waits this round
             for m in members:
                 member_of[m][r] = (gid, members)
             for st in stripes:

@@ -347,3 +347,23 @@ def test_nine_cities_with_data_and_jitter(dtype):
     assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in pairs)
     assert len({v.tobytes() for v in run.values}) == 1 and run.slot_conflicts == 0
     assert run.finish_s == pytest.approx(plan.period_s, rel=0.10)
+
+
+def test_group_of_one_waits():
+    # A grid with a hole: a group of one in some round sends nothing and keeps its value.
+    topo = load_topology("nine-city", sites=["AMS", "FRA", "LON", "NYC", "LAX"])
+    model = CostModel(topo, CostParams(memory_bytes=1 << 20, chunk_bytes=512, tensor_bytes=8 << 10))
+    rounds = [[[0, 1], [2, 3], [4]], [[0, 2, 4], [1, 3]]]
+    sched = _lean_schedule(model, rounds)
+    assert sched.lean["rounds"][0]["groups"][2]["stripes"] == []
+    run, ref = _data_run(sched, topo, DType.FP32, elements=2048, chunk_elems=128, jitter_s=0.0,
+                         memory=1 << 20)
+    assert all(np.array_equal(a, b) for a, b in zip(run.values, ref, strict=True))
+    assert np.isnan(run.send[4, 0]).all() and not np.isnan(run.send[4, 1]).any()
+    from wanreduce.host.emit import emit_sites
+
+    rng = np.random.default_rng(1)
+    grads = [rng.standard_normal(2048).astype(np.float32) for _ in range(5)]
+    (em,) = emit_sites(sched, grads, ranks=[4], dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=100.0,
+                       bank_slots=1)
+    assert em.rounds_sent == 1 and len(em.frames) == 16
