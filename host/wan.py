@@ -22,9 +22,9 @@ reorders and corrupts frames and can stop a site, all from one seeded generator.
 per sent chunk (first timeout ``2 x`` the group's longest one-way delay ``+ 4`` frame times, doubling per
 retry) and resend the same CONTRIB to the group while their own RESULT for it is missing; a RESULT for a
 chunk already applied is not applied again but makes them resend their contribution (a member is still
-asking for the chunk, and may lack theirs); after :data:`RETRIES` retries the run stops with
-:class:`SiteTimeout`, naming the missing sites and the round. The aggregators' shadow RESULTs and evictions
-(``docs/PROTOCOL.md``) make every retransmission safe.
+asking for the chunk, and may lack theirs; at most once per timeout, the hold-off doubling); after
+:data:`RETRIES` retries the run stops with :class:`SiteTimeout`, naming the missing sites and the round.
+The aggregators' shadow RESULTs and evictions (``docs/PROTOCOL.md``) make every retransmission safe.
 
 The aggregator of each site is pluggable: :class:`GoldenSite` (the golden model, here), the Verilated core
 (:mod:`wanreduce.sim.cosim`), or :class:`CountingSite` (timing only, no data: the pacing model the emitter
@@ -279,7 +279,7 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
     emitted = 0
     rec = Recovery()
     sent_frames = {}     # (site, round, chunk) -> the CONTRIB frame, resent byte for byte
-    echoed = {}          # (site, round, chunk) -> when a RESULT for an applied chunk last caused a resend
+    echoed = {}          # (site, round, chunk) -> (when a repeated RESULT last caused a resend, how many did)
     outstanding = sum(n_chunks for s in range(n) for r in range(rounds) if member_of[s][r])
 
     def push(t, kind, *data):
@@ -474,11 +474,14 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
                 rec.results_ignored += 1
                 # Applied already. The RESULT came again because some member sent this chunk to our
                 # aggregator after it completed (or the WAN copied it): a member may still be missing our
-                # contribution, so send it once more, at most once per timeout.
+                # contribution, so send it once more. Our resend makes the other members' aggregators send
+                # their RESULTs again too, so without a hold-off two done members would keep answering each
+                # other; the hold-off starts at one timeout and doubles, as the asking member's retries do.
+                last, n_echo = echoed.get((s, r, c), (-math.inf, 0))
                 if (faults is not None and not (s == kill_site and r >= kill_round)
-                        and t - echoed.get((s, r, c), -math.inf) >= timeout0[s][r]
+                        and t - last >= timeout0[s][r] * (1 << n_echo)
                         and holds_contribution(s, r, c)):
-                    echoed[(s, r, c)] = t
+                    echoed[(s, r, c)] = (t, n_echo + 1)
                     rec.resends_on_result += 1
                     resend(s, r, c, t)
                 continue
