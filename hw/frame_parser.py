@@ -25,11 +25,18 @@ _HDR = protocol.FRAME_OVERHEAD  # 42
 _ETH = protocol.ETH_HEADER_BYTES
 
 
-def _fold16(value):
-    """One's-complement fold of a sum of at most 49 bits down to 16 bits (each fold adds the carries)."""
-    for _ in range(4):
-        value = value[:16] + value[16:]
-    return value[:16]
+def _fold1(value):
+    """One end-around-carry fold: the low 16 bits plus the rest, congruent to ``value`` modulo 0xFFFF."""
+    return value[:16] + value[16:]
+
+
+def _ones_complement_ok(value, bits):
+    """Whether the one's-complement sum of 16-bit words whose plain sum is ``value`` (``bits`` wide, at most
+    31) is 0xFFFF, i.e. ``value`` is a non-zero multiple of 0xFFFF. One fold leaves ``y = value mod 0xFFFF``
+    (plus a multiple of it) below ``2 * 0xFFFF``, where the only non-zero multiple is 0xFFFF itself: one
+    adder and a compare instead of folding all the way down."""
+    assert bits <= 31
+    return _fold1(value) == 0xFFFF
 
 
 class FrameParser(wiring.Component):
@@ -59,7 +66,8 @@ class FrameParser(wiring.Component):
         j = Signal(16)                      # beat index within the frame (saturates)
         hdr = Signal(8 * _HDR)              # header bytes captured so far
         prev = Signal(W)                    # previous input beat
-        csum = Signal(40)                   # running UDP sum over frame bytes [34, 14 + total length)
+        csum = Signal(17)                   # running UDP sum over frame bytes [34, 14 + total length),
+                                            # folded once per beat: congruent modulo 0xFFFF, below 2**17
         flush = Signal()                    # one more output beat owed by the previous frame
         flush_data = Signal(W)
         flush_bytes = Signal(range(B + 1))
@@ -77,11 +85,19 @@ class FrameParser(wiring.Component):
             with m.If(j == k):
                 m.d.comb += cur[8 * lo: 8 * hi].eq(ib.data[: 8 * (hi - lo)])
 
+        # A header field that lies wholly in beats before the one holding byte 41 is read from the
+        # registered header: a frame whose last beat comes earlier is shorter than 42 bytes, so it is
+        # truncated (code 1, the lowest, which decides its drop) whatever the field says. That keeps the
+        # header-merge multiplexer off the drop-code and checksum paths (all fields but the UDP checksum at
+        # W=64; fewer at wider beats, none at 512).
+        def src(n, size):
+            return hdr if (n + size - 1) // B < (_HDR - 1) // B else cur
+
         def byte(n):
-            return cur[8 * n: 8 * n + 8]
+            return src(n, 1)[8 * n: 8 * n + 8]
 
         def be16(n):
-            return be_bytes(cur, n, 2)
+            return be_bytes(src(n, 2), n, 2)
 
         ethertype = be16(12)
         total = be16(16)
@@ -111,9 +127,13 @@ class FrameParser(wiring.Component):
 
         # Drop codes 1-8, evaluated on the last beat from the merged header.
         ip_words = [be16(14 + 2 * n) for n in range(10)]
-        ip_ok = _fold16(Cat(sum(ip_words), Const(0, 8))) == 0xFFFF
+        ip_sum = Signal(20)
+        m.d.comb += ip_sum.eq(sum(ip_words))
+        ip_ok = _ones_complement_ok(ip_sum, 20)
         pseudo = be16(26) + be16(28) + be16(30) + be16(32) + protocol.IPPROTO_UDP + udp_len
-        udp_ok = _fold16(Cat(csum + beat_sum + pseudo, Const(0, 8))) == 0xFFFF
+        udp_sum = Signal(26)
+        m.d.comb += udp_sum.eq(csum + beat_sum + pseudo)
+        udp_ok = _ones_complement_ok(udp_sum, 26)
         drops = Signal(32)
         D = protocol.Drop
         m.d.comb += [
@@ -170,7 +190,7 @@ class FrameParser(wiring.Component):
                     m.d.sync += [flush.eq(1), flush_data.eq(tail), flush_bytes.eq(tail_bytes),
                                  flush_drops.eq(drops)]
             with m.Else():
-                m.d.sync += [hdr.eq(cur), csum.eq(csum + beat_sum)]
+                m.d.sync += [hdr.eq(cur), csum.eq(_fold1(csum + beat_sum))]
                 with m.If(j != 0xFFFF):
                     m.d.sync += j.eq(j + 1)
         return m
