@@ -182,7 +182,7 @@ class _Cand:
         self.cap, self.cap_bound, self.use = cap, cap_bound, use
 
 
-def _group_candidates(model, gi, members, *, jitter_s, bank_slots, gmax, roots, max_roots):
+def _group_candidates(model, gi, members, *, jitter_s, bank_slots, roots, max_roots):
     """Candidate roots of one group (smallest latency first), the group's access-link budget and ``ell``."""
     p = model.params
     topo = model.topology
@@ -363,7 +363,7 @@ def lean_round(model, groups, *, jitter_s=DEFAULT_JITTER_S, bank_slots=None, roo
     per, budgets, lives = {}, {}, {}
     for gi, g in real:
         per[gi], budgets[gi], lives[gi] = _group_candidates(model, gi, g, jitter_s=jitter_s,
-                                                            bank_slots=bank_slots, gmax=gmax, roots=roots,
+                                                            bank_slots=bank_slots, roots=roots,
                                                             max_roots=max_roots)
     topo = model.topology
     link_cap = topo.link_cap_Bps * model.params.wire_eff if topo.links_limited else None
