@@ -13,10 +13,12 @@ Clock of one step at site ``i`` (every site starts step ``t`` at its own time ``
                            e_i                      DiLoCo outer step (no overlap)
 
 then for each round of the sync and each group ``g`` of it, in order, the group starts when its last
-member is ready and lasts the cost model's time of that group in that round, ``T_g`` (latency plus
-sync bytes over the group's rate); the last gradient bucket of an overlapped sync cannot leave before
-``e_i`` and takes ``T_g`` at one bucket's bytes. The site's next step starts at the latest of its compute
-end, its bulk sync end and its last bucket's end. A site in no group of a round does not wait for it.
+member is ready and lasts the cost model's time of that group in that round, ``T_g``; the last gradient
+bucket of an overlapped sync cannot leave before ``e_i`` and takes ``T_g`` at one bucket's bytes. A sync of
+a whole schedule period is charged as one group of every site lasting the cost model's period (which
+pipelines the rounds chunk by chunk); a baseline as one group lasting the baseline's time. The site's
+next step starts at the latest of its compute end, its bulk sync end and its last bucket's end. A site in
+no group of a round does not wait for it.
 """
 
 import math
@@ -26,7 +28,7 @@ import numpy as np
 
 from ..baselines import colocated, ring, unicast
 from ..costmodel import CostModel, CostParams
-from ..schedule import optimize
+from ..schedule import evaluate, optimize
 
 __all__ = ["Setting", "Method", "METHODS", "SyncCost", "build_costs", "simulate_clock", "lean_available"]
 
@@ -134,10 +136,16 @@ def lean_available():
 class SyncCost:
     """For each sync index (modulo the list): its rounds of groups, each group's bulk and last-bucket time."""
 
-    rounds: list  # per sync: list of rounds; round = list of groups (lists of ranks)
+    rounds: list  # per sync: list of rounds; round = list of groups (lists of ranks): what is computed
     times: list  # per sync: list of rounds; round = list of (bulk_s, bucket_s) per group
     detail: str = ""
     plan: dict = field(default_factory=dict)
+    clock_rounds: list = None  # per sync, the groups the clock charges ``times`` to, if not ``rounds``
+
+    def charged(self, k):
+        """(rounds, times) the clock charges for sync number ``k``."""
+        rounds = self.clock_rounds if self.clock_rounds is not None else self.rounds
+        return rounds[k % len(rounds)], self.times[k % len(self.times)]
 
 
 def _plan_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
@@ -145,13 +153,16 @@ def _plan_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
     small = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=setting.bucket_bytes))
     best, _ = optimize(big, time_limit_s=time_limit_s, seed=seed)
     rounds = [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in best.rounds]
+    # Group times as the plan costs them (round banks and all), at the sync's bytes and at one bucket's.
+    tail = evaluate(small, best.rounds)
     times = []
-    for rnd in rounds:
-        bulk = big.round(rnd).groups
-        tail = small.round(rnd).groups
-        times.append([(b.time_s, t.time_s) for b, t in zip(bulk, tail, strict=True)])
+    for rnd, bulk_rc, tail_rc in zip(rounds, best.round_costs, tail.round_costs, strict=True):
+        bulk_of = {tuple(sorted(g.members)): g.time_s for g in bulk_rc.groups}
+        tail_of = {tuple(sorted(g.members)): g.time_s for g in tail_rc.groups}
+        times.append([(bulk_of[tuple(sorted(g))], tail_of[tuple(sorted(g))]) for g in rnd])
     info = {"construction": best.name, "period_s": best.period_s, "score_s": best.score_s,
-            "rounds": rounds, "round_s": best.round_s, "bounds": [rc.bound for rc in best.round_costs]}
+            "rounds": rounds, "round_s": best.round_s, "bounds": [rc.bound for rc in best.round_costs],
+            "period_bucket_s": tail.period_s, "exact": bool(best.exact)}
     return rounds, times, info
 
 
@@ -180,7 +191,11 @@ def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
             plans[key] = _plan_rounds(topo, setting, memory, key[1], time_limit_s, seed)
         rounds, times, info = plans[key]
         if m.per_sync == "period":
-            costs[m.name] = SyncCost([rounds], [times], info["construction"], info)
+            # The period pipelines its rounds chunk by chunk (the cost model's period formula), and on an
+            # exact grid it ties every site to every other: the clock charges it as one step for all.
+            members = sorted({r for rnd in rounds for g in rnd for r in g})
+            costs[m.name] = SyncCost([rounds], [[[(info["period_s"], info["period_bucket_s"])]]],
+                                     info["construction"], info, clock_rounds=[[[members]]])
         else:
             costs[m.name] = SyncCost([[r] for r in rounds], [[t] for t in times], info["construction"], info)
     return costs, missing
@@ -205,8 +220,7 @@ def simulate_clock(method, cost, setting, steps, n):
                 ready, tail = start + (1 - setting.bwd_share) * step_s, end.copy()
             else:
                 ready, tail = end.copy(), end.copy()
-            rounds = cost.rounds[k % len(cost.rounds)]
-            times = cost.times[k % len(cost.times)]
+            rounds, times = cost.charged(k)
             k += 1
             for groups, gtimes in zip(rounds, times, strict=True):
                 for g, (bulk, bucket) in zip(groups, gtimes, strict=True):
