@@ -61,9 +61,10 @@ class TracedCore(wiring.Component):
     """:class:`~wanreduce.hw.core.AggregatorCore` with the slot table's packet events on a ``trace`` port.
 
     ``trace.valid`` is high for one cycle per packet that leaves the slot table's decision stage (one per
-    input frame, in input order) and ``trace.payload`` is its drop code (0: stored) in bits 0-4 and "it
-    completed a chunk" in bit 5. Test-only: the events are the ones the counters count, read from the slot
-    table inside the core, so the core itself needs no debug port.
+    input frame, in input order) and ``trace.payload`` is its drop code (0: stored) in bits 0-4, "it
+    completed a chunk" in bit 5, "its chunk's RESULT is sent again" in bit 6 and "it took its slot back
+    from a newer live chunk" in bit 7. Test-only: the events are the ones the counters count, read from the
+    slot table inside the core, so the core itself needs no debug port.
     """
 
     def __init__(self, **params):
@@ -73,7 +74,7 @@ class TracedCore(wiring.Component):
             "i": In(stream.Signature(Beat(width))),
             "o": Out(stream.Signature(Beat(width))),
             "ctl": In(ControlSignature()),
-            "trace": Out(wiring.Signature({"valid": Out(1), "payload": Out(6)})),
+            "trace": Out(wiring.Signature({"valid": Out(1), "payload": Out(8)})),
         })
 
     def elaborate(self, platform):
@@ -83,7 +84,8 @@ class TracedCore(wiring.Component):
         wiring.connect(m, core.o, wiring.flipped(self.o))
         wiring.connect(m, wiring.flipped(self.ctl), core.ctl)
         st = core.slot_table
-        m.d.comb += [self.trace.valid.eq(st.ev_valid), self.trace.payload.eq(Cat(st.ev_code, st.ev_result))]
+        m.d.comb += [self.trace.valid.eq(st.ev_valid),
+                     self.trace.payload.eq(Cat(st.ev_code, st.ev_result, st.ev_reemit, st.ev_evict))]
         return m
 
 
@@ -664,7 +666,8 @@ class FuzzReport:
     """The outcome of one :func:`run_fuzz`: ``violations`` (0 when every check passed) with ``details``
     (one line per failed check, the first few frame disagreements with their bytes), ``frames`` in,
     ``codes`` (how often each drop code, 0 = stored, was seen), ``mutations`` (inputs per label),
-    ``results`` (chunks completed), ``max_stall`` and ``bound`` (cycles of ``i.ready`` low)."""
+    ``results`` (chunks completed), ``reemits`` and ``evictions`` (frames that re-sent a RESULT or took a
+    slot back), ``max_stall`` and ``bound`` (cycles of ``i.ready`` low)."""
 
     frames: int = 0
     violations: int = 0
@@ -672,6 +675,8 @@ class FuzzReport:
     codes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     mutations: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     results: int = 0
+    reemits: int = 0
+    evictions: int = 0
     wedged: int = 0
     max_stall: int = 0
     bound: int = 0
@@ -685,6 +690,8 @@ class FuzzReport:
         self.codes.update(other.codes)
         self.mutations.update(other.mutations)
         self.results += other.results
+        self.reemits += other.reemits
+        self.evictions += other.evictions
         self.wedged += other.wedged
         self.max_stall = max(self.max_stall, other.max_stall)
         self.bound = max(self.bound, other.bound)
@@ -710,19 +717,23 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
                             bank_bits=s.bank_bits)
     gen = FrameGen(s, entry=sim.entry, seed=seed, classifier=classifier)
     feed = classifier.frame if sim.entry == "frame" else classifier.payload
-    inputs, want_codes = [], []
+    inputs, want_codes, want_out = [], [], []
     report = FuzzReport()
+
+    def add(data):
+        inputs.append(data)
+        code, done = feed(data)
+        want_codes.append((code, done, classifier.reemitted, classifier.evicted))
+
     for _ in range(n_frames):
         data, label = gen.next()
-        inputs.append(data)
         report.mutations[label] += 1
-        want_codes.append(feed(data))
+        add(data)
     tail, fresh, wedged = gen.recovery()
     report.wedged = wedged
     n_fuzz = len(inputs)
     for data in tail:
-        inputs.append(data)
-        want_codes.append(feed(data))
+        add(data)
     report.mutations["recovery"] += len(tail)
     report.frames = len(inputs)
 
@@ -730,7 +741,6 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
                               slot_bytes=s.slot_bytes, mac=s.mac, ip=s.ip, port=s.port,
                               destinations=s.destinations, bank_bits=s.bank_bits)
     golden_feed = golden.feed_frame if sim.entry == "frame" else golden.feed_payload
-    want_out = []
     for data in inputs:
         want_out += golden_feed(data)
 
@@ -752,12 +762,14 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
         _fail(report, f"seed {seed}: i.ready low for {stats.max_stall} cycles, bound {report.bound}")
 
     # Frame for frame: drop code and completion against the classifier.
-    got = [(int(v) & 31, bool(int(v) >> 5 & 1)) for v in stats.trace]
+    got = [(int(v) & 31, bool(v >> 5 & 1), bool(v >> 6 & 1), bool(v >> 7 & 1)) for v in stats.trace.tolist()]
     if len(got) != len(inputs):
         _fail(report, f"seed {seed}: {len(got)} packet events for {len(inputs)} frames")
     shown = 0
     for k, (want, have) in enumerate(zip(want_codes, got, strict=False)):
         report.codes[want[0]] += 1
+        report.reemits += want[2]
+        report.evictions += want[3]
         if want != have:
             report.violations += 1
             if shown < max_details:
@@ -768,11 +780,8 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
     report.results = classifier.tally["results"]
 
     counters = control.decode_counters(stats.ctl_reads)
-    want_counters = {"frames_in": len(inputs), "results": classifier.tally["results"],
-                     **{name: classifier.tally[name] for name in CODES.values()}}
-    for name in ("results_reemitted", "evictions"):
-        if name in counters:
-            want_counters[name] = classifier.tally[name]
+    names = [*CODES.values(), "results", "results_reemitted", "evictions"]
+    want_counters = {"frames_in": len(inputs), **{name: classifier.tally[name] for name in names}}
     if counters != want_counters:
         diff = {k: (v, counters.get(k)) for k, v in want_counters.items() if counters.get(k) != v}
         _fail(report, f"seed {seed}: counters (classifier, core) differ: {diff}")
@@ -780,7 +789,7 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
         diff = {k: (golden.counters[k], counters.get(k)) for k in golden.counters
                 if counters.get(k) != golden.counters[k]}
         _fail(report, f"seed {seed}: counters (golden, core) differ: {diff}")
-    stored = sum(1 for code, _ in got if code == 0)
+    stored = sum(1 for event in got if event[0] == 0)
     if sum(counters[name] for name in CODES.values()) + stored != counters["frames_in"]:
         _fail(report, f"seed {seed}: drop counters + {stored} stored != frames_in {counters['frames_in']}")
 
@@ -791,19 +800,20 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5):
                      min(len(packets), len(want_out)))
         _fail(report, f"seed {seed}: RESULTs differ from the golden model ({len(packets)} sent, "
                       f"{len(want_out)} expected, first difference at {first})")
-    fresh_done = sum(1 for _, done in want_codes[n_fuzz:] if done)
+    fresh_done = sum(1 for event in want_codes[n_fuzz:] if event[1])
     live_left = sum(1 for slot in classifier.slots if slot is not None and slot[0] == "live")
     per_result = len(s.destinations) if sim.entry == "frame" else 1
-    sent = golden.counters["results"] + golden.counters.get("results_reemitted", 0)
+    sent = golden.counters["results"] + golden.counters["results_reemitted"]
     if live_left or fresh_done < fresh or len(want_out) != per_result * sent:
         _fail(report, f"seed {seed}: recovery left {live_left} chunks live and completed {fresh_done} "
                       f"chunks (at least {fresh} fresh ones expected)")
     return report
 
 
-def _name(pair):
-    code, done = pair
-    return ("stored" if code == 0 else f"{code} {CODES.get(code, '?')}") + (" +RESULT" if done else "")
+def _name(event):
+    code, done, reemit, evict = event
+    return ("stored" if code == 0 else f"{code} {CODES.get(code, '?')}") + (" +RESULT" if done else "") + \
+        (" +re-emit" if reemit else "") + (" +evict" if evict else "")
 
 
 #: The mutation labels a run can produce (frame entry), for coverage checks.

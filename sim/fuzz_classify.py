@@ -10,7 +10,8 @@ API::
 
     c = Classifier(jobs={7: [[3, 0, 1], 0]}, slots=4, slot_bytes=64, port=47000, bank_bits={7: 1})
     code, completes = c.frame(frame_bytes)      # or c.payload(udp_payload) for the payload entry point
-    c.reemitted                                 # whether that frame made the core send a RESULT again
+    c.reemitted, c.evicted                      # whether that frame made the core send a RESULT again, and
+                                                # whether it took its slot back from a newer live chunk
     c.tally                                     # {counter name: frames}, "accepted", "results" and
                                                 # "results_reemitted" too
 
@@ -115,10 +116,12 @@ def payload_code(payload, *, slot_bytes):
     return 0, {"job": job, "round": round_, "chunk": chunk, "src": src, "dtype": dtype, "count": count}
 
 
-def _bitmap(entry):
-    """An expected entry, a bitmap or a sequence of ranks in summation order, as a bitmap (the order only
-    matters to the sum, not to which packets are dropped)."""
-    return int(entry) if isinstance(entry, int) else sum(1 << int(r) for r in entry)
+def _order(entry):
+    """An expected entry, a bitmap (ascending rank order) or a sequence of ranks in summation order, as
+    the tuple of ranks in summation order."""
+    if isinstance(entry, int):
+        return tuple(r for r in range(64) if entry >> r & 1)
+    return tuple(int(r) for r in entry)
 
 
 class Classifier:
@@ -131,7 +134,7 @@ class Classifier:
     def __init__(self, *, jobs, slots, slot_bytes, port=47000, bank_bits=None):
         if slots < 1 or slots & (slots - 1):
             raise ValueError(f"The slot count must be a power of two, not {slots}.")
-        self.jobs = {int(j): [_bitmap(e) for e in period] for j, period in jobs.items()}
+        self.jobs = {int(j): [sum(1 << r for r in _order(e)) for e in period] for j, period in jobs.items()}
         full = slots.bit_length() - 1
         self.bank_bits = {j: full for j in self.jobs}
         self.bank_bits.update({int(j): int(b) for j, b in (bank_bits or {}).items()})
@@ -141,19 +144,19 @@ class Classifier:
         # the shadow: the tag of the last chunk the slot completed.
         self.slots = [None] * slots
         self.shadow = [None] * slots
-        self.reemitted = False
+        self.reemitted = self.evicted = False
         self.tally = dict.fromkeys(CODES.values(), 0)
         self.tally.update(accepted=0, results=0, results_reemitted=0, evictions=0)
 
     def frame(self, frame):
         """Classify one Ethernet frame (and apply it to the slots): ``(code, completes)``."""
-        self.reemitted = False
+        self.reemitted = self.evicted = False
         code, payload = frame_code(frame, port=self.port)
         return self._count(code, False) if code else self.payload(payload)
 
     def payload(self, payload):
         """Classify one bare UDP payload (and apply it to the slots): ``(code, completes)``."""
-        self.reemitted = False
+        self.reemitted = self.evicted = False
         code, h = payload_code(payload, slot_bytes=self.slot_bytes)
         if code:
             return self._count(code, False)
@@ -181,6 +184,7 @@ class Classifier:
                     if last is not None and tag[0] == last[0] and tag[1:] < last[1:]:
                         return self._count(22, False)
                     self.tally["evictions"] += 1
+                    self.evicted = True
                     slot = self.slots[index] = None
                 elif seen & bit:
                     return self._count(24, False)
