@@ -30,6 +30,11 @@ from ..baselines import colocated, ring, unicast
 from ..costmodel import CostModel, CostParams
 from ..schedule import evaluate, optimize
 
+try:  # root ("lean") mode, issue #10: reported as not available where the host model lacks it
+    from .. import lean as _lean
+except ImportError:  # pragma: no cover - only on a tree without issue #10
+    _lean = None
+
 __all__ = ["Setting", "Method", "METHODS", "SyncCost", "build_costs", "simulate_clock", "lean_available"]
 
 
@@ -120,7 +125,10 @@ def _methods(h):
                note=f"DiLoCo outer step every {h}, full period"),
         Method(f"wanreduce-diloco-ample-h{h}", "diloco", "wanreduce", "ample", h=h,
                note=f"DiLoCo outer step every {h}, full period"),
-        Method("wanreduce-lean", "allreduce", "lean", "small", note="lean (root) mode, issue #10"),
+        Method("wanreduce-lean-small", "allreduce", "lean", "small",
+               note="root (lean) mode at on-chip memory, every step, full period"),
+        Method("wanreduce-lean-small-pipelined", "allreduce", "lean", "small", pipelined=True,
+               note="root (lean) mode at on-chip memory, applied one step late"),
     )
 
 
@@ -128,8 +136,23 @@ METHODS = _methods
 
 
 def lean_available():
-    """(available, reason): the lean (root) mode's cost model, issue #10, is not in the host model yet."""
-    return False, "the lean (root) mode's cost model (issue #10) is not in wanreduce.host yet"
+    """(available, reason): whether the host model has root ("lean") mode, issue #10."""
+    if _lean is None:
+        return False, "the root (lean) mode's cost model (issue #10) is not in wanreduce.host"
+    return True, ""
+
+
+def _lean_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
+    big = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=nbytes))
+    small = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=setting.bucket_bytes))
+    _, gather_per = optimize(big, time_limit_s=time_limit_s, seed=seed)
+    best, _ = _lean.optimize_lean(big, gather_per_shape=gather_per)
+    tail = _lean.lean_plan(small, best.rounds)
+    rounds = [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in best.rounds]
+    info = {"construction": best.name, "period_s": best.period_s, "score_s": best.score_s,
+            "rounds": rounds, "round_s": best.round_s, "bounds": [rc.bound for rc in best.round_costs],
+            "period_bucket_s": tail.period_s, "exact": bool(best.exact), "mode": "root"}
+    return rounds, None, info
 
 
 @dataclass
@@ -186,9 +209,10 @@ def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
             costs[m.name] = SyncCost([[everyone]], [[[(big.time_s, tail.time_s)]]], big.detail)
             continue
         memory = setting.small_memory if m.memory == "small" else setting.ample_memory
-        key = (memory, setting.bytes_for(m))
+        key = (m.transport, memory, setting.bytes_for(m))
         if key not in plans:
-            plans[key] = _plan_rounds(topo, setting, memory, key[1], time_limit_s, seed)
+            planner = _lean_rounds if m.transport == "lean" else _plan_rounds
+            plans[key] = planner(topo, setting, memory, key[2], time_limit_s, seed)
         rounds, times, info = plans[key]
         if m.per_sync == "period":
             # The period pipelines its rounds chunk by chunk (the cost model's period formula), and on an

@@ -121,7 +121,8 @@ def test_clock_groups_wait_only_for_their_members():
     s = Setting()
     step = s.step_s
     # Round 0: {0, 1} slow, {2, 3} fast; round 1: {1, 2}. Site 2 waits for site 1's slow round.
-    cost = SyncCost([[[[0, 1], [2, 3]]], [[[1, 2]]]], [[[(3 * step, 0), (0.1 * step, 0)]], [[(0.1 * step, 0)]]])
+    cost = SyncCost([[[[0, 1], [2, 3]]], [[[1, 2]]]],
+                    [[[(3 * step, 0), (0.1 * step, 0)]], [[(0.1 * step, 0)]]])
     c = simulate_clock(Method("g", "gossip", "wanreduce", per_sync="round"), cost, s, 2, 4)
     assert c[1] == pytest.approx(3 * step)  # sites 0 and 1 end step 1 at 3 steps; 2 and 3 at 1
     # Step 2: sites 0 and 1 compute until 4 steps; site 2 (free at 1) waits for site 1 (at 3) and mixes
@@ -146,7 +147,8 @@ def test_reduced_training_syncs_are_the_numpy_group_average():
 
     cfg = dict(seed=0, hidden=8, lr=0.1, momentum=0.9, outer_lr=0.7, batch=16, dtype="fp32", engine="fast",
                chunk_elems=128, target=1.0, past_target=1.0, record=True)
-    syncs = {"allreduce": [[[[2, 0, 1]]]], "gossip": [[[[0, 1]]], [[[2, 1]]]], "diloco": [[[[1, 2]], [[0, 2]]]]}
+    syncs = {"allreduce": [[[[2, 0, 1]]]], "gossip": [[[[0, 1]]], [[[2, 1]]]],
+             "diloco": [[[[1, 2]], [[0, 2]]]]}
     trajs = [dict(key=f"{algo}-{engine}", algorithm=algo, h=2, steps=4, eval_every=2, syncs=rounds,
                   engine=engine)
              for algo, rounds in syncs.items() for engine in ("packets", "fast")]
