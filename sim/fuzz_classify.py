@@ -15,13 +15,10 @@ API::
     c.tally                                     # {counter name: frames}, "accepted", "results" and
                                                 # "results_reemitted" too
 
-Two loss-recovery rules refine PROTOCOL.md's slot decision, as the register map (``results_reemitted``,
-``evictions``) and the golden model's docstring define them:
-
-* the shadow: a slot remembers the tag of the last chunk it completed until its next completion; a CONTRIB
-  for that tag is a ``duplicate`` whatever the slot holds now, and the stored RESULT is sent again;
-* eviction: a CONTRIB older than a live slot's chunk but not older than the slot's shadow (or with no
-  shadow) takes the slot back: the live chunk's buffers are discarded and the CONTRIB claims the slot.
+The slot decision is PROTOCOL.md's, in the page's order, with the slot's shadow tag D (the last chunk it
+completed): T = D is a ``duplicate`` that sends the stored RESULT again; T older than D is ``stale``; then
+the live-slot rules, where a T older than the live chunk (and not older than D) evicts it and claims the
+slot.
 """
 
 import struct
@@ -169,29 +166,27 @@ class Classifier:
         index = ((h["round"] % len(period)) << b | h["chunk"] % (1 << b)) % len(self.slots)
         slot = self.slots[index]
         bit = 1 << h["src"]
-        if tag == self.shadow[index]:
+        # PROTOCOL.md's slot decision, in its order, with the slot's shadow tag D.
+        last = self.shadow[index]
+        if tag == last:
             self.reemitted = True
             self.tally["results_reemitted"] += 1
             return self._count(24, False)
-        if slot is not None:
-            state, held, seen, dtype, count = slot
-            older = tag[0] == held[0] and tag[1:] < held[1:]
-            if state == "live":
-                if held != tag:
-                    if not older:
-                        return self._count(23, False)
-                    last = self.shadow[index]
-                    if last is not None and tag[0] == last[0] and tag[1:] < last[1:]:
-                        return self._count(22, False)
-                    self.tally["evictions"] += 1
-                    self.evicted = True
-                    slot = self.slots[index] = None
-                elif seen & bit:
+        if last is not None and tag[0] == last[0] and tag[1:] < last[1:]:
+            return self._count(22, False)
+        if slot is not None and slot[0] == "live":
+            _, held, seen, dtype, count = slot
+            if held == tag:
+                if seen & bit:
                     return self._count(24, False)
-                elif (dtype, count) != (h["dtype"], h["count"]):
+                if (dtype, count) != (h["dtype"], h["count"]):
                     return self._count(25, False)
-            elif older:
-                return self._count(22, False)
+            elif not (tag[0] == held[0] and tag[1:] < held[1:]):
+                return self._count(23, False)
+            else:
+                self.tally["evictions"] += 1
+                self.evicted = True
+                slot = self.slots[index] = None
         if slot is None or slot[0] == "done":
             slot = self.slots[index] = ["live", tag, 0, h["dtype"], h["count"]]
         slot[2] |= bit

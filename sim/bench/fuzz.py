@@ -6,7 +6,9 @@ every RESULT against the golden aggregator (:mod:`wanreduce.sim.fuzz` has the ge
   ``fuzz_violations``: failed checks in all, frame disagreements counted one per frame; must be 0.
 * per configuration ``w{W}_{entry}``: ``fuzz_frames_*``, ``fuzz_violations_*``, ``fuzz_results_*`` (chunks
   completed), ``fuzz_reemits_*`` and ``fuzz_evictions_*`` (frames that made the core send a RESULT again
-  or take a slot back, each checked against the classifier), ``fuzz_max_stall_*`` (longest run of cycles
+  or take a slot back, each checked against the classifier), ``fuzz_wedged_*`` (slots the recovery phase
+  found with no newer tag left for the job: a chunk at the top of the round range completed there),
+  ``fuzz_max_stall_*`` (longest run of cycles
   with ``i.ready`` low while a beat was offered) and ``fuzz_ready_bound_*`` (the bound derived from the
   design, :func:`wanreduce.sim.fuzz.ready_bound`).
 
@@ -38,7 +40,7 @@ def run(configs=CONFIGS, seeds=SEEDS, frames_per_run=FRAMES_PER_RUN):
             total.add(run_fuzz(sim, n_frames=frames_per_run, seed=1000 * width + seed,
                                idle_prob=IDLE[k % len(IDLE)]))
         name = f"w{width}_{entry}"
-        for key in ("frames", "violations", "results", "reemits", "evictions", "max_stall"):
+        for key in ("frames", "violations", "results", "reemits", "evictions", "wedged", "max_stall"):
             figures[f"fuzz_{key}_{name}"] = float(getattr(total, key))
         figures[f"fuzz_ready_bound_{name}"] = float(total.bound)
         figures["fuzz_frames"] += total.frames
