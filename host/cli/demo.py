@@ -2,11 +2,12 @@
 
 It optimises the sync schedule for the topology (default: the embedded nine-city network) at the given
 aggregator memory, builds one Verilated aggregator core per site sized for that memory (slots of G_max
-member buffers, one bank per round), and runs one period of the discrete-event WAN: every site multicasts
-its seeded random tensor chunk by chunk under the self-clocked window, each core aggregates what the WAN
-delivers in the order it arrives, and every site's hosts apply their RESULTs. It then checks that every
-site holds, bit for bit, what a numpy model of the same schedule computes, that all sites hold the same
-bits, that nothing was dropped, and that the simulated period is within 10% of the cost model's.
+member buffers and a shadow RESULT, one bank per round), and runs one period of the discrete-event WAN:
+every site multicasts its seeded random tensor chunk by chunk under the self-clocked window, each core
+aggregates what the WAN delivers in the order it arrives, and every site's hosts apply their RESULTs. It
+then checks that every site holds, bit for bit, what a numpy model of the same schedule computes, that all
+sites hold the same bits, that nothing was dropped, and that the simulated period is within 10% of the
+cost model's.
 
 With ``--loss``, ``--dup``, ``--reorder``, ``--corrupt`` or ``--kill`` the WAN misbehaves (seeded by
 ``--seed``) and the hosts recover (retransmission timers, the aggregators' shadow RESULTs; see
@@ -137,8 +138,8 @@ def run(args):
           f"{best.name}, period {format_seconds(best.period_s)} for {args.elements} {dtype.label} elements")
     for r, rnd in enumerate(schedule.rounds):
         print(f"  round {r}: " + "  ".join("{" + ",".join(topo.sites[i] for i in g) + "}" for g in rnd))
-    print(f"  cores: W={args.width}, {slots} slots of {gmax} member buffers, {schedule.period} round banks "
-          f"of {bank_slots} slots")
+    print(f"  cores: W={args.width}, {slots} slots of {gmax} member buffers and a shadow RESULT, "
+          f"{schedule.period} round banks of {bank_slots} slots")
 
     faulty = bool(args.loss or args.dup or args.reorder or args.corrupt or args.kill)
     faults = None
