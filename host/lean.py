@@ -29,14 +29,16 @@ Rates. ``r_q`` is bounded by
 * memory: a slot lives from a chunk's first contribution to its last, at most the **jitter margin**
   ``ell = 2J + k * f_max`` (``J`` the WAN's one-way jitter, default 0.5 ms; ``k`` stripes whose frames
   may queue behind each other on a sender's link). The gateware reserves ``S_b`` slots of ``G_max``
-  member buffers per round bank (:meth:`CostModel.bank_slots`, as for gather mode), so a root runs at
-  ``r_q <= S_b * chunk / ell``; a chunk ``S_b`` chunks later reuses the slot only after ``ell``;
+  member buffers and one shadow-RESULT buffer per round bank (:meth:`CostModel.bank_slots`, as for
+  gather mode), so a root runs at ``r_q <= S_b * chunk / ell``; a chunk ``S_b`` chunks later reuses the
+  slot only after ``ell``;
 * the backbone, on topologies with link capacities: every stripe loads the links of its ``G - 1``
   unicast paths to the root and of the root's multicast tree, once per unit of ``r_q``; the groups of a
   round share the links.
 
 **Memory accounting.** What the root must hold is the chunks in flight during ``ell``:
-``ceil(r_q * ell / chunk) + 1`` slots of ``G`` member buffers of :func:`member_buffer_bytes` each
+``ceil(r_q * ell / chunk) + 1`` slots of ``G`` member buffers and the slot's shadow RESULT, ``G + 1``
+buffers of :func:`member_buffer_bytes` each, as :func:`aggregator_slots` counts a slot
 (:attr:`RootStripe.peak_slot_bytes`); the co-simulation (:mod:`wanreduce.host.wan_lean`) measures the same
 thing. What the gateware reserves is its power-of-two slots for the memory given.
 
@@ -103,7 +105,7 @@ class RootStripe:
     time_s: float          # L_q + (chunks - 1) * interval_s
     bound: str             # what caps rate_Bps: "site", "fpga", "memory", "backbone"
     inflight_chunks: int   # chunks live at the root during the jitter margin (the model's peak)
-    peak_slot_bytes: int   # inflight_chunks * G * member buffer bytes
+    peak_slot_bytes: int   # inflight_chunks * (G + 1) * member buffer bytes (the shadow RESULT too)
 
 
 @dataclass(frozen=True)
@@ -312,7 +314,7 @@ def _stripes(model, members, cands, rates, bounds, life):
         inflight = min(math.ceil(r * life / p.chunk_bytes) + 1, int(n_q))
         stripes.append(RootStripe(c.q, first, int(n_q), r, interval, offsets, c.lat,
                                   c.lat + (int(n_q) - 1) * interval, bounds[id(c)], inflight,
-                                  inflight * g * mbb))
+                                  inflight * (g + 1) * mbb))
         first += int(n_q)
     slow = max(stripes, key=lambda s: s.time_s)
     bound = "latency" if slow.latency_s >= slow.time_s - slow.latency_s else slow.bound

@@ -17,7 +17,8 @@ What it models, per round of the schedule and per group (``docs/lean.md``):
   ``bank_slots``; a contribution that finds its slot held by another live chunk is counted as a
   ``slot_conflict`` (the gateware's ``ahead_of_window``);
 * **memory**: a chunk occupies a root slot from its first contribution to its last; the run reports
-  each root's peak number of live slots and ``peak * G * member buffer bytes``.
+  each root's peak number of live slots and ``peak * (G + 1) * member buffer bytes`` (a slot's member
+  buffers and its shadow RESULT, as :func:`wanreduce.host.pacing.aggregator_slots` counts it).
 
 The building blocks (message type, chunk count, RESULT parsing, frame layout) are those of
 :mod:`wanreduce.host.wan`.
@@ -50,7 +51,7 @@ class LeanRun:
     send: np.ndarray            # [site, round, chunk] when the frame started on the access link (NaN: none)
     result: np.ndarray          # [site, round, chunk] RESULT in at the site's hosts (NaN: none)
     peak_slots: dict            # root site -> most slots live at once
-    peak_slot_bytes: dict       # root site -> peak_slots * G * member buffer bytes
+    peak_slot_bytes: dict       # root site -> peak_slots * (G + 1) * member buffer bytes
     slot_conflicts: int         # contributions that found their slot held by another live chunk
     ingress_bytes: list         # per site: frame bytes delivered to its aggregator (contributions)
     results_emitted: int
@@ -311,7 +312,7 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
         sum(min(st["chunks"], int(stripe_limit)) for st in plan[0][0][1])
     return LeanRun(
         finish_s=finish, send=send, result=result, peak_slots=dict(peak),
-        peak_slot_bytes={q: p * sizes.get(q, gmax) * mbb for q, p in peak.items()},
+        peak_slot_bytes={q: p * (sizes.get(q, gmax) + 1) * mbb for q, p in peak.items()},
         slot_conflicts=conflicts, ingress_bytes=ingress, results_emitted=emitted,
         counters={q: dict(a.counters) for q, a in aggs.items()} if with_data else {},
         values=[np.concatenate(current[s]) for s in range(n)] if with_data else None,

@@ -46,10 +46,11 @@ def test_one_root_by_hand():
     assert plan.period_s == pytest.approx(latency + (64 * 1024 - 1) * 1024 / rate, rel=1e-12)
     # A is 5 ms from B, C 8 ms, B itself 0: each waits what it is closer than the farthest
     assert st.offsets_s == pytest.approx((3e-3, 8e-3, 0.0), abs=1e-12)
-    # 1 ms jitter margin plus one frame: ceil(rate * life / chunk) + 1 slots of 3 member buffers of 1088 B
+    # 1 ms jitter margin plus one frame: ceil(rate * life / chunk) + 1 slots of 3 member buffers and a
+    # shadow RESULT, 1088 B each
     inflight = math.ceil(rate * (1e-3 + FRAME_S) / 1024) + 1
     assert st.inflight_chunks == inflight
-    assert st.peak_slot_bytes == inflight * 3 * 1088
+    assert st.peak_slot_bytes == inflight * 4 * 1088
 
 
 def test_stripes_by_hand():
@@ -75,7 +76,7 @@ def test_stripes_by_hand():
 
 
 def test_memory_bounds_the_rate():
-    # 64 KiB holds S slots of 3 member buffers (the gateware's rule, a power of two); a slot lives
+    # 64 KiB holds S slots of 3 members (the gateware's rule, a power of two); a slot lives
     # 2J + one frame (one stripe), so a root moves S chunks per lifetime.
     model = _three(1 << 20, memory=64 << 10)
     slots = aggregator_slots(64 << 10, chunk_bytes=1024, members=3)
