@@ -1,6 +1,7 @@
 # Every target installs the project into .venv first, so any of them works as the first command on a
 # fresh clone. Only Python 3.11, g++, make and perl are assumed; the rest comes from PyPI, at the exact
-# versions of requirements/ci.lock (pyproject.toml keeps compatible ranges for users' environments).
+# versions of requirements/ci.lock (pyproject.toml keeps compatible ranges for users' environments). The
+# train extra (CPU PyTorch, scikit-learn) is installed too, so the reduced training test runs in make test.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -17,7 +18,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml requirements/ci.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --disable-pip-version-check -q --upgrade pip
-	$(PIP) -e '.[dev,synth]'
+	$(PIP) -e '.[dev,synth,train]'
 	touch $@
 
 # The suite CI runs: lint, then every test not marked slow (the volume checks live in `make test-all`).
@@ -48,8 +49,7 @@ demo: $(STAMP)
 	$(VENV)/bin/wanreduce demo
 
 train: $(STAMP)
-	$(PIP) -e '.[dev,synth,train]'
-	$(VENV)/bin/wanreduce train
+	$(VENV)/bin/wanreduce train --force
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hw host sim tests

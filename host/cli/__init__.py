@@ -29,6 +29,7 @@ COMMANDS = [
     "wanreduce.cli.verify",
     "wanreduce.cli.verilog",
     "wanreduce.cli.cache",
+    "wanreduce.cli.train",
 ]
 
 
