@@ -1,9 +1,9 @@
 """``verilator --lint-only -Wall`` of the exported Verilog, with the waivers of ``sim/lint_waiver.vlt``.
 
 The default build (``make verilog``: the AXI top at W = 512) and a small bare core with payload entry and
-one clock must lint clean; a hand-written fault (a latch and an implicit net) must still fail, so
-the waivers cannot have switched the lint off altogether. The default build takes about 45 s of CPU
-(35 s of it Amaranth's conversion).
+one clock must lint clean; hand-written faults (a latch, an implicit net, a combinational loop) must still
+fail, so the waivers cannot have switched the lint off altogether. The default build takes about 45 s of
+CPU (35 s of it Amaranth's conversion).
 """
 
 import json
@@ -31,12 +31,16 @@ def test_export_lints_clean(tmp_path, options):
 
 def test_lint_still_catches_faults(tmp_path):
     bad = tmp_path / "bad.v"
-    bad.write_text("""module bad(input wire a, input wire en, output reg q, output wire y);
+    bad.write_text("""module bad(input wire a, input wire en, output reg q, output wire y, output wire w);
   always @* if (en) q = a;
   assign z = a;
   assign y = z;
+  wire [1:0] loop;
+  assign loop = {loop[0], loop[1] ^ a};
+  assign w = loop[1];
 endmodule
 """)
     ok, out = verilog.lint(bad, top="bad")
-    assert not ok, "the waivers let a latch and an implicit net through"
-    assert "%Warning-LATCH" in out and "%Warning-IMPLICIT" in out, out
+    assert not ok, "the waivers let a latch, an implicit net and a combinational loop through"
+    for rule in ("LATCH", "IMPLICIT", "UNOPTFLAT"):
+        assert f"%Warning-{rule}" in out, f"{rule} is no longer reported:\n{out}"
