@@ -38,7 +38,7 @@ HEADER = struct.Struct(">HBBBBHIIHHHHQ")
 def payload(*, kind=0, dtype=0, round_=0, chunk=0, src=0, group=0, elems=(1.0, 2.0), bitmap=None, flags=0):
     body = struct.pack(f"<{len(elems)}f", *elems)
     bitmap = (1 << src) if bitmap is None else bitmap
-    head = HEADER.pack(0x5752, 1, kind, dtype, flags, 0, round_, chunk, src, group, len(elems), 0, bitmap)
+    head = HEADER.pack(0x5752, 2, kind, dtype, flags, 0, round_, chunk, src, group, len(elems), 0, bitmap)
     return head + body
 
 

@@ -23,7 +23,7 @@ CASES = [
     ("dtype", payload(dtype=3), Drop.BAD_DTYPE),
     ("flags", payload(flags=2), Drop.BAD_FLAGS),
     ("reserved", payload(reserved=1), Drop.BAD_RESERVED),
-    ("count", HEADER.pack(0x5752, 1, 0, 0, 0, 1, 2, 3, 5, 0, 0, 0, 1 << 5), Drop.BAD_COUNT),
+    ("count", HEADER.pack(0x5752, 2, 0, 0, 0, 1, 2, 3, 5, 0, 0, 0, 1 << 5), Drop.BAD_COUNT),
     ("long", payload() + b"\0\0\0\0", Drop.BAD_LENGTH),
     ("short_body", payload()[:-1], Drop.BAD_LENGTH),
     ("result", payload(kind=1, bitmap=0b111), Drop.RESULT_ON_INPUT),
