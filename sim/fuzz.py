@@ -48,6 +48,7 @@ from ..host.golden import Destination, GoldenAggregator
 from ..hw.control import ControlSignature
 from ..hw.core import AggregatorCore
 from ..hw.layouts import Beat
+from ..spec import addressing
 from ..spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERSION, Kind
 from .agg_driver import beats_to_packets, packets_to_beats
 from .fuzz_classify import CODES, Classifier
@@ -120,8 +121,8 @@ class Scenario:
     slot_bytes: int
     bank_bits: dict = dataclasses.field(default_factory=dict)
     port: int = UDP_PORT
-    mac: str = "02:57:52:01:00:05"
-    ip: str = "10.87.83.5"
+    mac: str = addressing.aggregator_mac(5)
+    ip: str = addressing.aggregator_ip(5)
     destinations: tuple = ()
 
     def expected(self, job, round_):
@@ -156,7 +157,8 @@ def scenario_for(sim, job):
     return Scenario(rank=5, jobs={job: JOBS[job]}, bank_bits={job: banks[job]} if job in banks else {},
                     slots=core.slots, members=core.members, slot_bytes=core.slot_bytes,
                     destinations=(Destination("02:00:00:00:00:0a", "10.1.0.1", 47001),
-                                  Destination("01:00:5e:57:53:07", "239.87.83.7")))
+                                  Destination(addressing.multicast_mac(addressing.site_group_ip(7)),
+                                              addressing.site_group_ip(7))))
 
 
 def ready_bound(core):
@@ -302,8 +304,10 @@ class FrameGen:
             return payload
         src = self.py.randrange(64) if src is None else src
         csum = self.py.random() < 0.8 if udp_checksum is None else udp_checksum
-        return build_frame(payload, src_mac=f"02:57:52:00:00:{src:02x}", dst_mac="01:00:5e:57:52:00",
-                           src_ip=f"10.87.82.{src}", dst_ip="239.87.82.0", sport=self.s.port,
+        group = addressing.contrib_group_ip(job=0, round=0, group=0, period=1)
+        return build_frame(payload, src_mac=addressing.host_mac(src & 63),
+                           dst_mac=addressing.multicast_mac(group), src_ip=addressing.host_ip(src & 63),
+                           dst_ip=group, sport=self.s.port,
                            dport=self.s.port, udp_checksum=csum)
 
     def start_chunk(self):

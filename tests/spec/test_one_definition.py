@@ -1,0 +1,69 @@
+"""Each protocol constant is defined once, in wanreduce.spec, and nowhere else in the package's code."""
+
+import io
+import subprocess
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from wanreduce.spec import protocol, regmap
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE = ["hw", "host", "sim"]
+SPEC = "host/spec/"
+#: The fuzzer's classifier is written from docs/PROTOCOL.md alone, on purpose: it checks the code that
+#: imports the spec, so it must not import it.
+INDEPENDENT = {"sim/fuzz_classify.py"}
+
+
+def _grep(pattern):
+    try:
+        out = subprocess.run(["git", "grep", "-n", "-E", pattern, "--", *CODE], cwd=ROOT, capture_output=True,
+                             text=True, check=False)
+    except FileNotFoundError:
+        pytest.skip("git is not available")
+    if out.returncode not in (0, 1):
+        pytest.skip("not a git checkout")
+    return [line for line in out.stdout.splitlines()
+            if not line.startswith(SPEC) and line.split(":", 1)[0] not in INDEPENDENT]
+
+
+NAMES = [n for n in protocol.__all__ if n.isupper()] + [n for n in regmap.__all__ if n.isupper()]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_defined_only_in_the_spec(name):
+    assert _grep(rf"^\s*{name}\s*=") == []
+
+
+def _is_doc(token):
+    return token.lstrip("rbfuRBFU").startswith(('"""', "'''"))
+
+
+def _code_tokens():
+    """(path, line, token) of every number and every string that is not a docstring or help text."""
+    for folder in CODE:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(SPEC) or rel in INDEPENDENT:
+                continue
+            toks = list(tokenize.generate_tokens(io.StringIO(path.read_text()).readline))
+            for k, tok in enumerate(toks):
+                if tok.type == tokenize.NUMBER:
+                    yield rel, tok.start[0], tok.string
+                elif tok.type == tokenize.STRING and not _is_doc(tok.string):
+                    # help= texts and messages may name a default; code may not spell one out
+                    context = [t.string for t in toks[max(0, k - 6):k]]
+                    if "help" not in context and "raise" not in context and "description" not in context:
+                        yield rel, tok.start[0], tok.string
+
+
+NUMBERS = {"0X5752", "47000", "0X7FC00000", "0X7E00", "0X7FC0", "98", "74"}
+STRINGS = ["02:57:52", "01:00:5e:57", "239.87.", "10.87.8"]
+
+
+def test_protocol_literals_are_not_retyped():
+    hits = [f"{path}:{line}: {tok}" for path, line, tok in _code_tokens()
+            if tok.upper() in NUMBERS or any(s in tok for s in STRINGS)]
+    assert hits == [], "\n".join(hits)
