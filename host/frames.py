@@ -74,10 +74,15 @@ def ones_complement_sum(data):
     if a.shape[-1] % 2:
         a = np.concatenate([a, np.zeros(a.shape[:-1] + (1,), np.uint8)], axis=-1)
     words = a.view(">u2").astype(np.uint64)
-    s = words.sum(axis=-1)
+    return _fold(words.sum(axis=-1)).astype(np.uint32)
+
+
+def _fold(s):
+    """One's-complement fold of 64-bit sums down to 16 bits (end-around carry until none is left)."""
+    s = np.asarray(s, np.uint64)
     while np.any(s >> 16):
         s = (s & 0xFFFF) + (s >> 16)
-    return s.astype(np.uint32)
+    return s
 
 
 def ipv4_checksum(header):
@@ -128,9 +133,7 @@ def build_frames(payloads, *, src_mac, dst_mac, src_ip, dst_ip, sport, dport, ud
     if udp_checksum:
         # One pass over every payload at once: fixed part of the sum + each row's payload sum.
         fixed = int(ones_complement_sum(_pseudo(src_ip, dst_ip, udp_len) + bytes(udp))[0])
-        s = ones_complement_sum(payloads).astype(np.uint64) + fixed
-        s = (s & 0xFFFF) + (s >> 16)
-        s = (s & 0xFFFF) + (s >> 16)
+        s = _fold(ones_complement_sum(payloads).astype(np.uint64) + fixed)
         c = (~s & 0xFFFF).astype(np.uint16)
         c[c == 0] = 0xFFFF
         out[:, 40] = c >> 8
