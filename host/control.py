@@ -76,7 +76,9 @@ def config_writes(*, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PO
                 raise WanreduceError(f"job {job} round {r} expects {len(order)} members, more than the "
                                      f"{members} buffers of a slot")
             # The order goes into the shadow words first; the high bitmap word stores entry and order.
-            padded = list(order) + [rm.ORDER_NONE] * (-len(order) % rm.ORDER_PER_WORD)
+            # Every word a slot's order can use is written, so no rank of an earlier entry lingers.
+            words = -(-max(int(members), len(order)) // rm.ORDER_PER_WORD)
+            padded = list(order) + [rm.ORDER_NONE] * (words * rm.ORDER_PER_WORD - len(order))
             for w in range(len(padded) // rm.ORDER_PER_WORD):
                 word = 0
                 for k in range(rm.ORDER_PER_WORD):

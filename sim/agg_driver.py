@@ -100,17 +100,16 @@ class CoreSim:
         self.width = params["width"]
         self.harness = Harness(self.core, top=TOP)
 
-    def config_writes(self, *, rank, jobs, destinations=(), mac=None, ip=None,
-                      port=UDP_PORT):
+    def config_writes(self, *, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PORT, bank_bits=None):
         c = self.core
         return control.config_writes(rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip,
                                      port=port, max_jobs=c.jobs, rounds=c.rounds, members=c.members,
-                                     max_dests=c.dests)
+                                     max_dests=c.dests, slots=c.slots, bank_bits=bank_bits)
 
-    def run(self, packets, *, rank, jobs, destinations=(), mac=None, ip=None,
-            port=UDP_PORT, idle_prob=0.0, backpressure_prob=0.0, seed=0, drain_cycles=4096, max_cycles=None):
+    def run(self, packets, *, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PORT, bank_bits=None,
+            idle_prob=0.0, backpressure_prob=0.0, seed=0, drain_cycles=4096, max_cycles=None):
         writes = self.config_writes(rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip,
-                                    port=port)
+                                    port=port, bank_bits=bank_bits)
         beats = packets_to_beats(packets, self.width)
         reads = control.counter_reads() + control.perf_reads()
         if max_cycles is None:

@@ -187,12 +187,13 @@ def blocks(width, **config):
     out = {
         "frame_parser": FrameParser(width=width),
         "header_parser": HeaderParser(width=width, slot_bytes=d["chunk_bytes"]),
-        "schedule_table": ScheduleTable(width=width, members=d["members"]),
+        "schedule_table": ScheduleTable(width=width, members=d["members"], slots=d["slots"]),
         "slot_table": SlotTable(width=width, slots=d["slots"], members=d["members"],
                                 slot_bytes=d["chunk_bytes"]),
         "result_builder": ResultBuilder(width=width, slots=d["slots"]),
         "fanout": Fanout(width=width, dests=d["dests"], max_payload=HEADER_BYTES + d["chunk_bytes"]),
-        "control": Control(jobs=d["jobs"], rounds=d["rounds"], dests=d["dests"], params={"width": width}),
+        "control": Control(jobs=d["jobs"], rounds=d["rounds"], dests=d["dests"], slots=d["slots"],
+                           members=d["members"], params={"width": width}),
     }
     for fmt in ("FP32", "FP16", "BF16"):
         f = getattr(fadd.FloatFormat, fmt)
