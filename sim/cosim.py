@@ -36,10 +36,10 @@ __all__ = ["RtlCores", "RtlSite", "CLOCK_HZ"]
 _SOURCE = Path(__file__).with_name("corelib.cpp")
 #: The 100G build's clock (CMAC user clock).
 CLOCK_HZ = 322.265625e6
-# Cycles of silence after which a core's burst is over: longer than a chunk's path from its last beat in to
-# its RESULT's last beat out (schedule table, slot commit, the reduce ring for G members, RESULT builder,
-# fan-out), which is about a hundred cycles for the groups here.
-_DRAIN = 384
+# Cycles of output silence after which a burst that completes a chunk is over, beyond the reduce engine's
+# own work: the ring reads G member beats per payload beat before the RESULT builder can finish, so the
+# silence allowed is twice that (G * words) plus the pipeline's fixed stages.
+_DRAIN_FIXED = 512
 
 
 class RtlCores:
@@ -113,7 +113,7 @@ class RtlCores:
         for addr, data in writes:
             self.lib.core_ctl_write(self.handle, i, addr, data)
 
-    def feed(self, i, cycle, frames, *, drain=_DRAIN, max_cycles=10_000_000):
+    def feed(self, i, cycle, frames, *, drain=_DRAIN_FIXED, max_cycles=10_000_000):
         """Frames into core ``i`` from ``cycle`` on; returns ``[(cycle of the last beat, frame), ...]``.
 
         The core runs until its input is consumed and its output has been quiet for ``drain`` cycles.
@@ -186,6 +186,7 @@ class RtlSite:
     def __init__(self, cores, index, clock_hz, schedule):
         self.cores, self.index, self.clock_hz, self.schedule = cores, index, clock_hz, schedule
         self.arrived = {}
+        self.drain = 2 * cores.core.members * cores.core.words + _DRAIN_FIXED
 
     def feed(self, t, msgs):
         cycle = int(np.ceil(t * self.clock_hz))
@@ -194,7 +195,8 @@ class RtlSite:
             got = self.arrived.setdefault((m.round, m.chunk), set())
             got.add(m.src)
             completes |= got >= set(_members(self.schedule, self.index, m.round))
-        outs = self.cores.feed(self.index, cycle, [m.frame for m in msgs], drain=_DRAIN if completes else 8)
+        drain = self.drain if completes else 8
+        outs = self.cores.feed(self.index, cycle, [m.frame for m in msgs], drain=drain)
         return [(c / self.clock_hz, result_msg(frame)) for c, frame in outs]
 
     def counters(self):
