@@ -123,8 +123,9 @@ def colocated(model, *, colocated_us=5.0, colocated_gbps=400.0):
     n = model.topology.n
     steps = 2 * (n - 1)
     t = steps * colocated_us * 1e-6 + steps * (model.params.tensor_bytes / n) / (colocated_gbps * 1e9 / 8)
-    return Baseline("colocated", t, f"ring of {n} GPUs in one building, {colocated_us:g} us, "
-                    f"{colocated_gbps:g} Gbit/s")
+    return Baseline(
+        "colocated", t, f"ring of {n} GPUs in one building, {colocated_us:g} us, {colocated_gbps:g} Gbit/s"
+    )
 
 
 def all_baselines(model, *, colocated_us=5.0, colocated_gbps=400.0):

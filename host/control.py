@@ -24,8 +24,21 @@ def _mac_words(mac):
     return int.from_bytes(b[:2], "big"), int.from_bytes(b[2:], "big")
 
 
-def config_writes(*, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PORT, max_jobs, rounds, members,
-                  max_dests, slots=None, bank_bits=None):
+def config_writes(
+    *,
+    rank,
+    jobs,
+    destinations=(),
+    mac=None,
+    ip=None,
+    port=UDP_PORT,
+    max_jobs,
+    rounds,
+    members,
+    max_dests,
+    slots=None,
+    bank_bits=None,
+):
     """The ``(address, data)`` writes that configure a core built with the given capacities.
 
     ``jobs`` maps a job id to the expected entries of one period, as the golden aggregator takes them (a
@@ -57,24 +70,31 @@ def config_writes(*, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PO
         if not 0 < dport < 1 << 16:
             raise WanreduceError(f"destination {d} has UDP port {dport}, outside 1..65535")
         base = rm.DEST_BASE + rm.DEST_STRIDE * d
-        writes += [(base, hi), (base + 1, lo), (base + 2, int.from_bytes(parse_ip(dest.ip), "big")),
-                   (base + 3, dport)]
+        writes += [
+            (base, hi),
+            (base + 1, lo),
+            (base + 2, int.from_bytes(parse_ip(dest.ip), "big")),
+            (base + 3, dport),
+        ]
     bank_bits = dict(bank_bits or {})
     for j, (job, period) in enumerate(sorted(jobs.items())):
         job = int(job)
         if not 0 <= job < 1 << 16:
             raise WanreduceError(f"job id {job} does not fit in the header's 16 bits")
         if not 1 <= len(period) <= rounds:
-            raise WanreduceError(f"job {job} has a schedule period of {len(period)} rounds; the table holds "
-                                 f"1 to {rounds}")
+            raise WanreduceError(
+                f"job {job} has a schedule period of {len(period)} rounds; the table holds 1 to {rounds}"
+            )
         for r, entry in enumerate(period):
             try:
                 bitmap, order = expected_order(entry)
             except ValueError as exc:
                 raise WanreduceError(f"job {job} round {r}: {exc}") from None
             if len(order) > members:
-                raise WanreduceError(f"job {job} round {r} expects {len(order)} members, more than the "
-                                     f"{members} buffers of a slot")
+                raise WanreduceError(
+                    f"job {job} round {r} expects {len(order)} members, more than the "
+                    f"{members} buffers of a slot"
+                )
             # The order goes into the shadow words first; the high bitmap word stores entry and order.
             # Every word a slot's order can use is written, so no rank of an earlier entry lingers.
             words = -(-max(int(members), len(order)) // rm.ORDER_PER_WORD)
@@ -91,8 +111,10 @@ def config_writes(*, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PO
                 raise WanreduceError("round banks need the core's slot count")
             bits = int(bank_bits[job])
             if not 0 <= bits or (len(period) << bits) > slots:
-                raise WanreduceError(f"job {job}: {len(period)} round banks of 2**{bits} slots do not fit "
-                                     f"the core's {slots} slots")
+                raise WanreduceError(
+                    f"job {job}: {len(period)} round banks of 2**{bits} slots do not fit "
+                    f"the core's {slots} slots"
+                )
             writes.append((rm.JOB_BASE + rm.JOB_STRIDE * j + rm.JOB_BANK_OFFSET, bits))
         elif slots is not None:
             writes.append((rm.JOB_BASE + rm.JOB_STRIDE * j + rm.JOB_BANK_OFFSET, slots.bit_length() - 1))

@@ -122,8 +122,8 @@ class GroupCost:
     latency_s: float
     rate_Bps: float
     bound: str  # "latency", "memory", "site", "fpga", "backbone"
-    loop_s: float = 0.0     # lambda_g: one window's loop
-    windows: float = 1.0    # ceil(n / S_b): windows of the round (inf when no slot fits)
+    loop_s: float = 0.0  # lambda_g: one window's loop
+    windows: float = 1.0  # ceil(n / S_b): windows of the round (inf when no slot fits)
 
 
 @dataclass(frozen=True)
@@ -149,11 +149,11 @@ class ScheduleCost:
     """A whole period: its time, when each round's last RESULT is in, and what bounds it."""
 
     period_s: float
-    finish_s: tuple     # per round, from the start of the period
+    finish_s: tuple  # per round, from the start of the period
     bank_slots: int
-    window_s: float     # (windows - 1) * max loop: the reorder buffer's share
-    transfer_s: float   # sum of the rounds' tensor / rate: the links' and datapath's share
-    latency_s: float    # sum of the rounds' first-chunk latencies
+    window_s: float  # (windows - 1) * max loop: the reorder buffer's share
+    transfer_s: float  # sum of the rounds' tensor / rate: the links' and datapath's share
+    latency_s: float  # sum of the rounds' first-chunk latencies
 
     @property
     def bound(self):
@@ -185,8 +185,12 @@ class CostModel:
 
     def bank_slots(self, period, members):
         """Slots per round bank of a core built for groups of up to ``members`` and ``period`` rounds."""
-        slots = aggregator_slots(self.params.memory_bytes, chunk_bytes=self.params.chunk_bytes,
-                                 members=max(int(members), 1), width=self.params.bus_bits)
+        slots = aggregator_slots(
+            self.params.memory_bytes,
+            chunk_bytes=self.params.chunk_bytes,
+            members=max(int(members), 1),
+            width=self.params.bus_bits,
+        )
         return bank_layout(slots, max(int(period), 1))[1]
 
     def windows(self, bank_slots):
@@ -281,8 +285,9 @@ class CostModel:
             active = [g for g in rc.groups if len(g.members) > 1]
             if active:
                 if any(not math.isfinite(g.time_s) for g in active):
-                    return ScheduleCost(math.inf, tuple(math.inf for _ in round_costs), sb, math.inf,
-                                        math.inf, math.inf)
+                    return ScheduleCost(
+                        math.inf, tuple(math.inf for _ in round_costs), sb, math.inf, math.inf, math.inf
+                    )
                 lat += max(g.latency_s for g in active)
                 xfer += max(self.params.tensor_bytes / g.rate_Bps for g in active)
                 loop = max(loop, max(g.loop_s for g in active))

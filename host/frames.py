@@ -21,8 +21,17 @@ from .protocol import (
 )
 
 __all__ = [
-    "parse_mac", "format_mac", "parse_ip", "format_ip", "ones_complement_sum", "ipv4_checksum",
-    "udp_checksum", "build_frame", "build_frames", "parse_frame", "FrameInfo",
+    "parse_mac",
+    "format_mac",
+    "parse_ip",
+    "format_ip",
+    "ones_complement_sum",
+    "ipv4_checksum",
+    "udp_checksum",
+    "build_frame",
+    "build_frames",
+    "parse_frame",
+    "FrameInfo",
 ]
 
 IP_FLAG_DF = 0x4000
@@ -101,14 +110,16 @@ def udp_checksum(src_ip, dst_ip, udp_segment):
     return c or 0xFFFF
 
 
-def build_frames(payloads, *, src_mac, dst_mac, src_ip, dst_ip, sport, dport, udp_checksum=True,
-                 df=False, ttl=64, ident=0):
+def build_frames(
+    payloads, *, src_mac, dst_mac, src_ip, dst_ip, sport, dport, udp_checksum=True, df=False, ttl=64, ident=0
+):
     """Wrap an (n, L) uint8 array of equal-length UDP payloads into an (n, 42 + L) array of frames."""
     payloads = np.atleast_2d(np.asarray(payloads, np.uint8))
     n, length = payloads.shape
     if length > MAX_UDP_PAYLOAD:
-        raise WanreduceError(f"a UDP payload of {length} bytes does not fit in one IPv4 datagram "
-                             f"(at most {MAX_UDP_PAYLOAD})")
+        raise WanreduceError(
+            f"a UDP payload of {length} bytes does not fit in one IPv4 datagram (at most {MAX_UDP_PAYLOAD})"
+        )
     src_mac, dst_mac = parse_mac(src_mac), parse_mac(dst_mac)
     src_ip, dst_ip = parse_ip(src_ip), parse_ip(dst_ip)
     udp_len = UDP_HEADER_BYTES + length
@@ -167,7 +178,7 @@ def parse_frame(frame, *, port):
     if n < FRAME_OVERHEAD:
         return None, None, Drop.TRUNCATED
     ethertype = int.from_bytes(frame[12:14], "big")
-    ip = frame[ETH_HEADER_BYTES:ETH_HEADER_BYTES + IPV4_HEADER_BYTES]
+    ip = frame[ETH_HEADER_BYTES : ETH_HEADER_BYTES + IPV4_HEADER_BYTES]
     total = int.from_bytes(ip[2:4], "big")
     if ethertype == ETHERTYPE_IPV4 and total > n - ETH_HEADER_BYTES:
         return None, None, Drop.TRUNCATED
@@ -180,14 +191,14 @@ def parse_frame(frame, *, port):
         return None, None, Drop.BAD_IP_CHECKSUM
     if ip[9] != IPPROTO_UDP:
         return None, None, Drop.NOT_UDP
-    udp = frame[ETH_HEADER_BYTES + IPV4_HEADER_BYTES:FRAME_OVERHEAD]
+    udp = frame[ETH_HEADER_BYTES + IPV4_HEADER_BYTES : FRAME_OVERHEAD]
     dport = int.from_bytes(udp[2:4], "big")
     if dport != port:
         return None, None, Drop.WRONG_PORT
     udp_len = int.from_bytes(udp[4:6], "big")
     if udp_len != total - IPV4_HEADER_BYTES:
         return None, None, Drop.BAD_UDP_LENGTH
-    segment = frame[ETH_HEADER_BYTES + IPV4_HEADER_BYTES:ETH_HEADER_BYTES + total]
+    segment = frame[ETH_HEADER_BYTES + IPV4_HEADER_BYTES : ETH_HEADER_BYTES + total]
     if int.from_bytes(udp[6:8], "big"):
         s = ones_complement_sum(_pseudo(ip[12:16], ip[16:20], udp_len) + segment)[0]
         if s != 0xFFFF:

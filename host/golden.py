@@ -64,8 +64,18 @@ def reduce_in_order(contributions, dtype):
 
 
 class _Slot:
-    __slots__ = ("state", "tag", "bitmap", "dtype", "count", "group", "flags", "buffers", "last_tag",
-                 "last_result")
+    __slots__ = (
+        "state",
+        "tag",
+        "bitmap",
+        "dtype",
+        "count",
+        "group",
+        "flags",
+        "buffers",
+        "last_tag",
+        "last_result",
+    )
 
     def __init__(self):
         self.state = "empty"
@@ -91,13 +101,26 @@ class GoldenAggregator:
     receive one RESULT frame each, in order, from the frame entry point.
     """
 
-    def __init__(self, *, rank, jobs, slots, members, slot_bytes, mac=None, ip=None, port=UDP_PORT,
-                 destinations=(), bank_bits=None):
+    def __init__(
+        self,
+        *,
+        rank,
+        jobs,
+        slots,
+        members,
+        slot_bytes,
+        mac=None,
+        ip=None,
+        port=UDP_PORT,
+        destinations=(),
+        bank_bits=None,
+    ):
         if not 0 <= rank < MAX_RANKS:
             raise ValueError(f"The rank must be in 0..{MAX_RANKS - 1}, not {rank}.")
         if slots < 1 or slots & (slots - 1) or members < 1 or slot_bytes < 1:
-            raise ValueError("The slot count must be a power of two, and the members per slot and slot bytes "
-                             "positive.")
+            raise ValueError(
+                "The slot count must be a power of two, and the members per slot and slot bytes positive."
+            )
         self.jobs = {}
         for job, period in jobs.items():
             if not period:
@@ -105,8 +128,10 @@ class GoldenAggregator:
             entries = [expected_order(e) for e in period]
             for _bitmap, order in entries:
                 if len(order) > members:
-                    raise ValueError(f"Job {job} expects {len(order)} members in a round, more than the "
-                                     f"{members} buffers a slot has.")
+                    raise ValueError(
+                        f"Job {job} expects {len(order)} members in a round, more than the "
+                        f"{members} buffers a slot has."
+                    )
             self.jobs[int(job)] = entries
         full = slots.bit_length() - 1
         self.bank_bits = {j: full for j in self.jobs}
@@ -148,8 +173,18 @@ class GoldenAggregator:
         if reason is not None:
             return self._drop(reason)
         return [
-            build_frame(result, src_mac=self.mac, dst_mac=d.mac, src_ip=self.ip, dst_ip=d.ip, sport=self.port,
-                        dport=d.port, udp_checksum=False, df=True, ttl=64)
+            build_frame(
+                result,
+                src_mac=self.mac,
+                dst_mac=d.mac,
+                src_ip=self.ip,
+                dst_ip=d.ip,
+                sport=self.port,
+                dport=d.port,
+                udp_checksum=False,
+                df=True,
+                ttl=64,
+            )
             for result in self._payload(payload)
             for d in self.destinations
         ]
@@ -202,8 +237,14 @@ class GoldenAggregator:
         if slot.bitmap != expected:
             return []
         total = reduce_in_order([slot.buffers[m] for m in sorted(slot.buffers)], h.dtype)
-        result = h.replace(kind=Kind.RESULT, src=self.rank, group=slot.group, flags=slot.flags,
-                           bitmap=slot.bitmap, reserved=0)
+        result = h.replace(
+            kind=Kind.RESULT,
+            src=self.rank,
+            group=slot.group,
+            flags=slot.flags,
+            bitmap=slot.bitmap,
+            reserved=0,
+        )
         payload_out = result.encode() + total.astype(bits_dtype(h.dtype)).tobytes()
         slot.state, slot.buffers = "done", None
         slot.last_tag, slot.last_result = tag, payload_out

@@ -23,8 +23,8 @@ DEFAULT_WIDTH = 512
 
 @dataclasses.dataclass
 class Timeline:
-    send: np.ndarray     # [site, round, chunk] when the site starts sending (NaN: it waits that round)
-    result: np.ndarray   # [site, round, chunk] when its own RESULT is in at its hosts
+    send: np.ndarray  # [site, round, chunk] when the site starts sending (NaN: it waits that round)
+    result: np.ndarray  # [site, round, chunk] when its own RESULT is in at its hosts
     finish_s: float
 
 
@@ -44,8 +44,9 @@ def aggregator_slots(memory_bytes, *, chunk_bytes, members, width=DEFAULT_WIDTH)
 
 def bank_slots_for(*, memory_bytes, chunk_bytes, members, period, width=DEFAULT_WIDTH):
     """Chunks of one round a site may have in flight: the slots of one round bank (0: does not fit)."""
-    return bank_layout(aggregator_slots(memory_bytes, chunk_bytes=chunk_bytes, members=members,
-                                        width=width), period)[1]
+    return bank_layout(
+        aggregator_slots(memory_bytes, chunk_bytes=chunk_bytes, members=members, width=width), period
+    )[1]
 
 
 def timeline(schedule, one_way_s, *, n_chunks, frame_s, bank_slots, rounds=None):
@@ -55,6 +56,13 @@ def timeline(schedule, one_way_s, *, n_chunks, frame_s, bank_slots, rounds=None)
     """
     per_frame = DType.FP32.size + WIRE_OVERHEAD  # one fp32 element per chunk: only the times matter
     site_Bps = per_frame / np.broadcast_to(np.asarray(frame_s, float), (schedule.n,))
-    run = simulate(schedule, one_way_s=one_way_s, site_Bps=site_Bps, chunk_elems=1, elements=n_chunks,
-                   bank_slots=bank_slots, rounds=rounds)
+    run = simulate(
+        schedule,
+        one_way_s=one_way_s,
+        site_Bps=site_Bps,
+        chunk_elems=1,
+        elements=n_chunks,
+        bank_slots=bank_slots,
+        rounds=rounds,
+    )
     return Timeline(run.send, run.result, run.finish_s)

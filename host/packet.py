@@ -22,8 +22,15 @@ from .protocol import (
     np_dtype,
 )
 
-__all__ = ["Payloads", "encode_headers", "decode_headers", "pack_tensor", "unpack_payloads", "to_wire_bits",
-           "MAX_COUNT"]
+__all__ = [
+    "Payloads",
+    "encode_headers",
+    "decode_headers",
+    "pack_tensor",
+    "unpack_payloads",
+    "to_wire_bits",
+    "MAX_COUNT",
+]
 
 MAX_COUNT = 0xFFFF
 
@@ -84,8 +91,10 @@ def to_wire_bits(tensor, dtype):
     dtype = DType(dtype)
     tensor = np.asarray(tensor)
     if tensor.dtype.kind != "f" and tensor.dtype != np_dtype(DType.BF16):
-        raise WanreduceError(f"the tensor has dtype {tensor.dtype}, but only floating-point tensors can be "
-                             f"sent as {dtype.label}")
+        raise WanreduceError(
+            f"the tensor has dtype {tensor.dtype}, but only floating-point tensors can be "
+            f"sent as {dtype.label}"
+        )
     flat = tensor.reshape(-1)
     if flat.dtype == np_dtype(dtype):
         converted = flat
@@ -95,8 +104,9 @@ def to_wire_bits(tensor, dtype):
         overflow = np.isfinite(flat.astype(np.float64)) & ~np.isfinite(converted.astype(np.float64))
         if overflow.any():
             i = int(np.flatnonzero(overflow)[0])
-            raise WanreduceError(f"element {i} ({float(flat[i])!r}) is too large for {dtype.label} and would "
-                                 f"become infinity")
+            raise WanreduceError(
+                f"element {i} ({float(flat[i])!r}) is too large for {dtype.label} and would become infinity"
+            )
     return converted.view(bits_dtype(dtype).newbyteorder("=")).astype(bits_dtype(dtype), copy=False)
 
 
@@ -125,15 +135,25 @@ def pack_tensor(tensor, *, dtype, rank, job=0, round=0, group=0, chunk_elems, fi
     size = dtype.size
 
     def block(start, count, elems):
-        h = encode_headers(count, kind=Kind.CONTRIB, dtype=dtype, job=job, round=round,
-                           chunk=np.arange(first_chunk + start, first_chunk + start + count, dtype=np.uint64),
-                           src=rank, group=group, count=elems, bitmap=np.uint64(1) << np.uint64(rank))
+        h = encode_headers(
+            count,
+            kind=Kind.CONTRIB,
+            dtype=dtype,
+            job=job,
+            round=round,
+            chunk=np.arange(first_chunk + start, first_chunk + start + count, dtype=np.uint64),
+            src=rank,
+            group=group,
+            count=elems,
+            bitmap=np.uint64(1) << np.uint64(rank),
+        )
         if last and start + count == n:
             h["flags"][-1] = FLAG_LAST
         out = np.empty((count, HEADER_BYTES + elems * size), np.uint8)
         out[:, :HEADER_BYTES] = h.view(np.uint8).reshape(count, HEADER_BYTES)
-        out[:, HEADER_BYTES:] = raw[start * chunk_elems * size:(start * chunk_elems + count * elems) * size] \
-            .reshape(count, elems * size)
+        out[:, HEADER_BYTES:] = raw[
+            start * chunk_elems * size : (start * chunk_elems + count * elems) * size
+        ].reshape(count, elems * size)
         return out
 
     blocks = [block(0, n_full, chunk_elems)] if n_full else []
@@ -187,14 +207,14 @@ def unpack_payloads(payloads, *, dtype=None):
     base = int(chunks_sorted[0])
     stride = int(per[0]) * wire.size
     n_full = out.size // stride
-    full_view = out[:n_full * stride].reshape(n_full, stride)
+    full_view = out[: n_full * stride].reshape(n_full, stride)
     row = 0
     for b in payloads.blocks:
-        idx = chunks[row:row + len(b)] - base
+        idx = chunks[row : row + len(b)] - base
         row += len(b)
         if b.shape[1] - HEADER_BYTES == stride:
             full_view[idx] = b[:, HEADER_BYTES:]  # one scatter for the whole block
         else:  # the one shorter, highest chunk
-            out[int(idx[0]) * stride:] = b[0, HEADER_BYTES:]
+            out[int(idx[0]) * stride :] = b[0, HEADER_BYTES:]
     values = out.view(bits_dtype(wire)).view(np_dtype(wire))
     return values, headers

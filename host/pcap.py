@@ -13,8 +13,10 @@ __all__ = ["read_pcap", "write_pcap", "LINKTYPE_ETHERNET"]
 
 LINKTYPE_ETHERNET = 1
 _MAGICS = {
-    b"\xd4\xc3\xb2\xa1": ("<", 1_000), b"\xa1\xb2\xc3\xd4": (">", 1_000),
-    b"\x4d\x3c\xb2\xa1": ("<", 1), b"\xa1\xb2\x3c\x4d": (">", 1),
+    b"\xd4\xc3\xb2\xa1": ("<", 1_000),
+    b"\xa1\xb2\xc3\xd4": (">", 1_000),
+    b"\x4d\x3c\xb2\xa1": ("<", 1),
+    b"\xa1\xb2\x3c\x4d": (">", 1),
 }
 
 
@@ -49,7 +51,7 @@ def read_pcap(path):
         if pos + incl > len(data):
             left = len(data) - pos
             raise WanreduceError(f"{path}: truncated: record {index} needs {incl} bytes, {left} left")
-        frames.append(data[pos:pos + incl])
+        frames.append(data[pos : pos + incl])
         pos += incl
         index += 1
     return frames

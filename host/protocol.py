@@ -63,15 +63,20 @@ __all__ = [
     "JUMBO_MTU",
     "MAX_CHUNK_BYTES",
     "MAX_GROUPS",
-    "HEADER_DTYPE", "np_dtype", "bits_dtype",
+    "HEADER_DTYPE",
+    "np_dtype",
+    "bits_dtype",
 ]
 
 #: The header as a numpy structured dtype (big-endian), to read or write a whole array of headers at once.
 HEADER_DTYPE = np.dtype([(name, ">u1" if size == 1 else f">u{size}") for name, size in HEADER_FIELDS])
 assert HEADER_DTYPE.itemsize == HEADER_BYTES
 
-_VALUES = {DType.FP32: np.dtype(np.float32), DType.FP16: np.dtype(np.float16),
-           DType.BF16: np.dtype(ml_dtypes.bfloat16)}
+_VALUES = {
+    DType.FP32: np.dtype(np.float32),
+    DType.FP16: np.dtype(np.float16),
+    DType.BF16: np.dtype(ml_dtypes.bfloat16),
+}
 
 
 def np_dtype(dtype):

@@ -34,9 +34,19 @@ from .protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, VERSION, DType, Kind,
 from .reference import ordered_sum, run_reference
 
 __all__ = [
-    "read_pcap_timed", "write_pcap_timed", "udp_datagram", "udp_payloads", "sources", "arrival_order",
+    "read_pcap_timed",
+    "write_pcap_timed",
+    "udp_datagram",
+    "udp_payloads",
+    "sources",
+    "arrival_order",
     "parse_udp_url",
-    "ReplayStats", "send_datagrams", "Receiver", "datagram_frames", "ResultSet", "collect_results",
+    "ReplayStats",
+    "send_datagrams",
+    "Receiver",
+    "datagram_frames",
+    "ResultSet",
+    "collect_results",
     "check_results",
 ]
 
@@ -103,8 +113,9 @@ def udp_payloads(frames, *, source="capture"):
         port = int.from_bytes(frame[36:38], "big") if len(frame) >= FRAME_OVERHEAD else 0
         payload, _, reason = parse_frame(frame, port=port)
         if reason is not None:
-            raise WanreduceError(f"{source}: frame {i} is not a well-formed IPv4/UDP frame "
-                                 f"({reason.name.lower()})")
+            raise WanreduceError(
+                f"{source}: frame {i} is not a well-formed IPv4/UDP frame ({reason.name.lower()})"
+            )
         out.append(payload)
     return out
 
@@ -119,14 +130,19 @@ def udp_datagram(frame):
         return None
     ihl = (frame[14] & 0x0F) * 4
     total = int.from_bytes(frame[16:18], "big")
-    if ihl < 20 or frame[23] != 17 or int.from_bytes(frame[20:22], "big") & 0x3FFF \
-            or total > len(frame) - 14 or total < ihl + 8:
+    if (
+        ihl < 20
+        or frame[23] != 17
+        or int.from_bytes(frame[20:22], "big") & 0x3FFF
+        or total > len(frame) - 14
+        or total < ihl + 8
+    ):
         return None
     udp = 14 + ihl
-    length = int.from_bytes(frame[udp + 4:udp + 6], "big")
+    length = int.from_bytes(frame[udp + 4 : udp + 6], "big")
     if length < 8 or ihl + length > total:
         return None
-    return bytes(frame[udp + 8:udp + length])
+    return bytes(frame[udp + 8 : udp + length])
 
 
 def _header_check(payload, i, source):
@@ -169,8 +185,16 @@ def parse_udp_url(text):
     except ValueError:
         port = None
         parts = None
-    if parts is None or parts.scheme != "udp" or not parts.hostname or port is None or port == 0 \
-            or parts.path not in ("", "/") or parts.query or parts.fragment:
+    if (
+        parts is None
+        or parts.scheme != "udp"
+        or not parts.hostname
+        or port is None
+        or port == 0
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+    ):
         raise WanreduceError(f"--to {text!r} is not udp://HOST:PORT with a port in 1..65535")
     return parts.hostname, port
 
@@ -192,12 +216,16 @@ class ReplayStats:
         return self.packets / self.seconds if self.seconds > 0 else math.inf
 
     def summary(self):
-        text = (f"{self.packets} packets, {self.bytes} bytes in {self.seconds:.3f} s "
-                f"({self.packets_per_s:,.0f} packets/s)")
+        text = (
+            f"{self.packets} packets, {self.bytes} bytes in {self.seconds:.3f} s "
+            f"({self.packets_per_s:,.0f} packets/s)"
+        )
         if math.isnan(self.late_mean_s):
             return text + "; back to back, no due times"
-        return (text + f"; lateness mean {self.late_mean_s * 1e6:.0f} us, "
-                f"p99 {self.late_p99_s * 1e6:.0f} us, max {self.late_max_s * 1e6:.0f} us")
+        return (
+            text + f"; lateness mean {self.late_mean_s * 1e6:.0f} us, "
+            f"p99 {self.late_p99_s * 1e6:.0f} us, max {self.late_max_s * 1e6:.0f} us"
+        )
 
 
 def send_datagrams(payloads, times, address, *, speed=1.0, clock=time.perf_counter, sleep=time.sleep):
@@ -234,16 +262,30 @@ def send_datagrams(payloads, times, address, *, speed=1.0, clock=time.perf_count
             try:
                 sock.sendto(p, target)
             except OSError as exc:
-                raise WanreduceError(f"sending datagram {i} ({len(p)} bytes) to {address[0]}:{address[1]} "
-                                     f"failed: {exc.strerror or exc}") from None
+                raise WanreduceError(
+                    f"sending datagram {i} ({len(p)} bytes) to {address[0]}:{address[1]} "
+                    f"failed: {exc.strerror or exc}"
+                ) from None
             late[i] = max(0.0, now - due[i])
             sent_bytes += len(p)
         elapsed = clock() - start
     if speed is None or not n:  # back to back: nothing is due at any particular time
-        return ReplayStats(packets=n, bytes=sent_bytes, seconds=elapsed, late_mean_s=math.nan,
-                           late_p99_s=math.nan, late_max_s=math.nan)
-    return ReplayStats(packets=n, bytes=sent_bytes, seconds=elapsed, late_mean_s=float(late.mean()),
-                       late_p99_s=float(np.percentile(late, 99)), late_max_s=float(late.max()))
+        return ReplayStats(
+            packets=n,
+            bytes=sent_bytes,
+            seconds=elapsed,
+            late_mean_s=math.nan,
+            late_p99_s=math.nan,
+            late_max_s=math.nan,
+        )
+    return ReplayStats(
+        packets=n,
+        bytes=sent_bytes,
+        seconds=elapsed,
+        late_mean_s=float(late.mean()),
+        late_p99_s=float(np.percentile(late, 99)),
+        late_max_s=float(late.max()),
+    )
 
 
 class Receiver:
@@ -331,8 +373,9 @@ def collect_results(payloads, *, source="capture"):
         rnd, chunk = int.from_bytes(p[8:12], "big"), int.from_bytes(p[12:16], "big")
         chunks = keyed.setdefault((site, job, rnd), {})
         if chunk in chunks and chunks[chunk] != bytes(p):
-            raise WanreduceError(f"{source}: site {site} sent two different RESULTs for job {job} "
-                                 f"round {rnd} chunk {chunk}")
+            raise WanreduceError(
+                f"{source}: site {site} sent two different RESULTs for job {job} round {rnd} chunk {chunk}"
+            )
         chunks[chunk] = bytes(p)
     sets = []
     for (site, job, rnd), chunks in sorted(keyed.items()):
@@ -348,8 +391,18 @@ def collect_results(payloads, *, source="capture"):
             values, headers = unpack_payloads(Payloads.from_list(ordered))
         except WanreduceError as exc:
             raise WanreduceError(f"{where}: {exc}") from None
-        sets.append(ResultSet(site=site, dtype=DType(int(headers["dtype"][0])), job=job, round=rnd,
-                              group=groups.pop(), bitmap=bitmaps.pop(), values=values, chunks=len(ordered)))
+        sets.append(
+            ResultSet(
+                site=site,
+                dtype=DType(int(headers["dtype"][0])),
+                job=job,
+                round=rnd,
+                group=groups.pop(),
+                bitmap=bitmaps.pop(),
+                values=values,
+                chunks=len(ordered),
+            )
+        )
     return sets, ignored
 
 
@@ -362,8 +415,11 @@ def datagram_frames(datagrams, *, port):
     times, frames = [], []
     for t, data, (host, sport) in datagrams:
         times.append(t)
-        frames.append(build_frame(data, src_mac=bytes(6), dst_mac=bytes(6), src_ip=host, dst_ip=host,
-                                  sport=sport, dport=port))
+        frames.append(
+            build_frame(
+                data, src_mac=bytes(6), dst_mac=bytes(6), src_ip=host, dst_ip=host, sport=sport, dport=port
+            )
+        )
     return np.asarray(times, dtype=float), frames
 
 
@@ -399,8 +455,10 @@ def check_results(schedule, grads, sets, *, limit=20):
         members = groups[gid]
         want_bitmap = sum(1 << m for m in members)
         if s.group != gid or s.bitmap != want_bitmap:
-            problems.append(f"{where}: group {s.group} bitmap {s.bitmap:#x}, the schedule says group {gid} "
-                            f"bitmap {want_bitmap:#x}")
+            problems.append(
+                f"{where}: group {s.group} bitmap {s.bitmap:#x}, the schedule says group {gid} "
+                f"bitmap {want_bitmap:#x}"
+            )
             continue
         want = ordered_sum([before[s.round][m] for m in members], dtype).view(bits)
         got = s.values.view(bits)
@@ -410,8 +468,9 @@ def check_results(schedule, grads, sets, *, limit=20):
         bad = np.flatnonzero(got != want)
         width = 2 * dtype.size
         for i in bad[:limit]:
-            problems.append(f"{where} element {i}: got {int(got[i]):#0{width + 2}x}, "
-                            f"want {int(want[i]):#0{width + 2}x}")
+            problems.append(
+                f"{where} element {i}: got {int(got[i]):#0{width + 2}x}, want {int(want[i]):#0{width + 2}x}"
+            )
         if len(bad) > limit:
             problems.append(f"{where}: {len(bad) - limit} more elements differ")
     # a round missing between the first and last one a site reported, where it was in a group, is lost
@@ -420,6 +479,8 @@ def check_results(schedule, grads, sets, *, limit=20):
             seen = {s.round for s in sets if s.site == site and s.job == job}
             for r in range(min(seen), max(seen)):
                 if r not in seen and any(site in grp for grp in schedule.rounds[r % schedule.period]):
-                    problems.append(f"site {schedule.sites[site]} (rank {site}) job {job} round {r}: "
-                                    "no RESULTs, though the site is in a group")
+                    problems.append(
+                        f"site {schedule.sites[site]} (rank {site}) job {job} round {r}: "
+                        "no RESULTs, though the site is in a group"
+                    )
     return len(sets), problems

@@ -218,8 +218,18 @@ def evaluate(model, rounds, *, name="schedule", shape=()):
     period = pc.period_s
     exact, sigma2, periods = consensus(n, rounds, epsilon=model.params.epsilon)
     score = period * periods if math.isfinite(periods) else math.inf
-    return Plan(name, tuple(shape), [list(map(list, g)) for g in rounds], costs, period, exact, sigma2,
-                periods, score, pc.finish_s)
+    return Plan(
+        name,
+        tuple(shape),
+        [list(map(list, g)) for g in rounds],
+        costs,
+        period,
+        exact,
+        sigma2,
+        periods,
+        score,
+        pc.finish_s,
+    )
 
 
 def _batch_times(model, mem, bank_slots):
@@ -487,8 +497,10 @@ def _exhaustive_structure(n, shape):
             for col in range(masks.shape[1]):  # groups * n <= 36 bits, so one int64 names a partition
                 code |= masks[:, col] << (col * n)
             uniq, inverse = np.unique(code, return_inverse=True)
-            parts = [[[s for s in range(n) if c >> (col * n + s) & 1] for col in range(masks.shape[1])]
-                     for c in uniq.tolist()]
+            parts = [
+                [[s for s in range(n) if c >> (col * n + s) & 1] for col in range(masks.shape[1])]
+                for c in uniq.tolist()
+            ]
             per_round.append((parts, inverse.ravel()))
         _EXHAUSTIVE[key] = (perms, grid, per_round)
     return _EXHAUSTIVE[key]
@@ -504,8 +516,9 @@ def exhaustive(model, shape):
     if n > 9:
         raise WanreduceError(f"exhaustive search is for at most 9 sites, got {n}")
     if math.prod(shape) != n or len(shape) < 2:
-        raise WanreduceError(f"exhaustive search needs a grid of at least 2 axes with {n} positions, "
-                             f"got {shape}")
+        raise WanreduceError(
+            f"exhaustive search needs a grid of at least 2 axes with {n} positions, got {shape}"
+        )
     perms, grid, per_round = _exhaustive_structure(n, shape)
     sb = model.bank_slots(len(shape), max(shape))
     windows = model.windows(sb)
@@ -516,15 +529,23 @@ def exhaustive(model, shape):
         costs = [model.round(part, bank_slots=sb) for part in parts]
         active = [[g for g in rc.groups if len(g.members) > 1] for rc in costs]
         lat += np.array([max(g.latency_s for g in a) for a in active])[inverse]
-        xfer += np.array([max(model.params.tensor_bytes / g.rate_Bps if g.rate_Bps > 0 else math.inf
-                              for g in a) for a in active])[inverse]
+        xfer += np.array(
+            [
+                max(model.params.tensor_bytes / g.rate_Bps if g.rate_Bps > 0 else math.inf for g in a)
+                for a in active
+            ]
+        )[inverse]
         loop = np.maximum(loop, np.array([max(g.loop_s for g in a) for a in active])[inverse])
     with np.errstate(invalid="ignore"):
-        total = lat + np.maximum(xfer, (windows - 1) * loop) if math.isfinite(windows) else \
-            np.full(len(perms), np.inf)
+        total = (
+            lat + np.maximum(xfer, (windows - 1) * loop)
+            if math.isfinite(windows)
+            else np.full(len(perms), np.inf)
+        )
     best = int(np.argmin(total))
-    return evaluate(model, grid.rounds(perms[best]), name=_shape_name(shape, n) + " (exhaustive)",
-                    shape=shape)
+    return evaluate(
+        model, grid.rounds(perms[best]), name=_shape_name(shape, n) + " (exhaustive)", shape=shape
+    )
 
 
 def plan_to_schedule(plan, model):
@@ -532,8 +553,7 @@ def plan_to_schedule(plan, model):
     topo, p = model.topology, model.params
     if topo.n > MAX_RANKS:
         raise WanreduceError(
-            f"schedule files hold at most {MAX_RANKS} ranks; {topo.n} sites need "
-            "hierarchical aggregation"
+            f"schedule files hold at most {MAX_RANKS} ranks; {topo.n} sites need hierarchical aggregation"
         )
     return Schedule(
         sites=topo.sites,

@@ -84,9 +84,7 @@ class Topology:
         try:
             return self.sites.index(name)
         except ValueError:
-            raise WanreduceError(
-                f"unknown city {name!r}; the topology has {', '.join(self.sites)}"
-            ) from None
+            raise WanreduceError(f"unknown city {name!r}; the topology has {', '.join(self.sites)}") from None
 
 
 def _gbps_to_Bps(gbps):
@@ -127,9 +125,7 @@ def _build(name, nodes, edges, *, site_gbps=None, sites=None):
     if not np.isfinite(sub).all():
         i, j = np.argwhere(~np.isfinite(sub))[0]
         cut = [sites[k] for k in range(len(sites)) if not np.isfinite(sub[i, k])]
-        raise WanreduceError(
-            f"{name}: the network is disconnected: {sites[i]} cannot reach {', '.join(cut)}"
-        )
+        raise WanreduceError(f"{name}: the network is disconnected: {sites[i]} cannot reach {', '.join(cut)}")
     paths = []
     for si in site_ix:
         row = []
@@ -296,8 +292,10 @@ def load_topology(spec="nine-city", *, link_gbps=None, sites=None):
         with open(spec, encoding="utf-8-sig") as f:
             text = f.read()
     except UnicodeDecodeError as exc:
-        raise WanreduceError(f"topology file {spec} is not UTF-8 text (byte {exc.start} is "
-                             f"{exc.object[exc.start]:#04x}); save it as UTF-8 CSV") from None
+        raise WanreduceError(
+            f"topology file {spec} is not UTF-8 text (byte {exc.start} is "
+            f"{exc.object[exc.start]:#04x}); save it as UTF-8 CSV"
+        ) from None
     except OSError as exc:
         raise WanreduceError(f"cannot read topology file {spec} ({exc.strerror})") from None
     return parse_topology_csv(text, source=os.path.basename(spec), link_gbps=link_gbps, sites=sites)

@@ -18,9 +18,18 @@ __all__ = ["MAX_SIZE", "parse_size", "parse_size_range", "format_size", "format_
 MAX_SIZE = 1 << 50
 
 _UNITS = {
-    "": 1, "b": 1,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4, "pb": 1000**5,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "pib": 1024**5,
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "pb": 1000**5,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+    "pib": 1024**5,
 }
 _AMBIGUOUS = {"k", "m", "g", "t", "p", "ki", "mi", "gi", "ti", "pi"}
 _SPELLING = "B, KiB, MiB, GiB, TiB, kB, MB, GB or TB (e.g. 256KiB)"
@@ -37,10 +46,12 @@ def parse_size(text, *, what="size", maximum=MAX_SIZE):
         p = unit[0].upper() if unit[0] != "k" else "k"
         raise WanreduceError(
             f"{what} {text!r} is ambiguous: write {m.group(1)}{p.upper()}iB (powers of 1024) or "
-            f"{m.group(1)}{p}B (powers of 1000)")
+            f"{m.group(1)}{p}B (powers of 1000)"
+        )
     if not m or unit not in _UNITS:
-        raise WanreduceError(f"{what} {text!r} is not a size: write a number with an optional unit "
-                             f"{_SPELLING}")
+        raise WanreduceError(
+            f"{what} {text!r} is not a size: write a number with an optional unit {_SPELLING}"
+        )
     value = float(m.group(1)) * _UNITS[unit]
     if math.isfinite(value) and value > maximum:
         raise WanreduceError(f"{what} {text!r} is too large; at most {format_size(maximum)}")
@@ -71,8 +82,13 @@ def parse_size_range(text, *, what="size range", steps_per_doubling=1, maximum=M
 
 def format_size(nbytes):
     """262144 -> ``"256KiB"``; three significant digits when not a whole number of the unit."""
-    for unit, scale in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
-                        ("KiB", 1024)):
+    for unit, scale in (
+        ("PiB", 1024**5),
+        ("TiB", 1024**4),
+        ("GiB", 1024**3),
+        ("MiB", 1024**2),
+        ("KiB", 1024),
+    ):
         if nbytes >= scale:
             v = nbytes / scale
             return f"{v:.0f}{unit}" if v == int(v) else f"{v:.3g}{unit}"

@@ -38,7 +38,7 @@ def parse_header(payload):
     fields, pos = {}, 0
     for name in HEADER_DTYPE.names:
         size = HEADER_DTYPE.fields[name][0].itemsize
-        fields[name] = int.from_bytes(payload[pos:pos + size], "big")
+        fields[name] = int.from_bytes(payload[pos : pos + size], "big")
         pos += size
     return Header(**fields)
 

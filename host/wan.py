@@ -46,8 +46,22 @@ from .golden import Destination, GoldenAggregator
 from .packet import decode_headers, pack_tensor
 from .protocol import bits_dtype, np_dtype
 
-__all__ = ["Msg", "CountingSite", "GoldenSite", "WanRun", "RoundStats", "Faults", "Recovery", "SiteTimeout",
-           "RETRIES", "TIMEOUT_DELAYS", "TIMEOUT_FRAMES", "simulate", "bank_layout", "chunk_count"]
+__all__ = [
+    "Msg",
+    "CountingSite",
+    "GoldenSite",
+    "WanRun",
+    "RoundStats",
+    "Faults",
+    "Recovery",
+    "SiteTimeout",
+    "RETRIES",
+    "TIMEOUT_DELAYS",
+    "TIMEOUT_FRAMES",
+    "simulate",
+    "bank_layout",
+    "chunk_count",
+]
 
 
 @dataclasses.dataclass
@@ -105,8 +119,15 @@ class GoldenSite:
     def __init__(self, schedule, rank, *, slots, members, slot_bytes, bank_bits, job=0):
         jobs = {job: [_members(schedule, rank, r) for r in range(schedule.period)]}
         dest = Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)
-        self.agg = GoldenAggregator(rank=rank, jobs=jobs, slots=slots, members=members, slot_bytes=slot_bytes,
-                                    destinations=[dest], bank_bits={job: bank_bits})
+        self.agg = GoldenAggregator(
+            rank=rank,
+            jobs=jobs,
+            slots=slots,
+            members=members,
+            slot_bytes=slot_bytes,
+            destinations=[dest],
+            bank_bits={job: bank_bits},
+        )
 
     def feed(self, t, msgs):
         out = []
@@ -193,14 +214,14 @@ class SiteTimeout(WanreduceError):
 class Recovery:
     """What the hosts did about faults (all zero in a fault-free run)."""
 
-    retransmits: int = 0            # CONTRIBs sent again because a chunk's timer expired
-    resends_on_result: int = 0      # CONTRIBs sent again because a RESULT for an applied chunk came in
-    results_ignored: int = 0        # RESULTs for chunks already applied
-    lost: int = 0                   # CONTRIB copies the WAN lost
-    duplicated: int = 0             # CONTRIB copies the WAN delivered twice
-    corrupted: int = 0              # CONTRIB copies with one bit flipped
-    results_lost: int = 0           # RESULTs lost on the way to the hosts
-    results_duplicated: int = 0     # RESULTs delivered twice
+    retransmits: int = 0  # CONTRIBs sent again because a chunk's timer expired
+    resends_on_result: int = 0  # CONTRIBs sent again because a RESULT for an applied chunk came in
+    results_ignored: int = 0  # RESULTs for chunks already applied
+    lost: int = 0  # CONTRIB copies the WAN lost
+    duplicated: int = 0  # CONTRIB copies the WAN delivered twice
+    corrupted: int = 0  # CONTRIB copies with one bit flipped
+    results_lost: int = 0  # RESULTs lost on the way to the hosts
+    results_duplicated: int = 0  # RESULTs delivered twice
 
 
 @dataclasses.dataclass
@@ -209,17 +230,31 @@ class WanRun:
 
     rounds: list
     finish_s: float
-    send: np.ndarray          # [site, round, chunk] first send start (NaN: the site waits that round)
-    result: np.ndarray        # [site, round, chunk] own RESULT in at the hosts (NaN: waits)
-    ingress_bytes: list       # per site: frame bytes delivered to its aggregator
-    counters: list            # per site: the aggregator's counters (empty for timing-only runs)
-    values: list | None       # per site: the tensor after the last round (wire dtype), with data
+    send: np.ndarray  # [site, round, chunk] first send start (NaN: the site waits that round)
+    result: np.ndarray  # [site, round, chunk] own RESULT in at the hosts (NaN: waits)
+    ingress_bytes: list  # per site: frame bytes delivered to its aggregator
+    counters: list  # per site: the aggregator's counters (empty for timing-only runs)
+    values: list | None  # per site: the tensor after the last round (wire dtype), with data
     results_emitted: int
     recovery: Recovery = dataclasses.field(default_factory=Recovery)
 
 
-def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DType.FP32, bank_slots,
-             sites=None, tensors=None, rounds=None, job=0, progress=None, faults=None):
+def simulate(
+    schedule,
+    *,
+    one_way_s,
+    site_Bps,
+    chunk_elems,
+    elements,
+    dtype=DType.FP32,
+    bank_slots,
+    sites=None,
+    tensors=None,
+    rounds=None,
+    job=0,
+    progress=None,
+    faults=None,
+):
     """Run ``rounds`` rounds (default: one period) of ``schedule``; returns a :class:`WanRun`.
 
     ``site_Bps`` is each site's access-link rate in bytes/s on the wire; ``sites`` the aggregators (one per
@@ -251,14 +286,26 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
         values = [np.asarray(t).astype(vt).reshape(-1).copy() for t in tensors]
         if any(v.size != elements for v in values):
             raise ValueError(f"Every tensor must hold {elements} elements.")
-        current = [[v[c * chunk_elems:(c + 1) * chunk_elems].copy() for c in range(n_chunks)] for v in values]
+        current = [
+            [v[c * chunk_elems : (c + 1) * chunk_elems].copy() for c in range(n_chunks)] for v in values
+        ]
     member_of = [[_members(schedule, s, r) for r in range(rounds)] for s in range(n)]
-    group_id = [[next((g for g, grp in enumerate(schedule.rounds[r % period]) if s in grp), None)
-                 for r in range(rounds)] for s in range(n)]
+    group_id = [
+        [
+            next((g for g, grp in enumerate(schedule.rounds[r % period]) if s in grp), None)
+            for r in range(rounds)
+        ]
+        for s in range(n)
+    ]
     # First retransmission timeout of each (site, round): a round trip across the group's widest pair plus
     # a few frame times; doubled on every retry.
-    timeout0 = [[TIMEOUT_DELAYS * max((D[j, k] for j in g for k in g), default=0.0)
-                 + TIMEOUT_FRAMES * frame_s[s] for g in member_of[s]] for s in range(n)]
+    timeout0 = [
+        [
+            TIMEOUT_DELAYS * max((D[j, k] for j in g for k in g), default=0.0) + TIMEOUT_FRAMES * frame_s[s]
+            for g in member_of[s]
+        ]
+        for s in range(n)
+    ]
     # Previous round each site took part in, for the data dependency.
     prev_round = [[None] * rounds for _ in range(n)]
     for s in range(n):
@@ -270,16 +317,16 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
 
     send = np.full((n, rounds, n_chunks), np.nan)
     result = np.full((n, rounds, n_chunks), np.nan)
-    waiting = {}   # (site, round, chunk) -> unmet conditions
-    ready = [[] for _ in range(n)]        # per site: heap of (ready time, round, chunk, resend)
+    waiting = {}  # (site, round, chunk) -> unmet conditions
+    ready = [[] for _ in range(n)]  # per site: heap of (ready time, round, chunk, resend)
     link_busy = [False] * n
     events = []
     seq = 0
     ingress = [0] * n
     emitted = 0
     rec = Recovery()
-    sent_frames = {}     # (site, round, chunk) -> the CONTRIB frame, resent byte for byte
-    echoed = {}          # (site, round, chunk) -> (when a repeated RESULT last caused a resend, how many did)
+    sent_frames = {}  # (site, round, chunk) -> the CONTRIB frame, resent byte for byte
+    echoed = {}  # (site, round, chunk) -> (when a repeated RESULT last caused a resend, how many did)
     outstanding = sum(n_chunks for s in range(n) for r in range(rounds) if member_of[s][r])
 
     def push(t, kind, *data):
@@ -332,9 +379,18 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
             send[s, r, c] = t
             frame = None
             if with_data:
-                frame = contrib_frame(current[s][c], dtype=dtype, rank=s, job=job, round_index=r, group=gid,
-                                      chunk=c, chunk_elems=chunk_elems, last=c == n_chunks - 1,
-                                      period=period)
+                frame = contrib_frame(
+                    current[s][c],
+                    dtype=dtype,
+                    rank=s,
+                    job=job,
+                    round_index=r,
+                    group=gid,
+                    chunk=c,
+                    chunk_elems=chunk_elems,
+                    last=c == n_chunks - 1,
+                    period=period,
+                )
             if faults is not None:
                 sent_frames[(s, r, c)] = frame
         arrive = t + frame_s[s]
@@ -385,18 +441,24 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
         waited = timeout0[s][r] * ((1 << (RETRIES + 1)) - 1)
         if held:
             who = ", ".join(f"{names[m]} (rank {m})" for m in held)
-            msg = (f"round {r}: site{'s' if len(held) > 1 else ''} {who} missing from chunk {c} of group "
-                   f"{{{','.join(names[m] for m in grp)}}}: {how} after {waited:.3g} s ({RETRIES} "
-                   f"retransmissions by {names[s]}); stopping rather than summing without "
-                   f"{'them' if len(held) > 1 else 'it'}")
+            msg = (
+                f"round {r}: site{'s' if len(held) > 1 else ''} {who} missing from chunk {c} of group "
+                f"{{{','.join(names[m] for m in grp)}}}: {how} after {waited:.3g} s ({RETRIES} "
+                f"retransmissions by {names[s]}); stopping rather than summing without "
+                f"{'them' if len(held) > 1 else 'it'}"
+            )
         elif missing is not None:
-            msg = (f"round {r}: {names[s]}'s RESULT for chunk {c} never reached its hosts in {waited:.3g} s "
-                   f"({RETRIES} retransmissions), although every member's contribution is in; stopping")
+            msg = (
+                f"round {r}: {names[s]}'s RESULT for chunk {c} never reached its hosts in {waited:.3g} s "
+                f"({RETRIES} retransmissions), although every member's contribution is in; stopping"
+            )
         else:
             members = ",".join(names[m] for m in grp)
-            msg = (f"round {r}: {names[s]} has no RESULT for chunk {c} after {waited:.3g} s ({RETRIES} "
-                   f"retransmissions) although every member of {{{members}}} sent it; their contributions "
-                   "or the RESULT were lost every time; stopping")
+            msg = (
+                f"round {r}: {names[s]} has no RESULT for chunk {c} after {waited:.3g} s ({RETRIES} "
+                f"retransmissions) although every member of {{{members}}} sent it; their contributions "
+                "or the RESULT were lost every time; stopping"
+            )
         raise SiteTimeout(msg, site=s, round=r, chunk=c, missing=held)
 
     # Initial conditions: data and window, each counted once per chunk of every round a site takes part in.
@@ -478,9 +540,12 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
                 # their RESULTs again too, so without a hold-off two done members would keep answering each
                 # other; the hold-off starts at one timeout and doubles, as the asking member's retries do.
                 last, n_echo = echoed.get((s, r, c), (-math.inf, 0))
-                if (faults is not None and not (s == kill_site and r >= kill_round)
-                        and t - last >= timeout0[s][r] * (1 << n_echo)
-                        and holds_contribution(s, r, c)):
+                if (
+                    faults is not None
+                    and not (s == kill_site and r >= kill_round)
+                    and t - last >= timeout0[s][r] * (1 << n_echo)
+                    and holds_contribution(s, r, c)
+                ):
                     echoed[(s, r, c)] = (t, n_echo + 1)
                     rec.resends_on_result += 1
                     resend(s, r, c, t)
@@ -498,27 +563,43 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
             succ = window_succ(r, c)
             if succ is not None and member_of[s][succ[0]]:
                 condition_met(s, succ[0], succ[1], t)
-            if progress is not None and r > reported and np.all(~np.isnan(result[:, r][
-                    [bool(member_of[x][r]) for x in range(n)]])):
+            if (
+                progress is not None
+                and r > reported
+                and np.all(~np.isnan(result[:, r][[bool(member_of[x][r]) for x in range(n)]]))
+            ):
                 reported = r
                 progress(f"round {r} complete at {t * 1e3:.1f} ms simulated")
 
     if outstanding:
-        s, r, c = next((s, r, c) for s in range(n) for r in range(rounds) if member_of[s][r]
-                       for c in range(n_chunks) if np.isnan(result[s, r, c]))
+        s, r, c = next(
+            (s, r, c)
+            for s in range(n)
+            for r in range(rounds)
+            if member_of[s][r]
+            for c in range(n_chunks)
+            if np.isnan(result[s, r, c])
+        )
         if kill_site is None:
             raise RuntimeError(f"The co-simulation stalled: site {s} has no RESULT for round {r} chunk {c}.")
         names = schedule.sites
-        raise SiteTimeout(f"round {kill_round}: site {names[kill_site]} (rank {kill_site}) stopped sending "
-                          f"and no other member of its groups is left to time out; {names[s]} has no RESULT "
-                          f"for round {r}", site=s, round=r, chunk=c, missing=(kill_site,))
+        raise SiteTimeout(
+            f"round {kill_round}: site {names[kill_site]} (rank {kill_site}) stopped sending "
+            f"and no other member of its groups is left to time out; {names[s]} has no RESULT "
+            f"for round {r}",
+            site=s,
+            round=r,
+            chunk=c,
+            missing=(kill_site,),
+        )
 
     stats = []
     for r in range(rounds):
         sr = send[:, r][~np.isnan(send[:, r])]
         rr = result[:, r][~np.isnan(result[:, r])]
-        stats.append(RoundStats(r, float(sr.min()) if sr.size else math.nan,
-                                float(rr.max()) if rr.size else math.nan))
+        stats.append(
+            RoundStats(r, float(sr.min()) if sr.size else math.nan, float(rr.max()) if rr.size else math.nan)
+        )
     finish = float(np.nanmax(result)) if np.isfinite(result).any() else math.nan
     final = None
     if with_data:
@@ -528,9 +609,24 @@ def simulate(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DTyp
 
 def contrib_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, period):
     """One CONTRIB frame of chunk ``chunk``, from site ``rank``'s hosts to its group's multicast address."""
-    payloads = pack_tensor(elems, dtype=dtype, rank=rank, job=job, round=round_index, group=group,
-                           chunk_elems=chunk_elems, first_chunk=chunk, last=last)
+    payloads = pack_tensor(
+        elems,
+        dtype=dtype,
+        rank=rank,
+        job=job,
+        round=round_index,
+        group=group,
+        chunk_elems=chunk_elems,
+        first_chunk=chunk,
+        last=last,
+    )
     ip = addressing.contrib_group_ip(job=job, round=round_index, group=group, period=period)
-    return build_frame(next(iter(payloads)), src_mac=addressing.host_mac(rank),
-                       dst_mac=addressing.multicast_mac(ip), src_ip=addressing.host_ip(rank), dst_ip=ip,
-                       sport=UDP_PORT, dport=UDP_PORT)
+    return build_frame(
+        next(iter(payloads)),
+        src_mac=addressing.host_mac(rank),
+        dst_mac=addressing.multicast_mac(ip),
+        src_ip=addressing.host_ip(rank),
+        dst_ip=ip,
+        sport=UDP_PORT,
+        dport=UDP_PORT,
+    )

@@ -25,9 +25,15 @@ class ControlSignature(wiring.Signature):
     (32) comes back the cycle after ``re``."""
 
     def __init__(self):
-        super().__init__({
-            "addr": Out(16), "wdata": Out(32), "we": Out(1), "re": Out(1), "rdata": In(32),
-        })
+        super().__init__(
+            {
+                "addr": Out(16),
+                "wdata": Out(32),
+                "we": Out(1),
+                "re": Out(1),
+                "rdata": In(32),
+            }
+        )
 
 
 class Control(wiring.Component):
@@ -47,19 +53,35 @@ class Control(wiring.Component):
         self.order_words = -(-members // regs.ORDER_PER_WORD)
         self.params = dict(params)
         self.port_init = port
-        super().__init__({
-            "ctl": In(ControlSignature()),
-            "rank": Out(6), "port": Out(16, init=port), "mac": Out(48), "ip": Out(32),
-            "ndest": Out(range(dests + 1)),
-            "job_id": Out(16).array(jobs), "job_period": Out(range(rounds + 1)).array(jobs),
-            "job_bank": Out(BANK_BITS, init=(slots - 1).bit_length()).array(jobs),
-            "dest_mac": Out(48).array(dests), "dest_ip": Out(32).array(dests),
-            "dest_port": Out(16).array(dests),
-            "sched_addr": Out(range(jobs * rounds)), "sched_data": Out(64),
-            "sched_order": Out(8).array(members), "sched_en": Out(1),
-            "ev_valid": In(1), "ev_code": In(5), "ev_result": In(1), "ev_reemit": In(1), "ev_evict": In(1),
-            "in_beat": In(1), "out_beat": In(1), "reduce_read": In(1), "reduce_active": In(1),
-        })
+        super().__init__(
+            {
+                "ctl": In(ControlSignature()),
+                "rank": Out(6),
+                "port": Out(16, init=port),
+                "mac": Out(48),
+                "ip": Out(32),
+                "ndest": Out(range(dests + 1)),
+                "job_id": Out(16).array(jobs),
+                "job_period": Out(range(rounds + 1)).array(jobs),
+                "job_bank": Out(BANK_BITS, init=(slots - 1).bit_length()).array(jobs),
+                "dest_mac": Out(48).array(dests),
+                "dest_ip": Out(32).array(dests),
+                "dest_port": Out(16).array(dests),
+                "sched_addr": Out(range(jobs * rounds)),
+                "sched_data": Out(64),
+                "sched_order": Out(8).array(members),
+                "sched_en": Out(1),
+                "ev_valid": In(1),
+                "ev_code": In(5),
+                "ev_result": In(1),
+                "ev_reemit": In(1),
+                "ev_evict": In(1),
+                "in_beat": In(1),
+                "out_beat": In(1),
+                "reduce_read": In(1),
+                "reduce_active": In(1),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -71,7 +93,7 @@ class Control(wiring.Component):
         order = [Signal(32, init=none_word, name=f"order{w}") for w in range(self.order_words)]
         for k in range(self.members):
             w, b = divmod(k, regs.ORDER_PER_WORD)
-            m.d.comb += self.sched_order[k].eq(order[w][8 * b: 8 * b + 8])
+            m.d.comb += self.sched_order[k].eq(order[w][8 * b : 8 * b + 8])
 
         # Events. Counters are zeroed by a write to REG_CLEAR, which wins over a same-cycle event.
         clear = c.we & (c.addr == regs.REG_CLEAR) & c.wdata[0]
@@ -82,20 +104,26 @@ class Control(wiring.Component):
                 for code in sorted(Drop):
                     with m.Case(int(code)):
                         m.d.sync += counters[int(code)].eq(counters[int(code)] + 1)
-        for name, strobe in (("results", self.ev_result), ("results_reemitted", self.ev_reemit),
-                             ("evictions", self.ev_evict)):
+        for name, strobe in (
+            ("results", self.ev_result),
+            ("results_reemitted", self.ev_reemit),
+            ("evictions", self.ev_evict),
+        ):
             with m.If(strobe):
                 m.d.sync += named[name].eq(named[name] + 1)
-        for sig, strobe in zip(perf, [Const(1), self.in_beat, self.out_beat, self.reduce_read,
-                                      self.reduce_active], strict=True):
+        for sig, strobe in zip(
+            perf, [Const(1), self.in_beat, self.out_beat, self.reduce_read, self.reduce_active], strict=True
+        ):
             with m.If(strobe):
                 m.d.sync += sig.eq(sig + 1)
         with m.If(clear):
             m.d.sync += [s.eq(0) for s in counters + perf]
 
         # Writes.
-        m.d.comb += [self.sched_data.eq(Const(0, 64) | (c.wdata << 32) | sched_lo),
-                     self.sched_addr.eq((c.addr - regs.SCHED_BASE) >> 1)]
+        m.d.comb += [
+            self.sched_data.eq(Const(0, 64) | (c.wdata << 32) | sched_lo),
+            self.sched_addr.eq((c.addr - regs.SCHED_BASE) >> 1),
+        ]
         with m.If(c.we):
             with m.If(c.addr >= regs.SCHED_BASE):
                 with m.If(c.addr[0]):
@@ -139,13 +167,21 @@ class Control(wiring.Component):
 
         # Reads.
         values = {
-            regs.REG_ID: regs.ID_VALUE, regs.REG_WIDTH: self.params.get("width", 0),
-            regs.REG_SLOTS: self.params.get("slots", 0), regs.REG_MEMBERS: self.params.get("members", 0),
-            regs.REG_SLOT_BYTES: self.params.get("slot_bytes", 0), regs.REG_DESTS: self.dests,
-            regs.REG_JOBS: self.jobs, regs.REG_ROUNDS: self.rounds,
+            regs.REG_ID: regs.ID_VALUE,
+            regs.REG_WIDTH: self.params.get("width", 0),
+            regs.REG_SLOTS: self.params.get("slots", 0),
+            regs.REG_MEMBERS: self.params.get("members", 0),
+            regs.REG_SLOT_BYTES: self.params.get("slot_bytes", 0),
+            regs.REG_DESTS: self.dests,
+            regs.REG_JOBS: self.jobs,
+            regs.REG_ROUNDS: self.rounds,
             regs.REG_ENTRY: self.params.get("entry", 0),
-            regs.REG_RANK: self.rank, regs.REG_PORT: self.port, regs.REG_MAC_HI: self.mac[32:],
-            regs.REG_MAC_LO: self.mac[:32], regs.REG_IP: self.ip, regs.REG_NDEST: self.ndest,
+            regs.REG_RANK: self.rank,
+            regs.REG_PORT: self.port,
+            regs.REG_MAC_HI: self.mac[32:],
+            regs.REG_MAC_LO: self.mac[:32],
+            regs.REG_IP: self.ip,
+            regs.REG_NDEST: self.ndest,
         }
         for j in range(self.jobs):
             values[regs.JOB_BASE + regs.JOB_STRIDE * j] = self.job_id[j]
@@ -155,8 +191,14 @@ class Control(wiring.Component):
             values[regs.ORDER_BASE + w] = order[w]
         for d in range(self.dests):
             base = regs.DEST_BASE + regs.DEST_STRIDE * d
-            values.update({base: self.dest_mac[d][32:], base + 1: self.dest_mac[d][:32],
-                           base + 2: self.dest_ip[d], base + 3: self.dest_port[d]})
+            values.update(
+                {
+                    base: self.dest_mac[d][32:],
+                    base + 1: self.dest_mac[d][:32],
+                    base + 2: self.dest_ip[d],
+                    base + 3: self.dest_port[d],
+                }
+            )
         for n, sig in enumerate(counters):
             values[regs.COUNTER_BASE + n] = sig
         for n, sig in enumerate(perf):

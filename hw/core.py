@@ -45,9 +45,24 @@ class AggregatorCore(wiring.Component):
     lanes in tests only.
     """
 
-    def __init__(self, *, width, slots, members, slot_bytes, dests=2, jobs=4, rounds=64, entry="frame",
-                 port=protocol.UDP_PORT, mod_stages=4, adder_stages=None, queue_depth=4, adder=None,
-                 formats=None):
+    def __init__(
+        self,
+        *,
+        width,
+        slots,
+        members,
+        slot_bytes,
+        dests=2,
+        jobs=4,
+        rounds=64,
+        entry="frame",
+        port=protocol.UDP_PORT,
+        mod_stages=4,
+        adder_stages=None,
+        queue_depth=4,
+        adder=None,
+        formats=None,
+    ):
         if entry not in ("frame", "payload"):
             raise ValueError(f"The entry point must be 'frame' or 'payload', not {entry!r}.")
         check_width(width)
@@ -57,27 +72,48 @@ class AggregatorCore(wiring.Component):
         self.dests, self.jobs, self.rounds, self.entry, self.port = dests, jobs, rounds, entry, port
         self.words = payload_words(width, slot_bytes)
         self.slot_table = SlotTable(width=width, slots=slots, members=members, slot_bytes=slot_bytes)
-        self.reduce = Reduce(width=width, slots=slots, members=members, words=self.words, stages=adder_stages,
-                             adder=adder, formats=formats)
-        self.schedule = ScheduleTable(width=width, members=members, slots=slots, jobs=jobs, rounds=rounds,
-                                      mod_stages=mod_stages)
+        self.reduce = Reduce(
+            width=width,
+            slots=slots,
+            members=members,
+            words=self.words,
+            stages=adder_stages,
+            adder=adder,
+            formats=formats,
+        )
+        self.schedule = ScheduleTable(
+            width=width, members=members, slots=slots, jobs=jobs, rounds=rounds, mod_stages=mod_stages
+        )
         self.queue_depth = queue_depth
         #: Bytes of reorder-buffer memory (S × G_max × words × W/8).
         self.slot_memory_bytes = slots * members * self.words * width // 8
-        super().__init__({
-            "i": In(stream.Signature(Beat(width))),
-            "o": Out(stream.Signature(Beat(width))),
-            "ctl": In(ControlSignature()),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(Beat(width))),
+                "o": Out(stream.Signature(Beat(width))),
+                "ctl": In(ControlSignature()),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        params = {"width": W, "slots": self.slots, "members": self.members, "slot_bytes": self.slot_bytes,
-                  "entry": 0 if self.entry == "frame" else 1}
-        m.submodules.control = ctl = Control(jobs=self.jobs, rounds=self.rounds, dests=self.dests,
-                                             slots=self.slots, members=self.members, params=params,
-                                             port=self.port)
+        params = {
+            "width": W,
+            "slots": self.slots,
+            "members": self.members,
+            "slot_bytes": self.slot_bytes,
+            "entry": 0 if self.entry == "frame" else 1,
+        }
+        m.submodules.control = ctl = Control(
+            jobs=self.jobs,
+            rounds=self.rounds,
+            dests=self.dests,
+            slots=self.slots,
+            members=self.members,
+            params=params,
+            port=self.port,
+        )
         wiring.connect(m, wiring.flipped(self.ctl), ctl.ctl)
 
         m.submodules.header = header = HeaderParser(width=W, slot_bytes=self.slot_bytes)
@@ -89,39 +125,57 @@ class AggregatorCore(wiring.Component):
         else:
             beat = PayloadBeat(W)
             m.d.comb += [
-                header.i.valid.eq(self.i.valid), self.i.ready.eq(header.i.ready),
+                header.i.valid.eq(self.i.valid),
+                self.i.ready.eq(header.i.ready),
                 header.i.payload.data.eq(self.i.payload.data),
                 header.i.payload.bytes.eq(self.i.payload.bytes),
-                header.i.payload.last.eq(self.i.payload.last), header.i.payload.drops.eq(0),
+                header.i.payload.last.eq(self.i.payload.last),
+                header.i.payload.drops.eq(0),
             ]
             assert header.i.payload.shape() == beat
 
         m.submodules.schedule = sched = self.schedule
         wiring.connect(m, header.o, sched.i)
         for j in range(self.jobs):
-            m.d.comb += [sched.job_id[j].eq(ctl.job_id[j]), sched.job_period[j].eq(ctl.job_period[j]),
-                         sched.job_bank[j].eq(ctl.job_bank[j])]
-        m.d.comb += [sched.sched_addr.eq(ctl.sched_addr), sched.sched_data.eq(ctl.sched_data),
-                     sched.sched_en.eq(ctl.sched_en)]
+            m.d.comb += [
+                sched.job_id[j].eq(ctl.job_id[j]),
+                sched.job_period[j].eq(ctl.job_period[j]),
+                sched.job_bank[j].eq(ctl.job_bank[j]),
+            ]
+        m.d.comb += [
+            sched.sched_addr.eq(ctl.sched_addr),
+            sched.sched_data.eq(ctl.sched_data),
+            sched.sched_en.eq(ctl.sched_en),
+        ]
         for k in range(self.members):
             m.d.comb += sched.sched_order[k].eq(ctl.sched_order[k])
 
         m.submodules.slots = slots = self.slot_table
         wiring.connect(m, sched.o, slots.i)
-        m.d.comb += [ctl.ev_valid.eq(slots.ev_valid), ctl.ev_code.eq(slots.ev_code),
-                     ctl.ev_result.eq(slots.ev_result), ctl.ev_reemit.eq(slots.ev_reemit),
-                     ctl.ev_evict.eq(slots.ev_evict)]
+        m.d.comb += [
+            ctl.ev_valid.eq(slots.ev_valid),
+            ctl.ev_code.eq(slots.ev_code),
+            ctl.ev_result.eq(slots.ev_result),
+            ctl.ev_reemit.eq(slots.ev_reemit),
+            ctl.ev_evict.eq(slots.ev_evict),
+        ]
 
         # Completed chunks and re-emit requests wait here for the reduce engine, in input order.
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=Completion(self.slots).size,
-                                                           depth=self.queue_depth)
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(
+            width=Completion(self.slots).size, depth=self.queue_depth
+        )
         m.submodules.reduce = red = self.reduce
         m.d.comb += [
-            queue.w_data.eq(slots.done.payload), queue.w_en.eq(slots.done.valid),
+            queue.w_data.eq(slots.done.payload),
+            queue.w_en.eq(slots.done.valid),
             slots.done.ready.eq(queue.w_rdy),
-            red.i.payload.eq(queue.r_data), red.i.valid.eq(queue.r_rdy), queue.r_en.eq(red.i.ready),
-            slots.release.eq(red.release), slots.release_slot.eq(red.release_slot),
-            ctl.reduce_read.eq(red.read_strobe), ctl.reduce_active.eq(red.active),
+            red.i.payload.eq(queue.r_data),
+            red.i.valid.eq(queue.r_rdy),
+            queue.r_en.eq(red.i.ready),
+            slots.release.eq(red.release),
+            slots.release_slot.eq(red.release_slot),
+            ctl.reduce_read.eq(red.read_strobe),
+            ctl.reduce_active.eq(red.active),
         ]
         wiring.connect(m, red.rd, slots.rd)
 
@@ -133,19 +187,29 @@ class AggregatorCore(wiring.Component):
             max_payload = protocol.HEADER_BYTES + self.slot_bytes
             m.submodules.fanout = fan = Fanout(width=W, dests=self.dests, max_payload=max_payload)
             wiring.connect(m, result.o, fan.i)
-            m.d.comb += [fan.mac.eq(ctl.mac), fan.ip.eq(ctl.ip), fan.port.eq(ctl.port),
-                         fan.ndest.eq(ctl.ndest)]
+            m.d.comb += [
+                fan.mac.eq(ctl.mac),
+                fan.ip.eq(ctl.ip),
+                fan.port.eq(ctl.port),
+                fan.ndest.eq(ctl.ndest),
+            ]
             for d in range(self.dests):
-                m.d.comb += [fan.dest_mac[d].eq(ctl.dest_mac[d]), fan.dest_ip[d].eq(ctl.dest_ip[d]),
-                             fan.dest_port[d].eq(ctl.dest_port[d])]
+                m.d.comb += [
+                    fan.dest_mac[d].eq(ctl.dest_mac[d]),
+                    fan.dest_ip[d].eq(ctl.dest_ip[d]),
+                    fan.dest_port[d].eq(ctl.dest_port[d]),
+                ]
             wiring.connect(m, fan.o, wiring.flipped(self.o))
         else:
             m.d.comb += [
-                self.o.valid.eq(result.o.valid), result.o.ready.eq(self.o.ready),
+                self.o.valid.eq(result.o.valid),
+                result.o.ready.eq(self.o.ready),
                 self.o.payload.data.eq(result.o.payload.data),
                 self.o.payload.bytes.eq(result.o.payload.bytes),
                 self.o.payload.last.eq(result.o.payload.last),
             ]
-        m.d.comb += [ctl.in_beat.eq(self.i.valid & self.i.ready),
-                     ctl.out_beat.eq(self.o.valid & self.o.ready)]
+        m.d.comb += [
+            ctl.in_beat.eq(self.i.valid & self.i.ready),
+            ctl.out_beat.eq(self.o.valid & self.o.ready),
+        ]
         return m

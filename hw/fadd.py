@@ -227,18 +227,25 @@ class FAdd(wiring.Component):
         #    1) and both "exponent minus one" in parallel, so that step 2 only has to select. NaN and
         #    infinity are only half-decoded here (to keep this step shallow) and finished in step 2.
         a, b = self.a, self.b
-        ea, eb = a[M:M + E], b[M:M + E]
+        ea, eb = a[M : M + E], b[M : M + E]
         a_nz = comb("a_nz", ea != 0)
         b_nz = comb("b_nz", eb != 0)
         ea_eff = comb("ea_eff", Cat(ea[0] | ~a_nz, ea[1:]), E)
         eb_eff = comb("eb_eff", Cat(eb[0] | ~b_nz, eb[1:]), E)
         v = {
-            "a": a, "b": b, "a_nz": a_nz, "b_nz": b_nz,
-            "a_ge": comb("a_ge", a[:W - 1] >= b[:W - 1]),
-            "dab": comb("dab", ea_eff - eb_eff, E), "dba": comb("dba", eb_eff - ea_eff, E),
-            "ea_m1": comb("ea_m1", ea_eff - 1, E), "eb_m1": comb("eb_m1", eb_eff - 1, E),
-            "ea_max": comb("ea_max", ea == emax), "eb_max": comb("eb_max", eb == emax),
-            "fa_zero": comb("fa_zero", a[:M] == 0), "fb_zero": comb("fb_zero", b[:M] == 0),
+            "a": a,
+            "b": b,
+            "a_nz": a_nz,
+            "b_nz": b_nz,
+            "a_ge": comb("a_ge", a[: W - 1] >= b[: W - 1]),
+            "dab": comb("dab", ea_eff - eb_eff, E),
+            "dba": comb("dba", eb_eff - ea_eff, E),
+            "ea_m1": comb("ea_m1", ea_eff - 1, E),
+            "eb_m1": comb("eb_m1", eb_eff - 1, E),
+            "ea_max": comb("ea_max", ea == emax),
+            "eb_max": comb("eb_max", eb == emax),
+            "fa_zero": comb("fa_zero", a[:M] == 0),
+            "fb_zero": comb("fb_zero", b[:M] == 0),
         }
         v = boundary(1, v)
 
@@ -255,11 +262,15 @@ class FAdd(wiring.Component):
         v = {
             "sig_x": comb("sig_x", Cat(x[:M], Mux(ge, v["a_nz"], v["b_nz"])), P),
             "sig_y": comb("sig_y", Cat(y[:M], Mux(ge, v["b_nz"], v["a_nz"])), P),
-            "e": comb("e", Cat(x[M] | ~Mux(ge, v["a_nz"], v["b_nz"]), x[M + 1:M + E]), E),
+            "e": comb("e", Cat(x[M] | ~Mux(ge, v["a_nz"], v["b_nz"]), x[M + 1 : M + E]), E),
             "e_m1": comb("e_m1", Mux(ge, v["ea_m1"], v["eb_m1"]), E),
-            "d": dcl, "sx": x[W - 1], "sy": y[W - 1],
-            "nan": comb("nan", (v["ea_max"] & ~v["fa_zero"]) | (v["eb_max"] & ~v["fb_zero"])
-                        | (a_inf & b_inf & (sa != sb))),
+            "d": dcl,
+            "sx": x[W - 1],
+            "sy": y[W - 1],
+            "nan": comb(
+                "nan",
+                (v["ea_max"] & ~v["fa_zero"]) | (v["eb_max"] & ~v["fb_zero"]) | (a_inf & b_inf & (sa != sb)),
+            ),
             "inf": comb("inf", a_inf | b_inf),
             "inf_sign": comb("inf_sign", Mux(a_inf, sa, sb)),
         }
@@ -268,14 +279,19 @@ class FAdd(wiring.Component):
         # 3. Align y (shift right by d) and, in parallel, OR together its bits that fall below R.
         span = G + (1 << SH)
         wide = comb("wide", (Cat(Const(0, span - P), v["sig_y"]) >> v["d"]), span)
-        ya = wide[span - G + 1:]  # y's significand, G and R: G-1 bits
+        ya = wide[span - G + 1 :]  # y's significand, G and R: G-1 bits
         # Bit i of sig_y lands below R when d > i + 2: a thermometer code of d, made by shifting a
         # constant so that it maps to small lookup tables rather than one comparator chain per bit.
-        below = comb("below", ~(Const((1 << (P + 2)) - 1, P + 2) << v["d"])[2:P + 2], P)
+        below = comb("below", ~(Const((1 << (P + 2)) - 1, P + 2) << v["d"])[2 : P + 2], P)
         sticky = comb("sticky", (v["sig_y"] & below) != 0)
         v = {
-            "xe": Cat(Const(0, 3), v["sig_x"]), "ya": Cat(sticky, ya),
-            "sub": v["sx"] ^ v["sy"], "e": v["e"], "e_m1": v["e_m1"], "sx": v["sx"], "sy": v["sy"],
+            "xe": Cat(Const(0, 3), v["sig_x"]),
+            "ya": Cat(sticky, ya),
+            "sub": v["sx"] ^ v["sy"],
+            "e": v["e"],
+            "e_m1": v["e_m1"],
+            "sx": v["sx"],
+            "sy": v["sy"],
             **keep(v),
         }
         v = boundary(3, v)
@@ -285,7 +301,7 @@ class FAdd(wiring.Component):
         #    (1 + sub carries exactly when sub), so no second adder and no result multiplexer.
         sub = v["sub"]
         addend = Cat(sub, v["ya"] ^ sub.replicate(G))
-        r = comb("sum_raw", (Cat(Const(1, 1), v["xe"]) + addend)[1:G + 2], G + 1)
+        r = comb("sum_raw", (Cat(Const(1, 1), v["xe"]) + addend)[1 : G + 2], G + 1)
         # A subtraction's carry out is the two's-complement wrap, not a carry of the result.
         s = comb("sum", Cat(r[:G], r[G] & ~sub), G + 1)
         v = dict(keep(v, "e", "e_m1", "sx", "sy"), s=s)
@@ -295,9 +311,12 @@ class FAdd(wiring.Component):
         #    unless both operands are -0).
         s = v["s"]
         zero = comb("zero", s == 0)
-        v = dict(keep(v, "s", "e", "e_m1"),
-                 lz=comb("lz", _lzc(m, s[:G], "lzc"), range(G + 1)), zero=zero,
-                 sign=comb("sign", Mux(zero, v["sx"] & v["sy"], v["sx"])))
+        v = dict(
+            keep(v, "s", "e", "e_m1"),
+            lz=comb("lz", _lzc(m, s[:G], "lzc"), range(G + 1)),
+            zero=zero,
+            sign=comb("sign", Mux(zero, v["sx"] & v["sy"], v["sx"])),
+        )
         v = boundary(5, v)
 
         # 6. Left-shift amount: stop at exponent 1 so subnormal results keep their leading zeros.
@@ -311,7 +330,7 @@ class FAdd(wiring.Component):
         s, sh = v["s"], v["sh"]
         carry = s[G]
         left = comb("left", (s[:G] << sh)[:G], G)
-        right = Cat(s[1] | s[0], s[2:G + 1])
+        right = Cat(s[1] | s[0], s[2 : G + 1])
         over = comb("over", carry & (v["e"] >= emax - 1))
         special = Signal(W, name="special")
         with m.If(v["nan"]):
@@ -327,7 +346,8 @@ class FAdd(wiring.Component):
             "n": comb("n", Mux(carry, right, left), G),
             "em1": comb("em1", Mux(carry, v["e"], v["e_m1"] - sh), E),
             "use_special": comb("use_special", v["nan"] | v["inf"] | over | v["zero"]),
-            "special": special, "sign": v["sign"],
+            "special": special,
+            "sign": v["sign"],
         }
         v = boundary(7, v)
 
@@ -366,8 +386,9 @@ class FAddLanes(wiring.Component):
         if not isinstance(fmt, FloatFormat):
             raise TypeError(f"fmt must be a FloatFormat, not {fmt!r}.")
         if width < fmt.width or width % fmt.width:
-            raise ValueError(f"The beat width {width} must be a positive multiple of {fmt.name}'s "
-                             f"{fmt.width} bits.")
+            raise ValueError(
+                f"The beat width {width} must be a positive multiple of {fmt.name}'s {fmt.width} bits."
+            )
         if user_width < 0:
             raise ValueError(f"user_width must be non-negative, not {user_width}.")
         if stages is not None and (not isinstance(stages, int) or stages < 0):
@@ -384,10 +405,12 @@ class FAddLanes(wiring.Component):
         if user_width:
             in_fields["user"] = user_width
             out_fields["user"] = user_width
-        super().__init__({
-            "i": In(stream.Signature(data.StructLayout(in_fields))),
-            "o": Out(stream.Signature(data.StructLayout(out_fields))),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(data.StructLayout(in_fields))),
+                "o": Out(stream.Signature(data.StructLayout(out_fields))),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -402,10 +425,10 @@ class FAddLanes(wiring.Component):
             lane = FAdd(self.fmt, stages=L)
             m.submodules[f"lane{k}"] = lane
             m.d.comb += [
-                lane.a.eq(self.i.payload.a[k * w:(k + 1) * w]),
-                lane.b.eq(self.i.payload.b[k * w:(k + 1) * w]),
+                lane.a.eq(self.i.payload.a[k * w : (k + 1) * w]),
+                lane.b.eq(self.i.payload.b[k * w : (k + 1) * w]),
                 lane.en.eq(en),
-                self.o.payload.s[k * w:(k + 1) * w].eq(lane.s),
+                self.o.payload.s[k * w : (k + 1) * w].eq(lane.s),
             ]
         valid = self.i.valid
         user = self.i.payload.user if self.user_width else None

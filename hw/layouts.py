@@ -12,9 +12,26 @@ from amaranth.lib import data, enum
 from ..spec import protocol
 
 __all__ = [
-    "KindCode", "DTypeCode", "HEADER_FIELD_OFFSETS", "WireHeader", "be_field", "be_bytes",
-    "Beat", "PayloadBeat", "Desc", "ParsedBeat", "ScheduledBeat", "Completion", "ResultWord",
-    "DROP_BITS", "lowest_drop", "drop_mask", "payload_words", "header_words", "WIDTHS", "check_width",
+    "KindCode",
+    "DTypeCode",
+    "HEADER_FIELD_OFFSETS",
+    "WireHeader",
+    "be_field",
+    "be_bytes",
+    "Beat",
+    "PayloadBeat",
+    "Desc",
+    "ParsedBeat",
+    "ScheduledBeat",
+    "Completion",
+    "ResultWord",
+    "DROP_BITS",
+    "lowest_drop",
+    "drop_mask",
+    "payload_words",
+    "header_words",
+    "WIDTHS",
+    "check_width",
     "element_bytes",
 ]
 
@@ -38,12 +55,14 @@ def element_bytes(dtype_code):
 
 class KindCode(enum.Enum, shape=8):
     """``kind`` codes of the header, from :class:`wanreduce.host.protocol.Kind`."""
+
     CONTRIB = protocol.Kind.CONTRIB.value
     RESULT = protocol.Kind.RESULT.value
 
 
 class DTypeCode(enum.Enum, shape=2):
     """``dtype`` codes of the header (two bits suffice once the header parser has checked them)."""
+
     FP32 = protocol.DType.FP32.value
     FP16 = protocol.DType.FP16.value
     BF16 = protocol.DType.BF16.value
@@ -59,7 +78,7 @@ WireHeader = data.StructLayout({name: 8 * size for name, (_, size) in HEADER_FIE
 
 def be_bytes(value, offset, size):
     """The big-endian number in bytes ``[offset, offset + size)`` of a byte-ordered value."""
-    return Cat(*[value[8 * (offset + size - 1 - k): 8 * (offset + size - k)] for k in range(size)])
+    return Cat(*[value[8 * (offset + size - 1 - k) : 8 * (offset + size - k)] for k in range(size)])
 
 
 def be_field(header_bits, name):
@@ -70,7 +89,7 @@ def be_field(header_bits, name):
 
 def encode_be(value, size):
     """Bytes of ``value`` (an Amaranth value) in wire order, first byte lowest: the inverse of be_bytes."""
-    return Cat(*[value[8 * (size - 1 - k): 8 * (size - k)] for k in range(size)])
+    return Cat(*[value[8 * (size - 1 - k) : 8 * (size - k)] for k in range(size)])
 
 
 #: Bit ``d`` of a drop vector stands for ``protocol.Drop(d)``; bit 0 is unused.
@@ -120,38 +139,70 @@ def PayloadBeat(width):
 
 
 #: What the slot table needs of a CONTRIB header.
-Desc = data.StructLayout({
-    "job": 16, "round": 32, "chunk": 32, "src": 6, "group": 16, "count": 16, "dtype": 2, "flags": 1,
-})
+Desc = data.StructLayout(
+    {
+        "job": 16,
+        "round": 32,
+        "chunk": 32,
+        "src": 6,
+        "group": 16,
+        "count": 16,
+        "dtype": 2,
+        "flags": 1,
+    }
+)
 
 
 def ParsedBeat(width):
     """A payload beat with the header parser's results: ``pw`` is the beat's index in the payload, ``hc``
     marks the beat that completes the header (or ends a shorter packet), ``desc`` is valid from ``hc`` on and
     ``drops`` accumulates every code decided so far (complete on the last beat)."""
-    return data.StructLayout({
-        "data": width, "bytes": _nbytes_shape(width), "last": 1, "pw": 16, "hc": 1,
-        "drops": DROP_BITS, "desc": Desc,
-    })
+    return data.StructLayout(
+        {
+            "data": width,
+            "bytes": _nbytes_shape(width),
+            "last": 1,
+            "pw": 16,
+            "hc": 1,
+            "drops": DROP_BITS,
+            "desc": Desc,
+        }
+    )
 
 
 def ScheduledBeat(width, members, slots):
     """A parsed beat with the schedule table's answer: the expected set, the sender's member index (its
     position in the summation order; ``members`` or more when it has none) and the chunk's ``slot`` (its
     round bank's slot, a valid index into ``slots`` even when the job is unknown)."""
-    return data.StructLayout({
-        "data": width, "bytes": _nbytes_shape(width), "last": 1, "pw": 16, "hc": 1,
-        "drops": DROP_BITS, "desc": Desc, "expected": 64, "midx": range(max(members, 64) + 1),
-        "slot": range(slots),
-    })
+    return data.StructLayout(
+        {
+            "data": width,
+            "bytes": _nbytes_shape(width),
+            "last": 1,
+            "pw": 16,
+            "hc": 1,
+            "drops": DROP_BITS,
+            "desc": Desc,
+            "expected": 64,
+            "midx": range(max(members, 64) + 1),
+            "slot": range(slots),
+        }
+    )
 
 
 def Completion(slots):
     """A completed chunk for the reduce engine: where it is, how to sum it, what goes in the RESULT. With
     ``replay`` set only ``slot`` counts: send the slot's last RESULT again from the reduce engine's copy."""
-    return data.StructLayout({
-        "slot": range(slots), "g": range(65), "nwords": 16, "desc": Desc, "bitmap": 64, "replay": 1,
-    })
+    return data.StructLayout(
+        {
+            "slot": range(slots),
+            "g": range(65),
+            "nwords": 16,
+            "desc": Desc,
+            "bitmap": 64,
+            "replay": 1,
+        }
+    )
 
 
 def ResultWord(width, slots):

@@ -63,8 +63,9 @@ class Reduce(wiring.Component):
     issued), ``read_strobe`` and ``active`` (for the performance counters).
     """
 
-    def __init__(self, *, width, slots, members, words, stages=None, fifo_depth=None, adder=None,
-                 formats=None):
+    def __init__(
+        self, *, width, slots, members, words, stages=None, fifo_depth=None, adder=None, formats=None
+    ):
         if words < 1:
             raise ValueError(f"A member buffer must hold at least one beat, not {words}.")
         self.width, self.slots, self.members, self.words = width, slots, members, words
@@ -80,13 +81,17 @@ class Reduce(wiring.Component):
         if self.fifo_depth < self.ring:
             raise ValueError(f"The output FIFO must hold at least one ring ({self.ring} beats).")
         depth = slots * members * words
-        super().__init__({
-            "i": In(stream.Signature(Completion(slots))),
-            "rd": In(memory.ReadPort.Signature(addr_width=max(1, (depth - 1).bit_length()), shape=width)),
-            "o": Out(stream.Signature(ResultWord(width, slots))),
-            "release": Out(1), "release_slot": Out(range(slots)),
-            "read_strobe": Out(1), "active": Out(1),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(Completion(slots))),
+                "rd": In(memory.ReadPort.Signature(addr_width=max(1, (depth - 1).bit_length()), shape=width)),
+                "o": Out(stream.Signature(ResultWord(width, slots))),
+                "release": Out(1),
+                "release_slot": Out(range(slots)),
+                "read_strobe": Out(1),
+                "active": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -96,8 +101,9 @@ class Reduce(wiring.Component):
         sb_layout = data.StructLayout({"cd": Completion(self.slots), "w": 16, "m": 7})
 
         # Output FIFO with reservations.
-        m.submodules.fifo = out = fifo.SyncFIFOBuffered(width=ResultWord(W, self.slots).size,
-                                                        depth=self.fifo_depth)
+        m.submodules.fifo = out = fifo.SyncFIFOBuffered(
+            width=ResultWord(W, self.slots).size, depth=self.fifo_depth
+        )
         m.d.comb += [self.o.payload.eq(out.r_data), self.o.valid.eq(out.r_rdy), out.r_en.eq(self.o.ready)]
         reserved = Signal(range(self.fifo_depth + 1))
         in_ring = Signal(range(K + 1))
@@ -138,8 +144,10 @@ class Reduce(wiring.Component):
         with m.Else():
             m.d.comb += [isb.cd.eq(cur), isb.w.eq(cur_w), isb.m.eq(0)]
         m.d.comb += [
-            self.rd.addr.eq((isb.cd.slot * G + isb.m) * NW + isb.w), self.rd.en.eq(1),
-            shr.addr.eq(isb.cd.slot * NW + isb.w), shr.en.eq(1),
+            self.rd.addr.eq((isb.cd.slot * G + isb.m) * NW + isb.w),
+            self.rd.en.eq(1),
+            shr.addr.eq(isb.cd.slot * NW + isb.w),
+            shr.en.eq(1),
             self.read_strobe.eq(issue & ~isb.cd.replay),
             self.release.eq(issue & ~isb.cd.replay & (isb.m + 1 == isb.cd.g) & (isb.w + 1 == isb.cd.nwords)),
             self.release_slot.eq(isb.cd.slot),
@@ -149,10 +157,16 @@ class Reduce(wiring.Component):
 
         # Finished sums go to the FIFO, in the order they were started.
         word = Signal(ResultWord(W, self.slots))
-        m.d.comb += [word.data.eq(oacc), word.last.eq(osb.w + 1 == osb.cd.nwords), word.cd.eq(osb.cd),
-                     out.w_data.eq(word), out.w_en.eq(fin),
-                     shw.addr.eq(osb.cd.slot * NW + osb.w), shw.data.eq(oacc),
-                     shw.en.eq(fin & ~osb.cd.replay)]
+        m.d.comb += [
+            word.data.eq(oacc),
+            word.last.eq(osb.w + 1 == osb.cd.nwords),
+            word.cd.eq(osb.cd),
+            out.w_data.eq(word),
+            out.w_en.eq(fin),
+            shw.addr.eq(osb.cd.slot * NW + osb.w),
+            shw.data.eq(oacc),
+            shw.en.eq(fin & ~osb.cd.replay),
+        ]
         m.d.sync += [reserved.eq(reserved + disp - fin), in_ring.eq(in_ring + disp - fin)]
         with m.If(disp):
             m.d.sync += horizon.eq(cur.g * K - 1)
@@ -168,9 +182,13 @@ class Reduce(wiring.Component):
         take = self.i.valid & self.i.ready
         with m.If(take):
             m.d.sync += [cur_v.eq(1), cur.eq(self.i.payload), cur_w.eq(0)]
-        m.d.comb += [rcw.addr.eq(self.i.payload.slot), rcw.data.eq(self.i.payload),
-                     rcw.en.eq(take & ~self.i.payload.replay),
-                     rcr.addr.eq(self.i.payload.slot), rcr.en.eq(take & self.i.payload.replay)]
+        m.d.comb += [
+            rcw.addr.eq(self.i.payload.slot),
+            rcw.data.eq(self.i.payload),
+            rcw.en.eq(take & ~self.i.payload.replay),
+            rcr.addr.eq(self.i.payload.slot),
+            rcr.en.eq(take & self.i.payload.replay),
+        ]
         m.d.sync += fetch.eq(take & self.i.payload.replay)
         with m.If(fetch):
             m.d.sync += [cur.eq(rcr.data), cur.g.eq(1), cur.replay.eq(1)]
@@ -187,7 +205,7 @@ class Reduce(wiring.Component):
             for k in range(lanes):
                 add = self.adder(fmt, self.stages)
                 m.submodules[f"add_{n}_{k}"] = add
-                x, acc = rdata[k * fw:(k + 1) * fw], racc[k * fw:(k + 1) * fw]
+                x, acc = rdata[k * fw : (k + 1) * fw], racc[k * fw : (k + 1) * fw]
                 m.d.comb += [add.a.eq(Mux(first, x, acc)), add.b.eq(Mux(first, neg_zero, x)), add.en.eq(1)]
                 s = add.s
                 for d in range(L - add.latency):

@@ -54,14 +54,19 @@ class ScheduleTable(wiring.Component):
         self.width, self.members, self.slots, self.jobs, self.rounds = width, members, slots, jobs, rounds
         self.mod_stages = mod_stages
         self.latency = mod_stages + 3
-        super().__init__({
-            "i": In(stream.Signature(ParsedBeat(width))),
-            "o": Out(stream.Signature(ScheduledBeat(width, members, slots))),
-            "job_id": In(16).array(jobs), "job_period": In(range(rounds + 1)).array(jobs),
-            "job_bank": In(BANK_BITS).array(jobs),
-            "sched_addr": In(range(jobs * rounds)), "sched_data": In(64), "sched_order": In(8).array(members),
-            "sched_en": In(1),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(ParsedBeat(width))),
+                "o": Out(stream.Signature(ScheduledBeat(width, members, slots))),
+                "job_id": In(16).array(jobs),
+                "job_period": In(range(rounds + 1)).array(jobs),
+                "job_bank": In(BANK_BITS).array(jobs),
+                "sched_addr": In(range(jobs * rounds)),
+                "sched_data": In(64),
+                "sched_order": In(8).array(members),
+                "sched_en": In(1),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -81,10 +86,17 @@ class ScheduleTable(wiring.Component):
             m.d.comb += [wp.data.rank[k].eq(self.sched_order[k][:6]), wp.data.valid[k].eq(valid)]
         m.d.comb += [wp.addr.eq(self.sched_addr), wp.data.bitmap.eq(self.sched_data), wp.en.eq(self.sched_en)]
 
-        ctx_layout = data.StructLayout({
-            "beat": ParsedBeat(self.width), "jidx": range(J), "hit": 1, "period": range(R + 1), "rem": rbits,
-            "bank": BANK_BITS, "slot": range(S),
-        })
+        ctx_layout = data.StructLayout(
+            {
+                "beat": ParsedBeat(self.width),
+                "jidx": range(J),
+                "hit": 1,
+                "period": range(R + 1),
+                "rem": rbits,
+                "bank": BANK_BITS,
+                "slot": range(S),
+            }
+        )
         en = ~self.o.valid | self.o.ready
         m.d.comb += self.i.ready.eq(en)
 
@@ -101,8 +113,15 @@ class ScheduleTable(wiring.Component):
             period = Mux(match, self.job_period[j], period)
             bank = Mux(match, self.job_bank[j], bank)
         with m.If(en):
-            m.d.sync += [v0.eq(self.i.valid), ctx0.beat.eq(self.i.payload), ctx0.hit.eq(hit),
-                         ctx0.jidx.eq(jidx), ctx0.period.eq(period), ctx0.bank.eq(bank), ctx0.rem.eq(0)]
+            m.d.sync += [
+                v0.eq(self.i.valid),
+                ctx0.beat.eq(self.i.payload),
+                ctx0.hit.eq(hit),
+                ctx0.jidx.eq(jidx),
+                ctx0.period.eq(period),
+                ctx0.bank.eq(bank),
+                ctx0.rem.eq(0),
+            ]
 
         # Restoring division, most significant round bit first.
         per = 32 // self.mod_stages
@@ -123,14 +142,17 @@ class ScheduleTable(wiring.Component):
         # bit k of the slot is chunk bit k below the bank bits, else remainder bit k - b. Without a job the
         # remainder is meaningless, but the result is still an index below S.
         vt, ctxt = Signal(), Signal(ctx_layout)
-        m.d.comb += [rp.addr.eq(Cat(prev.rem[:(R - 1).bit_length()], prev.jidx) if R > 1 else prev.jidx),
-                     rp.en.eq(en)]
+        m.d.comb += [
+            rp.addr.eq(Cat(prev.rem[: (R - 1).bit_length()], prev.jidx) if R > 1 else prev.jidx),
+            rp.en.eq(en),
+        ]
         slot = Signal(range(S))
         if sbits:
             banked = Signal(sbits)
             m.d.comb += banked.eq(prev.rem[:sbits] << prev.bank)
-            m.d.comb += slot.eq(Cat(*[Mux(prev.bank > k, prev.beat.desc.chunk[k], banked[k])
-                                      for k in range(sbits)]))
+            m.d.comb += slot.eq(
+                Cat(*[Mux(prev.bank > k, prev.beat.desc.chunk[k], banked[k]) for k in range(sbits)])
+            )
         with m.If(en):
             m.d.sync += [vt.eq(prev_v), ctxt.eq(prev), ctxt.slot.eq(slot)]
 
@@ -143,8 +165,12 @@ class ScheduleTable(wiring.Component):
         # writes the words it needs). A tree of (found, index) pairs keeps this log2(G_max) muxes deep.
         terms = [(entry.valid[k] & (entry.rank[k] == src), Const(k, range(G + 1))) for k in range(G)]
         while len(terms) > 1:
-            terms = [(terms[n][0] | terms[n + 1][0], Mux(terms[n][0], terms[n][1], terms[n + 1][1]))
-                     if n + 1 < len(terms) else terms[n] for n in range(0, len(terms), 2)]
+            terms = [
+                (terms[n][0] | terms[n + 1][0], Mux(terms[n][0], terms[n][1], terms[n + 1][1]))
+                if n + 1 < len(terms)
+                else terms[n]
+                for n in range(0, len(terms), 2)
+            ]
         midx = Signal(range(G + 1))
         m.d.comb += midx.eq(Mux(terms[0][0], terms[0][1], G))
         unexpected = ~expected.bit_select(src, 1)
@@ -153,9 +179,15 @@ class ScheduleTable(wiring.Component):
         with m.If(en):
             m.d.sync += [
                 self.o.valid.eq(vt),
-                ob.data.eq(ctxt.beat.data), ob.bytes.eq(ctxt.beat.bytes), ob.last.eq(ctxt.beat.last),
-                ob.pw.eq(ctxt.beat.pw), ob.hc.eq(ctxt.beat.hc), ob.desc.eq(ctxt.beat.desc),
+                ob.data.eq(ctxt.beat.data),
+                ob.bytes.eq(ctxt.beat.bytes),
+                ob.last.eq(ctxt.beat.last),
+                ob.pw.eq(ctxt.beat.pw),
+                ob.hc.eq(ctxt.beat.hc),
+                ob.desc.eq(ctxt.beat.desc),
                 ob.drops.eq(ctxt.beat.drops | (unexpected << protocol.Drop.UNEXPECTED_SRC)),
-                ob.expected.eq(expected), ob.midx.eq(midx), ob.slot.eq(ctxt.slot),
+                ob.expected.eq(expected),
+                ob.midx.eq(midx),
+                ob.slot.eq(ctxt.slot),
             ]
         return m

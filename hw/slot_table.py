@@ -66,13 +66,26 @@ class _Decision(enum.Enum, shape=3):
     DUPLICATE = 4
     MISMATCH = 5
     REEMIT = 6  # a duplicate of the shadow chunk: send its RESULT again
-    EVICT = 7   # a claim of a live slot by an older chunk
+    EVICT = 7  # a claim of a live slot by an older chunk
 
 
 D = protocol.Drop
 # Codes known when the header is complete: a packet with any of them is not written anywhere.
-_HC_KNOWN = drop_mask([D.BAD_MAGIC, D.BAD_VERSION, D.BAD_KIND, D.BAD_DTYPE, D.BAD_FLAGS, D.BAD_RESERVED,
-                       D.BAD_COUNT, D.RESULT_ON_INPUT, D.BAD_BITMAP, D.TOO_LARGE, D.UNEXPECTED_SRC])
+_HC_KNOWN = drop_mask(
+    [
+        D.BAD_MAGIC,
+        D.BAD_VERSION,
+        D.BAD_KIND,
+        D.BAD_DTYPE,
+        D.BAD_FLAGS,
+        D.BAD_RESERVED,
+        D.BAD_COUNT,
+        D.RESULT_ON_INPUT,
+        D.BAD_BITMAP,
+        D.TOO_LARGE,
+        D.UNEXPECTED_SRC,
+    ]
+)
 
 
 class SlotTable(wiring.Component):
@@ -94,15 +107,22 @@ class SlotTable(wiring.Component):
         self.width, self.slots, self.members, self.slot_bytes = width, slots, members, slot_bytes
         self.words = payload_words(width, slot_bytes)
         self.depth = slots * members * self.words
-        super().__init__({
-            "i": In(stream.Signature(ScheduledBeat(width, members, slots))),
-            "done": Out(stream.Signature(Completion(slots))),
-            "rd": Out(memory.ReadPort.Signature(addr_width=max(1, (self.depth - 1).bit_length()),
-                                                shape=width)),
-            "release": In(1), "release_slot": In(range(slots)),
-            "ev_valid": Out(1), "ev_code": Out(5), "ev_result": Out(1),
-            "ev_reemit": Out(1), "ev_evict": Out(1),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(ScheduledBeat(width, members, slots))),
+                "done": Out(stream.Signature(Completion(slots))),
+                "rd": Out(
+                    memory.ReadPort.Signature(addr_width=max(1, (self.depth - 1).bit_length()), shape=width)
+                ),
+                "release": In(1),
+                "release_slot": In(range(slots)),
+                "ev_valid": Out(1),
+                "ev_code": Out(5),
+                "ev_result": Out(1),
+                "ev_reemit": Out(1),
+                "ev_evict": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -110,10 +130,23 @@ class SlotTable(wiring.Component):
         B = W // 8
         PW0 = header_words(W)
 
-        state_layout = data.StructLayout({
-            "state": SlotState, "job": 16, "round": 32, "chunk": 32, "bitmap": 64, "dtype": 2, "count": 16,
-            "group": 16, "flags": 1, "last_valid": 1, "last_job": 16, "last_round": 32, "last_chunk": 32,
-        })
+        state_layout = data.StructLayout(
+            {
+                "state": SlotState,
+                "job": 16,
+                "round": 32,
+                "chunk": 32,
+                "bitmap": 64,
+                "dtype": 2,
+                "count": 16,
+                "group": 16,
+                "flags": 1,
+                "last_valid": 1,
+                "last_job": 16,
+                "last_round": 32,
+                "last_chunk": 32,
+            }
+        )
         m.submodules.buffers = buffers = memory.Memory(shape=W, depth=self.depth, init=[])
         bwp = buffers.write_port()
         brp = buffers.read_port(domain="sync")
@@ -161,14 +194,17 @@ class SlotTable(wiring.Component):
             with m.Switch(st.state):
                 with m.Case(SlotState.LIVE):
                     with m.If(tag_eq):
-                        m.d.comb += dec_now.eq(Mux(seen, _Decision.DUPLICATE,
-                                                   Mux(mismatch, _Decision.MISMATCH, _Decision.STORE)))
+                        m.d.comb += dec_now.eq(
+                            Mux(seen, _Decision.DUPLICATE, Mux(mismatch, _Decision.MISMATCH, _Decision.STORE))
+                        )
                     with m.Else():
-                        m.d.comb += dec_now.eq(Mux(older, Mux(last_older, _Decision.STALE, _Decision.EVICT),
-                                                   _Decision.AHEAD))
+                        m.d.comb += dec_now.eq(
+                            Mux(older, Mux(last_older, _Decision.STALE, _Decision.EVICT), _Decision.AHEAD)
+                        )
                 with m.Case(SlotState.DONE):
-                    m.d.comb += dec_now.eq(Mux(tag_eq, _Decision.DUPLICATE,
-                                               Mux(older, _Decision.STALE, _Decision.CLAIM)))
+                    m.d.comb += dec_now.eq(
+                        Mux(tag_eq, _Decision.DUPLICATE, Mux(older, _Decision.STALE, _Decision.CLAIM))
+                    )
                 with m.Default():
                     m.d.comb += dec_now.eq(_Decision.CLAIM)
 
@@ -177,16 +213,21 @@ class SlotTable(wiring.Component):
         dec = Signal(_Decision)
         m.d.comb += dec.eq(Mux(r.hc, dec_now, held_dec))
         claim_now = (dec_now == _Decision.CLAIM) | (dec_now == _Decision.EVICT)
-        write_ok_now = (claim_now | (dec_now == _Decision.STORE)) & ~(r.drops & _HC_KNOWN).any() & \
-            (r.midx < G)
+        write_ok_now = (
+            (claim_now | (dec_now == _Decision.STORE)) & ~(r.drops & _HC_KNOWN).any() & (r.midx < G)
+        )
         write_ok = Mux(r.hc, write_ok_now, held_write)
         busy_stall = rv & r.hc & claim_now & busy.bit_select(slot, 1)
 
         slot_drop = Signal(32)
         with m.Switch(dec):
-            for d, code in ((_Decision.STALE, D.STALE), (_Decision.AHEAD, D.AHEAD_OF_WINDOW),
-                            (_Decision.DUPLICATE, D.DUPLICATE), (_Decision.MISMATCH, D.SLOT_MISMATCH),
-                            (_Decision.REEMIT, D.DUPLICATE)):
+            for d, code in (
+                (_Decision.STALE, D.STALE),
+                (_Decision.AHEAD, D.AHEAD_OF_WINDOW),
+                (_Decision.DUPLICATE, D.DUPLICATE),
+                (_Decision.MISMATCH, D.SLOT_MISMATCH),
+                (_Decision.REEMIT, D.DUPLICATE),
+            ):
                 with m.Case(d):
                     m.d.comb += slot_drop[code].eq(1)
         code = Signal(5)
@@ -197,16 +238,27 @@ class SlotTable(wiring.Component):
         new = Signal(state_layout)
         m.d.comb += new.eq(st)  # the shadow tag stays unless this packet completes a chunk
         with m.If((dec == _Decision.CLAIM) | (dec == _Decision.EVICT)):
-            m.d.comb += [new.job.eq(desc.job), new.round.eq(desc.round), new.chunk.eq(desc.chunk),
-                         new.bitmap.eq(bit), new.dtype.eq(desc.dtype), new.count.eq(desc.count),
-                         new.group.eq(desc.group), new.flags.eq(desc.flags)]
+            m.d.comb += [
+                new.job.eq(desc.job),
+                new.round.eq(desc.round),
+                new.chunk.eq(desc.chunk),
+                new.bitmap.eq(bit),
+                new.dtype.eq(desc.dtype),
+                new.count.eq(desc.count),
+                new.group.eq(desc.group),
+                new.flags.eq(desc.flags),
+            ]
         with m.Else():
             m.d.comb += [new.bitmap.eq(st.bitmap | bit), new.flags.eq(st.flags | desc.flags)]
         completes = new.bitmap == r.expected
         m.d.comb += new.state.eq(Mux(completes, SlotState.DONE, SlotState.LIVE))
         with m.If(completes):
-            m.d.comb += [new.last_valid.eq(1), new.last_job.eq(desc.job), new.last_round.eq(desc.round),
-                         new.last_chunk.eq(desc.chunk)]
+            m.d.comb += [
+                new.last_valid.eq(1),
+                new.last_job.eq(desc.job),
+                new.last_round.eq(desc.round),
+                new.last_chunk.eq(desc.chunk),
+            ]
 
         commit = rv & r.last & (code == 0) & ~busy_stall
         size = element_bytes(desc.dtype)
@@ -218,9 +270,14 @@ class SlotTable(wiring.Component):
         reemit = rv & r.last & (dec == _Decision.REEMIT) & (code == D.DUPLICATE)
         cd = self.done.payload
         m.d.comb += [
-            self.done.valid.eq((commit & completes) | reemit), cd.replay.eq(reemit),
-            cd.slot.eq(slot), cd.g.eq(sum(r.expected[k] for k in range(64))), cd.nwords.eq(nwords),
-            cd.desc.eq(desc), cd.desc.flags.eq(new.flags), cd.desc.group.eq(new.group),
+            self.done.valid.eq((commit & completes) | reemit),
+            cd.replay.eq(reemit),
+            cd.slot.eq(slot),
+            cd.g.eq(sum(r.expected[k] for k in range(64))),
+            cd.nwords.eq(nwords),
+            cd.desc.eq(desc),
+            cd.desc.flags.eq(new.flags),
+            cd.desc.group.eq(new.group),
             cd.bitmap.eq(new.bitmap),
         ]
         m.d.comb += stall.eq(busy_stall | (self.done.valid & ~self.done.ready))
@@ -241,9 +298,13 @@ class SlotTable(wiring.Component):
             m.d.comb += [swp.addr.eq(clear_idx), swp.data.eq(0), swp.en.eq(1)]
         with m.Else():
             m.d.comb += [swp.addr.eq(slot), swp.data.eq(new), swp.en.eq(go & commit)]
-        m.d.comb += [self.ev_valid.eq(go & r.last), self.ev_code.eq(code),
-                     self.ev_result.eq(go & commit & completes), self.ev_reemit.eq(go & reemit),
-                     self.ev_evict.eq(go & commit & (dec == _Decision.EVICT))]
+        m.d.comb += [
+            self.ev_valid.eq(go & r.last),
+            self.ev_code.eq(code),
+            self.ev_result.eq(go & commit & completes),
+            self.ev_reemit.eq(go & reemit),
+            self.ev_evict.eq(go & commit & (dec == _Decision.EVICT)),
+        ]
 
         # Busy: completed, and the reduce engine has not yet issued every read of it.
         set_mask = Mux(go & commit & completes, (Const(1, S) << slot)[:S], 0)

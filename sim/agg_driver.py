@@ -102,23 +102,59 @@ class CoreSim:
 
     def config_writes(self, *, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PORT, bank_bits=None):
         c = self.core
-        return control.config_writes(rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip,
-                                     port=port, max_jobs=c.jobs, rounds=c.rounds, members=c.members,
-                                     max_dests=c.dests, slots=c.slots, bank_bits=bank_bits)
+        return control.config_writes(
+            rank=rank,
+            jobs=jobs,
+            destinations=destinations,
+            mac=mac,
+            ip=ip,
+            port=port,
+            max_jobs=c.jobs,
+            rounds=c.rounds,
+            members=c.members,
+            max_dests=c.dests,
+            slots=c.slots,
+            bank_bits=bank_bits,
+        )
 
-    def run(self, packets, *, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PORT, bank_bits=None,
-            idle_prob=0.0, backpressure_prob=0.0, seed=0, drain_cycles=4096, max_cycles=None):
-        writes = self.config_writes(rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip,
-                                    port=port, bank_bits=bank_bits)
+    def run(
+        self,
+        packets,
+        *,
+        rank,
+        jobs,
+        destinations=(),
+        mac=None,
+        ip=None,
+        port=UDP_PORT,
+        bank_bits=None,
+        idle_prob=0.0,
+        backpressure_prob=0.0,
+        seed=0,
+        drain_cycles=4096,
+        max_cycles=None,
+    ):
+        writes = self.config_writes(
+            rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip, port=port, bank_bits=bank_bits
+        )
         beats = packets_to_beats(packets, self.width)
         reads = control.counter_reads() + control.perf_reads()
         if max_cycles is None:
             max_cycles = 20_000 + 64 * len(beats) + 2 * drain_cycles
-        out, stats = self.harness.run(beats, idle_prob=idle_prob, backpressure_prob=backpressure_prob,
-                                      seed=seed,
-                                      drain_cycles=drain_cycles, ctl_writes=writes, ctl_reads=reads,
-                                      max_cycles=max_cycles)
+        out, stats = self.harness.run(
+            beats,
+            idle_prob=idle_prob,
+            backpressure_prob=backpressure_prob,
+            seed=seed,
+            drain_cycles=drain_cycles,
+            ctl_writes=writes,
+            ctl_reads=reads,
+            max_cycles=max_cycles,
+        )
         nc = len(regmap.COUNTER_NAMES)
-        return CoreResult(packets=beats_to_packets(out, self.width),
-                          counters=control.decode_counters(stats.ctl_reads[:nc]),
-                          perf=control.decode_perf(stats.ctl_reads[nc:]), stats=stats)
+        return CoreResult(
+            packets=beats_to_packets(out, self.width),
+            counters=control.decode_counters(stats.ctl_reads[:nc]),
+            perf=control.decode_perf(stats.ctl_reads[nc:]),
+            stats=stats,
+        )

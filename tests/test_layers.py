@@ -41,9 +41,13 @@ def test_import_layers(tmp_path):
     if not lint.exists():
         pytest.fail("import-linter is not installed; run `make install`")
     _layout(tmp_path)
-    proc = subprocess.run([str(lint), "--config", "pyproject.toml", "--no-cache"], cwd=tmp_path,
-                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(lint), "--config", "pyproject.toml", "--no-cache"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
     report = proc.stdout + proc.stderr
     assert proc.returncode == 0, report[-3000:]
     assert "2 kept, 0 broken" in report

@@ -30,12 +30,21 @@ import numpy as np
 
 from ..spec.errors import WanreduceError
 
-__all__ = ["int_in", "load_npy", "Outputs", "add_force_option", "add_json_option", "print_json", "jsonable",
-           "progress"]
+__all__ = [
+    "int_in",
+    "load_npy",
+    "Outputs",
+    "add_force_option",
+    "add_json_option",
+    "print_json",
+    "jsonable",
+    "progress",
+]
 
 
 def int_in(lo, hi, what):
     """An argparse type: an integer in lo..hi, with a message naming the option's meaning."""
+
     def convert(text):
         try:
             value = int(text, 0)
@@ -44,6 +53,7 @@ def int_in(lo, hi, what):
         if not lo <= value <= hi:
             raise argparse.ArgumentTypeError(f"{what} must be in {lo}..{hi}, not {value}")
         return value
+
     return convert
 
 
@@ -76,8 +86,9 @@ def load_npy(path, *, void16_as_bf16=False):
     except ValueError as exc:
         if "pickle" in str(exc) or "Object arrays" in str(exc):
             raise WanreduceError(f"{path}: holds Python objects, not numbers; save a numeric array") from None
-        raise WanreduceError(f"{path}: a damaged .npy file (its data does not match its header, or the "
-                             "file is cut short)") from None
+        raise WanreduceError(
+            f"{path}: a damaged .npy file (its data does not match its header, or the file is cut short)"
+        ) from None
     except (OSError, EOFError):
         raise WanreduceError(f"{path}: a damaged .npy file (cut short or unreadable)") from None
     if void16_as_bf16 and arr.dtype.kind == "V" and arr.dtype.itemsize == 2 and arr.dtype.names is None:
@@ -144,7 +155,8 @@ class Outputs:
             raise WanreduceError(f"{what} {path}: {blocker} is a file, not a folder") from None
         except OSError as exc:
             raise WanreduceError(
-                f"{what} {path}: cannot create the folder {parent} ({exc.strerror})") from None
+                f"{what} {path}: cannot create the folder {parent} ({exc.strerror})"
+            ) from None
         # os.access is not enough (read-only mounts, ACLs): creating a file is the real test.
         try:
             fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
@@ -211,8 +223,11 @@ class Outputs:
 
 
 def add_json_option(p):
-    p.add_argument("--json", action="store_true",
-                   help="print the result as one JSON document on stdout instead of the table (default: off)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as one JSON document on stdout instead of the table (default: off)",
+    )
 
 
 def jsonable(value):

@@ -11,15 +11,18 @@ __all__ = ["register", "run"]
 
 def register(sub):
     p = sub.add_parser(
-        "cache", help="show or empty the Verilator build cache",
+        "cache",
+        help="show or empty the Verilator build cache",
         description="Verilated models (sim-replay's core, rtl-add's adder lanes, the test benches) are built "
         f"once per configuration and kept in ${toolchain.BUILD_DIR_ENV} if set, else in the user cache "
         "folder ($XDG_CACHE_HOME/wanreduce or ~/.cache/wanreduce), under sim/. Without options, print the "
-        "folder, the number of builds and their size.")
+        "folder, the number of builds and their size.",
+    )
     what = p.add_mutually_exclusive_group()
     what.add_argument("--path", action="store_true", help="print only the cache folder (for scripts)")
-    what.add_argument("--clear", action="store_true",
-                      help="remove every cached build; the next run rebuilds what it needs")
+    what.add_argument(
+        "--clear", action="store_true", help="remove every cached build; the next run rebuilds what it needs"
+    )
     p.set_defaults(func=run)
 
 

@@ -44,38 +44,96 @@ TOLERANCE = 0.10
 
 
 def register(sub):
-    p = sub.add_parser("demo", help="all sites synchronise on the RTL under the optimised schedule",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "))
-    p.add_argument("--topology", default="nine-city",
-                   help="embedded topology name or a topology CSV (default: nine-city)")
-    p.add_argument("--memory", default="1MiB",
-                   help="aggregator memory per site the schedule and the cores are built for (default: 1MiB)")
-    p.add_argument("--elements", type=int_in(1, 1 << 22, "--elements"), default=65536,
-                   help="elements of each site's tensor (default: 65536)")
-    p.add_argument("--chunk-elems", type=int_in(1, 2048, "--chunk-elems"), default=256,
-                   help="elements per packet (default: 256, 1 KiB of fp32)")
-    p.add_argument("--dtype", choices=[d.label for d in DType], default="fp32",
-                   help="element type on the wire (default: fp32)")
+    p = sub.add_parser(
+        "demo",
+        help="all sites synchronise on the RTL under the optimised schedule",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    p.add_argument(
+        "--topology",
+        default="nine-city",
+        help="embedded topology name or a topology CSV (default: nine-city)",
+    )
+    p.add_argument(
+        "--memory",
+        default="1MiB",
+        help="aggregator memory per site the schedule and the cores are built for (default: 1MiB)",
+    )
+    p.add_argument(
+        "--elements",
+        type=int_in(1, 1 << 22, "--elements"),
+        default=65536,
+        help="elements of each site's tensor (default: 65536)",
+    )
+    p.add_argument(
+        "--chunk-elems",
+        type=int_in(1, 2048, "--chunk-elems"),
+        default=256,
+        help="elements per packet (default: 256, 1 KiB of fp32)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=[d.label for d in DType],
+        default="fp32",
+        help="element type on the wire (default: fp32)",
+    )
     p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
-    p.add_argument("--aggregator", choices=("rtl", "golden"), default="rtl",
-                   help="the Verilated cores, or the golden model as the fast path (default: rtl)")
-    p.add_argument("--width", type=int, choices=WIDTHS, default=64,
-                   help="datapath width of the cores in bits (default: 64, the quickest to build)")
-    p.add_argument("--time-limit", type=int_in(1, 600, "--time-limit"), default=5,
-                   help="seconds for the schedule search (default: 5)")
-    p.add_argument("--loss", type=_probability("--loss"), default=0.0, metavar="P",
-                   help="probability that the WAN loses a CONTRIB copy or a RESULT (default: 0)")
-    p.add_argument("--dup", type=_probability("--dup"), default=0.0, metavar="P",
-                   help="probability that the WAN delivers a CONTRIB copy or a RESULT twice (default: 0)")
-    p.add_argument("--reorder", action="store_true",
-                   help="delay every CONTRIB copy by up to one round trip of its pair, so copies overtake")
-    p.add_argument("--corrupt", type=_probability("--corrupt"), default=0.0, metavar="P",
-                   help="probability that one bit of a CONTRIB copy flips (default: 0)")
-    p.add_argument("--kill", metavar="SITE@ROUND",
-                   help="that site (name or rank) sends nothing from that round on; the run must stop with "
-                        "an error naming it")
-    p.add_argument("--json", default="build/demo.json",
-                   help="where to write the report (default: build/demo.json; '-' for none)")
+    p.add_argument(
+        "--aggregator",
+        choices=("rtl", "golden"),
+        default="rtl",
+        help="the Verilated cores, or the golden model as the fast path (default: rtl)",
+    )
+    p.add_argument(
+        "--width",
+        type=int,
+        choices=WIDTHS,
+        default=64,
+        help="datapath width of the cores in bits (default: 64, the quickest to build)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=int_in(1, 600, "--time-limit"),
+        default=5,
+        help="seconds for the schedule search (default: 5)",
+    )
+    p.add_argument(
+        "--loss",
+        type=_probability("--loss"),
+        default=0.0,
+        metavar="P",
+        help="probability that the WAN loses a CONTRIB copy or a RESULT (default: 0)",
+    )
+    p.add_argument(
+        "--dup",
+        type=_probability("--dup"),
+        default=0.0,
+        metavar="P",
+        help="probability that the WAN delivers a CONTRIB copy or a RESULT twice (default: 0)",
+    )
+    p.add_argument(
+        "--reorder",
+        action="store_true",
+        help="delay every CONTRIB copy by up to one round trip of its pair, so copies overtake",
+    )
+    p.add_argument(
+        "--corrupt",
+        type=_probability("--corrupt"),
+        default=0.0,
+        metavar="P",
+        help="probability that one bit of a CONTRIB copy flips (default: 0)",
+    )
+    p.add_argument(
+        "--kill",
+        metavar="SITE@ROUND",
+        help="that site (name or rank) sends nothing from that round on; the run must stop with "
+        "an error naming it",
+    )
+    p.add_argument(
+        "--json",
+        default="build/demo.json",
+        help="where to write the report (default: build/demo.json; '-' for none)",
+    )
     p.set_defaults(func=run)
 
 
@@ -88,6 +146,7 @@ def _probability(what):
         if not 0.0 <= value < 1.0:
             raise argparse.ArgumentTypeError(f"{what} must be in [0, 1), not {text}")
         return value
+
     return convert
 
 
@@ -102,8 +161,10 @@ def _kill(text, sites, rounds=None):
     elif site.isdigit() and int(site) < len(sites):
         rank = int(site)
     else:
-        raise WanreduceError(f"--kill {text!r}: no site {site!r} (the sites are {', '.join(sites)}, or a "
-                             f"rank 0..{len(sites) - 1})")
+        raise WanreduceError(
+            f"--kill {text!r}: no site {site!r} (the sites are {', '.join(sites)}, or a "
+            f"rank 0..{len(sites) - 1})"
+        )
     if not rnd.isdigit() or (rounds is not None and int(rnd) >= rounds):
         last = f"0..{rounds - 1} (one period is simulated)" if rounds is not None else "a round number"
         raise WanreduceError(f"--kill {text!r}: the round must be {last}")
@@ -120,62 +181,111 @@ def run(args):
     topo = load_topology(args.topology)
     chunk_bytes = args.chunk_elems * dtype.size
     n_chunks = wan.chunk_count(args.elements, args.chunk_elems)
-    params = CostParams(memory_bytes=memory, chunk_bytes=chunk_bytes, tensor_bytes=n_chunks * chunk_bytes,
-                        bus_bits=args.width, clock_mhz=CLOCK_HZ / 1e6)
+    params = CostParams(
+        memory_bytes=memory,
+        chunk_bytes=chunk_bytes,
+        tensor_bytes=n_chunks * chunk_bytes,
+        bus_bits=args.width,
+        clock_mhz=CLOCK_HZ / 1e6,
+    )
     model = CostModel(topo, params)
     if args.kill:
-        _kill(args.kill, list(topo.sites))     # a misspelt site is refused before the search
+        _kill(args.kill, list(topo.sites))  # a misspelt site is refused before the search
     _progress(f"searching schedules for {topo.n} sites ({args.time_limit} s)")
     best, _ = optimize(model, time_limit_s=args.time_limit, seed=args.seed)
     if not np.isfinite(best.score_s):
-        raise WanreduceError(f"{format_size(memory)} of aggregator memory cannot hold one slot per round "
-                             "for any schedule (infeasible)")
+        raise WanreduceError(
+            f"{format_size(memory)} of aggregator memory cannot hold one slot per round "
+            "for any schedule (infeasible)"
+        )
     schedule = plan_to_schedule(best, model)
     gmax = max(len(g) for rnd in schedule.rounds for g in rnd)
     slots = pacing.aggregator_slots(memory, chunk_bytes=chunk_bytes, members=gmax, width=args.width)
     bank_bits, bank_slots = wan.bank_layout(slots, schedule.period)
-    print(f"{topo.name}: {topo.n} sites, {format_size(memory)} of aggregator memory each; best schedule "
-          f"{best.name}, period {format_seconds(best.period_s)} for {args.elements} {dtype.label} elements")
+    print(
+        f"{topo.name}: {topo.n} sites, {format_size(memory)} of aggregator memory each; best schedule "
+        f"{best.name}, period {format_seconds(best.period_s)} for {args.elements} {dtype.label} elements"
+    )
     for r, rnd in enumerate(schedule.rounds):
         print(f"  round {r}: " + "  ".join("{" + ",".join(topo.sites[i] for i in g) + "}" for g in rnd))
-    print(f"  cores: W={args.width}, {slots} slots of {gmax} member buffers and a shadow RESULT, "
-          f"{schedule.period} round banks of {bank_slots} slots")
+    print(
+        f"  cores: W={args.width}, {slots} slots of {gmax} member buffers and a shadow RESULT, "
+        f"{schedule.period} round banks of {bank_slots} slots"
+    )
 
     faulty = bool(args.loss or args.dup or args.reorder or args.corrupt or args.kill)
     faults = None
     if faulty:
         kill = _kill(args.kill, list(topo.sites), schedule.period) if args.kill else None
-        faults = wan.Faults(loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt,
-                            kill=kill, seed=args.seed)
-        print(f"  faults: loss {args.loss:g}, duplication {args.dup:g}, reordering "
-              f"{'within a round trip' if args.reorder else 'none'}, corruption {args.corrupt:g}"
-              + (f", {topo.sites[kill[0]]} stops at round {kill[1]}" if kill else "")
-              + f" (seed {args.seed})")
+        faults = wan.Faults(
+            loss=args.loss,
+            dup=args.dup,
+            reorder=args.reorder,
+            corrupt=args.corrupt,
+            kill=kill,
+            seed=args.seed,
+        )
+        print(
+            f"  faults: loss {args.loss:g}, duplication {args.dup:g}, reordering "
+            f"{'within a round trip' if args.reorder else 'none'}, corruption {args.corrupt:g}"
+            + (f", {topo.sites[kill[0]]} stops at round {kill[1]}" if kill else "")
+            + f" (seed {args.seed})"
+        )
 
     rng = np.random.default_rng(args.seed)
     tensors = [rng.standard_normal(args.elements).astype(np.float32) for _ in range(topo.n)]
     if args.aggregator == "rtl":
-        cores = RtlCores(count=topo.n, width=args.width, slots=slots, members=gmax, slot_bytes=chunk_bytes,
-                         dests=1, progress=_progress)
+        cores = RtlCores(
+            count=topo.n,
+            width=args.width,
+            slots=slots,
+            members=gmax,
+            slot_bytes=chunk_bytes,
+            dests=1,
+            progress=_progress,
+        )
         sites = cores.sites(schedule, bank_bits=bank_bits)
     else:
-        sites = [wan.GoldenSite(schedule, s, slots=slots, members=gmax, slot_bytes=chunk_bytes,
-                                bank_bits=bank_bits) for s in range(topo.n)]
+        sites = [
+            wan.GoldenSite(
+                schedule, s, slots=slots, members=gmax, slot_bytes=chunk_bytes, bank_bits=bank_bits
+            )
+            for s in range(topo.n)
+        ]
     site_Bps = model.site_rate / params.wire_eff
     _progress(f"co-simulating one period on the {args.aggregator} aggregators")
     t0 = time.perf_counter()
     try:
-        result = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=site_Bps,
-                              chunk_elems=args.chunk_elems, elements=args.elements, dtype=dtype,
-                              bank_slots=bank_slots, sites=sites, tensors=tensors, progress=_progress,
-                              faults=faults)
+        result = wan.simulate(
+            schedule,
+            one_way_s=topo.one_way_s,
+            site_Bps=site_Bps,
+            chunk_elems=args.chunk_elems,
+            elements=args.elements,
+            dtype=dtype,
+            bank_slots=bank_slots,
+            sites=sites,
+            tensors=tensors,
+            progress=_progress,
+            faults=faults,
+        )
     except wan.SiteTimeout as exc:
         print(f"demo: {exc}", file=sys.stderr)
         print("demo: FAIL")
-        _write(args.json, {"sites": list(topo.sites), "aggregator": args.aggregator, "seed": args.seed,
-                           "faults": _faults_json(args), "error": str(exc), "timeout_site": exc.site,
-                           "timeout_round": exc.round, "missing_sites": [topo.sites[m] for m in exc.missing],
-                           "pass": False})
+        _write(
+            args.json,
+            {
+                "sites": list(topo.sites),
+                "aggregator": args.aggregator,
+                "seed": args.seed,
+                "faults": _faults_json(args),
+                "error": str(exc),
+                "timeout_site": exc.site,
+                "timeout_round": exc.round,
+                "missing_sites": [topo.sites[m] for m in exc.missing],
+                "pass": False,
+            },
+        )
         return 1
     wall = time.perf_counter() - t0
 
@@ -183,8 +293,10 @@ def run(args):
     bits = [v.view(np.uint8) for v in result.values]
     exact = all(np.array_equal(a, b.view(np.uint8)) for a, b in zip(bits, reference, strict=True))
     with np.errstate(all="ignore"):
-        err = max(float(np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64))))
-                  for a, b in zip(result.values, reference, strict=True))
+        err = max(
+            float(np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            for a, b in zip(result.values, reference, strict=True)
+        )
     distinct = len({b.tobytes() for b in bits})
     drops = {}
     for counters in result.counters:
@@ -197,23 +309,42 @@ def run(args):
     for rs, mf in zip(result.rounds, model_finish, strict=True):
         sim_r, mod_r = rs.last_result_s - prev_s, mf - prev_m
         prev_s, prev_m = rs.last_result_s, mf
-        rows.append({"round": rs.round, "sim_s": sim_r, "model_s": mod_r, "finish_s": rs.last_result_s,
-                     "model_finish_s": mf})
-        print(f"  {rs.round:3d}  {format_seconds(sim_r):>9}  {format_seconds(mod_r):>9}  "
-              f"{(sim_r - mod_r) / mod_r:+.1%}")
+        rows.append(
+            {
+                "round": rs.round,
+                "sim_s": sim_r,
+                "model_s": mod_r,
+                "finish_s": rs.last_result_s,
+                "model_finish_s": mf,
+            }
+        )
+        print(
+            f"  {rs.round:3d}  {format_seconds(sim_r):>9}  {format_seconds(mod_r):>9}  "
+            f"{(sim_r - mod_r) / mod_r:+.1%}"
+        )
     rel = (result.finish_s - best.period_s) / best.period_s
-    print(f"period: simulated {format_seconds(result.finish_s)}, modelled {format_seconds(best.period_s)} "
-          f"({rel:+.1%}); {wall:.1f} s of wall clock")
+    print(
+        f"period: simulated {format_seconds(result.finish_s)}, modelled {format_seconds(best.period_s)} "
+        f"({rel:+.1%}); {wall:.1f} s of wall clock"
+    )
     for s, name in enumerate(topo.sites):
         print(f"  {name}: {result.ingress_bytes[s]:,} bytes into its aggregator")
-    print(f"check: every site equal to the numpy model of the schedule: {exact} (max |error| {err:g}); "
-          f"distinct results across sites: {distinct}; drops: {drops or 'none'}")
+    print(
+        f"check: every site equal to the numpy model of the schedule: {exact} (max |error| {err:g}); "
+        f"distinct results across sites: {distinct}; drops: {drops or 'none'}"
+    )
     recovery = {}
     if faulty:
         # The same schedule on a perfect WAN (timing only): what the faults cost in simulated time.
-        clean = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=site_Bps,
-                             chunk_elems=args.chunk_elems, elements=args.elements, dtype=dtype,
-                             bank_slots=bank_slots)
+        clean = wan.simulate(
+            schedule,
+            one_way_s=topo.one_way_s,
+            site_Bps=site_Bps,
+            chunk_elems=args.chunk_elems,
+            elements=args.elements,
+            dtype=dtype,
+            bank_slots=bank_slots,
+        )
         rec = result.recovery
 
         def total(*names):
@@ -222,30 +353,53 @@ def run(args):
         recovery = {
             "faults": _faults_json(args),
             "retransmits": rec.retransmits + rec.resends_on_result,
-            "retransmits_on_timeout": rec.retransmits, "resends_on_result": rec.resends_on_result,
+            "retransmits_on_timeout": rec.retransmits,
+            "resends_on_result": rec.resends_on_result,
             "duplicates_dropped": total("duplicate"),
             "corrupt_dropped": total(*(d.counter for d in Drop if int(d) <= 20)),
-            "results_reemitted": total("results_reemitted"), "evictions": total("evictions"),
-            "recovery_time_s": result.finish_s - clean.finish_s, "fault_free_time_s": clean.finish_s,
+            "results_reemitted": total("results_reemitted"),
+            "evictions": total("evictions"),
+            "recovery_time_s": result.finish_s - clean.finish_s,
+            "fault_free_time_s": clean.finish_s,
             "wan": dataclasses.asdict(rec),
         }
-        print(f"recovery: {recovery['retransmits']} retransmissions ({rec.retransmits} on timeout, "
-              f"{rec.resends_on_result} on a repeated RESULT), {recovery['duplicates_dropped']} duplicates "
-              f"dropped, {recovery['corrupt_dropped']} corrupt frames dropped, "
-              f"{recovery['results_reemitted']} RESULTs re-emitted, {recovery['evictions']} evictions; the "
-              f"faults cost {format_seconds(recovery['recovery_time_s'])} over the fault-free "
-              f"{format_seconds(clean.finish_s)}")
+        print(
+            f"recovery: {recovery['retransmits']} retransmissions ({rec.retransmits} on timeout, "
+            f"{rec.resends_on_result} on a repeated RESULT), {recovery['duplicates_dropped']} duplicates "
+            f"dropped, {recovery['corrupt_dropped']} corrupt frames dropped, "
+            f"{recovery['results_reemitted']} RESULTs re-emitted, {recovery['evictions']} evictions; the "
+            f"faults cost {format_seconds(recovery['recovery_time_s'])} over the fault-free "
+            f"{format_seconds(clean.finish_s)}"
+        )
         ok = exact and distinct == 1
     else:
         ok = exact and distinct == 1 and not drops and abs(rel) <= TOLERANCE
     report = {
-        "sites": list(topo.sites), "rounds": rows, "schedule": [list(map(list, r)) for r in schedule.rounds],
-        "construction": best.name, "aggregator": args.aggregator, "width": args.width, "slots": slots,
-        "members": gmax, "bank_slots": bank_slots, "memory_bytes": memory, "elements": args.elements,
-        "dtype": dtype.label, "seed": args.seed, "sim_time_s": result.finish_s, "model_time_s": best.period_s,
-        "sim_vs_model": rel, "max_abs_err_vs_numpy": err, "exact": exact, "distinct_results": distinct,
-        "drops": drops, "ingress_bytes": dict(zip(topo.sites, result.ingress_bytes, strict=True)),
-        "results_emitted": result.results_emitted, "wall_s": wall, **recovery, "pass": ok,
+        "sites": list(topo.sites),
+        "rounds": rows,
+        "schedule": [list(map(list, r)) for r in schedule.rounds],
+        "construction": best.name,
+        "aggregator": args.aggregator,
+        "width": args.width,
+        "slots": slots,
+        "members": gmax,
+        "bank_slots": bank_slots,
+        "memory_bytes": memory,
+        "elements": args.elements,
+        "dtype": dtype.label,
+        "seed": args.seed,
+        "sim_time_s": result.finish_s,
+        "model_time_s": best.period_s,
+        "sim_vs_model": rel,
+        "max_abs_err_vs_numpy": err,
+        "exact": exact,
+        "distinct_results": distinct,
+        "drops": drops,
+        "ingress_bytes": dict(zip(topo.sites, result.ingress_bytes, strict=True)),
+        "results_emitted": result.results_emitted,
+        "wall_s": wall,
+        **recovery,
+        "pass": ok,
     }
     _write(args.json, report)
     print("demo: PASS" if ok else "demo: FAIL")
@@ -253,8 +407,13 @@ def run(args):
 
 
 def _faults_json(args):
-    return {"loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt,
-            "kill": args.kill}
+    return {
+        "loss": args.loss,
+        "dup": args.dup,
+        "reorder": args.reorder,
+        "corrupt": args.corrupt,
+        "kill": args.kill,
+    }
 
 
 def _write(where, report):

@@ -14,16 +14,26 @@ __all__ = ["register", "run", "describe"]
 
 def register(sub):
     p = sub.add_parser(
-        "inspect", help="list the wanreduce packets in a pcap and why any would be dropped",
+        "inspect",
+        help="list the wanreduce packets in a pcap and why any would be dropped",
         description="Print one line per frame: kind, job, round, chunk, src, group, count, bitmap, or the "
         "drop reason (the framing and header rules of PROTOCOL.md, codes 1-20; the schedule and slot rules "
         "need an aggregator's state and are not applied), then a count per reason. Exits 1 if any "
-        "frame would be dropped.")
+        "frame would be dropped.",
+    )
     p.add_argument("pcap", metavar="FILE.pcap", help="capture to read (classic pcap, Ethernet)")
-    p.add_argument("--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT,
-                   help=f"UDP destination port of wanreduce traffic (default: {UDP_PORT})")
-    p.add_argument("--slot-bytes", type=int_in(1, 1 << 30, "--slot-bytes"), default=None,
-                   help="apply the too_large rule for this per-member slot size (default: not applied)")
+    p.add_argument(
+        "--port",
+        type=int_in(1, 0xFFFF, "--port"),
+        default=UDP_PORT,
+        help=f"UDP destination port of wanreduce traffic (default: {UDP_PORT})",
+    )
+    p.add_argument(
+        "--slot-bytes",
+        type=int_in(1, 1 << 30, "--slot-bytes"),
+        default=None,
+        help="apply the too_large rule for this per-member slot size (default: not applied)",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the summary (default: every frame)")
     add_json_option(p)
     p.set_defaults(func=run)
@@ -44,8 +54,10 @@ def describe(frame, *, port, slot_bytes=None):
     if reason is not None:
         return f"DROP {reason.counter} (rule {reason.rule or 'framing'})", reason
     last = " LAST" if h.flags & 1 else ""
-    return (f"{Kind(h.kind).name:<7} job={h.job} round={h.round} chunk={h.chunk} src={h.src} group={h.group} "
-            f"{DType(h.dtype).label} count={h.count} bitmap={h.bitmap:#x}{last}"), None
+    return (
+        f"{Kind(h.kind).name:<7} job={h.job} round={h.round} chunk={h.chunk} src={h.src} group={h.group} "
+        f"{DType(h.dtype).label} count={h.count} bitmap={h.bitmap:#x}{last}"
+    ), None
 
 
 def record(index, frame, *, port, slot_bytes=None):
@@ -53,9 +65,20 @@ def record(index, frame, *, port, slot_bytes=None):
     h, reason = _classify(frame, port=port, slot_bytes=slot_bytes)
     if reason is not None:
         return {"index": index, "ok": False, "drop": reason.counter, "rule": reason.rule}
-    return {"index": index, "ok": True, "kind": Kind(h.kind).name, "job": h.job, "round": h.round,
-            "chunk": h.chunk, "src": h.src, "group": h.group, "dtype": DType(h.dtype).label, "count": h.count,
-            "bitmap": h.bitmap, "last": bool(h.flags & 1)}
+    return {
+        "index": index,
+        "ok": True,
+        "kind": Kind(h.kind).name,
+        "job": h.job,
+        "round": h.round,
+        "chunk": h.chunk,
+        "src": h.src,
+        "group": h.group,
+        "dtype": DType(h.dtype).label,
+        "count": h.count,
+        "bitmap": h.bitmap,
+        "last": bool(h.flags & 1),
+    }
 
 
 def run(args):
@@ -64,9 +87,16 @@ def run(args):
     if args.json:
         rows = [record(i, f, port=args.port, slot_bytes=args.slot_bytes) for i, f in enumerate(frames)]
         tally.update(r["drop"] if not r["ok"] else "ok" for r in rows)
-        print_json({"file": str(args.pcap), "frames": [] if args.quiet else rows,
-                    "total": len(frames), "ok": tally["ok"], "dropped": len(frames) - tally["ok"],
-                    "drops": {d.counter: tally[d.counter] for d in Drop if tally[d.counter]}})
+        print_json(
+            {
+                "file": str(args.pcap),
+                "frames": [] if args.quiet else rows,
+                "total": len(frames),
+                "ok": tally["ok"],
+                "dropped": len(frames) - tally["ok"],
+                "drops": {d.counter: tally[d.counter] for d in Drop if tally[d.counter]},
+            }
+        )
     else:
         for i, frame in enumerate(frames):
             line, reason = describe(frame, port=args.port, slot_bytes=args.slot_bytes)

@@ -20,10 +20,12 @@ __all__ = ["register", "run"]
 
 def register(sub):
     p = sub.add_parser(
-        "merge", help="interleave sites' captures in the order one site's aggregator receives them",
+        "merge",
+        help="interleave sites' captures in the order one site's aggregator receives them",
         description="Merge the captures of several sites (wanreduce emit -o) into one pcap, ordered and "
         "timestamped by when rank R's aggregator receives each frame over the WAN: send time plus the "
-        "one-way delay from the frame's sending site (its header's src).")
+        "one-way delay from the frame's sending site (its header's src).",
+    )
     p.add_argument("inputs", metavar="IN.pcap", nargs="+", help="the sites' captures")
     p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="the merged capture (required)")
     add_site_options(p, required=True)
@@ -60,9 +62,11 @@ def run(args):
     with outs.commit():
         write_pcap_timed(outs.temp(path), arrival, [all_frames[i] for i in order], overwrite=True)
     kept = f", {dropped} CONTRIBs of other groups left out" if schedule is not None else ""
-    print(f"{args.output}: {len(all_frames)} frames from {len(args.inputs)} captures in rank {args.rank} "
-          f"({topo.sites[args.rank]})'s arrival order over {topo.name}{kept}, "
-          f"{arrival[-1] * 1e3:.3f} ms")
+    print(
+        f"{args.output}: {len(all_frames)} frames from {len(args.inputs)} captures in rank {args.rank} "
+        f"({topo.sites[args.rank]})'s arrival order over {topo.name}{kept}, "
+        f"{arrival[-1] * 1e3:.3f} ms"
+    )
     return 0
 
 

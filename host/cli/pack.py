@@ -1,6 +1,5 @@
 """``wanreduce pack``: a tensor becomes CONTRIB frames in a pcap file."""
 
-
 from ..host.frames import build_frames
 from ..host.packet import MAX_COUNT, pack_tensor
 from ..host.pcap import write_pcap
@@ -14,41 +13,81 @@ __all__ = ["register", "run"]
 
 def register(sub):
     p = sub.add_parser(
-        "pack", help="turn a tensor (.npy) into CONTRIB frames (.pcap)",
+        "pack",
+        help="turn a tensor (.npy) into CONTRIB frames (.pcap)",
         description="Pack a tensor into wanreduce CONTRIB packets, one per chunk, wrapped in "
         "Ethernet/IPv4/UDP and written as a pcap. Values are rounded to the wire dtype (nearest even); a "
-        "finite value too large for it is an error.")
-    p.add_argument("tensor", metavar="TENSOR.npy",
-                   help="the tensor to send (any shape, floating point; a bfloat16 array saved from "
-                   "ml_dtypes is read as bf16)")
+        "finite value too large for it is an error.",
+    )
+    p.add_argument(
+        "tensor",
+        metavar="TENSOR.npy",
+        help="the tensor to send (any shape, floating point; a bfloat16 array saved from "
+        "ml_dtypes is read as bf16)",
+    )
     p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="pcap file to write (required)")
-    p.add_argument("--dtype", choices=[d.label for d in DType], default="fp32",
-                   help="element type on the wire (default: fp32)")
-    p.add_argument("--rank", type=int_in(0, MAX_RANKS - 1, "--rank"), required=True,
-                   help="this site's rank, 0..63 (required)")
+    p.add_argument(
+        "--dtype",
+        choices=[d.label for d in DType],
+        default="fp32",
+        help="element type on the wire (default: fp32)",
+    )
+    p.add_argument(
+        "--rank",
+        type=int_in(0, MAX_RANKS - 1, "--rank"),
+        required=True,
+        help="this site's rank, 0..63 (required)",
+    )
     p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
-    p.add_argument("--round", type=int_in(0, 0xFFFFFFFF, "--round"), default=0,
-                   help="schedule round number (default: 0)")
-    p.add_argument("--group", type=int_in(0, 0xFFFF, "--group"), default=0,
-                   help="group id within the round (default: 0)")
-    p.add_argument("--chunk-elems", type=int_in(1, MAX_COUNT, "--chunk-elems"), default=256,
-                   help="elements per packet (default: 256, i.e. 1 KiB of fp32)")
-    p.add_argument("--first-chunk", type=int_in(0, 0xFFFFFFFF, "--first-chunk"), default=0,
-                   help="index of the first chunk (default: 0)")
-    p.add_argument("--period", type=int_in(1, addressing.MAX_PERIOD, "--period"), default=1,
-                   help="rounds in the schedule's period; picks the round's multicast group (default: 1)")
+    p.add_argument(
+        "--round", type=int_in(0, 0xFFFFFFFF, "--round"), default=0, help="schedule round number (default: 0)"
+    )
+    p.add_argument(
+        "--group", type=int_in(0, 0xFFFF, "--group"), default=0, help="group id within the round (default: 0)"
+    )
+    p.add_argument(
+        "--chunk-elems",
+        type=int_in(1, MAX_COUNT, "--chunk-elems"),
+        default=256,
+        help="elements per packet (default: 256, i.e. 1 KiB of fp32)",
+    )
+    p.add_argument(
+        "--first-chunk",
+        type=int_in(0, 0xFFFFFFFF, "--first-chunk"),
+        default=0,
+        help="index of the first chunk (default: 0)",
+    )
+    p.add_argument(
+        "--period",
+        type=int_in(1, addressing.MAX_PERIOD, "--period"),
+        default=1,
+        help="rounds in the schedule's period; picks the round's multicast group (default: 1)",
+    )
     p.add_argument("--src-mac", default=None, help="source MAC (default: the rank's host MAC, PROTOCOL.md)")
-    p.add_argument("--dst-mac", default=None,
-                   help="destination MAC (default: the multicast MAC of the destination address)")
+    p.add_argument(
+        "--dst-mac",
+        default=None,
+        help="destination MAC (default: the multicast MAC of the destination address)",
+    )
     p.add_argument("--src-ip", default=None, help="source IPv4 (default: the rank's host address)")
-    p.add_argument("--dst-ip", default=None,
-                   help="destination IPv4 (default: the CONTRIB multicast group of (job, round mod period, "
-                   "group) in PROTOCOL.md's addressing plan; needs --group 0..255, the address's last "
-                   "octet; give --dst-ip and --dst-mac for larger ids)")
-    p.add_argument("--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT,
-                   help=f"UDP source and destination port (default: {UDP_PORT})")
-    p.add_argument("--no-udp-checksum", action="store_true",
-                   help="write 0 (not computed) in the UDP checksum (default: compute it)")
+    p.add_argument(
+        "--dst-ip",
+        default=None,
+        help="destination IPv4 (default: the CONTRIB multicast group of (job, round mod period, "
+        "group) in PROTOCOL.md's addressing plan; needs --group 0..255, the address's last "
+        "octet; give --dst-ip and --dst-mac for larger ids)",
+    )
+    p.add_argument(
+        "--port",
+        type=int_in(1, 0xFFFF, "--port"),
+        default=UDP_PORT,
+        help=f"UDP source and destination port (default: {UDP_PORT})",
+    )
+    p.add_argument(
+        "--no-udp-checksum",
+        action="store_true",
+        help="write 0 (not computed) in the UDP checksum (default: compute it)",
+    )
     add_force_option(p, "OUT.pcap")
     p.set_defaults(func=run)
 
@@ -57,29 +96,42 @@ def run(args):
     if args.group > 0xFF and (args.dst_ip is None or args.dst_mac is None):
         # The default multicast address carries the group id in one octet; wrapping it would send two
         # groups to the same address.
-        raise WanreduceError(f"--group {args.group} does not fit the default multicast address "
-                             "(group 0..255); give --dst-ip and --dst-mac")
+        raise WanreduceError(
+            f"--group {args.group} does not fit the default multicast address "
+            "(group 0..255); give --dst-ip and --dst-mac"
+        )
     outs = Outputs(force=args.force, inputs=[args.tensor])
     out = outs.add(args.output, "--output")
     tensor = load_npy(args.tensor, void16_as_bf16=True)
     dtype = DType.from_label(args.dtype)
-    payloads = pack_tensor(tensor, dtype=dtype, rank=args.rank, job=args.job, round=args.round,
-                           group=args.group, chunk_elems=args.chunk_elems, first_chunk=args.first_chunk)
-    dst_ip = args.dst_ip or addressing.contrib_group_ip(job=args.job, round=args.round, group=args.group,
-                                                        period=args.period)
+    payloads = pack_tensor(
+        tensor,
+        dtype=dtype,
+        rank=args.rank,
+        job=args.job,
+        round=args.round,
+        group=args.group,
+        chunk_elems=args.chunk_elems,
+        first_chunk=args.first_chunk,
+    )
+    dst_ip = args.dst_ip or addressing.contrib_group_ip(
+        job=args.job, round=args.round, group=args.group, period=args.period
+    )
     where = dict(
         src_mac=args.src_mac or addressing.host_mac(args.rank),
         dst_mac=args.dst_mac or addressing.multicast_mac(dst_ip),
         src_ip=args.src_ip or addressing.host_ip(args.rank),
         dst_ip=dst_ip,
-        sport=args.port, dport=args.port, udp_checksum=not args.no_udp_checksum,
+        sport=args.port,
+        dport=args.port,
+        udp_checksum=not args.no_udp_checksum,
     )
     blocks = [build_frames(b, **where) for b in payloads.blocks]
     frames = (row for block in blocks for row in block)
     with outs.commit():
         write_pcap(outs.temp(out), frames)
-    print(f"{args.output}: {len(payloads)} CONTRIB frames, {tensor.size} {dtype.label} elements, "
-          f"rank {args.rank}, job {args.job}, round {args.round}, group {args.group}")
+    print(
+        f"{args.output}: {len(payloads)} CONTRIB frames, {tensor.size} {dtype.label} elements, "
+        f"rank {args.rank}, job {args.job}, round {args.round}, group {args.group}"
+    )
     return 0
-
-

@@ -33,28 +33,40 @@ def wan_and_rank(args):
     else:
         topo = load_topology(args.wan)
     if args.rank >= topo.n:
-        raise WanreduceError(f"--rank {args.rank} is outside 0..{topo.n - 1} "
-                             f"({topo.name} has {topo.n} sites)")
+        raise WanreduceError(
+            f"--rank {args.rank} is outside 0..{topo.n - 1} ({topo.name} has {topo.n} sites)"
+        )
     return topo
 
 
 def add_site_options(p, *, required):
     add_wan_option(p, default_help="required" if required else "default: none, use the pcap's timestamps")
-    p.add_argument("--rank", type=int_in(0, MAX_RANKS - 1, "--rank"), default=None, required=required,
-                   help="the receiving site's rank, an index into the WAN's (or the schedule's) sites"
-                   + (" (required)" if required else " (with --wan)"))
-    p.add_argument("--schedule", metavar="S.json", default=None,
-                   help="a schedule file: its sites (a subset of the WAN's, in its order) define the ranks "
-                   "(default: the WAN's own sites)")
+    p.add_argument(
+        "--rank",
+        type=int_in(0, MAX_RANKS - 1, "--rank"),
+        default=None,
+        required=required,
+        help="the receiving site's rank, an index into the WAN's (or the schedule's) sites"
+        + (" (required)" if required else " (with --wan)"),
+    )
+    p.add_argument(
+        "--schedule",
+        metavar="S.json",
+        default=None,
+        help="a schedule file: its sites (a subset of the WAN's, in its order) define the ranks "
+        "(default: the WAN's own sites)",
+    )
 
 
 def register(sub):
     p = sub.add_parser(
-        "replay", help="send a capture's frames as real UDP datagrams, at their times",
+        "replay",
+        help="send a capture's frames as real UDP datagrams, at their times",
         description="Send the UDP payload of every frame of IN.pcap as one datagram to udp://HOST:PORT, "
         "at the pcap's timestamps (or --speed times faster, or --topspeed), or, with --wan and --rank, at "
         "the times rank R's aggregator would receive them over that WAN. Reports packets, packets/s and "
-        "lateness.")
+        "lateness.",
+    )
     p.add_argument("input", metavar="IN.pcap", help="the capture to replay (classic pcap, Ethernet)")
     p.add_argument("--to", metavar="udp://HOST:PORT", required=True, help="where to send (required)")
     add_speed_options(p)
@@ -81,10 +93,18 @@ def run(args):
     stats = send_datagrams(payloads, times, address, speed=None if args.topspeed else args.speed)
     skipped = len(frames) - len(keep)
     if args.json:
-        print_json({"packets": stats.packets, "skipped": skipped, "bytes": stats.bytes,
-                    "seconds": stats.seconds, "packets_per_s": stats.packets_per_s,
-                    "late_mean_s": stats.late_mean_s, "late_p99_s": stats.late_p99_s,
-                    "late_max_s": stats.late_max_s})
+        print_json(
+            {
+                "packets": stats.packets,
+                "skipped": skipped,
+                "bytes": stats.bytes,
+                "seconds": stats.seconds,
+                "packets_per_s": stats.packets_per_s,
+                "late_mean_s": stats.late_mean_s,
+                "late_p99_s": stats.late_p99_s,
+                "late_max_s": stats.late_max_s,
+            }
+        )
     else:
         note = f"; {skipped} frames without a UDP datagram skipped" if skipped else ""
         print(f"{args.to}: {stats.summary()}{note}")

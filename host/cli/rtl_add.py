@@ -24,22 +24,35 @@ _DTYPES = ("fp32", "fp16", "bf16")
 
 def register(sub):
     p = sub.add_parser(
-        "rtl-add", help="add operand bit patterns with the Verilated fp adder lanes",
+        "rtl-add",
+        help="add operand bit patterns with the Verilated fp adder lanes",
         description="Read an (N, 2) array of operand bit patterns (uint32 for fp32, uint16 for fp16 and "
         "bf16), add each pair with the RTL adder lanes simulated by Verilator, and write the (N,) sums' "
         "bit patterns. The first run for a dtype/width builds the simulation (about 15 s); later runs "
-        "reuse it. NaN results are the canonical quiet NaN (0x7FC00000, 0x7E00, 0x7FC0).")
+        "reuse it. NaN results are the canonical quiet NaN (0x7FC00000, 0x7E00, 0x7FC0).",
+    )
     p.add_argument("input", metavar="IN.npy", help="(N, 2) operand bit patterns (read only, never written)")
     p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns")
     p.add_argument("--dtype", choices=_DTYPES, required=True, help="floating-point format (required)")
-    p.add_argument("--width", type=int_in(32, 2048, "--width"), default=256,
-                   help="beat width in bits, a multiple of the format's width; lanes = width / format "
-                   "width (default: 256)")
-    p.add_argument("--stages", type=int_in(1, 32, "--stages"), default=None,
-                   help="adder pipeline stages, 1..32 (default: the format's default, 8)")
-    p.add_argument("--check", action="store_true",
-                   help="also compare with numpy/ml_dtypes (any NaN equals any NaN) and exit 1 on a "
-                   "mismatch (default: off)")
+    p.add_argument(
+        "--width",
+        type=int_in(32, 2048, "--width"),
+        default=256,
+        help="beat width in bits, a multiple of the format's width; lanes = width / format "
+        "width (default: 256)",
+    )
+    p.add_argument(
+        "--stages",
+        type=int_in(1, 32, "--stages"),
+        default=None,
+        help="adder pipeline stages, 1..32 (default: the format's default, 8)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="also compare with numpy/ml_dtypes (any NaN equals any NaN) and exit 1 on a "
+        "mismatch (default: off)",
+    )
     add_force_option(p, "OUT.npy")
     p.set_defaults(func=run)
 
@@ -50,8 +63,7 @@ def _operands(path, fmt):
     if arr.ndim != 2 or arr.shape[1] != 2:
         raise WanreduceError(f"{path}: expected an (N, 2) array of operand pairs, not shape {arr.shape}")
     if arr.dtype != want:
-        raise WanreduceError(f"{path}: {fmt.name} operands must be {want.name} bit patterns, "
-                             f"not {arr.dtype}")
+        raise WanreduceError(f"{path}: {fmt.name} operands must be {want.name} bit patterns, not {arr.dtype}")
     return arr
 
 
@@ -66,8 +78,9 @@ def run(args):
     t0 = time.perf_counter()
     try:
         with build_progress(lambda text: progress("rtl-add", text)):
-            sums, stats = fadd_check.lanes_add(fmt, ops[:, 0], ops[:, 1], width=args.width,
-                                               stages=args.stages, return_stats=True)
+            sums, stats = fadd_check.lanes_add(
+                fmt, ops[:, 0], ops[:, 1], width=args.width, stages=args.stages, return_stats=True
+            )
     except HarnessError as exc:
         raise WanreduceError(f"the RTL simulation failed: {str(exc).splitlines()[0]}") from None
     elapsed = time.perf_counter() - t0
@@ -75,8 +88,10 @@ def run(args):
         with open(outs.temp(dst), "wb") as f:
             np.save(f, sums)
     lanes = args.width // fmt.width
-    print(f"{len(sums)} {fmt.name} sums through {lanes} RTL lanes ({args.width}-bit beats, "
-          f"{stats.cycles} cycles) in {elapsed:.2f} s -> {dst}")
+    print(
+        f"{len(sums)} {fmt.name} sums through {lanes} RTL lanes ({args.width}-bit beats, "
+        f"{stats.cycles} cycles) in {elapsed:.2f} s -> {dst}"
+    )
     if args.check:
         bad = fadd_check.compare(fmt, sums, fadd_check.reference_add(fmt, ops[:, 0], ops[:, 1]))
         print(f"check against numpy/ml_dtypes: {int(bad.sum())} of {len(sums)} differ")

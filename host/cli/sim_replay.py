@@ -29,8 +29,15 @@ from ..spec.errors import WanreduceError
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
 from ._common import Outputs, add_force_option, add_json_option, int_in, print_json, progress
 
-__all__ = ["register", "run", "jobs_in_frames", "parse_dest", "core_geometry", "unexpected_by_round",
-           "expectation_line"]
+__all__ = [
+    "register",
+    "run",
+    "jobs_in_frames",
+    "parse_dest",
+    "core_geometry",
+    "unexpected_by_round",
+    "expectation_line",
+]
 
 MAX_JOBS = 64
 MAX_SLOTS = 1 << 16
@@ -72,38 +79,75 @@ def jobs_in_frames(frames, port):
 
 def register(sub):
     p = sub.add_parser(
-        "sim-replay", help="replay a pcap through the Verilated aggregator core",
+        "sim-replay",
+        help="replay a pcap through the Verilated aggregator core",
         description="Feed the frames of a pcap, in file order and back to back, into one site's aggregator "
         "core simulated with Verilator, configured for the site's rank, the schedule's expected sets and the "
-        "RESULT destinations; write the frames it emits and its counters.")
+        "RESULT destinations; write the frames it emits and its counters.",
+    )
     p.add_argument("input", metavar="IN.pcap", help="frames to feed (classic pcap, Ethernet)")
-    p.add_argument("--rank", type=int_in(0, MAX_RANKS - 1, "--rank"), required=True,
-                   help="this site's rank, 0..63 (required)")
-    p.add_argument("--schedule", metavar="S.json", required=True,
-                   help="schedule file of PROTOCOL.md (required)")
-    p.add_argument("--slots", type=int_in(1, MAX_SLOTS, "--slots"), default=None,
-                   help="reorder-buffer slots S, a power of two (default: the largest that fits the "
-                   "schedule file's params.memory_bytes, S x G x C <= memory)")
-    p.add_argument("--chunk-bytes", type=int_in(4, MAX_SLOT_BYTES, "--chunk-bytes"), default=None,
-                   help="bytes of one member buffer C, a multiple of 4 (default: the schedule file's "
-                   "params.chunk_bytes)")
-    p.add_argument("--width", type=int, choices=(64, 128, 256, 512), default=64,
-                   help="datapath width in bits (default: 64; every width gives the same frames)")
-    p.add_argument("--members", type=int_in(1, MAX_RANKS, "--members"), default=None,
-                   help="member buffers per slot G (default: the schedule's largest group)")
-    p.add_argument("--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT,
-                   help=f"UDP port the core listens on and sends from (default: {UDP_PORT})")
-    p.add_argument("--mac", default=None,
-                   help="the aggregator's MAC (default: the rank's aggregator MAC, PROTOCOL.md)")
-    p.add_argument("--ip", default=None,
-                   help="the aggregator's IPv4 address (default: the rank's aggregator address)")
-    p.add_argument("--dest", action="append", metavar="MAC,IP[,PORT]", default=None,
-                   help="a RESULT destination; repeat for several (default: one, the site's host multicast "
-                   "group 01:00:5e:57:53:<rank>,239.87.83.<rank>,47000)")
-    p.add_argument("--out", metavar="OUT.pcap", required=True,
-                   help="pcap of the frames the core emits (required)")
-    p.add_argument("--counters", metavar="OUT.json", required=True,
-                   help="JSON file of the core's counters (required)")
+    p.add_argument(
+        "--rank",
+        type=int_in(0, MAX_RANKS - 1, "--rank"),
+        required=True,
+        help="this site's rank, 0..63 (required)",
+    )
+    p.add_argument(
+        "--schedule", metavar="S.json", required=True, help="schedule file of PROTOCOL.md (required)"
+    )
+    p.add_argument(
+        "--slots",
+        type=int_in(1, MAX_SLOTS, "--slots"),
+        default=None,
+        help="reorder-buffer slots S, a power of two (default: the largest that fits the "
+        "schedule file's params.memory_bytes, S x G x C <= memory)",
+    )
+    p.add_argument(
+        "--chunk-bytes",
+        type=int_in(4, MAX_SLOT_BYTES, "--chunk-bytes"),
+        default=None,
+        help="bytes of one member buffer C, a multiple of 4 (default: the schedule file's "
+        "params.chunk_bytes)",
+    )
+    p.add_argument(
+        "--width",
+        type=int,
+        choices=(64, 128, 256, 512),
+        default=64,
+        help="datapath width in bits (default: 64; every width gives the same frames)",
+    )
+    p.add_argument(
+        "--members",
+        type=int_in(1, MAX_RANKS, "--members"),
+        default=None,
+        help="member buffers per slot G (default: the schedule's largest group)",
+    )
+    p.add_argument(
+        "--port",
+        type=int_in(1, 0xFFFF, "--port"),
+        default=UDP_PORT,
+        help=f"UDP port the core listens on and sends from (default: {UDP_PORT})",
+    )
+    p.add_argument(
+        "--mac", default=None, help="the aggregator's MAC (default: the rank's aggregator MAC, PROTOCOL.md)"
+    )
+    p.add_argument(
+        "--ip", default=None, help="the aggregator's IPv4 address (default: the rank's aggregator address)"
+    )
+    p.add_argument(
+        "--dest",
+        action="append",
+        metavar="MAC,IP[,PORT]",
+        default=None,
+        help="a RESULT destination; repeat for several (default: one, the site's host multicast "
+        "group 01:00:5e:57:53:<rank>,239.87.83.<rank>,47000)",
+    )
+    p.add_argument(
+        "--out", metavar="OUT.pcap", required=True, help="pcap of the frames the core emits (required)"
+    )
+    p.add_argument(
+        "--counters", metavar="OUT.json", required=True, help="JSON file of the core's counters (required)"
+    )
     add_force_option(p, "OUT.pcap or OUT.json")
     add_json_option(p)
     p.set_defaults(func=run)
@@ -116,10 +160,16 @@ def core_geometry(schedule, *, slots, chunk_bytes, members, source="the schedule
         chunk_bytes = params.get("chunk_bytes")
         if chunk_bytes is None:
             raise WanreduceError(f"give --chunk-bytes: {source} has no params.chunk_bytes")
-        if (not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool)
-                or not 4 <= chunk_bytes <= MAX_SLOT_BYTES or chunk_bytes % 4):
-            raise WanreduceError(f"{source}: params.chunk_bytes {chunk_bytes!r} is not a multiple of 4 in "
-                                 f"4..{MAX_SLOT_BYTES}; give --chunk-bytes")
+        if (
+            not isinstance(chunk_bytes, int)
+            or isinstance(chunk_bytes, bool)
+            or not 4 <= chunk_bytes <= MAX_SLOT_BYTES
+            or chunk_bytes % 4
+        ):
+            raise WanreduceError(
+                f"{source}: params.chunk_bytes {chunk_bytes!r} is not a multiple of 4 in "
+                f"4..{MAX_SLOT_BYTES}; give --chunk-bytes"
+            )
     if slots is None:
         memory = params.get("memory_bytes")
         if memory is None:
@@ -128,8 +178,10 @@ def core_geometry(schedule, *, slots, chunk_bytes, members, source="the schedule
             raise WanreduceError(f"{source}: params.memory_bytes {memory!r} is not a positive whole number")
         fit = memory // (members * chunk_bytes)
         if fit < 1:
-            raise WanreduceError(f"{source}: params.memory_bytes {memory} holds no slot of {members} x "
-                                 f"{chunk_bytes} bytes; give --slots")
+            raise WanreduceError(
+                f"{source}: params.memory_bytes {memory} holds no slot of {members} x "
+                f"{chunk_bytes} bytes; give --slots"
+            )
         slots = 1 << min(fit.bit_length() - 1, MAX_SLOTS.bit_length() - 1)
     return slots, chunk_bytes
 
@@ -153,8 +205,11 @@ def unexpected_by_round(frames, schedule, rank, *, port):
 def expectation_line(schedule, rank, round_index, sources=()):
     """``rank 0 expects {0,5,8} in round 1`` (and what came instead), from the schedule file."""
     _, members = group_of(schedule, rank, round_index)
-    period = f" (period {schedule.period}: round {round_index % schedule.period})" \
-        if round_index >= schedule.period else ""
+    period = (
+        f" (period {schedule.period}: round {round_index % schedule.period})"
+        if round_index >= schedule.period
+        else ""
+    )
     want = "{" + ",".join(map(str, members)) + "}" if members else "nothing (it waits)"
     got = f"; got src {','.join(map(str, sources))}" if sources else ""
     return f"rank {rank} expects {want} in round {round_index}{period}{got}"
@@ -176,23 +231,33 @@ def run(args):
         raise WanreduceError(f"{args.schedule}: {what}")
     schedule = load_schedule(args.schedule)
     if args.rank >= schedule.n:
-        raise WanreduceError(f"--rank {args.rank} is not a site of {args.schedule} "
-                             f"(it has {schedule.n} sites)")
+        raise WanreduceError(
+            f"--rank {args.rank} is not a site of {args.schedule} (it has {schedule.n} sites)"
+        )
     largest = max((len(g) for rnd in schedule.rounds for g in rnd), default=1)
     members = args.members if args.members is not None else largest
     if members < largest:
         raise WanreduceError(f"--members {members} is smaller than the schedule's largest group ({largest})")
     if schedule.period > 64:
         raise WanreduceError(f"the schedule's period of {schedule.period} rounds exceeds the core's 64")
-    slots, chunk_bytes = core_geometry(schedule, slots=args.slots, chunk_bytes=args.chunk_bytes,
-                                       members=members, source=str(args.schedule))
+    slots, chunk_bytes = core_geometry(
+        schedule, slots=args.slots, chunk_bytes=args.chunk_bytes, members=members, source=str(args.schedule)
+    )
     frames = read_pcap(args.input)
     rank = args.rank
     mac = parse_mac(args.mac if args.mac else addressing.aggregator_mac(rank))
     ip = parse_ip(args.ip if args.ip else addressing.aggregator_ip(rank))
-    dests = [parse_dest(d) for d in args.dest] if args.dest else [
-        Destination(addressing.multicast_mac(addressing.site_group_ip(rank)), addressing.site_group_ip(rank),
-                    UDP_PORT)]
+    dests = (
+        [parse_dest(d) for d in args.dest]
+        if args.dest
+        else [
+            Destination(
+                addressing.multicast_mac(addressing.site_group_ip(rank)),
+                addressing.site_group_ip(rank),
+                UDP_PORT,
+            )
+        ]
+    )
     if len(dests) > 16:
         raise WanreduceError(f"the core sends to at most 16 destinations, not {len(dests)}")
     job_ids = jobs_in_frames(frames, args.port) or [0]
@@ -209,8 +274,16 @@ def run(args):
         progress("sim-replay", text)
 
     with build_progress(note):
-        sim = CoreSim(width=args.width, slots=slots, members=members, slot_bytes=chunk_bytes,
-                      dests=len(dests), jobs=cap, entry="frame", port=args.port)
+        sim = CoreSim(
+            width=args.width,
+            slots=slots,
+            members=members,
+            slot_bytes=chunk_bytes,
+            dests=len(dests),
+            jobs=cap,
+            entry="frame",
+            port=args.port,
+        )
     t0 = time.perf_counter()
     if len(frames) > LONG_REPLAY_FRAMES:
         note(f"simulating {len(frames)} frames through the core")
@@ -226,18 +299,32 @@ def run(args):
     dropped = sum(drops.values())
     expectations = []
     if drops.get(Drop.UNEXPECTED_SRC.counter):
-        expectations = [expectation_line(schedule, rank, r, srcs)
-                        for r, srcs in unexpected_by_round(frames, schedule, rank, port=args.port).items()]
+        expectations = [
+            expectation_line(schedule, rank, r, srcs)
+            for r, srcs in unexpected_by_round(frames, schedule, rank, port=args.port).items()
+        ]
     if args.json:
-        print_json({"frames_in": len(frames), "frames_out": len(result.packets),
-                    "results": counters["results"], "dropped": dropped, "drops": drops,
-                    "expected": expectations, "slots": slots,
-                    "chunk_bytes": chunk_bytes, "members": members, "counters": counters,
-                    "outputs": [str(out_pcap), str(out_json)]})
+        print_json(
+            {
+                "frames_in": len(frames),
+                "frames_out": len(result.packets),
+                "results": counters["results"],
+                "dropped": dropped,
+                "drops": drops,
+                "expected": expectations,
+                "slots": slots,
+                "chunk_bytes": chunk_bytes,
+                "members": members,
+                "counters": counters,
+                "outputs": [str(out_pcap), str(out_json)],
+            }
+        )
     else:
-        print(f"{len(frames)} frames in, {len(result.packets)} frames out, {counters['results']} RESULTs, "
-              f"{dropped} dropped (core: {slots} slots x {members} members x {chunk_bytes} B, "
-              f"{args.width}-bit datapath)")
+        print(
+            f"{len(frames)} frames in, {len(result.packets)} frames out, {counters['results']} RESULTs, "
+            f"{dropped} dropped (core: {slots} slots x {members} members x {chunk_bytes} B, "
+            f"{args.width}-bit datapath)"
+        )
         for name, n in drops.items():
             print(f"  {name:<18} {n}")
         for line in expectations:

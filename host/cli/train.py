@@ -32,6 +32,7 @@ def _positive_float(what):
         if not (v > 0 and math.isfinite(v)):
             raise argparse.ArgumentTypeError(f"{what} must be a positive number, got {text}")
         return v
+
     return convert
 
 
@@ -45,47 +46,100 @@ def register(subparsers):
         "site, place accuracy on a simulated clock of a stated model size, and compare time to the target "
         "accuracy. Needs PyTorch and scikit-learn (pip install -e '.[train]').",
     )
-    p.add_argument("--sites", type=int_in(2, 9, "the number of sites"), default=d.sites,
-                   help=f"sites (the first ones of the nine-city network), 2..9 (default: {d.sites})")
-    p.add_argument("--target", type=_positive_float("the target accuracy"), default=d.target,
-                   help=f"test accuracy every site's model must reach (default: {d.target})")
-    p.add_argument("--h", type=int_in(1, 10_000, "H"), default=d.h,
-                   help=f"inner steps between DiLoCo outer steps (default: {d.h})")
-    p.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default=d.dtype,
-                   help=f"wire dtype of every sync, also the stated sync volume (default: {d.dtype})")
-    p.add_argument("--engine", choices=("fast", "packets"), default=d.engine,
-                   help="aggregation: 'packets' through the golden aggregator, 'fast' its bit-identical "
-                   f"numpy form (default: {d.engine})")
-    p.add_argument("--max-steps", type=int_in(1, 1_000_000, "the step limit"), default=d.max_steps,
-                   help=f"step limit of the every-step and gossip methods (default: {d.max_steps})")
-    p.add_argument("--diloco-steps", type=int_in(1, 1_000_000, "the DiLoCo step limit"),
-                   default=d.diloco_steps,
-                   help=f"step limit of the DiLoCo methods (default: {d.diloco_steps})")
-    p.add_argument("--seed", type=int_in(0, 2**31 - 1, "the seed"), default=d.seed,
-                   help=f"seed of the data split, the model and the batches (default: {d.seed})")
-    p.add_argument("--methods", default="", metavar="A,B,...",
-                   help="only these methods (default: all): " + ", ".join(m.name for m in METHODS(d.h)))
-    p.add_argument("--params", type=_positive_float("the parameter count"), default=s.params,
-                   help=f"parameters of the stated model the clock charges (default: {s.params:g})")
-    p.add_argument("--step-s", type=_positive_float("the step time"), default=None,
-                   help=f"compute time per step of the stated model, s (default: {s.step_s:.3f}, from "
-                   "6 x params x tokens over 8 H100 at 40%% MFU)")
-    p.add_argument("--schedule-time", type=_positive_float("the schedule search time"),
-                   default=d.schedule_time_s,
-                   help=f"seconds of schedule search per memory size (default: {d.schedule_time_s:g})")
-    p.add_argument("-o", "--output", default=DEFAULT_JSON, metavar="FILE.json",
-                   help=f"results (default: {DEFAULT_JSON})")
-    p.add_argument("--plot", default=DEFAULT_PLOT, metavar="FIGURE.png",
-                   help=f"figure of accuracy against simulated time (default: {DEFAULT_PLOT})")
+    p.add_argument(
+        "--sites",
+        type=int_in(2, 9, "the number of sites"),
+        default=d.sites,
+        help=f"sites (the first ones of the nine-city network), 2..9 (default: {d.sites})",
+    )
+    p.add_argument(
+        "--target",
+        type=_positive_float("the target accuracy"),
+        default=d.target,
+        help=f"test accuracy every site's model must reach (default: {d.target})",
+    )
+    p.add_argument(
+        "--h",
+        type=int_in(1, 10_000, "H"),
+        default=d.h,
+        help=f"inner steps between DiLoCo outer steps (default: {d.h})",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("fp32", "fp16", "bf16"),
+        default=d.dtype,
+        help=f"wire dtype of every sync, also the stated sync volume (default: {d.dtype})",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("fast", "packets"),
+        default=d.engine,
+        help="aggregation: 'packets' through the golden aggregator, 'fast' its bit-identical "
+        f"numpy form (default: {d.engine})",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=int_in(1, 1_000_000, "the step limit"),
+        default=d.max_steps,
+        help=f"step limit of the every-step and gossip methods (default: {d.max_steps})",
+    )
+    p.add_argument(
+        "--diloco-steps",
+        type=int_in(1, 1_000_000, "the DiLoCo step limit"),
+        default=d.diloco_steps,
+        help=f"step limit of the DiLoCo methods (default: {d.diloco_steps})",
+    )
+    p.add_argument(
+        "--seed",
+        type=int_in(0, 2**31 - 1, "the seed"),
+        default=d.seed,
+        help=f"seed of the data split, the model and the batches (default: {d.seed})",
+    )
+    p.add_argument(
+        "--methods",
+        default="",
+        metavar="A,B,...",
+        help="only these methods (default: all): " + ", ".join(m.name for m in METHODS(d.h)),
+    )
+    p.add_argument(
+        "--params",
+        type=_positive_float("the parameter count"),
+        default=s.params,
+        help=f"parameters of the stated model the clock charges (default: {s.params:g})",
+    )
+    p.add_argument(
+        "--step-s",
+        type=_positive_float("the step time"),
+        default=None,
+        help=f"compute time per step of the stated model, s (default: {s.step_s:.3f}, from "
+        "6 x params x tokens over 8 H100 at 40%% MFU)",
+    )
+    p.add_argument(
+        "--schedule-time",
+        type=_positive_float("the schedule search time"),
+        default=d.schedule_time_s,
+        help=f"seconds of schedule search per memory size (default: {d.schedule_time_s:g})",
+    )
+    p.add_argument(
+        "-o", "--output", default=DEFAULT_JSON, metavar="FILE.json", help=f"results (default: {DEFAULT_JSON})"
+    )
+    p.add_argument(
+        "--plot",
+        default=DEFAULT_PLOT,
+        metavar="FIGURE.png",
+        help=f"figure of accuracy against simulated time (default: {DEFAULT_PLOT})",
+    )
     add_force_option(p, "the results or figure")
     p.set_defaults(func=run)
 
 
 def table_text(result):
     """The README table: time to target and ratio to colocated, per method."""
-    lines = ["| method | what | sync | s per step (vs colocated) | steps to target | time to target | "
-             "vs colocated |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| method | what | sync | s per step (vs colocated) | steps to target | time to target | "
+        "vs colocated |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, e in result["methods"].items():
         if not e.get("available"):
             lines.append(f"| {name} | {e['note']} | | not available: {e['reason']} | | | |")
@@ -95,33 +149,48 @@ def table_text(result):
         lines.append(
             f"| {name} | {e['note']} | {e['sync_s']:,.2f} s | {e['s_per_step']:,.3f} "
             f"({e['step_ratio_vs_colocated']:,.2f}) | {steps} | "
-            f"{'' if t is None else f'{t:,.0f} s'} | {'' if r is None else f'{r:,.2f}'} |")
+            f"{'' if t is None else f'{t:,.0f} s'} | {'' if r is None else f'{r:,.2f}'} |"
+        )
     return "\n".join(lines)
 
 
 def sweep_text(result):
     """The same runs on clocks of more or less compute per step: the best wanreduce ratio at each."""
-    lines = ["| tokens per step per site | step time | best wanreduce method | time to target vs colocated |",
-             "| --- | --- | --- | --- |"]
+    lines = [
+        "| tokens per step per site | step time | best wanreduce method | time to target vs colocated |",
+        "| --- | --- | --- | --- |",
+    ]
     for row in result["compute_sweep"]:
         r = row["ratio_vs_colocated"]
-        lines.append(f"| {row['tokens_per_step']:,} | {row['step_s']:.2f} s | "
-                     f"{row['best_wanreduce'] or 'none'} | {'not reached' if r is None else f'{r:.2f}'} |")
+        lines.append(
+            f"| {row['tokens_per_step']:,} | {row['step_s']:.2f} s | "
+            f"{row['best_wanreduce'] or 'none'} | {'not reached' if r is None else f'{r:.2f}'} |"
+        )
     return "\n".join(lines)
 
 
 def run(args):
     methods = [m for m in args.methods.split(",") if m] if args.methods else []
-    cfg = Config(sites=args.sites, target=args.target, h=args.h, dtype=args.dtype, engine=args.engine,
-                 max_steps=args.max_steps, diloco_steps=args.diloco_steps, seed=args.seed,
-                 schedule_time_s=args.schedule_time, methods=methods)
+    cfg = Config(
+        sites=args.sites,
+        target=args.target,
+        h=args.h,
+        dtype=args.dtype,
+        engine=args.engine,
+        max_steps=args.max_steps,
+        diloco_steps=args.diloco_steps,
+        seed=args.seed,
+        schedule_time_s=args.schedule_time,
+        methods=methods,
+    )
     if args.target > 1:
         raise WanreduceError(f"the target accuracy must be at most 1, got {args.target}")
     base = Setting(params=args.params, wire_bytes={"fp32": 4, "fp16": 2, "bf16": 2}[args.dtype])
     if args.step_s is not None:
         # A stated step time replaces the FLOPs estimate: scale the utilisation to match it.
-        base = Setting(params=args.params, wire_bytes=base.wire_bytes,
-                       mfu=base.mfu * base.step_s / args.step_s)
+        base = Setting(
+            params=args.params, wire_bytes=base.wire_bytes, mfu=base.mfu * base.step_s / args.step_s
+        )
     outs = Outputs(force=args.force)
     out_json = outs.add(args.output, "--output")
     out_png = outs.add(args.plot, "--plot")
@@ -135,8 +204,10 @@ def run(args):
     print(sweep_text(result))
     best, ratio = result["best_wanreduce"], result["ratio_vs_colocated"]
     if ratio is not None:
-        print(f"best wanreduce method: {best}, {ratio:.3f}x the colocated time to target "
-              f"(goal <= 1.10; INTELLECT-1 reports about 1.20)")
+        print(
+            f"best wanreduce method: {best}, {ratio:.3f}x the colocated time to target "
+            f"(goal <= 1.10; INTELLECT-1 reports about 1.20)"
+        )
     else:
         print("no wanreduce method reached the target accuracy")
     return 0

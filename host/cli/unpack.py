@@ -29,18 +29,32 @@ def averaged(result_set):
 
 def register(sub):
     p = sub.add_parser(
-        "unpack", help="RESULT frames of a capture back to a tensor (.npy)",
+        "unpack",
+        help="RESULT frames of a capture back to a tensor (.npy)",
         description="Assemble the RESULTs one aggregator site sent for one round into a flat tensor in the "
         "wire dtype: by default what the site's hosts hold after the round (sum / group size), with --sum "
-        "the sum. Frames that are not RESULTs are skipped.")
+        "the sum. Frames that are not RESULTs are skipped.",
+    )
     p.add_argument("input", metavar="RESULTS.pcap", help="capture holding RESULT frames")
     p.add_argument("-o", "--output", metavar="OUT.npy", required=True, help="tensor to write (required)")
-    p.add_argument("--rank", type=int_in(0, MAX_RANKS - 1, "--rank"), default=None,
-                   help="the aggregator site whose RESULTs to take (default: the only one in the capture)")
-    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=None,
-                   help="job id (default: the only one in the capture)")
-    p.add_argument("--round", type=int_in(0, 0xFFFFFFFF, "--round"), default=None,
-                   help="round (default: the last one in the capture)")
+    p.add_argument(
+        "--rank",
+        type=int_in(0, MAX_RANKS - 1, "--rank"),
+        default=None,
+        help="the aggregator site whose RESULTs to take (default: the only one in the capture)",
+    )
+    p.add_argument(
+        "--job",
+        type=int_in(0, 0xFFFF, "--job"),
+        default=None,
+        help="job id (default: the only one in the capture)",
+    )
+    p.add_argument(
+        "--round",
+        type=int_in(0, 0xFFFFFFFF, "--round"),
+        default=None,
+        help="round (default: the last one in the capture)",
+    )
     p.add_argument("--sum", action="store_true", help="write the RESULT sum, not sum / group size")
     add_force_option(p, "OUT.npy")
     p.set_defaults(func=run)
@@ -50,12 +64,15 @@ def _pick(sets, attr, wanted, option, what):
     values = sorted({getattr(s, attr) for s in sets})
     if wanted is None:
         if len(values) > 1 and attr != "round":
-            raise WanreduceError(f"the capture holds RESULTs of {what}s {', '.join(map(str, values))}; "
-                                 f"choose one with {option}")
+            raise WanreduceError(
+                f"the capture holds RESULTs of {what}s {', '.join(map(str, values))}; "
+                f"choose one with {option}"
+            )
         wanted = values[-1]
     elif wanted not in values:
-        raise WanreduceError(f"the capture holds no RESULTs of {what} {wanted} (it has {what}s "
-                             f"{', '.join(map(str, values))})")
+        raise WanreduceError(
+            f"the capture holds no RESULTs of {what} {wanted} (it has {what}s {', '.join(map(str, values))})"
+        )
     return [s for s in sets if getattr(s, attr) == wanted]
 
 
@@ -75,7 +92,9 @@ def run(args):
     with outs.commit():
         outs.write_bytes(path, buf.getvalue())
     what = "sum" if args.sum else f"sum / {bin(chosen.bitmap).count('1')}"
-    print(f"{args.output}: {tensor.size} {chosen.dtype.label} elements ({what}) from {chosen.chunks} "
-          f"RESULTs of site {chosen.site}, job {chosen.job}, round {chosen.round}, group {chosen.group}"
-          + (f"; {ignored} frames that are not RESULTs skipped" if ignored else ""))
+    print(
+        f"{args.output}: {tensor.size} {chosen.dtype.label} elements ({what}) from {chosen.chunks} "
+        f"RESULTs of site {chosen.site}, job {chosen.job}, round {chosen.round}, group {chosen.group}"
+        + (f"; {ignored} frames that are not RESULTs skipped" if ignored else "")
+    )
     return 0

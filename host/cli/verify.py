@@ -18,15 +18,25 @@ __all__ = ["register", "run"]
 
 def register(sub):
     p = sub.add_parser(
-        "verify", help="check a capture's RESULTs bit for bit against the numpy model of the schedule",
+        "verify",
+        help="check a capture's RESULTs bit for bit against the numpy model of the schedule",
         description="Check every RESULT of RESULTS.pcap against the numpy model of the schedule run on "
         "GRADS.npz: the sum of the group's members' tensors after the previous round, in the group's listed "
-        "order, in the RESULTs' dtype. Exit status 0: all bit-exact; 1: mismatches (listed); 2: bad input.")
+        "order, in the RESULTs' dtype. Exit status 0: all bit-exact; 1: mismatches (listed); 2: bad input.",
+    )
     p.add_argument("input", metavar="RESULTS.pcap", help="capture holding RESULT frames")
-    p.add_argument("--grads", metavar="GRADS.npz", required=True,
-                   help="every site's gradients, keyed by site name or rank<R> (required)")
-    p.add_argument("--schedule", metavar="S.json", required=True,
-                   help="the schedule the RESULTs were made under (required)")
+    p.add_argument(
+        "--grads",
+        metavar="GRADS.npz",
+        required=True,
+        help="every site's gradients, keyed by site name or rank<R> (required)",
+    )
+    p.add_argument(
+        "--schedule",
+        metavar="S.json",
+        required=True,
+        help="the schedule the RESULTs were made under (required)",
+    )
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -43,12 +53,22 @@ def run(args):
     sites = sorted({s.site for s in sets})
     chunks = sum(s.chunks for s in sets)
     if args.json:
-        print_json({"ok": not problems, "tensors": checked, "results": chunks, "sites": sites,
-                    "rounds": rounds, "problems": problems})
+        print_json(
+            {
+                "ok": not problems,
+                "tensors": checked,
+                "results": chunks,
+                "sites": sites,
+                "rounds": rounds,
+                "problems": problems,
+            }
+        )
     else:
         for line in problems:
             print(line)
         verdict = "all bit-exact" if not problems else f"{len(problems)} problems"
-        print(f"{args.input}: {checked} RESULT tensors ({chunks} RESULTs) of sites {sites}, rounds "
-              f"{rounds[0]}..{rounds[-1]}: {verdict}")
+        print(
+            f"{args.input}: {checked} RESULT tensors ({chunks} RESULTs) of sites {sites}, rounds "
+            f"{rounds[0]}..{rounds[-1]}: {verdict}"
+        )
     return 0 if not problems else 1

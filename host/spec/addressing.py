@@ -22,8 +22,15 @@ from .errors import WanreduceError
 from .protocol import MAX_RANKS
 
 __all__ = [
-    "host_mac", "host_ip", "aggregator_mac", "aggregator_ip", "site_group_ip", "contrib_group_ip",
-    "result_group_ip", "multicast_mac", "MAX_PERIOD",
+    "host_mac",
+    "host_ip",
+    "aggregator_mac",
+    "aggregator_ip",
+    "site_group_ip",
+    "contrib_group_ip",
+    "result_group_ip",
+    "multicast_mac",
+    "MAX_PERIOD",
 ]
 
 #: Rounds in a period that the multicast plan (and the control port's round table) can tell apart.

@@ -8,11 +8,32 @@ element dtypes) are one layer up, in :mod:`wanreduce.host.protocol`.
 import enum
 
 __all__ = [
-    "VERSION", "MAGIC", "UDP_PORT", "HEADER_BYTES", "MAX_RANKS", "FLAG_LAST", "FLAGS_VALID",
-    "Kind", "DType", "Drop", "HEADER_FIELDS", "HEADER_LAYOUT",
-    "ETH_HEADER_BYTES", "IPV4_HEADER_BYTES", "UDP_HEADER_BYTES", "FRAME_OVERHEAD", "ETHERTYPE_IPV4",
-    "IPPROTO_UDP", "ETH_FCS_BYTES", "ETH_PREAMBLE_BYTES", "ETH_IFG_BYTES", "PACKET_OVERHEAD",
-    "WIRE_OVERHEAD", "JUMBO_MTU", "MAX_CHUNK_BYTES", "MAX_GROUPS",
+    "VERSION",
+    "MAGIC",
+    "UDP_PORT",
+    "HEADER_BYTES",
+    "MAX_RANKS",
+    "FLAG_LAST",
+    "FLAGS_VALID",
+    "Kind",
+    "DType",
+    "Drop",
+    "HEADER_FIELDS",
+    "HEADER_LAYOUT",
+    "ETH_HEADER_BYTES",
+    "IPV4_HEADER_BYTES",
+    "UDP_HEADER_BYTES",
+    "FRAME_OVERHEAD",
+    "ETHERTYPE_IPV4",
+    "IPPROTO_UDP",
+    "ETH_FCS_BYTES",
+    "ETH_PREAMBLE_BYTES",
+    "ETH_IFG_BYTES",
+    "PACKET_OVERHEAD",
+    "WIRE_OVERHEAD",
+    "JUMBO_MTU",
+    "MAX_CHUNK_BYTES",
+    "MAX_GROUPS",
 ]
 
 VERSION = 2
@@ -33,7 +54,7 @@ UDP_HEADER_BYTES = 8
 FRAME_OVERHEAD = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + UDP_HEADER_BYTES
 ETH_FCS_BYTES = 4
 ETH_PREAMBLE_BYTES = 8  # preamble and start-of-frame delimiter
-ETH_IFG_BYTES = 12      # minimum inter-frame gap
+ETH_IFG_BYTES = 12  # minimum inter-frame gap
 #: Bytes the aggregator's datapath sees per chunk besides its elements (no preamble, gap or FCS): 74.
 PACKET_OVERHEAD = FRAME_OVERHEAD + HEADER_BYTES
 #: Bytes a chunk costs on an Ethernet link besides its elements: 98.
@@ -91,6 +112,7 @@ class DType(enum.IntEnum):
             return cls[str(label).upper()]
         except KeyError:
             from .errors import WanreduceError
+
             raise WanreduceError(f"unknown dtype {label!r}; expected one of fp32, fp16, bf16") from None
 
 
@@ -137,34 +159,34 @@ class Drop(enum.IntEnum):
     """
 
     # Framing (frame parser, before the wanreduce header is looked at).
-    TRUNCATED = 1          # frame shorter than its Ethernet/IPv4/UDP headers or than IPv4 total length
-    NOT_IPV4 = 2           # EtherType is not 0x0800 (VLAN tags included)
-    BAD_IP_HEADER = 3      # version != 4, IHL != 5, a fragment, or total length too small
+    TRUNCATED = 1  # frame shorter than its Ethernet/IPv4/UDP headers or than IPv4 total length
+    NOT_IPV4 = 2  # EtherType is not 0x0800 (VLAN tags included)
+    BAD_IP_HEADER = 3  # version != 4, IHL != 5, a fragment, or total length too small
     BAD_IP_CHECKSUM = 4
     NOT_UDP = 5
-    WRONG_PORT = 6         # UDP destination port is not the aggregator's
-    BAD_UDP_LENGTH = 7     # UDP length disagrees with the IPv4 total length
-    BAD_UDP_CHECKSUM = 8   # nonzero and wrong (zero means "not computed" and is accepted)
+    WRONG_PORT = 6  # UDP destination port is not the aggregator's
+    BAD_UDP_LENGTH = 7  # UDP length disagrees with the IPv4 total length
+    BAD_UDP_CHECKSUM = 8  # nonzero and wrong (zero means "not computed" and is accepted)
     # Header (rules 1, 2, 3, 7 and the size limit of rule 2).
-    SHORT_HEADER = 9       # UDP payload shorter than the 32-byte header
+    SHORT_HEADER = 9  # UDP payload shorter than the 32-byte header
     BAD_MAGIC = 10
     BAD_VERSION = 11
     BAD_KIND = 12
     BAD_DTYPE = 13
     BAD_FLAGS = 14
     BAD_RESERVED = 15
-    BAD_COUNT = 16         # count == 0
-    BAD_LENGTH = 17        # UDP payload length != 32 + count * size(dtype)
+    BAD_COUNT = 16  # count == 0
+    BAD_LENGTH = 17  # UDP payload length != 32 + count * size(dtype)
     RESULT_ON_INPUT = 18
-    BAD_BITMAP = 19        # CONTRIB bitmap != 1 << src (src >= 64 included)
-    TOO_LARGE = 20         # count * size(dtype) > the slot's per-member buffer
+    BAD_BITMAP = 19  # CONTRIB bitmap != 1 << src (src >= 64 included)
+    TOO_LARGE = 20  # count * size(dtype) > the slot's per-member buffer
     # Schedule (rule 4).
-    UNEXPECTED_SRC = 21    # src not in the expected set of this site's group for (job, round)
+    UNEXPECTED_SRC = 21  # src not in the expected set of this site's group for (job, round)
     # Reorder buffer (rules 6, 5, 1).
-    STALE = 22             # older than the chunk the slot holds or last completed
-    AHEAD_OF_WINDOW = 23   # the slot is held by another live chunk
-    DUPLICATE = 24         # this rank already contributed to this chunk
-    SLOT_MISMATCH = 25     # dtype or count differs from the slot's first contribution
+    STALE = 22  # older than the chunk the slot holds or last completed
+    AHEAD_OF_WINDOW = 23  # the slot is held by another live chunk
+    DUPLICATE = 24  # this rank already contributed to this chunk
+    SLOT_MISMATCH = 25  # dtype or count differs from the slot's first contribution
 
     @property
     def counter(self):
@@ -177,10 +199,31 @@ class Drop(enum.IntEnum):
 
 _RULE = {
     **{d: 0 for d in (Drop.NOT_IPV4, Drop.BAD_IP_HEADER, Drop.NOT_UDP, Drop.WRONG_PORT)},
-    **{d: 2 for d in (Drop.TRUNCATED, Drop.SHORT_HEADER, Drop.BAD_IP_CHECKSUM, Drop.BAD_UDP_LENGTH,
-                      Drop.BAD_UDP_CHECKSUM, Drop.BAD_LENGTH, Drop.BAD_COUNT, Drop.TOO_LARGE)},
-    **{d: 1 for d in (Drop.BAD_MAGIC, Drop.BAD_VERSION, Drop.BAD_KIND, Drop.BAD_DTYPE, Drop.BAD_FLAGS,
-                      Drop.BAD_RESERVED, Drop.SLOT_MISMATCH)},
+    **{
+        d: 2
+        for d in (
+            Drop.TRUNCATED,
+            Drop.SHORT_HEADER,
+            Drop.BAD_IP_CHECKSUM,
+            Drop.BAD_UDP_LENGTH,
+            Drop.BAD_UDP_CHECKSUM,
+            Drop.BAD_LENGTH,
+            Drop.BAD_COUNT,
+            Drop.TOO_LARGE,
+        )
+    },
+    **{
+        d: 1
+        for d in (
+            Drop.BAD_MAGIC,
+            Drop.BAD_VERSION,
+            Drop.BAD_KIND,
+            Drop.BAD_DTYPE,
+            Drop.BAD_FLAGS,
+            Drop.BAD_RESERVED,
+            Drop.SLOT_MISMATCH,
+        )
+    },
     Drop.RESULT_ON_INPUT: 7,
     Drop.BAD_BITMAP: 3,
     Drop.UNEXPECTED_SRC: 4,

@@ -8,14 +8,40 @@ The gateware (:mod:`wanreduce.hw.control`) decodes these addresses and the host 
 from .protocol import Drop
 
 __all__ = [
-    "ID_VALUE", "REG_ID", "REG_WIDTH", "REG_SLOTS", "REG_MEMBERS", "REG_SLOT_BYTES", "REG_DESTS", "REG_JOBS",
-    "REG_ROUNDS", "REG_ENTRY", "REG_RANK", "REG_PORT", "REG_MAC_HI", "REG_MAC_LO", "REG_IP", "REG_NDEST",
-    "REG_CLEAR", "JOB_BASE", "JOB_STRIDE", "DEST_BASE", "DEST_STRIDE", "COUNTER_BASE", "COUNTER_NAMES",
-    "PERF_BASE", "PERF_NAMES", "SCHED_BASE", "JOB_BANK_OFFSET", "ORDER_BASE", "ORDER_WORDS", "ORDER_PER_WORD",
+    "ID_VALUE",
+    "REG_ID",
+    "REG_WIDTH",
+    "REG_SLOTS",
+    "REG_MEMBERS",
+    "REG_SLOT_BYTES",
+    "REG_DESTS",
+    "REG_JOBS",
+    "REG_ROUNDS",
+    "REG_ENTRY",
+    "REG_RANK",
+    "REG_PORT",
+    "REG_MAC_HI",
+    "REG_MAC_LO",
+    "REG_IP",
+    "REG_NDEST",
+    "REG_CLEAR",
+    "JOB_BASE",
+    "JOB_STRIDE",
+    "DEST_BASE",
+    "DEST_STRIDE",
+    "COUNTER_BASE",
+    "COUNTER_NAMES",
+    "PERF_BASE",
+    "PERF_NAMES",
+    "SCHED_BASE",
+    "JOB_BANK_OFFSET",
+    "ORDER_BASE",
+    "ORDER_WORDS",
+    "ORDER_PER_WORD",
     "ORDER_NONE",
 ]
 
-ID_VALUE = 0x57520002       # "WR", register map version 2 (round banks, summation order)
+ID_VALUE = 0x57520002  # "WR", register map version 2 (round banks, summation order)
 
 # Read-only build parameters.
 REG_ID = 0x0000
@@ -26,16 +52,16 @@ REG_SLOT_BYTES = 0x0004
 REG_DESTS = 0x0005
 REG_JOBS = 0x0006
 REG_ROUNDS = 0x0007
-REG_ENTRY = 0x0008          # 0 frames, 1 bare UDP payloads
+REG_ENTRY = 0x0008  # 0 frames, 1 bare UDP payloads
 
 # Site configuration.
-REG_RANK = 0x0010           # this site's rank, 0..63 (the RESULT's src)
-REG_PORT = 0x0011           # UDP port listened on and sent from
-REG_MAC_HI = 0x0012         # MAC bytes 0-1 (first on the wire in the high byte)
-REG_MAC_LO = 0x0013         # MAC bytes 2-5
-REG_IP = 0x0014             # IPv4 address, first octet in the high byte
-REG_NDEST = 0x0015          # how many of the destination entries are used
-REG_CLEAR = 0x0016          # write 1: zero every counter
+REG_RANK = 0x0010  # this site's rank, 0..63 (the RESULT's src)
+REG_PORT = 0x0011  # UDP port listened on and sent from
+REG_MAC_HI = 0x0012  # MAC bytes 0-1 (first on the wire in the high byte)
+REG_MAC_LO = 0x0013  # MAC bytes 2-5
+REG_IP = 0x0014  # IPv4 address, first octet in the high byte
+REG_NDEST = 0x0015  # how many of the destination entries are used
+REG_CLEAR = 0x0016  # write 1: zero every counter
 
 # Per job entry j: +0 job id, +1 period P (1..rounds; 0 disables the entry), +2 bank bits b: round r's
 # chunk c uses slot ((r mod P) << b | c mod 2**b) mod S (reset: log2 S, i.e. chunk mod S).
@@ -59,8 +85,9 @@ DEST_STRIDE = 4
 #: slot's last completed chunk came in; that CONTRIB is also counted under duplicate) and evictions (a live
 #: chunk's buffers discarded because an older chunk, not completed here, took its slot back).
 COUNTER_BASE = 0x0400
-COUNTER_NAMES = ["frames_in"] + [d.counter for d in sorted(Drop)] + ["results", "results_reemitted",
-                                                                     "evictions"]
+COUNTER_NAMES = (
+    ["frames_in"] + [d.counter for d in sorted(Drop)] + ["results", "results_reemitted", "evictions"]
+)
 assert [COUNTER_NAMES.index(d.counter) for d in Drop] == [int(d) for d in Drop]
 
 #: Performance counters, 32 bits: clock cycles since reset or clear, input beats accepted, output beats

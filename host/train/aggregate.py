@@ -73,8 +73,7 @@ def golden_aggregator(payloads, *, rank, jobs, slots, members, slot_bytes):
     return out
 
 
-def group_sum_packets(values, order, dtype, *, chunk_elems, round_=0, group_id=0, aggregator=None,
-                      seed=0):
+def group_sum_packets(values, order, dtype, *, chunk_elems, round_=0, group_id=0, aggregator=None, seed=0):
     """The sum of ``values[m]`` (wire-dtype arrays) over ``order``, through packets and an aggregator.
 
     The members' packets arrive interleaved in a seeded random order, as the WAN would deliver them; the
@@ -96,8 +95,14 @@ def group_sum_packets(values, order, dtype, *, chunk_elems, round_=0, group_id=0
         live = [i for i, s in enumerate(left) if s]
         packets.append(left[live[int(rng.integers(len(live)))]].pop())
     slots = 1 << (n_chunks - 1).bit_length()  # a power of two, one slot per chunk at least
-    results = aggregator(packets, rank=order[0], jobs={0: [expected_entry(order)]}, slots=slots,
-                         members=len(order), slot_bytes=chunk_elems * dtype.size)
+    results = aggregator(
+        packets,
+        rank=order[0],
+        jobs={0: [expected_entry(order)]},
+        slots=slots,
+        members=len(order),
+        slot_bytes=chunk_elems * dtype.size,
+    )
     if len(results) != n_chunks:
         raise RuntimeError(f"The aggregator completed {len(results)} of {n_chunks} chunks.")
     total, _ = unpack_payloads(results, dtype=dtype)
@@ -143,8 +148,16 @@ def run_rounds(values, rounds, dtype, *, engine="fast", chunk_elems=256, aggrega
         new = x.copy()
         if engine == "packets":
             for gid, order in enumerate(orders):
-                total = group_sum_packets(x, order, dtype, chunk_elems=chunk_elems, round_=first_round + r,
-                                          group_id=gid, aggregator=aggregator, seed=first_round + r)
+                total = group_sum_packets(
+                    x,
+                    order,
+                    dtype,
+                    chunk_elems=chunk_elems,
+                    round_=first_round + r,
+                    group_id=gid,
+                    aggregator=aggregator,
+                    seed=first_round + r,
+                )
                 new[list(order)] = divide(total, len(order), dtype)
         else:
             by_size = {}

@@ -38,8 +38,10 @@ def _digits():
     try:
         from sklearn.datasets import load_digits
     except ImportError as exc:
-        raise WanreduceError("training needs scikit-learn for its bundled digits data set: "
-                             "pip install -e '.[train]' (or make train)") from exc
+        raise WanreduceError(
+            "training needs scikit-learn for its bundled digits data set: "
+            "pip install -e '.[train]' (or make train)"
+        ) from exc
     d = load_digits()
     return (d.data / 16.0).astype(np.float32), d.target.astype(np.int64)
 

@@ -73,8 +73,11 @@ def _time_to_target(evals, clock, target):
 
 
 def _best_wanreduce(entries):
-    wr = [(e["ratio_vs_colocated"], n) for n, e in entries.items()
-          if n.startswith("wanreduce") and e.get("ratio_vs_colocated") is not None]
+    wr = [
+        (e["ratio_vs_colocated"], n)
+        for n, e in entries.items()
+        if n.startswith("wanreduce") and e.get("ratio_vs_colocated") is not None
+    ]
     return min(wr) if wr else (None, None)
 
 
@@ -88,12 +91,14 @@ def run_experiment(cfg, setting=None, *, log=print):
     if topo.n < cfg.sites:
         raise WanreduceError(f"the {topo.name} topology has {topo.n} sites, fewer than {cfg.sites}")
     if topo.n > cfg.sites:  # the reduced runs: the first sites of the topology
-        topo = load_topology(cfg.topology, sites=list(topo.sites[:cfg.sites]))
+        topo = load_topology(cfg.topology, sites=list(topo.sites[: cfg.sites]))
     methods = [m for m in METHODS(cfg.h) if not cfg.methods or m.name in cfg.methods]
     unknown = set(cfg.methods) - {m.name for m in METHODS(cfg.h)}
     if unknown:
-        raise WanreduceError(f"unknown method(s) {', '.join(sorted(unknown))}; known: "
-                             f"{', '.join(m.name for m in METHODS(cfg.h))}")
+        raise WanreduceError(
+            f"unknown method(s) {', '.join(sorted(unknown))}; known: "
+            f"{', '.join(m.name for m in METHODS(cfg.h))}"
+        )
     t0 = time.perf_counter()
     costs, missing = build_costs(topo, setting, methods, time_limit_s=cfg.schedule_time_s, seed=cfg.seed)
     log(f"costs and schedules: {time.perf_counter() - t0:.1f} s")
@@ -104,13 +109,29 @@ def run_experiment(cfg, setting=None, *, log=print):
         key = trajectory_key(m, costs[m.name])
         key_of[m.name] = key
         if key not in trajs:
-            trajs[key] = dict(key=key, algorithm=m.algorithm, h=m.h, steps=_steps_for(m, cfg),
-                              pipelined=m.pipelined, dtype="fp32" if m.weights else cfg.dtype,
-                              eval_every=m.h if m.algorithm == "diloco" else cfg.eval_every,
-                              syncs=costs[m.name].rounds)
-    wcfg = dict(seed=cfg.seed, hidden=cfg.hidden, lr=cfg.lr, momentum=cfg.momentum, outer_lr=cfg.outer_lr,
-                batch=cfg.batch, dtype=cfg.dtype, engine=cfg.engine, chunk_elems=cfg.chunk_elems,
-                target=cfg.target, past_target=cfg.past_target)
+            trajs[key] = dict(
+                key=key,
+                algorithm=m.algorithm,
+                h=m.h,
+                steps=_steps_for(m, cfg),
+                pipelined=m.pipelined,
+                dtype="fp32" if m.weights else cfg.dtype,
+                eval_every=m.h if m.algorithm == "diloco" else cfg.eval_every,
+                syncs=costs[m.name].rounds,
+            )
+    wcfg = dict(
+        seed=cfg.seed,
+        hidden=cfg.hidden,
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        outer_lr=cfg.outer_lr,
+        batch=cfg.batch,
+        dtype=cfg.dtype,
+        engine=cfg.engine,
+        chunk_elems=cfg.chunk_elems,
+        target=cfg.target,
+        past_target=cfg.past_target,
+    )
     log(f"training {len(trajs)} distinct runs for {len(key_of)} methods on {cfg.sites} site processes")
     t0 = time.perf_counter()
     results = run_sites(cfg.sites, wcfg, list(trajs.values()))
@@ -118,9 +139,17 @@ def run_experiment(cfg, setting=None, *, log=print):
     log(f"training: {train_wall:.1f} s")
     out_methods = {}
     for m in methods:
-        entry = {"algorithm": m.algorithm, "transport": m.transport, "memory": m.memory, "h": m.h,
-                 "per_sync": m.per_sync, "pipelined": m.pipelined, "note": m.note,
-                 "sync_bytes": setting.bytes_for(m), "wire_dtype": "fp32" if m.weights else cfg.dtype}
+        entry = {
+            "algorithm": m.algorithm,
+            "transport": m.transport,
+            "memory": m.memory,
+            "h": m.h,
+            "per_sync": m.per_sync,
+            "pipelined": m.pipelined,
+            "note": m.note,
+            "sync_bytes": setting.bytes_for(m),
+            "wire_dtype": "fp32" if m.weights else cfg.dtype,
+        }
         if costs[m.name] is None:
             entry.update(available=False, reason=missing[m.name], time_to_target_s=None)
             out_methods[m.name] = entry
@@ -165,24 +194,39 @@ def run_experiment(cfg, setting=None, *, log=print):
             evals = results[key_of[m.name]]["evals"]
             clock = simulate_clock(m, costs[m.name], s2, evals[-1][0], cfg.sites)
             times[m.name] = _time_to_target(evals, clock, cfg.target)[1]
-        ratios = {n: (t / times["colocated"] if t is not None and times.get("colocated") else None)
-                  for n, t in times.items()}
-        b = min(((r, n) for n, r in ratios.items() if n.startswith("wanreduce") and r is not None),
-                default=(None, None))
-        sweep.append({"tokens_per_step": tokens, "step_s": s2.step_s, "best_wanreduce": b[1],
-                      "ratio_vs_colocated": b[0], "ratios": ratios})
+        ratios = {
+            n: (t / times["colocated"] if t is not None and times.get("colocated") else None)
+            for n, t in times.items()
+        }
+        b = min(
+            ((r, n) for n, r in ratios.items() if n.startswith("wanreduce") and r is not None),
+            default=(None, None),
+        )
+        sweep.append(
+            {
+                "tokens_per_step": tokens,
+                "step_s": s2.step_s,
+                "best_wanreduce": b[1],
+                "ratio_vs_colocated": b[0],
+                "ratios": ratios,
+            }
+        )
     plans = {}
     for m in methods:
         c = costs[m.name]
         if c is not None and c.plan:
             plans[f"{m.transport} at {m.memory} memory, {setting.bytes_for(m) / 1e9:g} GB"] = c.plan
     return {
-        "setting": {**asdict(setting), "step_s": setting.step_s, "sync_bytes": setting.sync_bytes,
-                    "described": setting.describe()},
+        "setting": {
+            **asdict(setting),
+            "step_s": setting.step_s,
+            "sync_bytes": setting.sync_bytes,
+            "described": setting.describe(),
+        },
         "config": {k: v for k, v in asdict(cfg).items() if k != "methods"},
         "ratio_rule": "time to target accuracy over colocated's, same runs and clock; "
-                      "step_ratio_vs_colocated is seconds per step over colocated's, the utilisation measure "
-                      "INTELLECT-1 reports",
+        "step_ratio_vs_colocated is seconds per step over colocated's, the utilisation measure "
+        "INTELLECT-1 reports",
         "topology": topo.name,
         "sites": list(topo.sites),
         "target_accuracy": cfg.target,
@@ -196,8 +240,13 @@ def run_experiment(cfg, setting=None, *, log=print):
         "goal_ratio": 1.10,
         "goal_reached": best[0] is not None and best[0] <= 1.10,
         "goal_reached_from_tokens_per_step": next(
-            (row["tokens_per_step"] for row in sweep
-             if row["ratio_vs_colocated"] is not None and row["ratio_vs_colocated"] <= 1.10), None),
+            (
+                row["tokens_per_step"]
+                for row in sweep
+                if row["ratio_vs_colocated"] is not None and row["ratio_vs_colocated"] <= 1.10
+            ),
+            None,
+        ),
         "published_ratio": 1.20,
         "train_wall_s": train_wall,
         "_finals": {k: r["final"] for k, r in results.items()},
@@ -229,8 +278,24 @@ def plot(result, path):
 
     fig, ax = plt.subplots(figsize=(9, 5.5))
     styles = {"colocated": ("k", "-"), "ring": ("tab:gray", "--"), "unicast": ("tab:brown", ":")}
-    palette = iter(["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#DDAA33", "#332288",
-                    "#88CCEE", "#AA4499", "#117733", "#999933", "#882255", "#44AA99"])
+    palette = iter(
+        [
+            "#0072B2",
+            "#D55E00",
+            "#009E73",
+            "#CC79A7",
+            "#E69F00",
+            "#56B4E9",
+            "#DDAA33",
+            "#332288",
+            "#88CCEE",
+            "#AA4499",
+            "#117733",
+            "#999933",
+            "#882255",
+            "#44AA99",
+        ]
+    )
     base = result["methods"].get("colocated", {}).get("time_to_target_s") or 1.0
     # Methods hundreds of times slower than colocated would squeeze the rest into a corner: they are left
     # off the axis and named in the legend.

@@ -74,10 +74,12 @@ class Setting:
         return int(self.params * (4 if method.weights else self.wire_bytes))
 
     def describe(self):
-        return (f"{self.params / 1e9:g}B parameters, {self.tokens_per_step:,} tokens per step on "
-                f"{self.gpus} GPUs at {self.peak_flops / 1e12:g} TFLOP/s and {self.mfu:.0%} MFU: "
-                f"{self.step_s:.3f} s per step; sync {self.sync_bytes / 1e9:g} GB "
-                f"({self.wire_bytes}-byte elements)")
+        return (
+            f"{self.params / 1e9:g}B parameters, {self.tokens_per_step:,} tokens per step on "
+            f"{self.gpus} GPUs at {self.peak_flops / 1e12:g} TFLOP/s and {self.mfu:.0%} MFU: "
+            f"{self.step_s:.3f} s per step; sync {self.sync_bytes / 1e9:g} GB "
+            f"({self.wire_bytes}-byte elements)"
+        )
 
 
 @dataclass(frozen=True)
@@ -109,26 +111,79 @@ def _methods(h):
         Method("colocated", "allreduce", "colocated", note="same GPUs in one building (lower bound)"),
         Method("ring", "allreduce", "ring", note="ring all-reduce over the WAN, every step"),
         Method("unicast", "allreduce", "unicast", note="all-to-all unicast, no in-network aggregation"),
-        Method(f"diloco-ring-h{h}", "diloco", "ring", h=h,
-               note=f"DiLoCo over a WAN ring, outer step every {h} (software state of the art)"),
-        Method("ring-pipelined", "allreduce", "ring", pipelined=True,
-               note="ring all-reduce over the WAN, applied one step late, overlapping the next step"),
+        Method(
+            f"diloco-ring-h{h}",
+            "diloco",
+            "ring",
+            h=h,
+            note=f"DiLoCo over a WAN ring, outer step every {h} (software state of the art)",
+        ),
+        Method(
+            "ring-pipelined",
+            "allreduce",
+            "ring",
+            pipelined=True,
+            note="ring all-reduce over the WAN, applied one step late, overlapping the next step",
+        ),
         Method("wanreduce-small", "allreduce", "wanreduce", "small", note="every step, full period"),
         Method("wanreduce-ample", "allreduce", "wanreduce", "ample", note="every step, full period"),
-        Method("wanreduce-ample-pipelined", "allreduce", "wanreduce", "ample", pipelined=True,
-               note="every step, full period, applied one step late, overlapping the next step"),
-        Method("wanreduce-gossip-small", "gossip", "wanreduce", "small", per_sync="round", weights=True,
-               note="one schedule round of fp32 weights per step, overlapped (D-PSGD)"),
-        Method("wanreduce-gossip-ample", "gossip", "wanreduce", "ample", per_sync="round", weights=True,
-               note="one schedule round of fp32 weights per step, overlapped (D-PSGD)"),
-        Method(f"wanreduce-diloco-small-h{h}", "diloco", "wanreduce", "small", h=h,
-               note=f"DiLoCo outer step every {h}, full period"),
-        Method(f"wanreduce-diloco-ample-h{h}", "diloco", "wanreduce", "ample", h=h,
-               note=f"DiLoCo outer step every {h}, full period"),
-        Method("wanreduce-lean-small", "allreduce", "lean", "small",
-               note="root (lean) mode at on-chip memory, every step, full period"),
-        Method("wanreduce-lean-small-pipelined", "allreduce", "lean", "small", pipelined=True,
-               note="root (lean) mode at on-chip memory, applied one step late"),
+        Method(
+            "wanreduce-ample-pipelined",
+            "allreduce",
+            "wanreduce",
+            "ample",
+            pipelined=True,
+            note="every step, full period, applied one step late, overlapping the next step",
+        ),
+        Method(
+            "wanreduce-gossip-small",
+            "gossip",
+            "wanreduce",
+            "small",
+            per_sync="round",
+            weights=True,
+            note="one schedule round of fp32 weights per step, overlapped (D-PSGD)",
+        ),
+        Method(
+            "wanreduce-gossip-ample",
+            "gossip",
+            "wanreduce",
+            "ample",
+            per_sync="round",
+            weights=True,
+            note="one schedule round of fp32 weights per step, overlapped (D-PSGD)",
+        ),
+        Method(
+            f"wanreduce-diloco-small-h{h}",
+            "diloco",
+            "wanreduce",
+            "small",
+            h=h,
+            note=f"DiLoCo outer step every {h}, full period",
+        ),
+        Method(
+            f"wanreduce-diloco-ample-h{h}",
+            "diloco",
+            "wanreduce",
+            "ample",
+            h=h,
+            note=f"DiLoCo outer step every {h}, full period",
+        ),
+        Method(
+            "wanreduce-lean-small",
+            "allreduce",
+            "lean",
+            "small",
+            note="root (lean) mode at on-chip memory, every step, full period",
+        ),
+        Method(
+            "wanreduce-lean-small-pipelined",
+            "allreduce",
+            "lean",
+            "small",
+            pipelined=True,
+            note="root (lean) mode at on-chip memory, applied one step late",
+        ),
     )
 
 
@@ -149,9 +204,17 @@ def _lean_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
     best, _ = _lean.optimize_lean(big, gather_per_shape=gather_per)
     tail = _lean.lean_plan(small, best.rounds)
     rounds = [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in best.rounds]
-    info = {"construction": best.name, "period_s": best.period_s, "score_s": best.score_s,
-            "rounds": rounds, "round_s": best.round_s, "bounds": [rc.bound for rc in best.round_costs],
-            "period_bucket_s": tail.period_s, "exact": bool(best.exact), "mode": "root"}
+    info = {
+        "construction": best.name,
+        "period_s": best.period_s,
+        "score_s": best.score_s,
+        "rounds": rounds,
+        "round_s": best.round_s,
+        "bounds": [rc.bound for rc in best.round_costs],
+        "period_bucket_s": tail.period_s,
+        "exact": bool(best.exact),
+        "mode": "root",
+    }
     return rounds, None, info
 
 
@@ -183,9 +246,16 @@ def _plan_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
         bulk_of = {tuple(sorted(g.members)): g.time_s for g in bulk_rc.groups}
         tail_of = {tuple(sorted(g.members)): g.time_s for g in tail_rc.groups}
         times.append([(bulk_of[tuple(sorted(g))], tail_of[tuple(sorted(g))]) for g in rnd])
-    info = {"construction": best.name, "period_s": best.period_s, "score_s": best.score_s,
-            "rounds": rounds, "round_s": best.round_s, "bounds": [rc.bound for rc in best.round_costs],
-            "period_bucket_s": tail.period_s, "exact": bool(best.exact)}
+    info = {
+        "construction": best.name,
+        "period_s": best.period_s,
+        "score_s": best.score_s,
+        "rounds": rounds,
+        "round_s": best.round_s,
+        "bounds": [rc.bound for rc in best.round_costs],
+        "period_bucket_s": tail.period_s,
+        "exact": bool(best.exact),
+    }
     return rounds, times, info
 
 
@@ -201,9 +271,13 @@ def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
                 costs[m.name], missing[m.name] = None, why
                 continue
         if m.transport in ("colocated", "ring", "unicast"):
-            fn = {"colocated": lambda mod: colocated(mod, colocated_us=setting.colocated_us,
-                                                     colocated_gbps=setting.colocated_gbps),
-                  "ring": ring, "unicast": unicast}[m.transport]
+            fn = {
+                "colocated": lambda mod: colocated(
+                    mod, colocated_us=setting.colocated_us, colocated_gbps=setting.colocated_gbps
+                ),
+                "ring": ring,
+                "unicast": unicast,
+            }[m.transport]
             big = fn(CostModel(topo, CostParams(tensor_bytes=setting.bytes_for(m))))
             tail = fn(CostModel(topo, CostParams(tensor_bytes=setting.bucket_bytes)))
             costs[m.name] = SyncCost([[everyone]], [[[(big.time_s, tail.time_s)]]], big.detail)
@@ -218,8 +292,13 @@ def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
             # The period pipelines its rounds chunk by chunk (the cost model's period formula), and on an
             # exact grid it ties every site to every other: the clock charges it as one step for all.
             members = sorted({r for rnd in rounds for g in rnd for r in g})
-            costs[m.name] = SyncCost([rounds], [[[(info["period_s"], info["period_bucket_s"])]]],
-                                     info["construction"], info, clock_rounds=[[[members]]])
+            costs[m.name] = SyncCost(
+                [rounds],
+                [[[(info["period_s"], info["period_bucket_s"])]]],
+                info["construction"],
+                info,
+                clock_rounds=[[[members]]],
+            )
         else:
             costs[m.name] = SyncCost([[r] for r in rounds], [[t] for t in times], info["construction"], info)
     return costs, missing

@@ -31,8 +31,10 @@ def run_sites(n, cfg, trajectories, *, timeout_s=1800):
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="wanreduce-train-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
-        procs = [ctx.Process(target=worker_main, args=(r, n, init_file, cfg, trajectories, queue),
-                             daemon=True) for r in range(n)]
+        procs = [
+            ctx.Process(target=worker_main, args=(r, n, init_file, cfg, trajectories, queue), daemon=True)
+            for r in range(n)
+        ]
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout_s
@@ -44,11 +46,13 @@ def run_sites(n, cfg, trajectories, *, timeout_s=1800):
                 except queue_module.Empty:
                     failed = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0)}
                     if failed:
-                        raise WanreduceError(f"site process(es) failed with exit codes {failed}; their "
-                                             "error is printed above") from None
+                        raise WanreduceError(
+                            f"site process(es) failed with exit codes {failed}; their error is printed above"
+                        ) from None
                     if time.monotonic() > deadline:
-                        raise WanreduceError(f"the site processes did not finish in {timeout_s:g} s") \
-                            from None
+                        raise WanreduceError(
+                            f"the site processes did not finish in {timeout_s:g} s"
+                        ) from None
         finally:
             for p in procs:
                 p.join(timeout=30)

@@ -52,8 +52,9 @@ class Syncer:
         gathered = [torch.empty_like(mine) for _ in range(self.n)]
         dist.all_gather(gathered, mine)
         x = np.stack([g.numpy() for g in gathered]).view(np_dtype(self.dtype))  # (sites, elements)
-        y = run_rounds(x, rounds, self.dtype, engine=self.engine, chunk_elems=self.chunk_elems,
-                       first_round=self.syncs)
+        y = run_rounds(
+            x, rounds, self.dtype, engine=self.engine, chunk_elems=self.chunk_elems, first_round=self.syncs
+        )
         if self.record is not None:
             self.record.append((x.copy(), [list(map(list, r)) for r in rounds], y.copy()))
         self.syncs += 1
@@ -200,9 +201,14 @@ def worker_main(rank, n, init_file, cfg, trajectories, out_queue):
         split = load_split(n, seed=cfg["seed"])
         results = {}
         for traj in trajectories:
-            syncer = Syncer(rank=rank, n=n, dtype=traj.get("dtype", cfg["dtype"]),
-                            engine=traj.get("engine", cfg["engine"]),
-                            chunk_elems=cfg["chunk_elems"], record=cfg.get("record", False))
+            syncer = Syncer(
+                rank=rank,
+                n=n,
+                dtype=traj.get("dtype", cfg["dtype"]),
+                engine=traj.get("engine", cfg["engine"]),
+                chunk_elems=cfg["chunk_elems"],
+                record=cfg.get("record", False),
+            )
             import time
 
             t0 = time.perf_counter()

@@ -17,20 +17,25 @@ import wanreduce.sim.bench as package
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m wanreduce.sim.bench",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="build/bench.json",
-                        help="JSON file to update (default: build/bench.json)")
-    parser.add_argument("--only", default=None,
-                        help="comma-separated module names to run (default: all of them)")
+    parser = argparse.ArgumentParser(
+        prog="python -m wanreduce.sim.bench", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--out", default="build/bench.json", help="JSON file to update (default: build/bench.json)"
+    )
+    parser.add_argument(
+        "--only", default=None, help="comma-separated module names to run (default: all of them)"
+    )
     args = parser.parse_args(argv)
     names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
     if args.only:
         wanted = args.only.split(",")
         unknown = sorted(set(wanted) - set(names))
         if unknown:
-            print(f"bench: error: no benchmark module {', '.join(unknown)} (have: {', '.join(names)})",
-                  file=sys.stderr)
+            print(
+                f"bench: error: no benchmark module {', '.join(unknown)} (have: {', '.join(names)})",
+                file=sys.stderr,
+            )
             return 2
         names = wanted
     figures = {}

@@ -10,5 +10,7 @@ def test_support(name):
     try:
         return importlib.import_module(f"tests.support.{name}")
     except ImportError:
-        raise RuntimeError(f"this benchmark needs tests/support/{name}.py of a source checkout; "
-                           "run `make bench` from the repository") from None
+        raise RuntimeError(
+            f"this benchmark needs tests/support/{name}.py of a source checkout; "
+            "run `make bench` from the repository"
+        ) from None

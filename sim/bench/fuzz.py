@@ -37,8 +37,11 @@ def run(configs=CONFIGS, seeds=SEEDS, frames_per_run=FRAMES_PER_RUN):
             sim = FuzzSim(width=width, entry=entry)
         total = FuzzReport()
         for k, seed in enumerate(seeds):
-            total.add(run_fuzz(sim, n_frames=frames_per_run, seed=1000 * width + seed,
-                               idle_prob=IDLE[k % len(IDLE)]))
+            total.add(
+                run_fuzz(
+                    sim, n_frames=frames_per_run, seed=1000 * width + seed, idle_prob=IDLE[k % len(IDLE)]
+                )
+            )
         name = f"w{width}_{entry}"
         for key in ("frames", "violations", "results", "reemits", "evictions", "wedged", "max_stall"):
             figures[f"fuzz_{key}_{name}"] = float(getattr(total, key))

@@ -32,8 +32,23 @@ def tensor(tmp_path):
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_pack_then_independent_decoders(capsys, tmp_path, tensor, dtype):
     out = tmp_path / "o.pcap"
-    code, text, _ = run(capsys, "pack", str(tensor), "-o", str(out), "--dtype", dtype, "--rank", "4",
-                        "--round", "9", "--group", "2", "--chunk-elems", "300")
+    code, text, _ = run(
+        capsys,
+        "pack",
+        str(tensor),
+        "-o",
+        str(out),
+        "--dtype",
+        dtype,
+        "--rank",
+        "4",
+        "--round",
+        "9",
+        "--group",
+        "2",
+        "--chunk-elems",
+        "300",
+    )
     assert code == 0 and "4 CONTRIB frames" in text
     frames = read_pcap(out)
     assert len(frames) == 4
@@ -63,12 +78,15 @@ def test_inspect_lists_frames_and_tallies_drops(capsys, tmp_path, tensor):
     assert "2 of 3 frames would be dropped" in err
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: None, "no such file"),
-    (lambda p: p.write_bytes(b"\xd4\xc3\xb2\xa1" + b"\0" * 10), "too short to be a pcap"),
-    (lambda p: p.write_bytes(b"hello world, this is not a capture"), "not a pcap file"),
-    (lambda p: p.write_bytes(b"\x0a\x0d\x0d\x0a" + b"\0" * 40), "pcapng"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.write_bytes(b"\xd4\xc3\xb2\xa1" + b"\0" * 10), "too short to be a pcap"),
+        (lambda p: p.write_bytes(b"hello world, this is not a capture"), "not a pcap file"),
+        (lambda p: p.write_bytes(b"\x0a\x0d\x0d\x0a" + b"\0" * 40), "pcapng"),
+    ],
+)
 def test_inspect_bad_files(capsys, tmp_path, make, message):
     path = tmp_path / "x.pcap"
     make(path)
@@ -87,8 +105,15 @@ def test_inspect_truncated_pcap(capsys, tmp_path, tensor):
 
 def test_inspect_wrong_port_and_non_udp(capsys, tmp_path):
     payload = bytes(32 + 4)
-    f = build_frame(payload, src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02", src_ip="1.2.3.4",
-                    dst_ip="5.6.7.8", sport=1, dport=53)
+    f = build_frame(
+        payload,
+        src_mac="02:00:00:00:00:01",
+        dst_mac="02:00:00:00:00:02",
+        src_ip="1.2.3.4",
+        dst_ip="5.6.7.8",
+        sport=1,
+        dport=53,
+    )
     arp = bytes(12) + b"\x08\x06" + bytes(28)
     path = tmp_path / "x.pcap"
     write_pcap(path, [f, arp])
@@ -132,9 +157,14 @@ def test_pack_refuses_to_overwrite_without_force(capsys, tmp_path, tensor):
     assert len(read_pcap(out)) == 4
 
 
-@pytest.mark.parametrize("argv", [["pack", "x.npy", "-o", "y.pcap", "--rank", "64"],
-                                  ["pack", "x.npy", "-o", "y.pcap", "--rank", "0", "--chunk-elems", "0"],
-                                  ["pack", "x.npy", "-o", "y.pcap", "--rank", "0", "--dtype", "fp64"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pack", "x.npy", "-o", "y.pcap", "--rank", "64"],
+        ["pack", "x.npy", "-o", "y.pcap", "--rank", "0", "--chunk-elems", "0"],
+        ["pack", "x.npy", "-o", "y.pcap", "--rank", "0", "--dtype", "fp64"],
+    ],
+)
 def test_option_range_errors(capsys, argv):
     code, _, err = run(capsys, *argv)
     assert code == 2 and "error" in err and "Traceback" not in err
@@ -145,17 +175,24 @@ def test_option_range_errors(capsys, argv):
 def test_console_script_prints_no_traceback(tmp_path):
     exe = os.path.join(os.path.dirname(sys.executable), "wanreduce")
     r = subprocess.run([exe, "inspect", str(tmp_path / "none.pcap")], capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.strip() == f"wanreduce inspect: error: {tmp_path / 'none.pcap'}: " \
-        "no such file"
+    assert (
+        r.returncode == 2
+        and r.stderr.strip() == f"wanreduce inspect: error: {tmp_path / 'none.pcap'}: no such file"
+    )
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: p.write_text("1,2,3\n"), "not a .npy file"),
-    (lambda p: np.savez(p.with_suffix(".npz"), a=np.ones(3)) or p.with_suffix(".npz").rename(p),
-     "is an .npz archive"),
-    (lambda p: np.save(p, np.array([{}], dtype=object), allow_pickle=True), "holds Python objects"),
-    (lambda p: p.write_bytes(np.lib.format.MAGIC_PREFIX + b"\x01\x00garbage"), "a damaged .npy file"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p.write_text("1,2,3\n"), "not a .npy file"),
+        (
+            lambda p: np.savez(p.with_suffix(".npz"), a=np.ones(3)) or p.with_suffix(".npz").rename(p),
+            "is an .npz archive",
+        ),
+        (lambda p: np.save(p, np.array([{}], dtype=object), allow_pickle=True), "holds Python objects"),
+        (lambda p: p.write_bytes(np.lib.format.MAGIC_PREFIX + b"\x01\x00garbage"), "a damaged .npy file"),
+    ],
+)
 def test_pack_on_a_file_that_is_not_npy_says_so(capsys, tmp_path, make, message):
     src = tmp_path / "x.npy"
     make(src)
@@ -186,8 +223,21 @@ def test_pack_group_ids_above_255_need_explicit_addresses(capsys, tmp_path, tens
     code, _, err = run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "0", "--group", "300")
     assert code == 2 and "--group 300 does not fit the default multicast address" in err and not out.exists()
     # two groups never share the default address: 256 no longer wraps onto group 0
-    code, _, err = run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "0", "--group", "300",
-                       "--dst-ip", "239.1.1.44", "--dst-mac", "01:00:5e:01:01:2c")
+    code, _, err = run(
+        capsys,
+        "pack",
+        str(tensor),
+        "-o",
+        str(out),
+        "--rank",
+        "0",
+        "--group",
+        "300",
+        "--dst-ip",
+        "239.1.1.44",
+        "--dst-mac",
+        "01:00:5e:01:01:2c",
+    )
     assert code == 0, err
     _, _, _, payload = decode_frame(read_pcap(out)[0])
     assert decode_payload(payload)[0]["group"] == 300

@@ -24,8 +24,18 @@ def _check(report, aggregator):
 
 def test_demo_on_the_golden_model(capsys, tmp_path):
     path = tmp_path / "demo.json"
-    code, out, err = _run(capsys, "demo", "--aggregator", "golden", "--elements", "8192", "--time-limit", "1",
-                          "--json", str(path))
+    code, out, err = _run(
+        capsys,
+        "demo",
+        "--aggregator",
+        "golden",
+        "--elements",
+        "8192",
+        "--time-limit",
+        "1",
+        "--json",
+        str(path),
+    )
     assert code == 0 and "demo: PASS" in out, out + err
     _check(json.loads(path.read_text()), "golden")
     assert "searching schedules" in err  # progress goes to stderr

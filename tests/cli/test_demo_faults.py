@@ -20,8 +20,21 @@ BASE = ("demo", "--aggregator", "golden", "--elements", "2048", "--time-limit", 
 
 def test_demo_with_every_fault_is_bit_exact_and_reports_the_recovery(capsys, tmp_path):
     path = tmp_path / "demo.json"
-    code, out, err = _run(capsys, *BASE, "--loss", "0.02", "--dup", "0.02", "--reorder", "--corrupt", "0.01",
-                          "--seed", "3", "--json", str(path))
+    code, out, err = _run(
+        capsys,
+        *BASE,
+        "--loss",
+        "0.02",
+        "--dup",
+        "0.02",
+        "--reorder",
+        "--corrupt",
+        "0.01",
+        "--seed",
+        "3",
+        "--json",
+        str(path),
+    )
     assert code == 0 and "demo: PASS" in out, out + err
     report = json.loads(path.read_text())
     assert report["exact"] is True and report["distinct_results"] == 1 and report["pass"] is True

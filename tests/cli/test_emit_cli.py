@@ -15,13 +15,20 @@ from wanreduce.host.reference import run_reference
 from wanreduce.host.replay import Receiver, datagram_frames, read_pcap_timed, write_pcap_timed
 from wanreduce.spec.schedfile import load_schedule
 
-MINE = ["wanreduce.cli.emit", "wanreduce.cli.replay", "wanreduce.cli.merge", "wanreduce.cli.unpack",
-        "wanreduce.cli.verify"]
+MINE = [
+    "wanreduce.cli.emit",
+    "wanreduce.cli.replay",
+    "wanreduce.cli.merge",
+    "wanreduce.cli.unpack",
+    "wanreduce.cli.verify",
+]
 NINE = ["AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO"]
-SCHEDULE = {"version": 1, "sites": NINE,
-            "rounds": [{"groups": [[0, 2, 4], [1, 3, 5], [6, 7, 8]]},
-                       {"groups": [[0, 1, 6], [2, 3, 7], [4, 5, 8]]}],
-            "params": {"memory_bytes": 16384, "chunk_bytes": 64, "topology": "nine-city"}}
+SCHEDULE = {
+    "version": 1,
+    "sites": NINE,
+    "rounds": [{"groups": [[0, 2, 4], [1, 3, 5], [6, 7, 8]]}, {"groups": [[0, 1, 6], [2, 3, 7], [4, 5, 8]]}],
+    "params": {"memory_bytes": 16384, "chunk_bytes": 64, "topology": "nine-city"},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -57,8 +64,9 @@ def payloads_of(path):
 def test_emit_then_loopback_udp_then_capture(capsys, files):
     tmp, sched, npz, _ = files
     out = tmp / "rank2.pcap"
-    code, text, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 3,
-                          "-o", out)
+    code, text, err = run(
+        capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 3, "-o", out
+    )
     assert code == 0, err
     assert "rank 2 (FRA): 9 CONTRIB frames, 3 of 3 rounds, 3 chunks of 45 fp32 elements" in text
     sent = payloads_of(out)
@@ -86,8 +94,22 @@ def test_emit_then_loopback_udp_then_capture(capsys, files):
     assert [d for _, d, _ in rx.datagrams] == sent[:2]
     # emit straight to the socket, the model's 0.3 s of pacing played 1000 times faster
     with Receiver(count=len(sent), timeout=20) as rx:
-        code, text, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 3,
-                              "--to", f"udp://127.0.0.1:{rx.port}", "--speed", 1000)
+        code, text, err = run(
+            capsys,
+            "emit",
+            "--schedule",
+            sched,
+            "--grads",
+            npz,
+            "--rank",
+            2,
+            "--rounds",
+            3,
+            "--to",
+            f"udp://127.0.0.1:{rx.port}",
+            "--speed",
+            1000,
+        )
     assert code == 0, err
     assert "sent 9 packets" in text and "lateness mean" in text
     assert [d for _, d, _ in rx.datagrams] == sent
@@ -95,28 +117,62 @@ def test_emit_then_loopback_udp_then_capture(capsys, files):
 
 def golden_results(schedule, merged, rank):
     period = [next((grp for grp in rnd if rank in grp), 0) for rnd in schedule.rounds]
-    agg = GoldenAggregator(rank=rank, jobs={0: period}, slots=64, members=3, slot_bytes=64, bank_bits={0: 5},
-                           destinations=[Destination("01:00:5e:57:53:04", "239.87.83.4"),
-                                         Destination("02:00:00:00:00:09", "10.0.0.9")])
+    agg = GoldenAggregator(
+        rank=rank,
+        jobs={0: period},
+        slots=64,
+        members=3,
+        slot_bytes=64,
+        bank_bits={0: 5},
+        destinations=[
+            Destination("01:00:5e:57:53:04", "239.87.83.4"),
+            Destination("02:00:00:00:00:09", "10.0.0.9"),
+        ],
+    )
     out = [r for f in read_pcap(merged) for r in agg.feed_frame(f)]
     return out, agg.counters
 
 
 def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     tmp, sched, npz, grads = files
-    code, text, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", "all", "--rounds", 3,
-                          "-o", tmp / "sites" / "{rank}-{site}.pcap")
+    code, text, err = run(
+        capsys,
+        "emit",
+        "--schedule",
+        sched,
+        "--grads",
+        npz,
+        "--rank",
+        "all",
+        "--rounds",
+        3,
+        "-o",
+        tmp / "sites" / "{rank}-{site}.pcap",
+    )
     assert code == 0, err
     pcaps = [tmp / "sites" / f"{rank}-{name}.pcap" for rank, name in enumerate(NINE)]
     assert text.count("\n") == 9 and f"{pcaps[8]}: rank 8 (TYO): 9 CONTRIB frames" in text
     # one site at a time gives the same file
-    code, _, err = run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 4, "--rounds", 3,
-                       "-o", tmp / "alone4.pcap")
+    code, _, err = run(
+        capsys,
+        "emit",
+        "--schedule",
+        sched,
+        "--grads",
+        npz,
+        "--rank",
+        4,
+        "--rounds",
+        3,
+        "-o",
+        tmp / "alone4.pcap",
+    )
     assert code == 0, err
     assert (tmp / "alone4.pcap").read_bytes() == pcaps[4].read_bytes()
     merged = tmp / "merged" / "in4.pcap"
-    code, text, err = run(capsys, "merge", *pcaps, "--wan", "nine-city", "--rank", 4, "--schedule", sched,
-                          "-o", merged)
+    code, text, err = run(
+        capsys, "merge", *pcaps, "--wan", "nine-city", "--rank", 4, "--schedule", sched, "-o", merged
+    )
     assert code == 0, err
     # rank 4 is in a 3-member group in each of 3 rounds: 3 * 3 sites * 3 chunks reach it, 54 are others'
     assert "27 frames from 9 captures" in text and "54 CONTRIBs of other groups left out" in text
@@ -124,8 +180,10 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     assert np.all(np.diff(times) >= 0)
     schedule = load_schedule(sched)
     results, counters = golden_results(schedule, merged, 4)
-    assert counters["results"] == 9 and sum(v for k, v in counters.items()
-                                            if k not in ("results", "frames_in")) == 0
+    assert (
+        counters["results"] == 9
+        and sum(v for k, v in counters.items() if k not in ("results", "frames_in")) == 0
+    )
     res = tmp / "results4.pcap"
     write_pcap(res, results)
     code, text, err = run(capsys, "verify", res, "--grads", npz, "--schedule", sched)
@@ -140,9 +198,9 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     code, text, _ = run(capsys, "verify", res, "--grads", npz, "--schedule", sched, "--json")
     report = json.loads(text)
     assert code == 0 and report["ok"] and report["rounds"] == [0, 1, 2] and report["results"] == 9
-    code, _, err = run(capsys, "unpack", res, "-o", tmp / "sum2.npy", "--sum")   # default: the last round
+    code, _, err = run(capsys, "unpack", res, "-o", tmp / "sum2.npy", "--sum")  # default: the last round
     assert code == 0, err
-    members = next(grp for grp in schedule.rounds[0] if 4 in grp)                 # round 2 = period entry 0
+    members = next(grp for grp in schedule.rounds[0] if 4 in grp)  # round 2 = period entry 0
     before = run_reference(schedule, grads, rounds=2)[1]
     want = before[members[0]].copy()
     for m in members[1:]:
@@ -151,8 +209,8 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     # a RESULT with one changed element fails verification, naming it
     bad = [bytearray(f) for f in results]
     h, _ = decode_payload(decode_frame(bytes(bad[6]))[3])
-    for f in bad:   # both destinations' copies, so the change is consistent
-        if f[42 + 8:42 + 16] == bad[6][42 + 8:42 + 16]:
+    for f in bad:  # both destinations' copies, so the change is consistent
+        if f[42 + 8 : 42 + 16] == bad[6][42 + 8 : 42 + 16]:
             f[42 + 32 + 4 * 3] ^= 0x80
     write_pcap(tmp / "bad.pcap", [bytes(f) for f in bad], overwrite=True)
     code, text, _ = run(capsys, "verify", tmp / "bad.pcap", "--grads", npz, "--schedule", sched)
@@ -160,15 +218,26 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     assert f"round {h['round']} element {h['chunk'] * 16 + 3}: got" in text and "1 problems" in text
     # replay with the WAN's delays sends in the merged order
     with Receiver(count=27, timeout=20) as rx:
-        code, _, err = run(capsys, "replay", tmp / "merged" / "in4.pcap", "--to", f"udp://127.0.0.1:{rx.port}",
-                           "--topspeed")
+        code, _, err = run(
+            capsys, "replay", tmp / "merged" / "in4.pcap", "--to", f"udp://127.0.0.1:{rx.port}", "--topspeed"
+        )
     assert code == 0, err
     assert [d for _, d, _ in rx.datagrams] == payloads_of(merged)
     with Receiver(count=9, timeout=20) as rx:
-        code, _, err = run(capsys, "replay", pcaps[4], "--to", f"udp://127.0.0.1:{rx.port}", "--topspeed",
-                           "--wan", "nine-city", "--rank", 4)
+        code, _, err = run(
+            capsys,
+            "replay",
+            pcaps[4],
+            "--to",
+            f"udp://127.0.0.1:{rx.port}",
+            "--topspeed",
+            "--wan",
+            "nine-city",
+            "--rank",
+            4,
+        )
     assert code == 0, err
-    assert [d for _, d, _ in rx.datagrams] == payloads_of(pcaps[4])   # its own frames: no delay
+    assert [d for _, d, _ in rx.datagrams] == payloads_of(pcaps[4])  # its own frames: no delay
 
 
 def one_line_error(capsys, command, *argv, match):
@@ -210,20 +279,33 @@ def test_replay_merge_unpack_verify_bad_inputs(capsys, files):
     tmp, sched, npz, _ = files
     pcap = tmp / "a.pcap"
     assert run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 0, "-o", pcap)[0] == 0
-    url = "udp://127.0.0.1:9"   # never reached: every call below fails before sending
+    url = "udp://127.0.0.1:9"  # never reached: every call below fails before sending
     one_line_error(capsys, "replay", pcap, "--to", url, "--wan", "nine-city", match="--wan needs --rank")
     one_line_error(capsys, "replay", pcap, "--to", url, "--rank", 1, match="--rank needs --wan")
-    one_line_error(capsys, "replay", pcap, "--to", url, "--wan", "nine-city", "--rank", 9,
-                   match="--rank 9 is outside 0..8")
+    one_line_error(
+        capsys,
+        "replay",
+        pcap,
+        "--to",
+        url,
+        "--wan",
+        "nine-city",
+        "--rank",
+        9,
+        match="--rank 9 is outside 0..8",
+    )
     one_line_error(capsys, "replay", tmp / "none.pcap", "--to", url, match="no such file")
     one_line_error(capsys, "merge", pcap, "--rank", 1, "-o", tmp / "m.pcap", match="--wan is required")
-    one_line_error(capsys, "merge", pcap, "--wan", "nine-city", "--rank", 1, "-o", pcap,
-                   match="also an input")
+    one_line_error(
+        capsys, "merge", pcap, "--wan", "nine-city", "--rank", 1, "-o", pcap, match="also an input"
+    )
     one_line_error(capsys, "unpack", pcap, "-o", tmp / "u.npy", match="holds no RESULT frames")
-    one_line_error(capsys, "verify", pcap, "--grads", npz, "--schedule", sched,
-                   match="holds no RESULT frames")
+    one_line_error(
+        capsys, "verify", pcap, "--grads", npz, "--schedule", sched, match="holds no RESULT frames"
+    )
     short = tmp / "short.npz"
     np.savez(short, rank0=np.zeros(3, np.float32))
-    one_line_error(capsys, "verify", pcap, "--grads", short, "--schedule", sched,
-                   match="no gradients for BAR")
+    one_line_error(
+        capsys, "verify", pcap, "--grads", short, "--schedule", sched, match="no gradients for BAR"
+    )
     assert not (tmp / "u.npy").exists() and not (tmp / "m.pcap").exists()

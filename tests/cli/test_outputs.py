@@ -13,8 +13,13 @@ from wanreduce.cli._common import Outputs
 from wanreduce.host.pcap import write_pcap
 from wanreduce.spec.errors import WanreduceError
 
-SCHEDULE = {"version": 1, "sites": ["A", "B", "C", "D"], "rounds": [{"groups": [[0, 1, 2]]}],
-            "params": {}, "metrics": {}}
+SCHEDULE = {
+    "version": 1,
+    "sites": ["A", "B", "C", "D"],
+    "rounds": [{"groups": [[0, 1, 2]]}],
+    "params": {},
+    "metrics": {},
+}
 # Three sites keep the sweeps quick: there is no crossover to search for.
 TOPOLOGY = "City1,City2,Latency\nA,B,10\nA,C,80\nB,C,85\n"
 
@@ -53,15 +58,52 @@ def commands(tmp, i, out, tensor):
     return {
         "pack": ["pack", tensor, "-o", out, "--rank", "0"],
         "schedule": ["schedule", "--topology", i["topo"], "--time-limit", "0.2", "-o", out],
-        "sweep": ["sweep", "--topology", i["topo"], "--memory", "64KiB:128KiB", "--tensor-range", "1MiB",
-                  "--time-limit", "0.2", "-o", out.with_suffix(".svg")],
-        "sweep-csv": ["sweep", "--topology", i["topo"], "--memory", "64KiB:128KiB", "--tensor-range", "1MiB",
-                      "--time-limit", "0.2", "-o", out.with_name("fig.svg"),
-                      "--csv", out.with_suffix(".csv")],
+        "sweep": [
+            "sweep",
+            "--topology",
+            i["topo"],
+            "--memory",
+            "64KiB:128KiB",
+            "--tensor-range",
+            "1MiB",
+            "--time-limit",
+            "0.2",
+            "-o",
+            out.with_suffix(".svg"),
+        ],
+        "sweep-csv": [
+            "sweep",
+            "--topology",
+            i["topo"],
+            "--memory",
+            "64KiB:128KiB",
+            "--tensor-range",
+            "1MiB",
+            "--time-limit",
+            "0.2",
+            "-o",
+            out.with_name("fig.svg"),
+            "--csv",
+            out.with_suffix(".csv"),
+        ],
         # these two refuse before building anything, so they need no Verilator
         "rtl-add": ["rtl-add", "--dtype", "fp32", i["ops"], out],
-        "sim-replay": ["sim-replay", i["pcap"], "--rank", "0", "--schedule", i["sched"], "--slots", "4",
-                       "--chunk-bytes", "64", "--out", out, "--counters", tmp / "c.json"],
+        "sim-replay": [
+            "sim-replay",
+            i["pcap"],
+            "--rank",
+            "0",
+            "--schedule",
+            i["sched"],
+            "--slots",
+            "4",
+            "--chunk-bytes",
+            "64",
+            "--out",
+            out,
+            "--counters",
+            tmp / "c.json",
+        ],
     }
 
 
@@ -88,8 +130,14 @@ def test_an_input_is_never_an_output_even_with_force(capsys, tmp_path, inputs, t
     out = tmp_path / "out.bin"
     argv = commands(tmp_path, inputs, out, tensor)[name]
     target = _target(argv, out)
-    src = {"pack": tensor, "schedule": inputs["topo"], "sweep": inputs["topo"], "sweep-csv": inputs["topo"],
-           "rtl-add": inputs["ops"], "sim-replay": inputs["sched"]}[name]
+    src = {
+        "pack": tensor,
+        "schedule": inputs["topo"],
+        "sweep": inputs["topo"],
+        "sweep-csv": inputs["topo"],
+        "rtl-add": inputs["ops"],
+        "sim-replay": inputs["sched"],
+    }[name]
     linked = src.with_name("hard" + src.suffix if name != "sweep-csv" else "hard.csv")
     if name in ("sweep", "sweep-csv"):
         # the topology's own name (a .csv) is what a careless --csv or -o would hit; -o must be a figure
@@ -107,8 +155,9 @@ def test_an_input_is_never_an_output_even_with_force(capsys, tmp_path, inputs, t
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_missing_folders_are_made_and_a_file_in_the_way_fails_first(capsys, tmp_path, inputs, tensor, name,
-                                                                   monkeypatch):
+def test_missing_folders_are_made_and_a_file_in_the_way_fails_first(
+    capsys, tmp_path, inputs, tensor, name, monkeypatch
+):
     blocker = tmp_path / "blocker"
     blocker.write_text("a file, not a folder")
     out = blocker / "sub" / "out.bin"
@@ -133,8 +182,9 @@ def test_outputs_refuse_before_any_work(capsys, tmp_path, inputs, monkeypatch):
 
     monkeypatch.setattr(sweep_cli, "sweep", no_work)
     (tmp_path / "t.csv").write_text("old")
-    code, _, err = run(capsys, "sweep", "--topology", inputs["topo"], "-o", tmp_path / "f.png", "--csv",
-                       tmp_path / "t.csv")
+    code, _, err = run(
+        capsys, "sweep", "--topology", inputs["topo"], "-o", tmp_path / "f.png", "--csv", tmp_path / "t.csv"
+    )
     assert code == 2 and "--csv" in err and "already exists" in err
 
 
@@ -146,13 +196,29 @@ def test_a_failed_second_output_leaves_no_first(capsys, tmp_path, inputs, monkey
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(sweep_cli, "_csv_text", disk_full)
-    code, _, err = run(capsys, "sweep", "--topology", inputs["topo"], "--memory", "64KiB:128KiB",
-                       "--tensor-range", "1MiB", "--time-limit", "0.2", "-o", fig, "--csv", table, "--force")
+    code, _, err = run(
+        capsys,
+        "sweep",
+        "--topology",
+        inputs["topo"],
+        "--memory",
+        "64KiB:128KiB",
+        "--tensor-range",
+        "1MiB",
+        "--time-limit",
+        "0.2",
+        "-o",
+        fig,
+        "--csv",
+        table,
+        "--force",
+    )
     assert code == 2 and "No space left on device" in err and err.count("\n") == 1, err
     # the figure was drawn before the CSV failed, yet the old one is untouched and no temporary is left
     assert fig.read_text() == "old figure" and not table.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["f.svg", "four.csv", "in.pcap", "ops.npy",
-                                                                 "s.json"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["f.svg", "four.csv", "in.pcap", "ops.npy", "s.json"]
+    )
 
 
 def test_outputs_unit(tmp_path):

@@ -27,9 +27,23 @@ def wheel(tmp_path_factory):
     for name in ("host", "hw", "sim"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("wheel")
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                        "--disable-pip-version-check", "-w", str(out), str(src)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "--disable-pip-version-check",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (path,) = out.glob("wanreduce-*.whl")
     return path
@@ -67,18 +81,34 @@ def test_dependency_pins(wheel):
         spec = reqs[name]
         assert "==" not in spec and "<" in spec and ">=" in spec, spec
     # CI installs exactly what the lock file says, and the lock covers every requirement
-    lock = {line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
-            for line in (ROOT / "requirements" / "ci.lock").read_text().splitlines()
-            if line and not line.startswith("#")}
+    lock = {
+        line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
+        for line in (ROOT / "requirements" / "ci.lock").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
     for name in (*EXACT, *RANGES):
         assert name in lock, name
 
 
 def test_non_editable_install_runs_from_anywhere(wheel, tmp_path):
     target = tmp_path / "site"
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
-                        "--disable-pip-version-check", "--target", str(target), str(wheel)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-compile",
+            "-q",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -90,7 +120,8 @@ def test_non_editable_install_runs_from_anywhere(wheel, tmp_path):
         "code = wanreduce.cli.main(['schedule', '--time-limit', '0.5', '--sites', 'AMS,LON,NYC,SIN'])\n"
         "print(json.dumps({'code': code, 'file': wanreduce.cli.__file__, 'cache': str(r.cache_dir()),\n"
         "  'build': str(t.build_root()), 'harness': resources.files('wanreduce.sim').joinpath(\n"
-        "  'harness.cpp').is_file()}))\n")
+        "  'harness.cpp').is_file()}))\n"
+    )
     r = subprocess.run([sys.executable, "-c", probe], cwd=work, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])

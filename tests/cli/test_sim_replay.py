@@ -16,10 +16,12 @@ from wanreduce.spec.errors import WanreduceError
 from wanreduce.spec.schedfile import expected_bitmap, load_schedule, schedule_from_obj
 
 SCHEDULE = {
-    "version": 1, "sites": ["AMS", "BAR", "FRA", "LAX", "LON", "NYC"],
+    "version": 1,
+    "sites": ["AMS", "BAR", "FRA", "LAX", "LON", "NYC"],
     "rounds": [{"groups": [[0, 2, 4], [1, 3, 5]]}, {"groups": [[0, 1], [2, 3], [4, 5]]}],
     # 4 slots of 3 members x 128 bytes: what the replay below builds when it takes the sizes from here
-    "params": {"chunk_bytes": 128, "memory_bytes": 4 * 3 * 128 + 100}, "metrics": {},
+    "params": {"chunk_bytes": 128, "memory_bytes": 4 * 3 * 128 + 100},
+    "metrics": {},
 }
 
 
@@ -35,14 +37,28 @@ def files(tmp_path):
         for chunk in range(3):
             for src in rng.permutation(members).tolist():
                 dtype = DType(round_ % 3)
-                p = traffic.contrib(job=0, round=round_, chunk=chunk, src=src, group=0, dtype=dtype,
-                                        elems_bits=traffic.random_elements(rng, dtype, 20 + chunk))
+                p = traffic.contrib(
+                    job=0,
+                    round=round_,
+                    chunk=chunk,
+                    src=src,
+                    group=0,
+                    dtype=dtype,
+                    elems_bits=traffic.random_elements(rng, dtype, 20 + chunk),
+                )
                 frames.append(traffic.frame_of(p, src=src))
-    frames.insert(4, frames[1])          # a duplicate
-    frames.insert(7, frames[2][:30])     # a truncated frame
+    frames.insert(4, frames[1])  # a duplicate
+    frames.insert(7, frames[2][:30])  # a truncated frame
     # rank 1 is not in rank 2's group of round 0 ({0,2,4}): unexpected_src
-    stray = traffic.contrib(job=0, round=0, chunk=0, src=1, group=0, dtype=DType.FP32,
-                            elems_bits=traffic.random_elements(rng, DType.FP32, 20))
+    stray = traffic.contrib(
+        job=0,
+        round=0,
+        chunk=0,
+        src=1,
+        group=0,
+        dtype=DType.FP32,
+        elems_bits=traffic.random_elements(rng, DType.FP32, 20),
+    )
     frames.insert(9, traffic.frame_of(stray, src=1))
     pcap = tmp_path / "in.pcap"
     write_pcap(pcap, frames)
@@ -54,9 +70,22 @@ def test_replay_matches_golden(files, capsys, monkeypatch):
     tmp, sched, pcap, frames = files
     out, counters = tmp / "out.pcap", tmp / "c.json"
     # no --slots or --chunk-bytes: the schedule file's params give them
-    argv = ["sim-replay", str(pcap), "--rank", "2", "--schedule", str(sched), "--out", str(out),
-            "--counters", str(counters), "--dest", "02:00:00:00:00:01,10.0.0.1,5000",
-            "--dest", "02:00:00:00:00:02,10.0.0.2"]
+    argv = [
+        "sim-replay",
+        str(pcap),
+        "--rank",
+        "2",
+        "--schedule",
+        str(sched),
+        "--out",
+        str(out),
+        "--counters",
+        str(counters),
+        "--dest",
+        "02:00:00:00:00:01,10.0.0.1,5000",
+        "--dest",
+        "02:00:00:00:00:02,10.0.0.2",
+    ]
     rc = main(argv)
     text, err = capsys.readouterr()
     # frames were dropped, so like `inspect` the exit status is 1, with each reason named
@@ -66,10 +95,19 @@ def test_replay_matches_golden(files, capsys, monkeypatch):
         assert line in text.splitlines(), text
     assert "    rank 2 expects {0,2,4} in round 0; got src 1" in text.splitlines()
     schedule = load_schedule(sched)
-    golden = GoldenAggregator(rank=2, jobs={0: [expected_bitmap(schedule, 2, r) for r in range(2)]}, slots=4,
-                              members=3, slot_bytes=128, mac="02:57:52:01:00:02", ip="10.87.83.2",
-                              destinations=[Destination("02:00:00:00:00:01", "10.0.0.1", 5000),
-                                            Destination("02:00:00:00:00:02", "10.0.0.2", 47000)])
+    golden = GoldenAggregator(
+        rank=2,
+        jobs={0: [expected_bitmap(schedule, 2, r) for r in range(2)]},
+        slots=4,
+        members=3,
+        slot_bytes=128,
+        mac="02:57:52:01:00:02",
+        ip="10.87.83.2",
+        destinations=[
+            Destination("02:00:00:00:00:01", "10.0.0.1", 5000),
+            Destination("02:00:00:00:00:02", "10.0.0.2", 47000),
+        ],
+    )
     want = [r for f in frames for r in golden.feed_frame(f)]
     assert read_pcap(out) == want
     assert len(want) == 2 * 9
@@ -88,22 +126,32 @@ def test_replay_matches_golden(files, capsys, monkeypatch):
     assert (doc["slots"], doc["chunk_bytes"], doc["members"], doc["frames_out"]) == (4, 128, 3, 18)
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"--slots": "3"}, "--slots must be a power of two"),
-    ({"--chunk-bytes": "30"}, "--chunk-bytes must be a multiple of 4"),
-    ({"--rank": "9"}, "is not a site of"),
-    ({"--members": "2"}, "smaller than the schedule's largest group"),
-    ({"--out": "IN"}, "is also an input"),
-    ({"--counters": "OUT"}, "name the same file"),
-    ({"--dest": "02:00:00:00:00:01"}, "is not MAC,IP"),
-    ({"--dest": "02:00:00:00:00:01,10.0.0.1,0"}, "port must be in 1..65535"),
-    ({"IN": "missing.pcap"}, "no such file"),
-    ({"--schedule": "missing.json"}, "missing.json: no such file"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"--slots": "3"}, "--slots must be a power of two"),
+        ({"--chunk-bytes": "30"}, "--chunk-bytes must be a multiple of 4"),
+        ({"--rank": "9"}, "is not a site of"),
+        ({"--members": "2"}, "smaller than the schedule's largest group"),
+        ({"--out": "IN"}, "is also an input"),
+        ({"--counters": "OUT"}, "name the same file"),
+        ({"--dest": "02:00:00:00:00:01"}, "is not MAC,IP"),
+        ({"--dest": "02:00:00:00:00:01,10.0.0.1,0"}, "port must be in 1..65535"),
+        ({"IN": "missing.pcap"}, "no such file"),
+        ({"--schedule": "missing.json"}, "missing.json: no such file"),
+    ],
+)
 def test_bad_input_is_one_line(files, capsys, change, message):
     tmp, sched, pcap, _ = files
-    args = {"IN": str(pcap), "--rank": "2", "--schedule": str(sched), "--slots": "4", "--chunk-bytes": "128",
-            "--out": str(tmp / "o.pcap"), "--counters": str(tmp / "c.json")}
+    args = {
+        "IN": str(pcap),
+        "--rank": "2",
+        "--schedule": str(sched),
+        "--slots": "4",
+        "--chunk-bytes": "128",
+        "--out": str(tmp / "o.pcap"),
+        "--counters": str(tmp / "c.json"),
+    }
     for k, v in change.items():
         args[k] = {"IN": str(pcap), "OUT": str(tmp / "o.pcap")}.get(v, v)
         if v.startswith("missing."):
@@ -118,8 +166,22 @@ def test_bad_input_is_one_line(files, capsys, change, message):
 def test_bad_schedule_is_one_line(files, capsys):
     tmp, sched, pcap, _ = files
     sched.write_text("{not json")
-    argv = ["sim-replay", str(pcap), "--rank", "0", "--schedule", str(sched), "--slots", "4", "--chunk-bytes",
-            "64", "--out", str(tmp / "o.pcap"), "--counters", str(tmp / "c.json")]
+    argv = [
+        "sim-replay",
+        str(pcap),
+        "--rank",
+        "0",
+        "--schedule",
+        str(sched),
+        "--slots",
+        "4",
+        "--chunk-bytes",
+        "64",
+        "--out",
+        str(tmp / "o.pcap"),
+        "--counters",
+        str(tmp / "c.json"),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("wanreduce sim-replay: error:") and "\n" not in err
@@ -148,8 +210,18 @@ def test_core_geometry_from_the_schedule():
 def test_missing_sizes_are_one_line(files, capsys):
     tmp, sched, pcap, _ = files
     sched.write_text(json.dumps({**SCHEDULE, "params": {}}))
-    argv = ["sim-replay", str(pcap), "--rank", "2", "--schedule", str(sched), "--out", str(tmp / "o.pcap"),
-            "--counters", str(tmp / "c.json")]
+    argv = [
+        "sim-replay",
+        str(pcap),
+        "--rank",
+        "2",
+        "--schedule",
+        str(sched),
+        "--out",
+        str(tmp / "o.pcap"),
+        "--counters",
+        str(tmp / "c.json"),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"give --chunk-bytes: {sched} has no params.chunk_bytes") and "\n" not in err

@@ -33,9 +33,22 @@ def averaged(n, rounds):
 
 def test_schedule_command_writes_protocol_file(capsys, tmp_path):
     out = tmp_path / "schedule.json"
-    code, text, err = run(capsys, "schedule", "--topology", "nine-city", "--memory", "256KiB",
-                          "--chunk-bytes", "1024", "--tensor-bytes", "8MiB", "--time-limit", "2",
-                          "-o", str(out))
+    code, text, err = run(
+        capsys,
+        "schedule",
+        "--topology",
+        "nine-city",
+        "--memory",
+        "256KiB",
+        "--chunk-bytes",
+        "1024",
+        "--tensor-bytes",
+        "8MiB",
+        "--time-limit",
+        "2",
+        "-o",
+        str(out),
+    )
     assert code == 0, err
     sched = load_schedule(out)
     assert sched.sites == ("AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO")
@@ -80,8 +93,18 @@ def test_crossover_on_nine_cities(capsys, tmp_path):
 
 def test_sweep_command_table_and_plot(capsys, tmp_path):
     png = tmp_path / "s.png"
-    code, text, err = run(capsys, "sweep", "--memory", "256KiB:64GiB", "--tensor-range", "4MiB:16MiB",
-                          "--time-limit", "4", "-o", str(png))
+    code, text, err = run(
+        capsys,
+        "sweep",
+        "--memory",
+        "256KiB:64GiB",
+        "--tensor-range",
+        "4MiB:16MiB",
+        "--time-limit",
+        "4",
+        "-o",
+        str(png),
+    )
     assert code == 0, err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = [line for line in text.splitlines() if line.strip().split(" ")[0].endswith(("KiB", "MiB", "GiB"))]
@@ -93,34 +116,37 @@ def test_sweep_command_table_and_plot(capsys, tmp_path):
         assert f"vs {name}" in text
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["schedule", "--memory", "12XB"], "--memory '12XB' is not a size"),
-    (["schedule", "--memory", "0"], "whole, positive"),
-    (["schedule", "--memory", "1KiB"], "no schedule reaches consensus"),
-    (["schedule", "--tensor-bytes", "-5"], "is not a size"),
-    (["schedule", "--chunk-bytes", "9000"], "jumbo"),
-    (["schedule", "--topology", "mars"], "neither nine-city"),
-    (["schedule", "--sites", "AMS,PAR"], "unknown city 'PAR'"),
-    (["schedule", "--sites", "AMS,,LON"], "empty name"),
-    (["schedule", "--site-gbps", "abc"], "--site-gbps must be a number"),
-    (["schedule", "--site-gbps", "-1"], "--site-gbps must be positive"),
-    (["schedule", "--fpga-ingress-gbps", "nan"], "finite"),
-    (["schedule", "--clock-mhz", "0"], "--clock-mhz must be positive"),
-    (["schedule", "--bus-bits", "12"], "multiple of 8"),
-    (["schedule", "--bus-bits", "5.5"], "--bus-bits must be an integer"),
-    (["schedule", "--link-gbps", "0"], "--link-gbps must be positive"),
-    (["schedule", "--epsilon", "2"], "epsilon must be between 0 and 1"),
-    (["schedule", "--group-size", "1"], "group size must be between 2"),
-    (["schedule", "--group-size", "10"], "group size must be between 2"),
-    (["schedule", "--time-limit", "0"], "--time-limit must be positive"),
-    (["schedule", "--seed", "x"], "--seed must be an integer"),
-    (["schedule", "--sites", "AMS,AMS"], "names a city twice"),
-    (["sweep", "--memory", "16GiB:64KiB"], "smaller to a larger"),
-    (["sweep", "--memory", "1:2:3"], "LOW:HIGH"),
-    (["sweep", "--tensor-range", "1MiB:x"], "is not a size"),
-    (["sweep", "--steps-per-doubling", "0"], "--steps-per-doubling must be positive"),
-    (["sweep", "-o", "plot.txt"], "must be a .png"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["schedule", "--memory", "12XB"], "--memory '12XB' is not a size"),
+        (["schedule", "--memory", "0"], "whole, positive"),
+        (["schedule", "--memory", "1KiB"], "no schedule reaches consensus"),
+        (["schedule", "--tensor-bytes", "-5"], "is not a size"),
+        (["schedule", "--chunk-bytes", "9000"], "jumbo"),
+        (["schedule", "--topology", "mars"], "neither nine-city"),
+        (["schedule", "--sites", "AMS,PAR"], "unknown city 'PAR'"),
+        (["schedule", "--sites", "AMS,,LON"], "empty name"),
+        (["schedule", "--site-gbps", "abc"], "--site-gbps must be a number"),
+        (["schedule", "--site-gbps", "-1"], "--site-gbps must be positive"),
+        (["schedule", "--fpga-ingress-gbps", "nan"], "finite"),
+        (["schedule", "--clock-mhz", "0"], "--clock-mhz must be positive"),
+        (["schedule", "--bus-bits", "12"], "multiple of 8"),
+        (["schedule", "--bus-bits", "5.5"], "--bus-bits must be an integer"),
+        (["schedule", "--link-gbps", "0"], "--link-gbps must be positive"),
+        (["schedule", "--epsilon", "2"], "epsilon must be between 0 and 1"),
+        (["schedule", "--group-size", "1"], "group size must be between 2"),
+        (["schedule", "--group-size", "10"], "group size must be between 2"),
+        (["schedule", "--time-limit", "0"], "--time-limit must be positive"),
+        (["schedule", "--seed", "x"], "--seed must be an integer"),
+        (["schedule", "--sites", "AMS,AMS"], "names a city twice"),
+        (["sweep", "--memory", "16GiB:64KiB"], "smaller to a larger"),
+        (["sweep", "--memory", "1:2:3"], "LOW:HIGH"),
+        (["sweep", "--tensor-range", "1MiB:x"], "is not a size"),
+        (["sweep", "--steps-per-doubling", "0"], "--steps-per-doubling must be positive"),
+        (["sweep", "-o", "plot.txt"], "must be a .png"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     code, out, err = run(capsys, *argv)
@@ -129,12 +155,15 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, argv, m
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("content,message", [
-    ("City1,City2,Latency\nA,B,10\nA,C,10\n", "pair B-C is missing"),
-    ("City1,City2,Latency\nA,B,0\nA,C,1\nB,C,1\n", "must be positive"),
-    ("City1,City2,Latency\nA,B,10\nA,C,1\nB,C,1\nB,A,11\n", "appears twice with different values"),
-    ("Device1,Device2,Latency,Bandwidth\nA1,B1,10,10\nC1,D1,10,10\n", "disconnected"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("City1,City2,Latency\nA,B,10\nA,C,10\n", "pair B-C is missing"),
+        ("City1,City2,Latency\nA,B,0\nA,C,1\nB,C,1\n", "must be positive"),
+        ("City1,City2,Latency\nA,B,10\nA,C,1\nB,C,1\nB,A,11\n", "appears twice with different values"),
+        ("Device1,Device2,Latency,Bandwidth\nA1,B1,10,10\nC1,D1,10,10\n", "disconnected"),
+    ],
+)
 def test_bad_topology_files_via_cli(capsys, tmp_path, content, message):
     path = tmp_path / "t.csv"
     path.write_text(content)
@@ -144,15 +173,18 @@ def test_bad_topology_files_via_cli(capsys, tmp_path, content, message):
 
 def test_user_csv_and_private_topology(capsys, tmp_path):
     path = tmp_path / "four.csv"
-    path.write_text("City1,City2,Latency,Bandwidth\nA,B,10,100\nA,C,80,100\nA,D,90,100\n"
-                    "B,C,85,100\nB,D,95,100\nC,D,12,100\n")
+    path.write_text(
+        "City1,City2,Latency,Bandwidth\nA,B,10,100\nA,C,80,100\nA,D,90,100\n"
+        "B,C,85,100\nB,D,95,100\nC,D,12,100\n"
+    )
     out = tmp_path / "s.json"
     code, text, err = run(capsys, "schedule", "--topology", str(path), "--time-limit", "1", "-o", str(out))
     assert code == 0, err
     sched = load_schedule(out)
     assert sched.sites == ("A", "B", "C", "D") and averaged(4, sched.rounds)
-    code, text, err = run(capsys, "schedule", "--topology", "nine-city-private", "--time-limit", "1",
-                          "-o", str(out), "--force")
+    code, text, err = run(
+        capsys, "schedule", "--topology", "nine-city-private", "--time-limit", "1", "-o", str(out), "--force"
+    )
     assert code == 0, err
     assert math.isfinite(load_schedule(out).metrics["period_s"])
 
@@ -188,8 +220,14 @@ def test_sweep_figure_is_readable(tmp_path):
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
     drawn = [n for n in BASELINES if f"{n} (no FPGA)" in lines]
     assert set(drawn) == {"ring", "param_server", "unicast"}
-    styles = {(lines[f"{n} (no FPGA)"].get_color(), str(lines[f"{n} (no FPGA)"].get_linestyle()),
-               str(lines[f"{n} (no FPGA)"]._dash_pattern)) for n in drawn}
+    styles = {
+        (
+            lines[f"{n} (no FPGA)"].get_color(),
+            str(lines[f"{n} (no FPGA)"].get_linestyle()),
+            str(lines[f"{n} (no FPGA)"]._dash_pattern),
+        )
+        for n in drawn
+    }
     assert len({s[0] for s in styles}) == len(drawn) and len({s[2] for s in styles}) == len(drawn)
     # no fake markers: every marker sits on a line through real points (no stand-alone symbols)
     for a in (ax, ax2):
@@ -222,8 +260,21 @@ def test_sweep_csv_json_and_vector_figure(capsys, tmp_path):
     import json
 
     fig, table, magic = tmp_path / "f.svg", tmp_path / "t.csv", b"<?xml"
-    code, text, err = run(capsys, "sweep", "--memory", "1KiB:16KiB", "--tensor-range", "4MiB",
-                          "--time-limit", "1", "-o", str(fig), "--csv", str(table), "--json")
+    code, text, err = run(
+        capsys,
+        "sweep",
+        "--memory",
+        "1KiB:16KiB",
+        "--tensor-range",
+        "4MiB",
+        "--time-limit",
+        "1",
+        "-o",
+        str(fig),
+        "--csv",
+        str(table),
+        "--json",
+    )
     assert code == 0, err
     assert fig.read_bytes().startswith(magic)
     doc = json.loads(text)
@@ -244,8 +295,18 @@ def test_sweep_csv_json_and_vector_figure(capsys, tmp_path):
 
 
 def test_sweep_table_says_infeasible(capsys, tmp_path):
-    code, text, err = run(capsys, "sweep", "--memory", "1KiB:2KiB", "--tensor-range", "4MiB",
-                          "--time-limit", "1", "-o", str(tmp_path / "f.png"))
+    code, text, err = run(
+        capsys,
+        "sweep",
+        "--memory",
+        "1KiB:2KiB",
+        "--tensor-range",
+        "4MiB",
+        "--time-limit",
+        "1",
+        "-o",
+        str(tmp_path / "f.png"),
+    )
     assert code == 0, err
     rows = [ln for ln in text.splitlines() if ln.strip().startswith(("1KiB", "2KiB"))]
     assert len(rows) == 2
@@ -255,8 +316,20 @@ def test_sweep_table_says_infeasible(capsys, tmp_path):
 
 
 def test_sweep_on_three_sites(capsys, tmp_path):
-    code, text, err = run(capsys, "sweep", "--sites", "AMS,LON,NYC", "--memory", "64KiB:256KiB",
-                          "--tensor-range", "4MiB", "--time-limit", "1", "-o", str(tmp_path / "f.png"))
+    code, text, err = run(
+        capsys,
+        "sweep",
+        "--sites",
+        "AMS,LON,NYC",
+        "--memory",
+        "64KiB:256KiB",
+        "--tensor-range",
+        "4MiB",
+        "--time-limit",
+        "1",
+        "-o",
+        str(tmp_path / "f.png"),
+    )
     assert code == 0, err
     assert "crossover: none; on 3 sites there are no rotating groups of 3 besides the all-to-all" in text
     rows = [ln.split() for ln in text.splitlines() if ln.strip().startswith(("64KiB", "128KiB", "256KiB"))]
@@ -265,14 +338,17 @@ def test_sweep_on_three_sites(capsys, tmp_path):
     assert "crossover by tensor size: 4MiB: none" in text
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["schedule", "--memory", "1M"], "--memory '1M' is ambiguous: write 1MiB (powers of 1024) or 1MB"),
-    (["schedule", "--tensor-bytes", "4G"], "is ambiguous"),
-    (["schedule", "--tensor-bytes", "1e30"], "--tensor-bytes '1e30' is too large; at most 1PiB"),
-    (["sweep", "--memory", "64KiB:2PiB"], "too large"),
-    (["sweep", "-o", "f.png", "--csv", "t.txt"], "must be a .csv file"),
-    (["sweep", "-o", "f.jpg"], "must be a .png, .svg or .pdf file"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["schedule", "--memory", "1M"], "--memory '1M' is ambiguous: write 1MiB (powers of 1024) or 1MB"),
+        (["schedule", "--tensor-bytes", "4G"], "is ambiguous"),
+        (["schedule", "--tensor-bytes", "1e30"], "--tensor-bytes '1e30' is too large; at most 1PiB"),
+        (["sweep", "--memory", "64KiB:2PiB"], "too large"),
+        (["sweep", "-o", "f.png", "--csv", "t.txt"], "must be a .csv file"),
+        (["sweep", "-o", "f.jpg"], "must be a .png, .svg or .pdf file"),
+    ],
+)
 def test_size_and_output_errors(capsys, tmp_path, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     code, _, err = run(capsys, *argv)
@@ -281,10 +357,12 @@ def test_size_and_output_errors(capsys, tmp_path, monkeypatch, argv, message):
 
 def test_csv_with_bom_via_cli(capsys, tmp_path):
     path = tmp_path / "bom.csv"
-    path.write_bytes(b"\xef\xbb\xbfCity1,City2,Latency\r\nA,B,10\r\nA,C,80\r\nB,C,85\r\nA,D,90\r\nB,D,95\r\n"
-                     b"C,D,12\r\n")
-    code, text, err = run(capsys, "schedule", "--topology", str(path), "--time-limit", "0.5", "-o",
-                          str(tmp_path / "s.json"))
+    path.write_bytes(
+        b"\xef\xbb\xbfCity1,City2,Latency\r\nA,B,10\r\nA,C,80\r\nB,C,85\r\nA,D,90\r\nB,D,95\r\nC,D,12\r\n"
+    )
+    code, text, err = run(
+        capsys, "schedule", "--topology", str(path), "--time-limit", "0.5", "-o", str(tmp_path / "s.json")
+    )
     assert code == 0, err
     assert load_schedule(tmp_path / "s.json").sites == ("A", "B", "C", "D")
 
@@ -296,8 +374,9 @@ def test_schedule_json_and_progress(capsys, tmp_path, monkeypatch):
 
     monkeypatch.setattr(schedule_cli, "SLOW_SEARCH_S", 0.0)  # as if the search were long
     out = tmp_path / "s.json"
-    code, text, err = run(capsys, "schedule", "--time-limit", "0.5", "--memory", "256KiB", "-o", str(out),
-                          "--json")
+    code, text, err = run(
+        capsys, "schedule", "--time-limit", "0.5", "--memory", "256KiB", "-o", str(out), "--json"
+    )
     assert code == 0
     doc = json.loads(text)  # stdout is the JSON document alone; progress went to stderr
     assert "wanreduce schedule: searching 9 sites for up to 0.5 s" in err

@@ -34,14 +34,14 @@ def test_memory_bound_group_by_hand():
     assert m.bank_slots(1, 2) == 256
     assert m.group([0, 1]).time_s == pytest.approx(0.010 + 3 * 0.010, rel=1e-4)
     # Two rounds share the memory: 64 slots a bank, 16 windows.
-    assert m.group([0, 1, 2], bank_slots=m.bank_slots(2, 3)).time_s == pytest.approx(0.030 + 15 * 0.030,
-                                                                                       rel=1e-4)
+    assert m.group([0, 1, 2], bank_slots=m.bank_slots(2, 3)).time_s == pytest.approx(
+        0.030 + 15 * 0.030, rel=1e-4
+    )
 
 
 def test_site_bound_group_counts_frame_overhead():
     # 8 Gbit/s = 1e9 B/s on the wire; 1024-byte chunks carry 1024 of every 1024 + 98 bytes.
-    m = model(memory_bytes=1 << 40, tensor_bytes=10**8, site_gbps=8, fpga_ingress_gbps=1e6,
-              clock_mhz=1e6)
+    m = model(memory_bytes=1 << 40, tensor_bytes=10**8, site_gbps=8, fpga_ingress_gbps=1e6, clock_mhz=1e6)
     g = m.group([0, 2])
     assert g.bound == "site"
     assert g.rate_Bps == pytest.approx(1e9 * 1024 / 1122)
@@ -52,14 +52,19 @@ def test_site_bound_group_counts_frame_overhead():
 
 def test_fpga_ingress_and_datapath_bounds():
     # Ingress 24 Gbit/s = 3e9 B/s for 3 streams: 1e9 B/s each, times the payload share.
-    m = model(memory_bytes=1 << 40, tensor_bytes=10**9, site_gbps=1e6, fpga_ingress_gbps=24,
-              clock_mhz=1e6)
+    m = model(memory_bytes=1 << 40, tensor_bytes=10**9, site_gbps=1e6, fpga_ingress_gbps=24, clock_mhz=1e6)
     g = m.group([0, 1, 2])
     assert g.bound == "fpga" and g.rate_Bps == pytest.approx(1e9 * 1024 / 1122)
     # Datapath: a 1024 + 74 byte packet is 18 beats of 64 bytes; 100 MHz -> 1024 * 1e8 / 18 B/s
     # of payload for all 3 inputs together.
-    m = model(memory_bytes=1 << 40, tensor_bytes=10**9, site_gbps=1e6, fpga_ingress_gbps=1e6,
-              clock_mhz=100, bus_bits=512)
+    m = model(
+        memory_bytes=1 << 40,
+        tensor_bytes=10**9,
+        site_gbps=1e6,
+        fpga_ingress_gbps=1e6,
+        clock_mhz=100,
+        bus_bits=512,
+    )
     assert m.group([0, 1, 2]).rate_Bps == pytest.approx(1024 * 1e8 / 18 / 3)
 
 
@@ -86,7 +91,7 @@ def test_multicast_trees_share_backbone_links():
     # A line A-B-C-D of 8 Gbit/s (1e9 B/s) links. {A,C} sends A->B->C and C->B->A; {B,D} sends
     # B->C->D and D->C->B. Link B->C carries A's and B's streams, C->B carries C's and D's: each
     # group gets half a link.
-    text = ("Device1,Device2,Latency,Bandwidth\nA1,B1,2,8\nB1,C1,2,8\nC1,D1,2,8\n")
+    text = "Device1,Device2,Latency,Bandwidth\nA1,B1,2,8\nB1,C1,2,8\nC1,D1,2,8\n"
     m = model(text, memory_bytes=1 << 40, tensor_bytes=10**8, **FAST)
     eff = 1024 / 1122
     alone = m.round([[0, 2]]).groups[0]
@@ -118,8 +123,7 @@ def test_batch_times_match_the_scalar_model():
 
 
 def test_baselines_by_hand():
-    m = model(memory_bytes=1 << 20, tensor_bytes=3 * 10**8, site_gbps=8, fpga_ingress_gbps=1e6,
-              clock_mhz=1e6)
+    m = model(memory_bytes=1 << 20, tensor_bytes=3 * 10**8, site_gbps=8, fpga_ingress_gbps=1e6, clock_mhz=1e6)
     rate = 1e9 * 1024 / 1122
     # unicast: worst delay 30 ms, 2 copies of the tensor through each access link
     assert unicast(m).time_s == pytest.approx(0.030 + 2 * 3e8 / rate)
@@ -133,8 +137,17 @@ def test_baselines_by_hand():
     assert colocated(m).time_s == pytest.approx(4 * 5e-6 + 4 * 1e8 / 50e9)
 
 
-@pytest.mark.parametrize("kw", [dict(memory_bytes=0), dict(chunk_bytes=9000), dict(site_gbps=-1),
-                                dict(bus_bits=12), dict(epsilon=1.0), dict(clock_mhz=math.inf)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(memory_bytes=0),
+        dict(chunk_bytes=9000),
+        dict(site_gbps=-1),
+        dict(bus_bits=12),
+        dict(epsilon=1.0),
+        dict(clock_mhz=math.inf),
+    ],
+)
 def test_bad_params(kw):
     with pytest.raises(WanreduceError):
         CostParams(**kw)

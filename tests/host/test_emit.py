@@ -18,8 +18,14 @@ NINE = ["AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO"]
 
 
 def nine_city(rounds, **params):
-    return schedule_from_obj({"version": 1, "sites": NINE, "rounds": [{"groups": g} for g in rounds],
-                              "params": {"memory_bytes": 1 << 14, "chunk_bytes": 64, **params}})
+    return schedule_from_obj(
+        {
+            "version": 1,
+            "sites": NINE,
+            "rounds": [{"groups": g} for g in rounds],
+            "params": {"memory_bytes": 1 << 14, "chunk_bytes": 64, **params},
+        }
+    )
 
 
 ROTATING = nine_city([[[0, 2, 4], [1, 3, 5], [6, 7, 8]], [[0, 1, 6], [2, 3, 7], [4, 5, 8]]])
@@ -66,18 +72,29 @@ def test_grads_bfloat16_survives_npz(tmp_path):
     assert np.array_equal(got[5].view(np.uint16), g[5].view(np.uint16))
 
 
-@pytest.mark.parametrize("arrays, message", [
-    ({f"rank{i}": np.zeros(4, np.float32) for i in range(8)}, "no gradients for TYO"),
-    ({**{f"rank{i}": np.zeros(4, np.float32) for i in range(9)}, "PAR": np.zeros(4, np.float32)},
-     "'PAR' is neither a site"),
-    ({**{f"rank{i}": np.zeros(4, np.float32) for i in range(9)}, "AMS": np.zeros(4, np.float32)},
-     "has two arrays"),
-    ({**{f"rank{i}": np.zeros(4, np.float32) for i in range(9)}, "rank3": np.zeros(5, np.float32)},
-     "has shape (5,)"),
-    ({**{f"rank{i}": np.zeros(4, np.float32) for i in range(9)}, "rank2": np.zeros(4, np.int32)},
-     "is int32"),
-    ({f"rank{i}": np.zeros(4, np.float32) for i in range(10)}, "'rank9' is neither"),
-])
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({f"rank{i}": np.zeros(4, np.float32) for i in range(8)}, "no gradients for TYO"),
+        (
+            {**{f"rank{i}": np.zeros(4, np.float32) for i in range(9)}, "PAR": np.zeros(4, np.float32)},
+            "'PAR' is neither a site",
+        ),
+        (
+            {**{f"rank{i}": np.zeros(4, np.float32) for i in range(9)}, "AMS": np.zeros(4, np.float32)},
+            "has two arrays",
+        ),
+        (
+            {**{f"rank{i}": np.zeros(4, np.float32) for i in range(9)}, "rank3": np.zeros(5, np.float32)},
+            "has shape (5,)",
+        ),
+        (
+            {**{f"rank{i}": np.zeros(4, np.float32) for i in range(9)}, "rank2": np.zeros(4, np.int32)},
+            "is int32",
+        ),
+        ({f"rank{i}": np.zeros(4, np.float32) for i in range(10)}, "'rank9' is neither"),
+    ],
+)
 def test_grads_refused_in_one_line(tmp_path, arrays, message):
     path = tmp_path / "g.npz"
     np.savez(path, **arrays)
@@ -112,10 +129,19 @@ def test_frames_carry_the_models_values_to_the_groups_address(rank):
     g = grads_for()
     topo = load_topology("nine-city")
     rounds = 3
-    em = emit_site(ROTATING, g, rank=rank, dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=100,
-                   bank_slots=bank_slots_of(ROTATING), rounds=rounds, job=5)
+    em = emit_site(
+        ROTATING,
+        g,
+        rank=rank,
+        dtype=DType.FP32,
+        one_way_s=topo.one_way_s,
+        gbps=100,
+        bank_slots=bank_slots_of(ROTATING),
+        rounds=rounds,
+        job=5,
+    )
     before = plain_model(ROTATING, g, rounds)
-    assert em.n_chunks == 3 and len(em.frames) == rounds * 3   # 40 fp32 in chunks of 16
+    assert em.n_chunks == 3 and len(em.frames) == rounds * 3  # 40 fp32 in chunks of 16
     got = {}
     for frame in em.frames:
         ethertype, proto, dport, payload = decode_frame(frame)
@@ -124,14 +150,14 @@ def test_frames_carry_the_models_values_to_the_groups_address(rank):
         assert h["bitmap"] == 1 << rank
         gid = next(i for i, grp in enumerate(ROTATING.rounds[h["round"] % 2]) if rank in grp)
         assert h["group"] == gid
-        assert frame[30:34] == bytes([239, 88 + 5, h["round"] % 2, gid])      # IPv4 destination
+        assert frame[30:34] == bytes([239, 88 + 5, h["round"] % 2, gid])  # IPv4 destination
         assert frame[0:6] == bytes([1, 0, 0x5E, (88 + 5) & 0x7F, h["round"] % 2, gid])
         assert frame[26:30] == bytes([10, 87, 82, rank]) and frame[6:12] == bytes([2, 0x57, 0x52, 0, 0, rank])
         assert struct.unpack(">H", frame[34:36])[0] == 47000
         got.setdefault(h["round"], {})[h["chunk"]] = (elems, h["flags"])
     for r in range(rounds):
         chunks = got[r]
-        assert sorted(chunks) == [0, 1, 2] and chunks[2][1] == 1 and chunks[0][1] == 0   # LAST on the last
+        assert sorted(chunks) == [0, 1, 2] and chunks[2][1] == 1 and chunks[0][1] == 0  # LAST on the last
         sent = np.array(chunks[0][0] + chunks[1][0] + chunks[2][0], np.float32)
         assert np.array_equal(sent.view(np.uint32), before[r][rank].view(np.uint32))
 
@@ -141,8 +167,12 @@ def test_send_times_wait_for_the_previous_round():
     that chunk and it crossed the WAN to the site (its RESULT cannot be in earlier)."""
     g = grads_for(elems=200)
     topo = load_topology("nine-city")
-    ems = [emit_site(ROTATING, g, rank=r, dtype=DType.FP16, one_way_s=topo.one_way_s, gbps=10,
-                     bank_slots=2, rounds=3) for r in range(9)]
+    ems = [
+        emit_site(
+            ROTATING, g, rank=r, dtype=DType.FP16, one_way_s=topo.one_way_s, gbps=10, bank_slots=2, rounds=3
+        )
+        for r in range(9)
+    ]
     frame_s = frame_seconds(32, DType.FP16, 10)
     sent = {}
     for em in ems:
@@ -165,17 +195,21 @@ def test_a_waiting_round_sends_nothing():
     sched = nine_city([[[0, 1, 2]], [[3, 4, 5, 6, 7, 8], [0, 1]]])
     g = grads_for(elems=16)
     topo = load_topology("nine-city")
-    em = emit_site(sched, g, rank=2, dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=100, bank_slots=4,
-                   rounds=4)
+    em = emit_site(
+        sched, g, rank=2, dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=100, bank_slots=4, rounds=4
+    )
     rounds = sorted(decode_payload(decode_frame(f)[3])[0]["round"] for f in em.frames)
     assert rounds == [0, 2] and em.rounds_sent == 2
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(rank=9), "rank 9 is outside 0..8"),
-    (dict(rounds=0), "emit at least one"),
-    (dict(chunk_elems=0), "outside 1..65535"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(rank=9), "rank 9 is outside 0..8"),
+        (dict(rounds=0), "emit at least one"),
+        (dict(chunk_elems=0), "outside 1..65535"),
+    ],
+)
 def test_bad_emit_arguments(kwargs, message):
     topo = load_topology("nine-city")
     args = dict(rank=0, dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=100, bank_slots=4) | kwargs
@@ -198,10 +232,14 @@ def test_a_slow_member_link_delays_the_next_round():
     topo = load_topology("nine-city")
 
     def round1_start(gbps):
-        em = emit_site(sched, g, rank=0, dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=gbps, bank_slots=4,
-                       rounds=2)
-        return min(t for t, f in zip(em.times, em.frames, strict=True)
-                   if decode_payload(decode_frame(f)[3])[0]["round"] == 1)
+        em = emit_site(
+            sched, g, rank=0, dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=gbps, bank_slots=4, rounds=2
+        )
+        return min(
+            t
+            for t, f in zip(em.times, em.frames, strict=True)
+            if decode_payload(decode_frame(f)[3])[0]["round"] == 1
+        )
 
     fast = round1_start(100)
     slow = round1_start([100, 0.01] + [100] * 7)

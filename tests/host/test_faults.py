@@ -15,8 +15,9 @@ from wanreduce.host.topology import load_topology
 from wanreduce.spec.protocol import Drop
 from wanreduce.spec.schedfile import schedule_from_obj
 
-SCHEDULE = schedule_from_obj({"version": 2, "sites": ["AMS", "NYC", "SIN"],
-                              "rounds": [{"groups": [[1, 0]]}, {"groups": [[2, 0, 1]]}]})
+SCHEDULE = schedule_from_obj(
+    {"version": 2, "sites": ["AMS", "NYC", "SIN"], "rounds": [{"groups": [[1, 0]]}, {"groups": [[2, 0, 1]]}]}
+)
 TOPO = load_topology("nine-city", sites=list(SCHEDULE.sites))
 ELEMENTS, CHUNK, ROUNDS = 24 * 256, 256, 4
 # Chunks each site's aggregator completes: site 2 (SIN) waits in rounds 0 and 2.
@@ -31,11 +32,21 @@ def tensors(seed=11):
 
 def run(faults, data=None):
     data = tensors() if data is None else data
-    sites = [wan.GoldenSite(SCHEDULE, s, slots=256, members=3, slot_bytes=1024, bank_bits=2)
-             for s in range(3)]
-    return wan.simulate(SCHEDULE, one_way_s=TOPO.one_way_s, site_Bps=12.5e9, chunk_elems=CHUNK,
-                        elements=ELEMENTS, bank_slots=4, sites=sites, tensors=data, rounds=ROUNDS,
-                        faults=faults)
+    sites = [
+        wan.GoldenSite(SCHEDULE, s, slots=256, members=3, slot_bytes=1024, bank_bits=2) for s in range(3)
+    ]
+    return wan.simulate(
+        SCHEDULE,
+        one_way_s=TOPO.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=CHUNK,
+        elements=ELEMENTS,
+        bank_slots=4,
+        sites=sites,
+        tensors=data,
+        rounds=ROUNDS,
+        faults=faults,
+    )
 
 
 def total(r, name):
@@ -120,22 +131,45 @@ def test_fault_arguments_are_checked():
     with pytest.raises(ValueError, match="loss probability"):
         wan.Faults(loss=1.5)
     with pytest.raises(ValueError, match="needs a run with data"):
-        wan.simulate(SCHEDULE, one_way_s=TOPO.one_way_s, site_Bps=12.5e9, chunk_elems=CHUNK,
-                     elements=ELEMENTS, bank_slots=4, faults=wan.Faults())
+        wan.simulate(
+            SCHEDULE,
+            one_way_s=TOPO.one_way_s,
+            site_Bps=12.5e9,
+            chunk_elems=CHUNK,
+            elements=ELEMENTS,
+            bank_slots=4,
+            faults=wan.Faults(),
+        )
 
 
 def test_nine_cities_grid_under_heavy_faults():
     # The optimizer's 3 x 3 grid for nine cities, banks of 4 slots: six groups over two rounds, each lane
     # reused six times a round, at five times the fault rates.
     topo = load_topology("nine-city")
-    schedule = schedule_from_obj({"version": 2, "sites": list(topo.sites), "rounds": [
-        {"groups": [[8, 2, 5], [7, 6, 4], [0, 3, 1]]}, {"groups": [[8, 7, 0], [2, 6, 3], [5, 4, 1]]}]})
+    schedule = schedule_from_obj(
+        {
+            "version": 2,
+            "sites": list(topo.sites),
+            "rounds": [
+                {"groups": [[8, 2, 5], [7, 6, 4], [0, 3, 1]]},
+                {"groups": [[8, 7, 0], [2, 6, 3], [5, 4, 1]]},
+            ],
+        }
+    )
     rng = np.random.default_rng(12)
     data = [rng.standard_normal(ELEMENTS).astype(np.float32) for _ in range(9)]
     sites = [wan.GoldenSite(schedule, s, slots=8, members=3, slot_bytes=1024, bank_bits=2) for s in range(9)]
-    r = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=12.5e9, chunk_elems=CHUNK,
-                     elements=ELEMENTS, bank_slots=4, sites=sites, tensors=data,
-                     faults=wan.Faults(loss=0.05, dup=0.05, reorder=True, corrupt=0.005, seed=13))
+    r = wan.simulate(
+        schedule,
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=CHUNK,
+        elements=ELEMENTS,
+        bank_slots=4,
+        sites=sites,
+        tensors=data,
+        faults=wan.Faults(loss=0.05, dup=0.05, reorder=True, corrupt=0.005, seed=13),
+    )
     ref = run_reference(schedule, data)[-1]
     for s, (got, want) in enumerate(zip(r.values, ref, strict=True)):
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"site {s} differs"

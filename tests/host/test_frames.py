@@ -9,8 +9,14 @@ from tests.support.wire import decode_frame
 from wanreduce.host.frames import build_frame, build_frames, parse_frame
 from wanreduce.host.protocol import Drop
 
-ADDR = dict(src_mac="02:00:00:00:00:01", dst_mac="01:00:5e:57:52:00", src_ip="10.1.2.3", dst_ip="239.87.82.0",
-            sport=47000, dport=47000)
+ADDR = dict(
+    src_mac="02:00:00:00:00:01",
+    dst_mac="01:00:5e:57:52:00",
+    src_ip="10.1.2.3",
+    dst_ip="239.87.82.0",
+    sport=47000,
+    dport=47000,
+)
 
 
 def frame(payload=b"x" * 40, **kw):
@@ -89,11 +95,20 @@ def _mutate(kind):
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind, reason", [
-    ("truncated", Drop.TRUNCATED), ("runt", Drop.TRUNCATED), ("vlan", Drop.NOT_IPV4),
-    ("ihl", Drop.BAD_IP_HEADER), ("fragment", Drop.BAD_IP_HEADER), ("ip_sum", Drop.BAD_IP_CHECKSUM),
-    ("tcp", Drop.NOT_UDP), ("port", Drop.WRONG_PORT), ("udp_len", Drop.BAD_UDP_LENGTH),
-    ("udp_sum", Drop.BAD_UDP_CHECKSUM),
-])
+@pytest.mark.parametrize(
+    "kind, reason",
+    [
+        ("truncated", Drop.TRUNCATED),
+        ("runt", Drop.TRUNCATED),
+        ("vlan", Drop.NOT_IPV4),
+        ("ihl", Drop.BAD_IP_HEADER),
+        ("fragment", Drop.BAD_IP_HEADER),
+        ("ip_sum", Drop.BAD_IP_CHECKSUM),
+        ("tcp", Drop.NOT_UDP),
+        ("port", Drop.WRONG_PORT),
+        ("udp_len", Drop.BAD_UDP_LENGTH),
+        ("udp_sum", Drop.BAD_UDP_CHECKSUM),
+    ],
+)
 def test_each_framing_drop(kind, reason):
     assert parse_frame(bytes(_mutate(kind)), port=47000) == (None, None, reason)

@@ -28,8 +28,10 @@ def reference_sum(tensors, dtype):
 def contributions(ranks, dtype, n=40, chunk=8, *, job=0, round_=0, seed=0, scale=1.0):
     rng = np.random.default_rng(seed)
     tensors = {r: (rng.standard_normal(n) * scale).astype(np.float32) for r in ranks}
-    packets = {r: list(pack_tensor(tensors[r], dtype=dtype, rank=r, job=job, round=round_, chunk_elems=chunk))
-               for r in ranks}
+    packets = {
+        r: list(pack_tensor(tensors[r], dtype=dtype, rank=r, job=job, round=round_, chunk_elems=chunk))
+        for r in ranks
+    }
     return tensors, packets
 
 
@@ -40,8 +42,7 @@ def agg(rank=0, expected=0b111, **kw):
 
 @pytest.mark.parametrize("dtype", list(DType))
 @settings(max_examples=25, deadline=None)
-@given(ranks=st.sets(st.integers(0, 63), min_size=1, max_size=5), seed=st.integers(0, 2**16),
-       data=st.data())
+@given(ranks=st.sets(st.integers(0, 63), min_size=1, max_size=5), seed=st.integers(0, 2**16), data=st.data())
 def test_any_arrival_order_gives_identical_bits_equal_to_reference(dtype, ranks, seed, data):
     ranks = sorted(ranks)
     expected = sum(1 << r for r in ranks)
@@ -86,24 +87,37 @@ def test_rank_order_not_arrival_order():
     g = agg()
     out = []
     for r in (2, 0, 1):
-        out += g.feed_payload(next(iter(pack_tensor(np.array([vals[r]], np.float32), dtype=DType.FP32, rank=r,
-                                                    chunk_elems=1))))
+        out += g.feed_payload(
+            next(iter(pack_tensor(np.array([vals[r]], np.float32), dtype=DType.FP32, rank=r, chunk_elems=1)))
+        )
     assert np.frombuffer(out[0][32:], np.float32)[0] == 0.0
 
 
 def one(rank, *, chunk=0, round_=0, job=0, value=1.0, dtype=DType.FP32, count=4, flags_last=False):
     t = np.full(count, value, np.float32)
-    return next(iter(pack_tensor(t, dtype=dtype, rank=rank, job=job, round=round_, chunk_elems=count,
-                                 first_chunk=chunk, last=flags_last)))
+    return next(
+        iter(
+            pack_tensor(
+                t,
+                dtype=dtype,
+                rank=rank,
+                job=job,
+                round=round_,
+                chunk_elems=count,
+                first_chunk=chunk,
+                last=flags_last,
+            )
+        )
+    )
 
 
 def test_unexpected_src_job_and_waiting_round():
     g = GoldenAggregator(rank=0, jobs={0: [0b011, 0]}, slots=4, members=2, slot_bytes=64)
-    g.feed_payload(one(2))                  # not in the group
-    g.feed_payload(one(0, job=1))           # a job it was not told about
-    g.feed_payload(one(0, round_=1))        # round 1: this site waits
+    g.feed_payload(one(2))  # not in the group
+    g.feed_payload(one(0, job=1))  # a job it was not told about
+    g.feed_payload(one(0, round_=1))  # round 1: this site waits
     assert g.counters["unexpected_src"] == 3 and all(s.state == "empty" for s in g.slots)
-    g.feed_payload(one(0, round_=2))        # round 2 = round 0 of the next period
+    g.feed_payload(one(0, round_=2))  # round 2 = round 0 of the next period
     assert g.slots[0].state == "live"
 
 
@@ -120,12 +134,12 @@ def test_duplicate_while_live_and_after_completion():
 def test_ahead_of_window_and_stale():
     g = agg(expected=0b11, slots=4)
     g.feed_payload(one(0, chunk=1))
-    g.feed_payload(one(0, chunk=5))         # slot 1 is live with chunk 1
+    g.feed_payload(one(0, chunk=5))  # slot 1 is live with chunk 1
     assert g.counters["ahead_of_window"] == 1
-    g.feed_payload(one(1, chunk=1))         # completes chunk 1
-    g.feed_payload(one(0, chunk=5))         # now claims slot 1
-    g.feed_payload(one(1, chunk=5))         # completes chunk 5: the shadow now holds chunk 5
-    g.feed_payload(one(1, chunk=1))         # late retransmission of a chunk older than the shadow: stale
+    g.feed_payload(one(1, chunk=1))  # completes chunk 1
+    g.feed_payload(one(0, chunk=5))  # now claims slot 1
+    g.feed_payload(one(1, chunk=5))  # completes chunk 5: the shadow now holds chunk 5
+    g.feed_payload(one(1, chunk=1))  # late retransmission of a chunk older than the shadow: stale
     assert g.counters["stale"] == 1 and g.counters["results_reemitted"] == 0
     g.feed_payload(one(0, chunk=1, round_=0, job=0))
     assert g.counters["stale"] == 2
@@ -156,14 +170,14 @@ def test_shadow_result_is_sent_again_never_counted_twice():
 def test_older_chunk_not_completed_here_takes_its_slot_back():
     g = agg(expected=0b11, slots=4)
     g.feed_payload(one(0, chunk=1, round_=3))
-    g.feed_payload(one(1, chunk=1, round_=2))   # round 2 never completed here: it evicts round 3
+    g.feed_payload(one(1, chunk=1, round_=2))  # round 2 never completed here: it evicts round 3
     assert g.counters["evictions"] == 1 and g.counters["stale"] == 0 and g.counters["ahead_of_window"] == 0
     assert g.slots[1].tag == (0, 2, 1) and g.slots[1].bitmap == 0b10
-    g.feed_payload(one(0, chunk=1, round_=3))   # the newer chunk waits its turn
+    g.feed_payload(one(0, chunk=1, round_=3))  # the newer chunk waits its turn
     assert g.counters["ahead_of_window"] == 1
     (res,) = g.feed_payload(one(0, chunk=1, round_=2, value=2.0))
     assert np.frombuffer(res, np.float32, offset=32).tolist() == [3.0] * 4
-    g.feed_payload(one(1, chunk=1, round_=1))   # older than the slot's last completed chunk
+    g.feed_payload(one(1, chunk=1, round_=1))  # older than the slot's last completed chunk
     assert g.counters["stale"] == 1 and g.counters["evictions"] == 1
     g.feed_payload(one(0, chunk=1, round_=3))
     assert len(g.feed_payload(one(1, chunk=1, round_=3))) == 1 and g.counters["results"] == 2
@@ -202,11 +216,19 @@ def test_too_many_members_is_a_configuration_error():
 
 
 def test_result_frames_one_per_destination():
-    dests = [Destination("02:00:00:00:00:0a", "10.0.0.10", 5000),
-             Destination("02:00:00:00:00:0b", "10.0.0.11", 6000)]
+    dests = [
+        Destination("02:00:00:00:00:0a", "10.0.0.10", 5000),
+        Destination("02:00:00:00:00:0b", "10.0.0.11", 6000),
+    ]
     g = agg(expected=0b11, mac="02:57:52:00:00:07", ip="10.87.82.7", destinations=dests)
-    addr = dict(src_mac="02:00:00:00:00:01", dst_mac="01:00:5e:00:00:01", src_ip="10.0.0.1",
-                dst_ip="239.87.82.0", sport=47000, dport=47000)
+    addr = dict(
+        src_mac="02:00:00:00:00:01",
+        dst_mac="01:00:5e:00:00:01",
+        src_ip="10.0.0.1",
+        dst_ip="239.87.82.0",
+        sport=47000,
+        dport=47000,
+    )
     assert g.feed_frame(build_frame(one(0), **addr)) == []
     out = g.feed_frame(build_frame(one(1), **addr))
     assert len(out) == 2
@@ -227,4 +249,5 @@ def test_result_frames_one_per_destination():
 @pytest.mark.parametrize("dtype", list(DType))
 def test_golden_nan_is_the_adder_lanes_nan(dtype):
     from wanreduce.hw.fadd import FloatFormat
+
     assert dtype.canonical_nan == FloatFormat.from_dtype(int(dtype)).qnan

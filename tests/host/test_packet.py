@@ -34,8 +34,11 @@ def test_round_trip_any_bits(dtype, data):
 def test_independent_decoder_reads_every_field(dtype):
     rng = np.random.default_rng(7)
     tensor = rng.standard_normal(1000).astype(np.float32)
-    payloads = list(pack_tensor(tensor, dtype=dtype, rank=9, job=513, round=70000, group=3, chunk_elems=300,
-                                first_chunk=10))
+    payloads = list(
+        pack_tensor(
+            tensor, dtype=dtype, rank=9, job=513, round=70000, group=3, chunk_elems=300, first_chunk=10
+        )
+    )
     assert [len(p) for p in payloads] == [32 + 300 * dtype.size] * 3 + [32 + 100 * dtype.size]
     wire = tensor.astype(np_dtype(dtype))
     for i, p in enumerate(payloads):
@@ -44,7 +47,7 @@ def test_independent_decoder_reads_every_field(dtype):
         assert (h["job"], h["round"], h["chunk"], h["src"], h["group"]) == (513, 70000, 10 + i, 9, 3)
         assert h["reserved"] == 0 and h["bitmap"] == 1 << 9
         assert h["flags"] == (1 if i == 3 else 0)
-        want = wire[i * 300:(i + 1) * 300]
+        want = wire[i * 300 : (i + 1) * 300]
         if dtype == DType.BF16:
             assert elems == want.view(np.uint16).tolist()
         else:
@@ -60,13 +63,16 @@ def test_rounding_is_nearest_even():
     assert np.frombuffer(p[32:], "<u2")[0] == np.array(1.0, ml_dtypes.bfloat16).view(np.uint16)
 
 
-@pytest.mark.parametrize("tensor, dtype, message", [
-    (np.arange(4, dtype=np.int32), DType.FP32, "only floating-point"),
-    (np.array([1e6], np.float32), DType.FP16, "too large for fp16"),
-    (np.array([1e39]), DType.FP32, "too large for fp32"),
-    (np.zeros(0, np.float32), DType.FP32, "empty"),
-    (np.array([1 + 1j]), DType.FP32, "only floating-point"),
-])
+@pytest.mark.parametrize(
+    "tensor, dtype, message",
+    [
+        (np.arange(4, dtype=np.int32), DType.FP32, "only floating-point"),
+        (np.array([1e6], np.float32), DType.FP16, "too large for fp16"),
+        (np.array([1e39]), DType.FP32, "too large for fp32"),
+        (np.zeros(0, np.float32), DType.FP32, "empty"),
+        (np.array([1 + 1j]), DType.FP32, "only floating-point"),
+    ],
+)
 def test_tensors_that_do_not_fit(tensor, dtype, message):
     with pytest.raises(WanreduceError, match=message):
         pack_tensor(tensor, dtype=dtype, rank=0, chunk_elems=4)
@@ -79,10 +85,17 @@ def test_infinity_and_nan_are_sent_as_they_are():
     assert np.isposinf(v[0]) and np.isneginf(v[1]) and np.isnan(v[2])
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(rank=64), "rank 64"), (dict(rank=-1), "rank -1"), (dict(chunk_elems=0), "chunk size"),
-    (dict(chunk_elems=70000), "chunk size"), (dict(job=1 << 16), "job"), (dict(round=1 << 32), "round"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(rank=64), "rank 64"),
+        (dict(rank=-1), "rank -1"),
+        (dict(chunk_elems=0), "chunk size"),
+        (dict(chunk_elems=70000), "chunk size"),
+        (dict(job=1 << 16), "job"),
+        (dict(round=1 << 32), "round"),
+    ],
+)
 def test_bad_packing_options(kwargs, message):
     args = dict(dtype=DType.FP32, rank=0, chunk_elems=4) | kwargs
     with pytest.raises(WanreduceError, match=message):

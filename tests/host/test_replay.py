@@ -43,8 +43,15 @@ def payload(*, kind=0, dtype=0, round_=0, chunk=0, src=0, group=0, elems=(1.0, 2
 
 
 def frame(p):
-    return build_frame(p, src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02", src_ip="10.0.0.1",
-                       dst_ip="10.0.0.2", sport=47000, dport=47000)
+    return build_frame(
+        p,
+        src_mac="02:00:00:00:00:01",
+        dst_mac="02:00:00:00:00:02",
+        src_ip="10.0.0.1",
+        dst_ip="10.0.0.2",
+        sport=47000,
+        dport=47000,
+    )
 
 
 def test_timed_pcap_round_trip_in_nanoseconds(tmp_path):
@@ -67,7 +74,7 @@ def test_timed_pcap_round_trip_in_nanoseconds(tmp_path):
 
 def test_microsecond_pcaps_read_their_times(tmp_path):
     path = tmp_path / "us.pcap"
-    write_pcap(path, [frame(payload(chunk=i)) for i in range(3)])   # one frame per microsecond
+    write_pcap(path, [frame(payload(chunk=i)) for i in range(3)])  # one frame per microsecond
     times, _ = read_pcap_timed(path)
     assert np.allclose(times, [0, 1e-6, 2e-6], rtol=0, atol=1e-12)
 
@@ -81,7 +88,7 @@ def test_arrival_order_adds_the_one_way_delay_from_the_sender():
     assert order.tolist() == [3, 2, 1, 4, 0]
     assert np.allclose(arrival, [0.0, 0.002, 0.011, 0.030, 0.050])
     _, order = arrival_order([0.0, 0.0, 0.0], [1, 1, 1], one_way, 2)
-    assert order.tolist() == [0, 1, 2]   # ties keep the input order
+    assert order.tolist() == [0, 1, 2]  # ties keep the input order
     with pytest.raises(WanreduceError, match="rank 3 is outside 0..2"):
         arrival_order(times, srcs, one_way, 3)
     with pytest.raises(WanreduceError, match="from rank 7"):
@@ -102,10 +109,10 @@ def test_udp_datagram_ignores_checksums_but_needs_a_datagram():
     good = frame(p)
     assert udp_datagram(good) == p
     damaged = bytearray(good)
-    damaged[40] ^= 0xFF                       # UDP checksum
-    damaged[24] ^= 0xFF                       # IPv4 header checksum
+    damaged[40] ^= 0xFF  # UDP checksum
+    damaged[24] ^= 0xFF  # IPv4 header checksum
     assert udp_datagram(bytes(damaged)) == p
-    padded = good + bytes(20)                 # Ethernet padding after the IPv4 total length
+    padded = good + bytes(20)  # Ethernet padding after the IPv4 total length
     assert udp_datagram(padded) == p
     options = bytearray(good[:14] + bytes([0x46]) + good[15:34] + bytes(4) + good[34:])
     options[16:18] = (len(good) - 14 + 4).to_bytes(2, "big")
@@ -120,14 +127,25 @@ def test_udp_datagram_ignores_checksums_but_needs_a_datagram():
         assert udp_datagram(bad) is None
 
 
-@pytest.mark.parametrize("url, want", [("udp://127.0.0.1:9", ("127.0.0.1", 9)),
-                                       ("udp://localhost:47000/", ("localhost", 47000))])
+@pytest.mark.parametrize(
+    "url, want", [("udp://127.0.0.1:9", ("127.0.0.1", 9)), ("udp://localhost:47000/", ("localhost", 47000))]
+)
 def test_udp_urls(url, want):
     assert parse_udp_url(url) == want
 
 
-@pytest.mark.parametrize("url", ["tcp://127.0.0.1:9", "udp://127.0.0.1", "udp://127.0.0.1:0",
-                                 "udp://127.0.0.1:70000", "127.0.0.1:9", "udp://:9", "udp://h:9/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "tcp://127.0.0.1:9",
+        "udp://127.0.0.1",
+        "udp://127.0.0.1:0",
+        "udp://127.0.0.1:70000",
+        "127.0.0.1:9",
+        "udp://:9",
+        "udp://h:9/x",
+    ],
+)
 def test_bad_udp_urls(url):
     with pytest.raises(WanreduceError, match="is not udp://HOST:PORT"):
         parse_udp_url(url)
@@ -156,8 +174,14 @@ def test_timed_send_never_leaves_early():
         now[0] += s
 
     with Receiver(count=3, timeout=5) as rx:
-        stats = send_datagrams([b"a", b"b", b"c"], [10.0, 10.5, 12.0], ("127.0.0.1", rx.port), speed=2.0,
-                               clock=clock, sleep=sleep)
+        stats = send_datagrams(
+            [b"a", b"b", b"c"],
+            [10.0, 10.5, 12.0],
+            ("127.0.0.1", rx.port),
+            speed=2.0,
+            clock=clock,
+            sleep=sleep,
+        )
         sent = [d for _, d, _ in rx.join()]
     assert sent == [b"a", b"b", b"c"]
     assert stats.seconds == pytest.approx(1.0) and stats.late_max_s == 0.0
@@ -187,18 +211,36 @@ def test_collect_results_deduplicates_and_refuses_conflicts():
         collect_results([r[1], r[2]])
 
 
-SCHEDULE = schedule_from_obj({"version": 1, "sites": NINE,
-                              "rounds": [{"groups": [[0, 2, 4], [1, 3, 5], [6, 7, 8]]},
-                                         {"groups": [[0, 1, 6], [2, 3, 7], [4, 5, 8]]},
-                                         {"groups": [[0, 1, 2, 3, 4, 5, 6, 7, 8]]}],
-                              "params": {"memory_bytes": 1 << 14, "chunk_bytes": 64}})
+SCHEDULE = schedule_from_obj(
+    {
+        "version": 1,
+        "sites": NINE,
+        "rounds": [
+            {"groups": [[0, 2, 4], [1, 3, 5], [6, 7, 8]]},
+            {"groups": [[0, 1, 6], [2, 3, 7], [4, 5, 8]]},
+            {"groups": [[0, 1, 2, 3, 4, 5, 6, 7, 8]]},
+        ],
+        "params": {"memory_bytes": 1 << 14, "chunk_bytes": 64},
+    }
+)
 
 
 def site_results(schedule, grads, dtype, rounds):
     """Every site emits; each aggregator (the golden model) receives in WAN arrival order; its RESULTs."""
     topo = load_topology("nine-city")
-    ems = [emit_site(schedule, grads, rank=r, dtype=dtype, one_way_s=topo.one_way_s, gbps=100,
-                     bank_slots=bank_slots_of(schedule), rounds=rounds) for r in range(schedule.n)]
+    ems = [
+        emit_site(
+            schedule,
+            grads,
+            rank=r,
+            dtype=dtype,
+            one_way_s=topo.one_way_s,
+            gbps=100,
+            bank_slots=bank_slots_of(schedule),
+            rounds=rounds,
+        )
+        for r in range(schedule.n)
+    ]
     times = np.concatenate([e.times for e in ems])
     frames = [f for e in ems for f in e.frames]
     srcs = sources(udp_payloads(frames))
@@ -206,8 +248,15 @@ def site_results(schedule, grads, dtype, rounds):
     for rank in range(schedule.n):
         _, order = arrival_order(times, srcs, topo.one_way_s, rank)
         period = [next((grp for grp in rnd if rank in grp), 0) for rnd in schedule.rounds]
-        agg = GoldenAggregator(rank=rank, jobs={0: period}, slots=64, members=9, slot_bytes=64,
-                               bank_bits={0: 4}, destinations=[Destination("02:00:00:00:00:09", "10.0.0.9")])
+        agg = GoldenAggregator(
+            rank=rank,
+            jobs={0: period},
+            slots=64,
+            members=9,
+            slot_bytes=64,
+            bank_bits={0: 4},
+            destinations=[Destination("02:00:00:00:00:09", "10.0.0.9")],
+        )
         for i in order:
             results += agg.feed_frame(frames[i])
         assert agg.counters["results"] == rounds * ems[0].n_chunks, agg.counters
@@ -247,17 +296,22 @@ def test_check_follows_the_groups_listed_order():
     which differs from the ascending-rank sum for these values."""
     from wanreduce.host.replay import ResultSet
 
-    sched = schedule_from_obj({"version": 1, "sites": ["A", "B", "C"], "rounds": [{"groups": [[2, 0, 1]]}],
-                               "params": {}})
-    grads = [np.array([-1e8, 3.0], np.float32), np.array([1.0, 1.0], np.float32),
-             np.array([1e8, 2.0], np.float32)]
-    listed = np.array([(np.float32(1e8) + np.float32(-1e8)) + np.float32(1.0), 6.0], np.float32)      # 1
-    ascending = np.array([(np.float32(-1e8) + np.float32(1.0)) + np.float32(1e8), 6.0], np.float32)   # 0
+    sched = schedule_from_obj(
+        {"version": 1, "sites": ["A", "B", "C"], "rounds": [{"groups": [[2, 0, 1]]}], "params": {}}
+    )
+    grads = [
+        np.array([-1e8, 3.0], np.float32),
+        np.array([1.0, 1.0], np.float32),
+        np.array([1e8, 2.0], np.float32),
+    ]
+    listed = np.array([(np.float32(1e8) + np.float32(-1e8)) + np.float32(1.0), 6.0], np.float32)  # 1
+    ascending = np.array([(np.float32(-1e8) + np.float32(1.0)) + np.float32(1e8), 6.0], np.float32)  # 0
     assert listed[0] != ascending[0]
 
     def result(values):
-        return ResultSet(site=1, dtype=DType.FP32, job=0, round=0, group=0, bitmap=0b111, values=values,
-                         chunks=1)
+        return ResultSet(
+            site=1, dtype=DType.FP32, job=0, round=0, group=0, bitmap=0b111, values=values, chunks=1
+        )
 
     assert check_results(sched, grads, [result(listed)]) == (1, [])
     _, problems = check_results(sched, grads, [result(ascending)])

@@ -106,7 +106,8 @@ def test_exhaustive_matches_an_independent_enumeration():
     rng = np.random.default_rng(2)
     rtt = rng.uniform(5, 150, (4, 4))
     text = "City1,City2,Latency\n" + "\n".join(
-        f"S{i},S{j},{rtt[i, j]:.2f}" for i in range(4) for j in range(i + 1, 4))
+        f"S{i},S{j},{rtt[i, j]:.2f}" for i in range(4) for j in range(i + 1, 4)
+    )
     m = CostModel(parse_topology_csv(text), CostParams(memory_bytes=200_000))
     best = math.inf
     for r0 in _partitions_into_pairs([0, 1, 2, 3]):
@@ -130,10 +131,13 @@ def test_best_3x3_is_not_one_group_per_continent():
     m = CostModel(load_topology(), CostParams(memory_bytes=1 << 20))
     ex = exhaustive(m, (3, 3))
     continents = [{"AMS", "FRA", "LON"}, {"NYC", "LAX", "BAR"}, {"SEO", "SIN", "TYO"}]
-    by_continent = [[sorted(m.topology.index(c) for c in cont) for cont in continents],
-                    [[m.topology.index(c) for c in row] for row in (("AMS", "NYC", "SEO"),
-                                                                     ("FRA", "LAX", "SIN"),
-                                                                     ("LON", "BAR", "TYO"))]]
+    by_continent = [
+        [sorted(m.topology.index(c) for c in cont) for cont in continents],
+        [
+            [m.topology.index(c) for c in row]
+            for row in (("AMS", "NYC", "SEO"), ("FRA", "LAX", "SIN"), ("LON", "BAR", "TYO"))
+        ],
+    ]
     naive = evaluate(m, by_continent).score_s
     assert ex.score_s < naive
     groups = [set(m.topology.sites[i] for i in g) for rnd in ex.rounds for g in rnd]
@@ -171,12 +175,15 @@ def test_emitted_schedule_file_is_exact_and_consistent(tmp_path):
 
 
 def test_expected_bitmap_on_protocol_example():
-    sched = parse_schedule(json.dumps({
-        "version": 1,
-        "sites": ["AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO"],
-        "rounds": [{"groups": [[0, 2, 4], [1, 3, 5], [6, 7, 8]]},
-                   {"groups": [[0, 1, 6], [2, 3, 7]]}],
-    }))
+    sched = parse_schedule(
+        json.dumps(
+            {
+                "version": 1,
+                "sites": ["AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO"],
+                "rounds": [{"groups": [[0, 2, 4], [1, 3, 5], [6, 7, 8]]}, {"groups": [[0, 1, 6], [2, 3, 7]]}],
+            }
+        )
+    )
     assert expected_bitmap(sched, 0, 0) == 0b10101
     assert expected_bitmap(sched, 0, 3) == (1 << 0) | (1 << 1) | (1 << 6)  # round 3 = round 1
     assert expected_bitmap(sched, 8, 1) == 0  # rank 8 waits in round 1
@@ -191,8 +198,10 @@ BAD_FILES = [
     ("[]", "JSON object"),
     ("{", "not valid JSON"),
     ('{"version": 3, "sites": ["A", "B"], "rounds": [{"groups": [[0, 1]]}]}', "version must be one of 1, 2"),
-    ('{"version": true, "sites": ["A", "B"], "rounds": [{"groups": [[0, 1]]}]}',
-     "version must be one of 1, 2"),
+    (
+        '{"version": true, "sites": ["A", "B"], "rounds": [{"groups": [[0, 1]]}]}',
+        "version must be one of 1, 2",
+    ),
     ('{"version": 1, "sites": [], "rounds": [{"groups": [[0]]}]}', "sites"),
     ('{"version": 1, "sites": ["A", "A"], "rounds": [{"groups": [[0, 1]]}]}', "twice"),
     ('{"version": 1, "sites": ["A", "B"], "rounds": []}', "rounds"),

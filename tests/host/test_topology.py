@@ -128,9 +128,12 @@ def test_csv_with_a_utf8_byte_order_mark(tmp_path):
     assert parse_topology_csv("\ufeff" + text).sites == ("A", "B", "C")
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"City1,City2,Latency\nZ\xfcrich,B,10\n", "is not UTF-8 text (byte 21 is 0xfc)"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"City1,City2,Latency\nZ\xfcrich,B,10\n", "is not UTF-8 text (byte 21 is 0xfc)"),
+    ],
+)
 def test_unreadable_csv_is_one_line_in_our_words(tmp_path, content, message):
     path = tmp_path / "t.csv"
     path.write_bytes(content)

@@ -41,7 +41,8 @@ def reference_rounds(values, rounds, dtype):
 def _values(n, length, dtype, seed):
     rng = np.random.default_rng(seed)
     return (rng.standard_normal((n, length)) * 10.0 ** rng.integers(-3, 3, (n, length))).astype(
-        np_dtype(wire_dtype(dtype)))
+        np_dtype(wire_dtype(dtype))
+    )
 
 
 def _bits(a):
@@ -121,8 +122,9 @@ def test_clock_groups_wait_only_for_their_members():
     s = Setting()
     step = s.step_s
     # Round 0: {0, 1} slow, {2, 3} fast; round 1: {1, 2}. Site 2 waits for site 1's slow round.
-    cost = SyncCost([[[[0, 1], [2, 3]]], [[[1, 2]]]],
-                    [[[(3 * step, 0), (0.1 * step, 0)]], [[(0.1 * step, 0)]]])
+    cost = SyncCost(
+        [[[[0, 1], [2, 3]]], [[[1, 2]]]], [[[(3 * step, 0), (0.1 * step, 0)]], [[(0.1 * step, 0)]]]
+    )
     c = simulate_clock(Method("g", "gossip", "wanreduce", per_sync="round"), cost, s, 2, 4)
     assert c[1] == pytest.approx(3 * step)  # sites 0 and 1 end step 1 at 3 steps; 2 and 3 at 1
     # Step 2: sites 0 and 1 compute until 4 steps; site 2 (free at 1) waits for site 1 (at 3) and mixes
@@ -145,15 +147,42 @@ def test_reduced_training_syncs_are_the_numpy_group_average():
     pytest.importorskip("sklearn")
     from wanreduce.host.train.runner import run_sites
 
-    cfg = dict(seed=0, hidden=8, lr=0.1, momentum=0.9, outer_lr=0.7, batch=16, dtype="fp32", engine="fast",
-               chunk_elems=128, target=1.0, past_target=1.0, record=True)
-    syncs = {"allreduce": [[[[2, 0, 1]]]], "gossip": [[[[0, 1]]], [[[2, 1]]]],
-             "diloco": [[[[1, 2]], [[0, 2]]]]}
-    trajs = [dict(key=f"{algo}-{engine}", algorithm=algo, h=2, steps=4, eval_every=2, syncs=rounds,
-                  engine=engine)
-             for algo, rounds in syncs.items() for engine in ("packets", "fast")]
-    trajs.append(dict(key="pipelined", algorithm="allreduce", pipelined=True, h=1, steps=4, eval_every=2,
-                      syncs=syncs["allreduce"], dtype="bf16"))
+    cfg = dict(
+        seed=0,
+        hidden=8,
+        lr=0.1,
+        momentum=0.9,
+        outer_lr=0.7,
+        batch=16,
+        dtype="fp32",
+        engine="fast",
+        chunk_elems=128,
+        target=1.0,
+        past_target=1.0,
+        record=True,
+    )
+    syncs = {
+        "allreduce": [[[[2, 0, 1]]]],
+        "gossip": [[[[0, 1]]], [[[2, 1]]]],
+        "diloco": [[[[1, 2]], [[0, 2]]]],
+    }
+    trajs = [
+        dict(key=f"{algo}-{engine}", algorithm=algo, h=2, steps=4, eval_every=2, syncs=rounds, engine=engine)
+        for algo, rounds in syncs.items()
+        for engine in ("packets", "fast")
+    ]
+    trajs.append(
+        dict(
+            key="pipelined",
+            algorithm="allreduce",
+            pipelined=True,
+            h=1,
+            steps=4,
+            eval_every=2,
+            syncs=syncs["allreduce"],
+            dtype="bf16",
+        )
+    )
     res = run_sites(3, cfg, trajs, timeout_s=600)
     for algo in syncs:
         packets, fast = res[f"{algo}-packets"], res[f"{algo}-fast"]
@@ -180,9 +209,14 @@ def _core_aggregator(sim):
 
     def aggregate(payloads, *, rank, jobs, slots, members, slot_bytes):
         assert slots <= sim.params["slots"] and slot_bytes <= sim.params["slot_bytes"]
-        res = sim.run(payloads, rank=rank, jobs=jobs,
-                      destinations=[Destination("02:57:52:00:00:01", "10.87.82.1", 47000)])
+        res = sim.run(
+            payloads,
+            rank=rank,
+            jobs=jobs,
+            destinations=[Destination("02:57:52:00:00:01", "10.87.82.1", 47000)],
+        )
         return res.packets
+
     return aggregate
 
 
@@ -198,7 +232,13 @@ def test_sync_through_the_rtl_core_matches_the_fast_path():
     rounds = [[[2, 0, 1]], [[1, 3]]]
     for dtype in ("fp32", "bf16"):
         x = _values(4, 6 * 64 // wire_dtype(dtype).size, dtype, seed=4)
-        got = run_rounds(x, rounds, dtype, engine="packets", chunk_elems=64 // wire_dtype(dtype).size,
-                         aggregator=_core_aggregator(sim))
+        got = run_rounds(
+            x,
+            rounds,
+            dtype,
+            engine="packets",
+            chunk_elems=64 // wire_dtype(dtype).size,
+            aggregator=_core_aggregator(sim),
+        )
         assert np.array_equal(_bits(got), _bits(run_rounds(x, rounds, dtype, engine="fast")))
         assert np.array_equal(_bits(got), _bits(reference_rounds(x, rounds, dtype)))

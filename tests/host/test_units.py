@@ -8,9 +8,22 @@ from wanreduce.host.units import MAX_SIZE, format_seconds, format_size, parse_si
 from wanreduce.spec.errors import WanreduceError
 
 
-@pytest.mark.parametrize("text,value", [("256KiB", 262144), ("8MiB", 8 << 20), ("1GiB", 1 << 30),
-                                        ("1024", 1024), ("10MB", 10**7), ("1.5KiB", 1536), ("2 kB", 2000),
-                                        ("3 b", 3), ("1PiB", 1 << 50), ("4 gib", 4 << 30), ("1e3", 1000)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("256KiB", 262144),
+        ("8MiB", 8 << 20),
+        ("1GiB", 1 << 30),
+        ("1024", 1024),
+        ("10MB", 10**7),
+        ("1.5KiB", 1536),
+        ("2 kB", 2000),
+        ("3 b", 3),
+        ("1PiB", 1 << 50),
+        ("4 gib", 4 << 30),
+        ("1e3", 1000),
+    ],
+)
 def test_parse_size(text, value):
     assert parse_size(text) == value
 
@@ -21,8 +34,10 @@ def test_parse_size_errors(text):
         parse_size_range(text) if ":" in text else parse_size(text)
 
 
-@pytest.mark.parametrize("text,binary,decimal", [("1M", "1MiB", "1MB"), ("4G", "4GiB", "4GB"),
-                                                 ("16k", "16KiB", "16kB"), ("2Ti", "2TiB", "2TB")])
+@pytest.mark.parametrize(
+    "text,binary,decimal",
+    [("1M", "1MiB", "1MB"), ("4G", "4GiB", "4GB"), ("16k", "16KiB", "16kB"), ("2Ti", "2TiB", "2TB")],
+)
 def test_bare_prefixes_are_refused_as_ambiguous(text, binary, decimal):
     with pytest.raises(WanreduceError, match="ambiguous") as info:
         parse_size(text, what="--memory")
@@ -54,13 +69,24 @@ def test_parse_size_range():
         parse_size_range("1M:1G")
 
 
-@pytest.mark.parametrize("n,text", [(0, "0B"), (1000, "1000B"), (1024, "1KiB"), (1536, "1.5KiB"),
-                                    (3 << 30, "3GiB"), (1 << 50, "1PiB"), (1234567, "1.18MiB")])
+@pytest.mark.parametrize(
+    "n,text",
+    [
+        (0, "0B"),
+        (1000, "1000B"),
+        (1024, "1KiB"),
+        (1536, "1.5KiB"),
+        (3 << 30, "3GiB"),
+        (1 << 50, "1PiB"),
+        (1234567, "1.18MiB"),
+    ],
+)
 def test_format_size(n, text):
     assert format_size(n) == text
 
 
-@pytest.mark.parametrize("s,text", [(2.5, "2.500 s"), (0.0123, "12.30 ms"), (5e-6, "5.0 us"),
-                                    (math.inf, "infeasible")])
+@pytest.mark.parametrize(
+    "s,text", [(2.5, "2.500 s"), (0.0123, "12.30 ms"), (5e-6, "5.0 us"), (math.inf, "infeasible")]
+)
 def test_format_seconds(s, text):
     assert format_seconds(s) == text

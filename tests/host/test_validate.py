@@ -8,8 +8,24 @@ from wanreduce.host.validate import check_payload
 
 
 def payload(count=4, dtype=0, **fields):
-    h = dict(magic=0x5752, version=2, kind=0, dtype=dtype, flags=0, job=1, round=2, chunk=3, src=5, group=0,
-             count=count, reserved=0, bitmap=1 << 5) | fields
+    h = (
+        dict(
+            magic=0x5752,
+            version=2,
+            kind=0,
+            dtype=dtype,
+            flags=0,
+            job=1,
+            round=2,
+            chunk=3,
+            src=5,
+            group=0,
+            count=count,
+            reserved=0,
+            bitmap=1 << 5,
+        )
+        | fields
+    )
     size = 4 if dtype == 0 else 2
     body = b"\x11" * (count * size)
     return HEADER.pack(*h.values()) + body

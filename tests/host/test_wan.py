@@ -18,13 +18,24 @@ def _golden_run(schedule, topo, *, memory, elements, chunk_elems, dtype, seed, r
     gmax = max(len(g) for rnd in schedule.rounds for g in rnd)
     slots = pacing.aggregator_slots(memory, chunk_bytes=chunk_bytes, members=gmax)
     bits, bank = wan.bank_layout(slots, schedule.period)
-    sites = [wan.GoldenSite(schedule, s, slots=slots, members=gmax, slot_bytes=chunk_bytes, bank_bits=bits)
-             for s in range(schedule.n)]
+    sites = [
+        wan.GoldenSite(schedule, s, slots=slots, members=gmax, slot_bytes=chunk_bytes, bank_bits=bits)
+        for s in range(schedule.n)
+    ]
     rng = np.random.default_rng(seed)
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(schedule.n)]
-    run = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=12.5e9, chunk_elems=chunk_elems,
-                       elements=elements, dtype=dtype, bank_slots=bank, sites=sites, tensors=tensors,
-                       rounds=rounds)
+    run = wan.simulate(
+        schedule,
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=chunk_elems,
+        elements=elements,
+        dtype=dtype,
+        bank_slots=bank,
+        sites=sites,
+        tensors=tensors,
+        rounds=rounds,
+    )
     return run, run_reference(schedule, tensors, dtype=dtype, rounds=rounds)[-1]
 
 
@@ -36,8 +47,16 @@ def test_nine_cities_windowed_exact_and_identical(dtype):
     model = CostModel(topo, CostParams(memory_bytes=40 << 10, chunk_bytes=1024, tensor_bytes=24 << 10))
     best, _ = optimize(model, time_limit_s=1, seed=3)
     schedule = plan_to_schedule(best, model)
-    run, ref = _golden_run(schedule, topo, memory=40 << 10, elements=24 * 1024 // dtype.size,
-                           chunk_elems=1024 // dtype.size, dtype=dtype, seed=4, rounds=2 * schedule.period)
+    run, ref = _golden_run(
+        schedule,
+        topo,
+        memory=40 << 10,
+        elements=24 * 1024 // dtype.size,
+        chunk_elems=1024 // dtype.size,
+        dtype=dtype,
+        seed=4,
+        rounds=2 * schedule.period,
+    )
     pairs = zip(run.values, ref, strict=True)
     assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in pairs)
     assert len({v.tobytes() for v in run.values}) == 1
@@ -50,8 +69,9 @@ def test_listed_order_is_the_summation_order():
     obj = {"version": 2, "sites": ["A", "B", "C"], "rounds": [{"groups": [[2, 0, 1]]}]}
     schedule = schedule_from_obj(obj)
     topo = load_topology("nine-city", sites=["AMS", "FRA", "LON"])
-    run, ref = _golden_run(schedule, topo, memory=1 << 20, elements=4096, chunk_elems=256,
-                           dtype=DType.FP32, seed=7)
+    run, ref = _golden_run(
+        schedule, topo, memory=1 << 20, elements=4096, chunk_elems=256, dtype=DType.FP32, seed=7
+    )
     assert all(np.array_equal(a, b) for a, b in zip(run.values, ref, strict=True))
 
 
@@ -62,7 +82,8 @@ def test_closed_form_matches_the_event_simulation():
         best, _ = optimize(model, time_limit_s=1, seed=1)
         schedule = plan_to_schedule(best, model)
         bank = model.schedule_bank_slots(schedule.rounds)
-        tl = pacing.timeline(schedule, topo.one_way_s, n_chunks=tensor // 1024,
-                             frame_s=model.frame_s, bank_slots=bank)
+        tl = pacing.timeline(
+            schedule, topo.one_way_s, n_chunks=tensor // 1024, frame_s=model.frame_s, bank_slots=bank
+        )
         assert tl.finish_s == pytest.approx(best.period_s, rel=0.02)
         assert np.isnan(tl.send).sum() == 0  # every site takes part in every round of a 3x3 grid

@@ -21,8 +21,13 @@ def test_registers_schedule_and_counters():
             ctx.set(dut.ctl.wdata, data)
             ctx.set(dut.ctl.we, 1)
             if ctx.get(dut.sched_en):
-                seen.append((ctx.get(dut.sched_addr), ctx.get(dut.sched_data),
-                             [ctx.get(dut.sched_order[k]) for k in range(G)]))
+                seen.append(
+                    (
+                        ctx.get(dut.sched_addr),
+                        ctx.get(dut.sched_data),
+                        [ctx.get(dut.sched_order[k]) for k in range(G)],
+                    )
+                )
             await ctx.tick()
             ctx.set(dut.ctl.we, 0)
 
@@ -34,20 +39,32 @@ def test_registers_schedule_and_counters():
             return ctx.get(dut.ctl.rdata)
 
         # Reset: every job entry's bank is log2 S (slot = chunk mod S), the shadow holds no member.
-        assert [await read(regs.JOB_BASE + regs.JOB_STRIDE * j + regs.JOB_BANK_OFFSET) for j in range(4)] \
-            == [3] * 4
+        assert [await read(regs.JOB_BASE + regs.JOB_STRIDE * j + regs.JOB_BANK_OFFSET) for j in range(4)] == [
+            3
+        ] * 4
         assert await read(regs.ORDER_BASE) == 0xFFFFFFFF
-        writes = driver.config_writes(rank=5, jobs={7: [0x1_0000_0021, [33, 6, 1, 0, 9]], 9: [[4, 2]]},
-                                      destinations=[], mac="02:57:52:01:00:05", ip="10.87.83.5", port=47001,
-                                      max_jobs=4, rounds=64, members=G, max_dests=2, slots=8,
-                                      bank_bits={7: 2})
+        writes = driver.config_writes(
+            rank=5,
+            jobs={7: [0x1_0000_0021, [33, 6, 1, 0, 9]], 9: [[4, 2]]},
+            destinations=[],
+            mac="02:57:52:01:00:05",
+            ip="10.87.83.5",
+            port=47001,
+            max_jobs=4,
+            rounds=64,
+            members=G,
+            max_dests=2,
+            slots=8,
+            bank_bits={7: 2},
+        )
         for addr, data in writes:
             await write(addr, data)
         await write(regs.DEST_BASE + 4 + 2, 0x0A000001)
         assert ctx.get(dut.rank) == 5 and ctx.get(dut.port) == 47001
         assert ctx.get(dut.mac) == 0x025752010005 and ctx.get(dut.ip) == 0x0A575305
-        entries = [(ctx.get(dut.job_id[j]), ctx.get(dut.job_period[j]), ctx.get(dut.job_bank[j]))
-                   for j in range(2)]
+        entries = [
+            (ctx.get(dut.job_id[j]), ctx.get(dut.job_period[j]), ctx.get(dut.job_bank[j])) for j in range(2)
+        ]
         assert entries == [(7, 2, 2), (9, 1, 3)]  # job 9 has no bank bits given: log2 S
         assert ctx.get(dut.job_period[2]) == 0 and ctx.get(dut.dest_ip[1]) == 0x0A000001
         assert await read(regs.REG_ID) == regs.ID_VALUE == 0x57520002
@@ -62,8 +79,15 @@ def test_registers_schedule_and_counters():
         assert await read(regs.ORDER_BASE + 1) == 0x01020304
         await write(regs.ORDER_BASE + regs.ORDER_WORDS - 1, 0x05060708)  # past G_max: accepted, not kept
         assert await read(regs.ORDER_BASE + regs.ORDER_WORDS - 1) == 0
-        for code, reemit, evict in ((0, 0, 1), (3, 0, 0), (3, 0, 0), (25, 0, 0), (0, 0, 0), (24, 1, 0),
-                                    (24, 1, 0)):
+        for code, reemit, evict in (
+            (0, 0, 1),
+            (3, 0, 0),
+            (3, 0, 0),
+            (25, 0, 0),
+            (0, 0, 0),
+            (24, 1, 0),
+            (24, 1, 0),
+        ):
             ctx.set(dut.ev_valid, 1)
             ctx.set(dut.ev_code, code)
             ctx.set(dut.ev_result, code == 0)
@@ -88,5 +112,5 @@ def test_registers_schedule_and_counters():
     assert seen == [
         (0, 0x1_0000_0021, [0, 5, 32, none, none, none]),  # a bitmap: ascending rank order
         (1, 0x2_0000_0243, [33, 6, 1, 0, 9, none]),
-        (64, 0x14, [4, 2, none, none, 9, none]),  # word 1 left over from the order before: ignored
+        (64, 0x14, [4, 2, none, none, none, none]),  # the driver writes every word a slot's order can use
     ]

@@ -16,8 +16,10 @@ TEST_WIDTH = 64
 
 def _nan_free_mismatch_report(fmt, a, b, got, want):
     bad = np.nonzero(fc.compare(fmt, got, want))[0]
-    rows = [f"{int(a[i]):#x} + {int(b[i]):#x}: rtl {int(got[i]):#x}, reference {int(want[i]):#x}"
-            for i in bad[:10]]
+    rows = [
+        f"{int(a[i]):#x} + {int(b[i]):#x}: rtl {int(got[i]):#x}, reference {int(want[i]):#x}"
+        for i in bad[:10]
+    ]
     return f"{len(bad)} of {len(a)} sums differ:\n" + "\n".join(rows)
 
 
@@ -91,7 +93,7 @@ def test_latency_and_enable_stall(stages):
     sim.run()
     assert len(log) > 10
     for idx, s in log:
-        assert not fc.compare(fmt, np.array([s], np.uint16), want[idx:idx + 1]).any(), (idx, hex(s))
+        assert not fc.compare(fmt, np.array([s], np.uint16), want[idx : idx + 1]).any(), (idx, hex(s))
 
 
 @pytest.mark.rtl

@@ -119,16 +119,31 @@ def _build(config):
 # Every generator combination on the narrow build; the wide one (slow to convert and compile) gets the
 # two extremes.
 GENERATORS = [("full", 0.0, 0.0), ("idle", 0.4, 0.0), ("backpressure", 0.0, 0.5), ("both", 0.3, 0.3)]
-CASES = [pytest.param(c, i, b, id=f"{name}-{c}")
-         for c in CONFIGS for name, i, b in GENERATORS
-         if c == "w64" or name in ("full", "both")]
+CASES = [
+    pytest.param(c, i, b, id=f"{name}-{c}")
+    for c in CONFIGS
+    for name, i, b in GENERATORS
+    if c == "w64" or name in ("full", "both")
+]
 
 
 @pytest.mark.parametrize("config,idle,bp", CASES)
 def test_lanes_stream(config, idle, bp):
     build, latency = _build(config)
     fmt, width = CONFIGS[config]
-    runner.run(build, top=build.top, module=__name__, testcase="lanes_stream",
-               params={"fmt": fmt.name, "width": width, "idle": idle, "bp": bp, "seed": 11,
-                       "beats": 150, "latency": latency},
-               extra_env={"LANES_LATENCY": str(latency)})
+    runner.run(
+        build,
+        top=build.top,
+        module=__name__,
+        testcase="lanes_stream",
+        params={
+            "fmt": fmt.name,
+            "width": width,
+            "idle": idle,
+            "bp": bp,
+            "seed": 11,
+            "beats": 150,
+            "latency": latency,
+        },
+        extra_env={"LANES_LATENCY": str(latency)},
+    )

@@ -8,8 +8,11 @@ from tests.support.streamsim import run_stream
 from wanreduce.host.frames import build_frame
 from wanreduce.hw.fanout import Fanout
 
-DESTS = [("02:00:00:00:00:01", "10.0.0.1", 5000), ("01:00:5e:57:53:02", "239.87.83.2", 47000),
-         ("02:aa:bb:cc:dd:ee", "192.168.7.9", 65535)]
+DESTS = [
+    ("02:00:00:00:00:01", "10.0.0.1", 5000),
+    ("01:00:5e:57:53:02", "239.87.83.2", 47000),
+    ("02:aa:bb:cc:dd:ee", "192.168.7.9", 65535),
+]
 MAC, IP, PORT = "02:57:52:01:00:05", "10.87.83.5", 47000
 
 
@@ -32,9 +35,15 @@ def test_frames(width, ndest):
     for p in payloads:
         n = -(-len(p) // B)
         for k in range(n):
-            part = p[k * B:(k + 1) * B]
-            beats.append({"data": int.from_bytes(part, "little"), "bytes": len(part), "last": int(k == n - 1),
-                          "plen": len(p)})
+            part = p[k * B : (k + 1) * B]
+            beats.append(
+                {
+                    "data": int.from_bytes(part, "little"),
+                    "bytes": len(part),
+                    "last": int(k == n - 1),
+                    "plen": len(p),
+                }
+            )
     dut = Fanout(width=width, dests=3, max_payload=96)
 
     async def setup(ctx):
@@ -54,7 +63,20 @@ def test_frames(width, ndest):
         if beat.last:
             frames.append(cur)
             cur = b""
-    want = [build_frame(p, src_mac=MAC, dst_mac=mac, src_ip=IP, dst_ip=ip, sport=PORT, dport=port,
-                        udp_checksum=False, df=True, ttl=64)
-            for p in payloads for mac, ip, port in DESTS[:ndest]]
+    want = [
+        build_frame(
+            p,
+            src_mac=MAC,
+            dst_mac=mac,
+            src_ip=IP,
+            dst_ip=ip,
+            sport=PORT,
+            dport=port,
+            udp_checksum=False,
+            df=True,
+            ttl=64,
+        )
+        for p in payloads
+        for mac, ip, port in DESTS[:ndest]
+    ]
     assert frames == want

@@ -15,7 +15,7 @@ def _beats(frame, width):
     n = max(1, -(-len(frame) // B))
     out = []
     for k in range(n):
-        chunk = frame[k * B:(k + 1) * B]
+        chunk = frame[k * B : (k + 1) * B]
         out.append({"data": int.from_bytes(chunk, "little"), "bytes": len(chunk), "last": int(k == n - 1)})
     return out
 
@@ -25,8 +25,15 @@ def _frames(seed, n):
     frames = []
     for k in range(n):
         count = int(rng.integers(1, 40))
-        payload = traffic.contrib(job=1, round=2, chunk=k, src=3, group=0, dtype=1,
-                                      elems_bits=rng.integers(0, 1 << 16, count, dtype=np.uint16))
+        payload = traffic.contrib(
+            job=1,
+            round=2,
+            chunk=k,
+            src=3,
+            group=0,
+            dtype=1,
+            elems_bits=rng.integers(0, 1 << 16, count, dtype=np.uint16),
+        )
         f = traffic.frame_of(payload, src=3, udp_checksum=bool(rng.random() < 0.7))
         if rng.random() < 0.6:
             f = traffic.frame_fault(rng, f, traffic.FRAME_FAULTS[k % len(traffic.FRAME_FAULTS)])

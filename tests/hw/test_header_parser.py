@@ -14,8 +14,15 @@ SLOT_BYTES = 64
 def _beats(payload, width):
     B = width // 8
     n = max(1, -(-len(payload) // B))
-    return [{"data": int.from_bytes(payload[k * B:(k + 1) * B], "little"),
-             "bytes": len(payload[k * B:(k + 1) * B]), "last": int(k == n - 1), "drops": 0} for k in range(n)]
+    return [
+        {
+            "data": int.from_bytes(payload[k * B : (k + 1) * B], "little"),
+            "bytes": len(payload[k * B : (k + 1) * B]),
+            "last": int(k == n - 1),
+            "drops": 0,
+        }
+        for k in range(n)
+    ]
 
 
 @pytest.mark.parametrize("width", [64, 256, 512])
@@ -24,11 +31,16 @@ def test_fields_and_codes(width):
     payloads = []
     for k in range(60):
         dtype = int(rng.integers(0, 3))
-        p = traffic.contrib(job=int(rng.integers(0, 1 << 16)), round=int(rng.integers(0, 1 << 32)),
-                                chunk=int(rng.integers(0, 1 << 32)), src=int(rng.integers(0, 64)),
-                                group=int(rng.integers(0, 1 << 16)), dtype=dtype,
-                                flags=int(rng.integers(0, 2)),
-                                elems_bits=traffic.random_elements(rng, dtype, int(rng.integers(1, 20))))
+        p = traffic.contrib(
+            job=int(rng.integers(0, 1 << 16)),
+            round=int(rng.integers(0, 1 << 32)),
+            chunk=int(rng.integers(0, 1 << 32)),
+            src=int(rng.integers(0, 64)),
+            group=int(rng.integers(0, 1 << 16)),
+            dtype=dtype,
+            flags=int(rng.integers(0, 2)),
+            elems_bits=traffic.random_elements(rng, dtype, int(rng.integers(1, 20))),
+        )
         if k % 3:
             kind = traffic.HEADER_FAULTS[k % len(traffic.HEADER_FAULTS)]
             p = traffic.header_fault(rng, p, kind, slot_bytes=SLOT_BYTES, outsider=9)
@@ -46,7 +58,14 @@ def test_fields_and_codes(width):
         seen.add(code)
         if reason is None:
             d = beat.desc
-            assert (int(d.job), int(d.round), int(d.chunk), int(d.src), int(d.group), int(d.count),
-                    int(d.dtype), int(d.flags)) == (h.job, h.round, h.chunk, h.src, h.group, h.count, h.dtype,
-                                                     h.flags)
+            assert (
+                int(d.job),
+                int(d.round),
+                int(d.chunk),
+                int(d.src),
+                int(d.group),
+                int(d.count),
+                int(d.dtype),
+                int(d.flags),
+            ) == (h.job, h.round, h.chunk, h.src, h.group, h.count, h.dtype, h.flags)
     assert None in seen and len(seen) >= 8

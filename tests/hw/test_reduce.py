@@ -22,11 +22,14 @@ class Top(wiring.Component):
     def __init__(self, init):
         self.red = Reduce(width=W, slots=S, members=G, words=NW, adder=fake_adder, formats=FORMATS)
         self.init = init
-        super().__init__({
-            "i": In(stream.Signature(Completion(S))),
-            "o": Out(stream.Signature(data.StructLayout({"data": W, "last": 1, "slot": range(S)}))),
-            "release": Out(1), "release_slot": Out(range(S)),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(Completion(S))),
+                "o": Out(stream.Signature(data.StructLayout({"data": W, "last": 1, "slot": range(S)}))),
+                "release": Out(1),
+                "release_slot": Out(range(S)),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -34,10 +37,15 @@ class Top(wiring.Component):
         m.submodules.mem = mem = memory.Memory(shape=W, depth=S * G * NW, init=self.init)
         wiring.connect(m, red.rd, mem.read_port())
         wiring.connect(m, wiring.flipped(self.i), red.i)
-        m.d.comb += [self.o.valid.eq(red.o.valid), red.o.ready.eq(self.o.ready),
-                     self.o.payload.data.eq(red.o.payload.data), self.o.payload.last.eq(red.o.payload.last),
-                     self.o.payload.slot.eq(red.o.payload.cd.slot),
-                     self.release.eq(red.release), self.release_slot.eq(red.release_slot)]
+        m.d.comb += [
+            self.o.valid.eq(red.o.valid),
+            red.o.ready.eq(self.o.ready),
+            self.o.payload.data.eq(red.o.payload.data),
+            self.o.payload.last.eq(red.o.payload.last),
+            self.o.payload.slot.eq(red.o.payload.cd.slot),
+            self.release.eq(red.release),
+            self.release_slot.eq(red.release_slot),
+        ]
         return m
 
 
@@ -53,8 +61,15 @@ def test_rank_order_sums(backpressure):
     chunks = []
     for k in range(14):
         g = int(rng.integers(1, G + 1)) if k % 4 else G - (k // 4) % G  # group sizes go up and down
-        chunks.append({"slot": k % S, "g": g, "nwords": int(rng.integers(1, NW + 1)),
-                       "desc": {"dtype": k % 3, "chunk": k}, "bitmap": (1 << g) - 1})
+        chunks.append(
+            {
+                "slot": k % S,
+                "g": g,
+                "nwords": int(rng.integers(1, NW + 1)),
+                "desc": {"dtype": k % 3, "chunk": k},
+                "bitmap": (1 << g) - 1,
+            }
+        )
     dut = Top(init)
     releases = []
 
@@ -71,8 +86,13 @@ def test_rank_order_sums(backpressure):
             dt = np.uint32 if width == 32 else np.uint16
             lanes = [np.array(_lanes(x, c["desc"]["dtype"]), dt) for x in words]
             total = fake_reduce(lanes, c["desc"]["dtype"])
-            want.append((sum(int(v) << (k * width) for k, v in enumerate(total)), int(w == c["nwords"] - 1),
-                         c["slot"]))
+            want.append(
+                (
+                    sum(int(v) << (k * width) for k, v in enumerate(total)),
+                    int(w == c["nwords"] - 1),
+                    c["slot"],
+                )
+            )
     got = [(int(o.data), int(o.last), int(o.slot)) for o in out]
     assert got == want
     assert releases == [c["slot"] for c in chunks]

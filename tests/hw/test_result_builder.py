@@ -23,16 +23,46 @@ def test_results(width):
         plen = HEADER_BYTES + count * dtype.size
         nwords = -(-plen // B) - pw0
         elems = bytes(rng.integers(0, 256, nwords * B, dtype=np.uint8))
-        cd = {"slot": k % S, "g": 3, "nwords": nwords, "bitmap": 0b10110,
-              "desc": {"job": 9, "round": 70000 + k, "chunk": 3 * k, "src": 1, "group": 2, "count": count,
-                       "dtype": int(dtype), "flags": k % 2}}
+        cd = {
+            "slot": k % S,
+            "g": 3,
+            "nwords": nwords,
+            "bitmap": 0b10110,
+            "desc": {
+                "job": 9,
+                "round": 70000 + k,
+                "chunk": 3 * k,
+                "src": 1,
+                "group": 2,
+                "count": count,
+                "dtype": int(dtype),
+                "flags": k % 2,
+            },
+        }
         for w in range(nwords):
-            beats.append({"data": int.from_bytes(elems[w * B:(w + 1) * B], "little"),
-                          "last": int(w == nwords - 1), "cd": cd})
-        header = Header(magic=MAGIC, version=VERSION, kind=int(Kind.RESULT), dtype=int(dtype), flags=k % 2,
-                        job=9, round=70000 + k, chunk=3 * k, src=6, group=2, count=count, reserved=0,
-                        bitmap=0b10110)
-        body = elems[HEADER_BYTES - pw0 * B:] if pw0 == 0 else elems
+            beats.append(
+                {
+                    "data": int.from_bytes(elems[w * B : (w + 1) * B], "little"),
+                    "last": int(w == nwords - 1),
+                    "cd": cd,
+                }
+            )
+        header = Header(
+            magic=MAGIC,
+            version=VERSION,
+            kind=int(Kind.RESULT),
+            dtype=int(dtype),
+            flags=k % 2,
+            job=9,
+            round=70000 + k,
+            chunk=3 * k,
+            src=6,
+            group=2,
+            count=count,
+            reserved=0,
+            bitmap=0b10110,
+        )
+        body = elems[HEADER_BYTES - pw0 * B :] if pw0 == 0 else elems
         want.append((header.encode() + body)[:plen])
     dut = ResultBuilder(width=width, slots=S)
 

@@ -25,7 +25,7 @@ def _entry(rng):
         while len(written) < G:  # leftovers, or another "none" pattern (bit 6 set)
             written.append(int(rng.choice([int(rng.integers(0, 64)), 0x40 | int(rng.integers(0, 64)), 0xFF])))
     else:
-        written += [int(r) for r in rng.permutation(order + [int(rng.integers(0, 64))])][:G - n]
+        written += [int(r) for r in rng.permutation(order + [int(rng.integers(0, 64))])][: G - n]
     return sum(1 << r for r in order), written, order
 
 
@@ -83,12 +83,15 @@ def test_lookup(mod_stages):
             ctx.set(dut.i.valid, bool(pending))
             if pending:
                 job, rnd, src, chunk = pending.pop(0)
-                ctx.set(dut.i.payload, {"hc": 1, "last": 1,
-                                        "desc": {"job": job, "round": rnd, "src": src, "chunk": chunk}})
+                ctx.set(
+                    dut.i.payload,
+                    {"hc": 1, "last": 1, "desc": {"job": job, "round": rnd, "src": src, "chunk": chunk}},
+                )
             if ctx.get(dut.o.valid):
                 o = ctx.get(dut.o.payload)
-                got.append((int(o.expected), int(o.midx), bool(int(o.drops) >> Drop.UNEXPECTED_SRC & 1),
-                            int(o.slot)))
+                got.append(
+                    (int(o.expected), int(o.midx), bool(int(o.drops) >> Drop.UNEXPECTED_SRC & 1), int(o.slot))
+                )
             await ctx.tick()
 
     sim = Simulator(dut)

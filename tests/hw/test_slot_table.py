@@ -23,25 +23,50 @@ def test_decisions_match_golden():
         # Rounds and chunks advance slowly, with stragglers and senders running ahead now and then.
         job = 1 if rng.random() < 0.9 else 2
         rnd = max(0, t // 150 - int(rng.random() < 0.1))
-        chunk = max(0, t // 12 + int(rng.integers(-1, 2)) + (S if rng.random() < 0.05 else 0)
-                    - (2 * S if rng.random() < 0.05 else 0))
+        chunk = max(
+            0,
+            t // 12
+            + int(rng.integers(-1, 2))
+            + (S if rng.random() < 0.05 else 0)
+            - (2 * S if rng.random() < 0.05 else 0),
+        )
         expected, order = golden.expected(job, rnd)
         src = int(rng.choice(order))
         dtype = int(rng.integers(0, 3)) if rng.random() < 0.04 else job - 1
         count = 4 if rng.random() < 0.96 else 5
-        p = traffic.contrib(job=job, round=rnd, chunk=chunk, src=src, group=job,
-                                dtype=dtype,
-                                elems_bits=np.zeros(count, np.uint32 if dtype == 0 else np.uint16))
+        p = traffic.contrib(
+            job=job,
+            round=rnd,
+            chunk=chunk,
+            src=src,
+            group=job,
+            dtype=dtype,
+            elems_bits=np.zeros(count, np.uint32 if dtype == 0 else np.uint16),
+        )
         before = dict(golden.counters)
         golden.feed_payload(p)
         code = next((int(d) for d in Drop if golden.counters[d.counter] != before[d.counter]), 0)
         completed = golden.counters["results"] != before["results"]
         reemit = golden.counters["results_reemitted"] - before["results_reemitted"]
         evict = golden.counters["evictions"] - before["evictions"]
-        packets.append(({"job": job, "round": rnd, "chunk": int.from_bytes(p[12:16], "big"), "src": src,
-                         "group": job, "count": count, "dtype": dtype, "flags": 0},
-                        expected, order.index(src), golden.slot_index(job, rnd, chunk),
-                        (code, int(completed), reemit, evict)))
+        packets.append(
+            (
+                {
+                    "job": job,
+                    "round": rnd,
+                    "chunk": int.from_bytes(p[12:16], "big"),
+                    "src": src,
+                    "group": job,
+                    "count": count,
+                    "dtype": dtype,
+                    "flags": 0,
+                },
+                expected,
+                order.index(src),
+                golden.slot_index(job, rnd, chunk),
+                (code, int(completed), reemit, evict),
+            )
+        )
 
     dut = SlotTable(width=512, slots=S, members=G, slot_bytes=C)
     events = []
@@ -54,14 +79,31 @@ def test_decisions_match_golden():
             if pending:
                 desc, expected, midx, slot, _ = pending[0]
                 ctx.set(dut.i.valid, 1)
-                ctx.set(dut.i.payload, {"bytes": 64, "last": 1, "hc": 1, "pw": 0, "desc": desc,
-                                        "expected": expected, "midx": midx, "slot": slot})
+                ctx.set(
+                    dut.i.payload,
+                    {
+                        "bytes": 64,
+                        "last": 1,
+                        "hc": 1,
+                        "pw": 0,
+                        "desc": desc,
+                        "expected": expected,
+                        "midx": midx,
+                        "slot": slot,
+                    },
+                )
             else:
                 ctx.set(dut.i.valid, 0)
             took = bool(pending) and ctx.get(dut.i.ready)
             if ctx.get(dut.ev_valid):
-                events.append((ctx.get(dut.ev_code), ctx.get(dut.ev_result), ctx.get(dut.ev_reemit),
-                               ctx.get(dut.ev_evict)))
+                events.append(
+                    (
+                        ctx.get(dut.ev_code),
+                        ctx.get(dut.ev_result),
+                        ctx.get(dut.ev_reemit),
+                        ctx.get(dut.ev_evict),
+                    )
+                )
             # A re-emit request does not read the member buffers, so it releases nothing.
             done = ctx.get(dut.done.valid) and not ctx.get(dut.done.payload.replay)
             if ctx.get(dut.done.valid) and ctx.get(dut.done.payload.replay):

@@ -26,14 +26,30 @@ def _core(width, entry):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AggregatorCore(width=width, slots=CONFIG["slots"], members=CONFIG["members"],
-                              slot_bytes=CONFIG["slot_bytes"], dests=2, jobs=CONFIG["jobs"],
-                              rounds=CONFIG["rounds"], entry=entry)
+        return AggregatorCore(
+            width=width,
+            slots=CONFIG["slots"],
+            members=CONFIG["members"],
+            slot_bytes=CONFIG["slot_bytes"],
+            dests=2,
+            jobs=CONFIG["jobs"],
+            rounds=CONFIG["rounds"],
+            entry=entry,
+        )
 
 
-@pytest.mark.parametrize("width,entry,ordered,bank_bits", [(64, "frame", True, 1), (512, "frame", True, 0),
-                                                          (64, "payload", False, None)])
+@pytest.mark.parametrize(
+    "width,entry,ordered,bank_bits",
+    [(64, "frame", True, 1), (512, "frame", True, 0), (64, "payload", False, None)],
+)
 def test_core_matches_golden(width, entry, ordered, bank_bits):
-    params = {"width": width, "entry": entry, "n_packets": 250, "seed": width, "ordered": ordered,
-              "bank_bits": bank_bits, **CONFIG}
+    params = {
+        "width": width,
+        "entry": entry,
+        "n_packets": 250,
+        "seed": width,
+        "ordered": ordered,
+        "bank_bits": bank_bits,
+        **CONFIG,
+    }
     runner.run(_core(width, entry), top=f"agg_core_{entry}", module="tests.support.tb_core", params=params)

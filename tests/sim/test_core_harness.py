@@ -26,13 +26,30 @@ def _run(sim, packets, *, rank, jobs, bank_bits, seed):
     from wanreduce.sim.agg_driver import beats_to_packets, packets_to_beats
 
     core = sim.core
-    writes = control.config_writes(rank=rank, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP,
-                                   max_jobs=core.jobs, rounds=core.rounds, members=core.members,
-                                   max_dests=core.dests, slots=core.slots, bank_bits=bank_bits)
+    writes = control.config_writes(
+        rank=rank,
+        jobs=jobs,
+        destinations=DESTS,
+        mac=MAC,
+        ip=IP,
+        max_jobs=core.jobs,
+        rounds=core.rounds,
+        members=core.members,
+        max_dests=core.dests,
+        slots=core.slots,
+        bank_bits=bank_bits,
+    )
     beats = packets_to_beats(packets, sim.width)
-    out, stats = sim.harness.run(beats, idle_prob=0.2 * seed, backpressure_prob=0.3 * seed, seed=seed,
-                                 drain_cycles=4096, ctl_writes=writes, ctl_reads=control.counter_reads(),
-                                 max_cycles=30_000 + 64 * len(beats))
+    out, stats = sim.harness.run(
+        beats,
+        idle_prob=0.2 * seed,
+        backpressure_prob=0.3 * seed,
+        seed=seed,
+        drain_cycles=4096,
+        ctl_writes=writes,
+        ctl_reads=control.counter_reads(),
+        max_cycles=30_000 + 64 * len(beats),
+    )
     assert not stats.timed_out
     assert len(stats.ctl_reads) == len(regmap.COUNTER_NAMES)
     return beats_to_packets(out, sim.width), control.decode_counters(stats.ctl_reads)
@@ -50,12 +67,30 @@ def test_volume(width, entry):
     for seed, bits in enumerate([None, 1, 2]):
         rng = np.random.default_rng(1000 * width + seed)
         rank = int(rng.integers(0, 8))
-        jobs, packets = traffic.scenario(rng, rank=rank, slots=S, slot_bytes=C, members=G, n_packets=2000,
-                                         frames=entry == "frame", rounds=(40, 60), ordered=seed > 0,
-                                         bank_bits=bits)
+        jobs, packets = traffic.scenario(
+            rng,
+            rank=rank,
+            slots=S,
+            slot_bytes=C,
+            members=G,
+            n_packets=2000,
+            frames=entry == "frame",
+            rounds=(40, 60),
+            ordered=seed > 0,
+            bank_bits=bits,
+        )
         banks = None if bits is None else {j: bits for j in jobs}
-        golden = GoldenAggregator(rank=rank, jobs=jobs, slots=S, members=G, slot_bytes=C, mac=MAC, ip=IP,
-                                  destinations=DESTS, bank_bits=banks)
+        golden = GoldenAggregator(
+            rank=rank,
+            jobs=jobs,
+            slots=S,
+            members=G,
+            slot_bytes=C,
+            mac=MAC,
+            ip=IP,
+            destinations=DESTS,
+            bank_bits=banks,
+        )
         want = []
         for p in packets:
             want += golden.feed_frame(p) if entry == "frame" else golden.feed_payload(p)

@@ -17,16 +17,30 @@ pytestmark = pytest.mark.rtl
 
 
 def test_three_sites_two_rounds_on_the_rtl():
-    schedule = schedule_from_obj({"version": 2, "sites": ["AMS", "NYC", "SIN"],
-                                  "rounds": [{"groups": [[1, 0]]}, {"groups": [[2, 0, 1]]}]})
+    schedule = schedule_from_obj(
+        {
+            "version": 2,
+            "sites": ["AMS", "NYC", "SIN"],
+            "rounds": [{"groups": [[1, 0]]}, {"groups": [[2, 0, 1]]}],
+        }
+    )
     topo = load_topology("nine-city", sites=list(schedule.sites))
     cores = RtlCores(count=3, width=64, slots=256, members=3, slot_bytes=1024, dests=1)
     sites = cores.sites(schedule, bank_bits=2)
     rng = np.random.default_rng(11)
     elements = 24 * 256
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(3)]
-    run = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=12.5e9, chunk_elems=256,
-                       elements=elements, bank_slots=4, sites=sites, tensors=tensors, rounds=4)
+    run = wan.simulate(
+        schedule,
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=256,
+        elements=elements,
+        bank_slots=4,
+        sites=sites,
+        tensors=tensors,
+        rounds=4,
+    )
     ref = run_reference(schedule, tensors, rounds=4)[-1]
     pairs = zip(run.values, ref, strict=True)
     assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in pairs)
@@ -38,9 +52,19 @@ def test_three_sites_two_rounds_on_the_rtl():
         # site 2 waits in rounds 0 and 2: it aggregates 24 chunks in each of rounds 1 and 3
         assert c["results"] == (2 if s == 2 else 4) * 24
     # the same run on the golden model gives the same bits and the same times to the cycle's precision
-    golden = [wan.GoldenSite(schedule, s, slots=256, members=3, slot_bytes=1024, bank_bits=2)
-              for s in range(3)]
-    grun = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=12.5e9, chunk_elems=256,
-                        elements=elements, bank_slots=4, sites=golden, tensors=tensors, rounds=4)
+    golden = [
+        wan.GoldenSite(schedule, s, slots=256, members=3, slot_bytes=1024, bank_bits=2) for s in range(3)
+    ]
+    grun = wan.simulate(
+        schedule,
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=256,
+        elements=elements,
+        bank_slots=4,
+        sites=golden,
+        tensors=tensors,
+        rounds=4,
+    )
     assert all(np.array_equal(a, b) for a, b in zip(grun.values, run.values, strict=True))
     assert run.finish_s == pytest.approx(grun.finish_s, rel=1e-3)

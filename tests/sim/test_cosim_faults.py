@@ -18,12 +18,22 @@ from wanreduce.spec.schedfile import schedule_from_obj
 FAULTS = dict(loss=0.01, dup=0.01, reorder=True, corrupt=0.001)
 
 
-@pytest.mark.parametrize("aggregator, seed", [
-    ("golden", 21), ("golden", 22), pytest.param("rtl", 21, marks=pytest.mark.rtl),
-])
+@pytest.mark.parametrize(
+    "aggregator, seed",
+    [
+        ("golden", 21),
+        ("golden", 22),
+        pytest.param("rtl", 21, marks=pytest.mark.rtl),
+    ],
+)
 def test_three_sites_bit_exact_under_faults(aggregator, seed):
-    schedule = schedule_from_obj({"version": 2, "sites": ["AMS", "NYC", "SIN"],
-                                  "rounds": [{"groups": [[1, 0]]}, {"groups": [[2, 0, 1]]}]})
+    schedule = schedule_from_obj(
+        {
+            "version": 2,
+            "sites": ["AMS", "NYC", "SIN"],
+            "rounds": [{"groups": [[1, 0]]}, {"groups": [[2, 0, 1]]}],
+        }
+    )
     topo = load_topology("nine-city", sites=list(schedule.sites))
     if aggregator == "rtl":
         from wanreduce.sim.cosim import RtlCores
@@ -31,14 +41,24 @@ def test_three_sites_bit_exact_under_faults(aggregator, seed):
         cores = RtlCores(count=3, width=64, slots=256, members=3, slot_bytes=1024, dests=1)
         sites = cores.sites(schedule, bank_bits=2)
     else:
-        sites = [wan.GoldenSite(schedule, s, slots=256, members=3, slot_bytes=1024, bank_bits=2)
-                 for s in range(3)]
+        sites = [
+            wan.GoldenSite(schedule, s, slots=256, members=3, slot_bytes=1024, bank_bits=2) for s in range(3)
+        ]
     rng = np.random.default_rng(11)
     elements = 24 * 256
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(3)]
-    run = wan.simulate(schedule, one_way_s=topo.one_way_s, site_Bps=12.5e9, chunk_elems=256,
-                       elements=elements, bank_slots=4, sites=sites, tensors=tensors, rounds=4,
-                       faults=wan.Faults(seed=seed, **FAULTS))
+    run = wan.simulate(
+        schedule,
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=256,
+        elements=elements,
+        bank_slots=4,
+        sites=sites,
+        tensors=tensors,
+        rounds=4,
+        faults=wan.Faults(seed=seed, **FAULTS),
+    )
     ref = run_reference(schedule, tensors, rounds=4)[-1]
     for s, (got, want) in enumerate(zip(run.values, ref, strict=True)):
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"site {s} differs"

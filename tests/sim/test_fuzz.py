@@ -24,29 +24,51 @@ def test_code_table_is_the_spec_drop_order():
 
 
 def _payload(**over):
-    f = dict(magic=0x5752, version=2, kind=0, dtype=0, flags=0, job=7, round=3, chunk=1, src=2, group=0,
-             count=2, reserved=0, bitmap=1 << 2)
+    f = dict(
+        magic=0x5752,
+        version=2,
+        kind=0,
+        dtype=0,
+        flags=0,
+        job=7,
+        round=3,
+        chunk=1,
+        src=2,
+        group=0,
+        count=2,
+        reserved=0,
+        bitmap=1 << 2,
+    )
     f.update(over)
     return struct.pack("!HBBBBHIIHHHHQ", *f.values()) + bytes(4 * 2)
 
 
 def _frame(payload, *, checksum=True):
-    return bytearray(build_frame(payload, src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02",
-                                 src_ip="10.0.0.1", dst_ip="10.0.0.2", sport=47000, dport=47000,
-                                 udp_checksum=checksum))
+    return bytearray(
+        build_frame(
+            payload,
+            src_mac="02:00:00:00:00:01",
+            dst_mac="02:00:00:00:00:02",
+            src_ip="10.0.0.1",
+            dst_ip="10.0.0.2",
+            sport=47000,
+            dport=47000,
+            udp_checksum=checksum,
+        )
+    )
 
 
 def test_stateless_codes_from_the_page():
     ok = _frame(_payload())
     assert frame_code(ok, port=47000)[0] == 0
-    assert frame_code(ok + b"\xaa" * 9, port=47000)[0] == 0           # Ethernet padding is ignored
+    assert frame_code(ok + b"\xaa" * 9, port=47000)[0] == 0  # Ethernet padding is ignored
     assert frame_code(ok[:41], port=47000)[0] == 1
-    assert frame_code(ok[:-1], port=47000)[0] == 1                    # total length beyond the frame
+    assert frame_code(ok[:-1], port=47000)[0] == 1  # total length beyond the frame
     vlan = ok[:12] + b"\x81\x00\x00\x05" + ok[12:]
     assert frame_code(vlan, port=47000)[0] == 2
     opts = bytearray(ok)
     opts[14] = 0x46
-    assert frame_code(opts, port=47000)[0] == 3                       # IHL 6 before the checksum
+    assert frame_code(opts, port=47000)[0] == 3  # IHL 6 before the checksum
     frag = bytearray(ok)
     frag[20] |= 0x20
     assert frame_code(frag, port=47000)[0] == 3
@@ -59,30 +81,40 @@ def test_stateless_codes_from_the_page():
     assert frame_code(csum, port=47000)[0] == 8
     nocsum = _frame(_payload(), checksum=False)
     nocsum[-1] ^= 1
-    assert frame_code(nocsum, port=47000)[0] == 0                     # checksum 0: not computed
+    assert frame_code(nocsum, port=47000)[0] == 0  # checksum 0: not computed
     assert payload_code(_payload()[:31], slot_bytes=64)[0] == 9
-    cases = {10: dict(magic=0x5753), 11: dict(version=1), 12: dict(kind=2), 13: dict(dtype=3),
-             14: dict(flags=2), 15: dict(reserved=1), 16: dict(count=0), 17: dict(count=3),
-             18: dict(kind=1), 19: dict(src=64, bitmap=0), 20: dict(count=2)}
+    cases = {
+        10: dict(magic=0x5753),
+        11: dict(version=1),
+        12: dict(kind=2),
+        13: dict(dtype=3),
+        14: dict(flags=2),
+        15: dict(reserved=1),
+        16: dict(count=0),
+        17: dict(count=3),
+        18: dict(kind=1),
+        19: dict(src=64, bitmap=0),
+        20: dict(count=2),
+    }
     for code, over in cases.items():
         slot_bytes = 4 if code == 20 else 64
         assert payload_code(_payload(**over), slot_bytes=slot_bytes)[0] == code, over
-    assert payload_code(_payload(flags=1), slot_bytes=64)[0] == 0      # LAST is a valid flag
+    assert payload_code(_payload(flags=1), slot_bytes=64)[0] == 0  # LAST is a valid flag
 
 
 def test_slot_decisions_from_the_page():
     c = Classifier(jobs={7: [0b0111, 0]}, slots=2, slot_bytes=64)
-    assert c.payload(_payload(src=3, bitmap=8)) == (21, False)          # not expected
-    assert c.payload(_payload(round=1)) == (21, False)                  # a round the site waits
-    assert c.payload(_payload(job=8)) == (21, False)                    # a job it was not told about
+    assert c.payload(_payload(src=3, bitmap=8)) == (21, False)  # not expected
+    assert c.payload(_payload(round=1)) == (21, False)  # a round the site waits
+    assert c.payload(_payload(job=8)) == (21, False)  # a job it was not told about
     assert c.payload(_payload(src=0, bitmap=1, round=2)) == (0, False)  # claims slot 1 (chunk 1)
     assert c.payload(_payload(src=0, bitmap=1, round=2)) == (24, False)
     assert c.payload(_payload(src=1, bitmap=2, round=2, count=1)[:-4]) == (25, False)
     assert c.payload(_payload(src=1, bitmap=2, round=4)) == (23, False)
     assert c.payload(_payload(src=1, bitmap=2, round=2)) == (0, False)
-    assert c.payload(_payload(src=2, bitmap=4, round=2)) == (0, True)   # completes
+    assert c.payload(_payload(src=2, bitmap=4, round=2)) == (0, True)  # completes
     assert c.payload(_payload(src=2, bitmap=4, round=2)) == (24, False)  # also after completion,
-    assert c.reemitted                                                   # and the RESULT goes again
+    assert c.reemitted  # and the RESULT goes again
     assert c.payload(_payload(src=0, bitmap=1, round=0)) == (22, False)
     assert c.payload(_payload(src=0, bitmap=1, round=4)) == (0, False)  # reclaims the done slot
     assert not c.reemitted
@@ -99,11 +131,11 @@ def test_slot_decisions_from_the_page():
 def test_round_banks_from_the_page():
     # Period 2, banks of 2 slots in 4: round r's chunk c uses slot (r mod 2) * 2 + c mod 2.
     c = Classifier(jobs={7: [[2, 0], [0]]}, slots=4, slot_bytes=64, bank_bits={7: 1})
-    assert c.payload(_payload(src=0, bitmap=1, round=0, chunk=0)) == (0, False)    # slot 0
-    assert c.payload(_payload(src=0, bitmap=1, round=1, chunk=0)) == (0, True)     # slot 2, one member
-    assert c.payload(_payload(src=0, bitmap=1, round=2, chunk=2)) == (23, False)   # slot 0 again: live
-    assert c.payload(_payload(src=0, bitmap=1, round=3, chunk=4)) == (0, True)     # slot 2: done, newer
-    assert c.payload(_payload(src=0, bitmap=1, round=1, chunk=2)) == (22, False)   # slot 2: older
+    assert c.payload(_payload(src=0, bitmap=1, round=0, chunk=0)) == (0, False)  # slot 0
+    assert c.payload(_payload(src=0, bitmap=1, round=1, chunk=0)) == (0, True)  # slot 2, one member
+    assert c.payload(_payload(src=0, bitmap=1, round=2, chunk=2)) == (23, False)  # slot 0 again: live
+    assert c.payload(_payload(src=0, bitmap=1, round=3, chunk=4)) == (0, True)  # slot 2: done, newer
+    assert c.payload(_payload(src=0, bitmap=1, round=1, chunk=2)) == (22, False)  # slot 2: older
     assert c.payload(_payload(src=2, bitmap=4, round=0, chunk=0)) == (0, True)
     # Without banks the same job uses chunk mod 4 whatever the round.
     d = Classifier(jobs={7: [[2, 0], [0]]}, slots=4, slot_bytes=64)
@@ -125,8 +157,15 @@ def test_classifier_agrees_with_golden(entry, job):
     s = fuzz.scenario_for(sim, job)
     cl = Classifier(jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port, bank_bits=s.bank_bits)
     gen = fuzz.FrameGen(s, entry=entry, seed=11, classifier=cl)
-    golden = GoldenAggregator(rank=s.rank, jobs=s.jobs, slots=s.slots, members=s.members,
-                              slot_bytes=s.slot_bytes, port=s.port, bank_bits=s.bank_bits)
+    golden = GoldenAggregator(
+        rank=s.rank,
+        jobs=s.jobs,
+        slots=s.slots,
+        members=s.members,
+        slot_bytes=s.slot_bytes,
+        port=s.port,
+        bank_bits=s.bank_bits,
+    )
     feed = cl.frame if entry == "frame" else cl.payload
     golden_feed = golden.feed_frame if entry == "frame" else golden.feed_payload
     for _ in range(3000):
@@ -134,8 +173,11 @@ def test_classifier_agrees_with_golden(entry, job):
         before = dict(golden.counters)
         golden_feed(data)
         code, done = feed(data)
-        bumped = [k for k, v in golden.counters.items()
-                  if v != before[k] and k not in ("frames_in", "results", "results_reemitted", "evictions")]
+        bumped = [
+            k
+            for k, v in golden.counters.items()
+            if v != before[k] and k not in ("frames_in", "results", "results_reemitted", "evictions")
+        ]
         assert bumped == ([] if code == 0 else [CODES[code]]), data.hex()
         assert golden.counters["results"] - before["results"] == done
         assert golden.counters["results_reemitted"] - before["results_reemitted"] == cl.reemitted
@@ -161,7 +203,7 @@ SLICE = [(64, "frame", 7000, 1), (64, "payload", 3000, 2)]
 def test_fuzz_slice(width, entry, n, seed):
     report = fuzz.run_fuzz(_sim(width, entry), n_frames=n, seed=seed)
     assert report.violations == 0, "\n".join(report.details)
-    assert report.frames > n and report.wedged < 4   # slots=4: at least one slot checked after the fuzz
+    assert report.frames > n and report.wedged < 4  # slots=4: at least one slot checked after the fuzz
     seen = {code for code, k in report.codes.items() if k}
     assert seen == set(range(26)) - (set(range(1, 9)) if entry == "payload" else set())
     labels = {part for label in report.mutations for part in label.split("+")}

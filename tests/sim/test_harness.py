@@ -21,13 +21,23 @@ class HalfAdder(wiring.Component):
 
     def __init__(self, width):
         self.half = width // 2
-        super().__init__({
-            "i": In(stream.Signature(width)),
-            "o": Out(stream.Signature(self.half)),
-            "ctl": Out(wiring.Signature({
-                "addr": In(16), "wdata": In(32), "we": In(1), "re": In(1), "rdata": Out(32),
-            })),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(width)),
+                "o": Out(stream.Signature(self.half)),
+                "ctl": Out(
+                    wiring.Signature(
+                        {
+                            "addr": In(16),
+                            "wdata": In(32),
+                            "we": In(1),
+                            "re": In(1),
+                            "rdata": Out(32),
+                        }
+                    )
+                ),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -93,8 +103,15 @@ def test_no_beat_lost_or_duplicated(half_adder, idle, bp):
     n = 3000
     values = [int.from_bytes(rng.bytes(width // 8), "little") for _ in range(n)]
     offset = int(rng.integers(0, 2**32))
-    out, stats = h.run(to_beats(values, width), idle_prob=idle, backpressure_prob=bp, seed=7,
-                       ctl_writes=[(3, offset)], ctl_reads=[3, 5, 9], stamps=True)
+    out, stats = h.run(
+        to_beats(values, width),
+        idle_prob=idle,
+        backpressure_prob=bp,
+        seed=7,
+        ctl_writes=[(3, offset)],
+        ctl_reads=[3, 5, 9],
+        stamps=True,
+    )
     assert stats.in_beats == n and stats.out_beats == n and not stats.timed_out
     assert from_beats(out) == _expected(values, width, offset)
     assert stats.ctl_reads == [offset, n, 0xDEADBEEF]
@@ -139,8 +156,9 @@ def test_timeout_is_reported():
     with pytest.raises(HarnessTimeout) as err:
         h.run(to_beats(range(1000), 12), backpressure_prob=0.9, seed=2, max_cycles=500)
     assert err.value.stats.in_beats < 1000
-    out, stats = h.run(to_beats(range(1000), 12), backpressure_prob=0.9, seed=2, max_cycles=500,
-                       allow_timeout=True)
+    out, stats = h.run(
+        to_beats(range(1000), 12), backpressure_prob=0.9, seed=2, max_cycles=500, allow_timeout=True
+    )
     assert stats.timed_out and len(out) == stats.out_beats
 
 
@@ -160,8 +178,11 @@ class TracedPassthrough(wiring.Component):
         m = Module()
         wait = Signal(range(self.hold + 1))
         free = (self.o.ready | ~self.o.valid) & (wait == 0)
-        m.d.comb += [self.i.ready.eq(free), self.trace.valid.eq(self.i.valid & free),
-                     self.trace.payload.eq(self.i.payload)]
+        m.d.comb += [
+            self.i.ready.eq(free),
+            self.trace.valid.eq(self.i.valid & free),
+            self.trace.payload.eq(self.i.payload),
+        ]
         with m.If(wait != 0):
             m.d.sync += wait.eq(wait - 1)
         with m.If(self.o.ready | ~self.o.valid):

@@ -73,8 +73,9 @@ async def incr_wrong_on_purpose(dut):
 
 
 def test_params_reach_cocotb():
-    tdir = runner.run(Incr(), top="incr", module=__name__, testcase="incr_matches",
-                      params={"start": 65530, "n": 20})
+    tdir = runner.run(
+        Incr(), top="incr", module=__name__, testcase="incr_matches", params={"start": 65530, "n": 20}
+    )
     assert (tdir / "results.xml").exists()
 
 

@@ -19,14 +19,22 @@ INDEPENDENT = {"sim/fuzz_classify.py"}
 
 def _grep(pattern):
     try:
-        out = subprocess.run(["git", "grep", "-n", "-E", pattern, "--", *CODE], cwd=ROOT, capture_output=True,
-                             text=True, check=False)
+        out = subprocess.run(
+            ["git", "grep", "-n", "-E", pattern, "--", *CODE],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     except FileNotFoundError:
         pytest.skip("git is not available")
     if out.returncode not in (0, 1):
         pytest.skip("not a git checkout")
-    return [line for line in out.stdout.splitlines()
-            if not line.startswith(SPEC) and line.split(":", 1)[0] not in INDEPENDENT]
+    return [
+        line
+        for line in out.stdout.splitlines()
+        if not line.startswith(SPEC) and line.split(":", 1)[0] not in INDEPENDENT
+    ]
 
 
 NAMES = [n for n in protocol.__all__ if n.isupper()] + [n for n in regmap.__all__ if n.isupper()]
@@ -54,7 +62,7 @@ def _code_tokens():
                     yield rel, tok.start[0], tok.string
                 elif tok.type == tokenize.STRING and not _is_doc(tok.string):
                     # help= texts and messages may name a default; code may not spell one out
-                    context = [t.string for t in toks[max(0, k - 6):k]]
+                    context = [t.string for t in toks[max(0, k - 6) : k]]
                     if "help" not in context and "raise" not in context and "description" not in context:
                         yield rel, tok.start[0], tok.string
 
@@ -64,6 +72,9 @@ STRINGS = ["02:57:52", "01:00:5e:57", "239.87.", "10.87.8"]
 
 
 def test_protocol_literals_are_not_retyped():
-    hits = [f"{path}:{line}: {tok}" for path, line, tok in _code_tokens()
-            if tok.upper() in NUMBERS or any(s in tok for s in STRINGS)]
+    hits = [
+        f"{path}:{line}: {tok}"
+        for path, line, tok in _code_tokens()
+        if tok.upper() in NUMBERS or any(s in tok for s in STRINGS)
+    ]
     assert hits == [], "\n".join(hits)

@@ -11,8 +11,11 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-FORMATS = [SimpleNamespace(width=32, name="fp32"), SimpleNamespace(width=16, name="fp16"),
-           SimpleNamespace(width=16, name="bf16")]
+FORMATS = [
+    SimpleNamespace(width=32, name="fp32"),
+    SimpleNamespace(width=16, name="fp16"),
+    SimpleNamespace(width=16, name="bf16"),
+]
 
 
 class FakeAdd(wiring.Component):

@@ -5,8 +5,9 @@ import random
 from amaranth.sim import Simulator
 
 
-def run_stream(dut, beats, *, setup=None, idle=0.0, backpressure=0.0, seed=0, max_cycles=20000, drain=64,
-               extra=None):
+def run_stream(
+    dut, beats, *, setup=None, idle=0.0, backpressure=0.0, seed=0, max_cycles=20000, drain=64, extra=None
+):
     """Feed ``beats`` (dicts or ints for ``i.payload``) and return the list of ``o.payload`` values seen.
 
     ``setup(ctx)`` runs first (after one cycle), e.g. to set configuration inputs. ``extra(ctx)`` is

@@ -32,8 +32,10 @@ from . import traffic
 
 __all__ = ["TB"]
 
-DESTS = [Destination("02:00:00:00:00:0a", "10.1.0.1", 47001),
-         Destination("01:00:5e:57:53:07", "239.87.83.7", 47000)]
+DESTS = [
+    Destination("02:00:00:00:00:0a", "10.1.0.1", 47001),
+    Destination("01:00:5e:57:53:07", "239.87.83.7", 47000),
+]
 MAC, IP = "02:57:52:01:00:07", "10.87.83.7"
 
 
@@ -126,21 +128,48 @@ async def core_matches_golden(dut, idle, backpressure):
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(0, 8))
     bits = p.get("bank_bits")
-    jobs, packets = traffic.scenario(rng, rank=rank, slots=p["slots"], slot_bytes=p["slot_bytes"],
-                                     members=p["members"], n_packets=p["n_packets"], frames=entry == "frame",
-                                     ordered=p.get("ordered", False), bank_bits=bits)
+    jobs, packets = traffic.scenario(
+        rng,
+        rank=rank,
+        slots=p["slots"],
+        slot_bytes=p["slot_bytes"],
+        members=p["members"],
+        n_packets=p["n_packets"],
+        frames=entry == "frame",
+        ordered=p.get("ordered", False),
+        bank_bits=bits,
+    )
     banks = None if bits is None else {j: bits for j in jobs}
-    golden = GoldenAggregator(rank=rank, jobs=jobs, slots=p["slots"], members=p["members"],
-                              slot_bytes=p["slot_bytes"], mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks)
+    golden = GoldenAggregator(
+        rank=rank,
+        jobs=jobs,
+        slots=p["slots"],
+        members=p["members"],
+        slot_bytes=p["slot_bytes"],
+        mac=MAC,
+        ip=IP,
+        destinations=DESTS,
+        bank_bits=banks,
+    )
     expected = []
     for pkt in packets:
         expected += golden.feed_frame(pkt) if entry == "frame" else golden.feed_payload(pkt)
 
     tb = TB(dut, width=width, idle=idle, backpressure=backpressure, seed=seed)
     await tb.reset()
-    writes = control.config_writes(rank=rank, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP,
-                                   max_jobs=p["jobs"], rounds=p["rounds"], members=p["members"],
-                                   max_dests=len(DESTS), slots=p["slots"], bank_bits=banks)
+    writes = control.config_writes(
+        rank=rank,
+        jobs=jobs,
+        destinations=DESTS,
+        mac=MAC,
+        ip=IP,
+        max_jobs=p["jobs"],
+        rounds=p["rounds"],
+        members=p["members"],
+        max_dests=len(DESTS),
+        slots=p["slots"],
+        bank_bits=banks,
+    )
     for addr, data in writes:
         await tb.write(addr, data)
     assert await tb.read(regmap.REG_ID) == regmap.ID_VALUE, "the control port does not answer"
@@ -151,14 +180,16 @@ async def core_matches_golden(dut, idle, backpressure):
     got = beats_to_packets(np.array(tb.out_records).reshape(-1, tb.rec_bytes), width)
 
     counters = control.decode_counters([await tb.read(a) for a in control.counter_reads()])
-    assert counters == golden.counters, (
-        "counters differ from the golden model: "
-        + str({k: (v, golden.counters[k]) for k, v in counters.items() if v != golden.counters[k]}))
+    assert counters == golden.counters, "counters differ from the golden model: " + str(
+        {k: (v, golden.counters[k]) for k, v in counters.items() if v != golden.counters[k]}
+    )
     assert len(got) == len(expected), f"{len(got)} packets out, the golden model sent {len(expected)}"
     for n, (a, b) in enumerate(zip(got, expected, strict=True)):
         assert a == b, f"output packet {n} differs from the golden model:\n{a.hex()}\n{b.hex()}"
-    dut._log.info(f"{len(packets)} packets in, {len(got)} out; counters "
-                  f"{ {k: v for k, v in golden.counters.items() if v} }")
+    dut._log.info(
+        f"{len(packets)} packets in, {len(got)} out; counters "
+        f"{ {k: v for k, v in golden.counters.items() if v} }"
+    )
     assert golden.counters["results"] > 0, "the workload completed no chunk; it tests too little"
 
 
@@ -181,22 +212,48 @@ async def core_sums_in_schedule_order(dut):
     packets = []
     for job, round_ in ((5, 0), (5, 1), (6, 0)):
         for src in (3, 1, 2):
-            payload = traffic.contrib(job=job, round=round_, chunk=0, src=src, group=7, dtype=0,
-                                      elems_bits=values[src].view(np.uint32))
+            payload = traffic.contrib(
+                job=job,
+                round=round_,
+                chunk=0,
+                src=src,
+                group=7,
+                dtype=0,
+                elems_bits=values[src].view(np.uint32),
+            )
             packets.append(traffic.frame_of(payload, src=src) if entry == "frame" else payload)
-    golden = GoldenAggregator(rank=0, jobs=jobs, slots=slots, members=p["members"],
-                              slot_bytes=p["slot_bytes"], mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks)
+    golden = GoldenAggregator(
+        rank=0,
+        jobs=jobs,
+        slots=slots,
+        members=p["members"],
+        slot_bytes=p["slot_bytes"],
+        mac=MAC,
+        ip=IP,
+        destinations=DESTS,
+        bank_bits=banks,
+    )
     expected = []
     for pkt in packets:
         expected += golden.feed_frame(pkt) if entry == "frame" else golden.feed_payload(pkt)
-    sums = {bytes(e)[-4 * count:] for e in expected}
+    sums = {bytes(e)[-4 * count :] for e in expected}
     assert golden.counters["results"] == 3 and len(sums) == 3, "the three orders should round differently"
 
     tb = TB(dut, width=width, seed=p["seed"])
     await tb.reset()
-    writes = control.config_writes(rank=0, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP, max_jobs=p["jobs"],
-                                   rounds=p["rounds"], members=p["members"], max_dests=len(DESTS),
-                                   slots=slots, bank_bits=banks)
+    writes = control.config_writes(
+        rank=0,
+        jobs=jobs,
+        destinations=DESTS,
+        mac=MAC,
+        ip=IP,
+        max_jobs=p["jobs"],
+        rounds=p["rounds"],
+        members=p["members"],
+        max_dests=len(DESTS),
+        slots=slots,
+        bank_bits=banks,
+    )
     for addr, data in writes:
         await tb.write(addr, data)
     cocotb.start_soon(tb.collect())

@@ -33,10 +33,21 @@ __all__ = ["contrib", "random_elements", "scenario", "frame_of", "HEADER_FAULTS"
 def contrib(*, job, round, chunk, src, group, dtype, elems_bits, flags=0, **override):
     """One CONTRIB payload (bytes) with the given element bit patterns (a uint array of dtype's width)."""
     h = np.zeros(1, HEADER_DTYPE)
-    fields = dict(magic=MAGIC, version=VERSION, kind=int(Kind.CONTRIB), dtype=int(dtype), flags=flags,
-                  job=job,
-                  round=round, chunk=chunk, src=src, group=group, count=len(elems_bits), reserved=0,
-                  bitmap=1 << src if src < 64 else 0)
+    fields = dict(
+        magic=MAGIC,
+        version=VERSION,
+        kind=int(Kind.CONTRIB),
+        dtype=int(dtype),
+        flags=flags,
+        job=job,
+        round=round,
+        chunk=chunk,
+        src=src,
+        group=group,
+        count=len(elems_bits),
+        reserved=0,
+        bitmap=1 << src if src < 64 else 0,
+    )
     fields.update(override)
     for k, v in fields.items():
         h[k] = v
@@ -56,10 +67,36 @@ def random_elements(rng, dtype, count):
     return bits
 
 
-HEADER_FAULTS = ["magic", "version", "kind", "dtype", "flags", "reserved", "count0", "length", "result",
-                 "bitmap", "src64", "too_large", "short", "unexpected"]
-FRAME_FAULTS = ["truncated", "not_ipv4", "ip_header", "fragment", "ip_checksum", "not_udp", "port",
-                "udp_length", "udp_checksum", "padding", "no_udp_checksum", "tiny"]
+HEADER_FAULTS = [
+    "magic",
+    "version",
+    "kind",
+    "dtype",
+    "flags",
+    "reserved",
+    "count0",
+    "length",
+    "result",
+    "bitmap",
+    "src64",
+    "too_large",
+    "short",
+    "unexpected",
+]
+FRAME_FAULTS = [
+    "truncated",
+    "not_ipv4",
+    "ip_header",
+    "fragment",
+    "ip_checksum",
+    "not_udp",
+    "port",
+    "udp_length",
+    "udp_checksum",
+    "padding",
+    "no_udp_checksum",
+    "tiny",
+]
 
 
 def header_fault(rng, payload, kind, *, slot_bytes, outsider):
@@ -103,9 +140,16 @@ def header_fault(rng, payload, kind, *, slot_bytes, outsider):
 
 def frame_of(payload, *, src, port=UDP_PORT, udp_checksum=True):
     """A CONTRIB frame as ``wanreduce pack`` makes them (PROTOCOL.md host-made frames)."""
-    return fr.build_frame(payload, src_mac=f"02:57:52:00:00:{src & 0xFF:02x}", dst_mac="01:00:5e:57:52:00",
-                          src_ip=f"10.87.82.{src & 0xFF}", dst_ip="239.87.82.0", sport=port, dport=port,
-                          udp_checksum=udp_checksum)
+    return fr.build_frame(
+        payload,
+        src_mac=f"02:57:52:00:00:{src & 0xFF:02x}",
+        dst_mac="01:00:5e:57:52:00",
+        src_ip=f"10.87.82.{src & 0xFF}",
+        dst_ip="239.87.82.0",
+        sport=port,
+        dport=port,
+        udp_checksum=udp_checksum,
+    )
 
 
 def frame_fault(rng, frame, kind):
@@ -145,8 +189,21 @@ def frame_fault(rng, frame, kind):
     return bytes(f)
 
 
-def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=False, faults=0.15, n_ranks=8,
-             rounds=(3, 6), ordered=False, bank_bits=None):
+def scenario(
+    rng,
+    *,
+    rank,
+    slots,
+    slot_bytes,
+    members,
+    n_packets=300,
+    frames=False,
+    faults=0.15,
+    n_ranks=8,
+    rounds=(3, 6),
+    ordered=False,
+    bank_bits=None,
+):
     """A mixed workload for the site of ``rank``.
 
     Each job runs ``rounds[0]`` to ``rounds[1] - 1`` rounds. Returns ``(jobs, packets)``: the expected-set
@@ -191,15 +248,28 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
                 count = int(rng.integers(1, slot_bytes // dtype.size + 1))
                 for src in range(64):
                     if expected >> src & 1:
-                        p = contrib(job=job, round=round_, chunk=chunk, src=src, group=group, dtype=dtype,
-                                    elems_bits=random_elements(rng, dtype, count),
-                                    flags=FLAG_LAST if chunk == nchunks - 1 and rng.random() < 0.7 else 0)
+                        p = contrib(
+                            job=job,
+                            round=round_,
+                            chunk=chunk,
+                            src=src,
+                            group=group,
+                            dtype=dtype,
+                            elems_bits=random_elements(rng, dtype, count),
+                            flags=FLAG_LAST if chunk == nchunks - 1 and rng.random() < 0.7 else 0,
+                        )
                         streams.setdefault((job, src), []).append((round_ * 64 + chunk, p))
     # Merge the senders' streams in WAN order, with the extras mixed in. A shadow golden aggregator plays
     # the senders' only feedback: a contribution it refused as ahead of the window is retransmitted a little
     # later, as a sender whose chunk never completed would after its timeout.
-    shadow = GoldenAggregator(rank=rank, jobs=jobs, slots=slots, members=members, slot_bytes=slot_bytes,
-                              bank_bits=None if bank_bits is None else {j: bank_bits for j in jobs})
+    shadow = GoldenAggregator(
+        rank=rank,
+        jobs=jobs,
+        slots=slots,
+        members=members,
+        slot_bytes=slot_bytes,
+        bank_bits=None if bank_bits is None else {j: bank_bits for j in jobs},
+    )
     # Arrival time: the chunk's place in the job's sequence plus a WAN jitter of a couple of chunks, and now
     # and then a sender far ahead.
     timed = []
@@ -230,7 +300,7 @@ def scenario(rng, *, rank, slots, slot_bytes, members, n_packets=300, frames=Fal
         else:
             p = queue.pop(0)
         if emit(p) and attempt < 8:
-            retry.append((len(packets) + int(rng.integers(2, 6)) * 2 ** attempt, p, attempt + 1))
+            retry.append((len(packets) + int(rng.integers(2, 6)) * 2**attempt, p, attempt + 1))
         if rng.random() < 0.08:  # a retransmission of something already seen (duplicate or stale)
             emit(packets[int(rng.integers(0, len(packets)))])
         if rng.random() < faults:

@@ -4,8 +4,21 @@ import struct
 
 # magic version kind dtype flags job round chunk src group count reserved bitmap
 HEADER = struct.Struct(">HBBBBHIIHHHHQ")
-NAMES = ("magic", "version", "kind", "dtype", "flags", "job", "round", "chunk", "src", "group", "count",
-         "reserved", "bitmap")
+NAMES = (
+    "magic",
+    "version",
+    "kind",
+    "dtype",
+    "flags",
+    "job",
+    "round",
+    "chunk",
+    "src",
+    "group",
+    "count",
+    "reserved",
+    "bitmap",
+)
 ELEMENT = {0: ("<f", 4), 1: ("<e", 2), 2: ("<H", 2)}  # bf16 has no struct code: read its bits
 
 
@@ -26,4 +39,4 @@ def decode_frame(frame):
     proto = frame[23]
     udp = 14 + ihl
     dport, length = struct.unpack_from(">HH", frame, udp + 2)
-    return ethertype, proto, dport, frame[udp + 8:14 + total]
+    return ethertype, proto, dport, frame[udp + 8 : 14 + total]
