@@ -91,7 +91,7 @@ def _signal_of(name):
     """The design signal behind a mapped net or cell name (``core.frame.csum_TRELLIS_FF_Q_19_DI_...[4]`` ->
     ``core.frame.csum``): Yosys names mapped logic after the signal it drives, plus the cells on the way."""
     name = re.split(r"_(?:TRELLIS|LUT4|PFUMX|L6MUX21|CCU2C|DP16KD|MULT18)|\$", name, maxsplit=1)[0]
-    return re.sub(r"\[\d+\]$", "", name)
+    return re.sub(r"(_DI(_\d+)?)?(\[\d+\])?$", "", name)
 
 
 def _critical_path(rep, clock="clk"):
