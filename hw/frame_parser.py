@@ -50,11 +50,13 @@ class FrameParser(wiring.Component):
     def __init__(self, *, width):
         check_width(width)
         self.width = width
-        super().__init__({
-            "i": In(stream.Signature(Beat(width))),
-            "o": Out(stream.Signature(PayloadBeat(width))),
-            "port": In(16),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(Beat(width))),
+                "o": Out(stream.Signature(PayloadBeat(width))),
+                "port": In(16),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -63,12 +65,12 @@ class FrameParser(wiring.Component):
         q, o = divmod(_HDR, B)
         ib = self.i.payload
 
-        j = Signal(16)                      # beat index within the frame (saturates)
-        hdr = Signal(8 * _HDR)              # header bytes captured so far
-        prev = Signal(W)                    # previous input beat
-        csum = Signal(17)                   # running UDP sum over frame bytes [34, 14 + total length),
-                                            # folded once per beat: congruent modulo 0xFFFF, below 2**17
-        flush = Signal()                    # one more output beat owed by the previous frame
+        j = Signal(16)  # beat index within the frame (saturates)
+        hdr = Signal(8 * _HDR)  # header bytes captured so far
+        prev = Signal(W)  # previous input beat
+        csum = Signal(17)  # running UDP sum over frame bytes [34, 14 + total length),
+        # folded once per beat: congruent modulo 0xFFFF, below 2**17
+        flush = Signal()  # one more output beat owed by the previous frame
         flush_data = Signal(W)
         flush_bytes = Signal(range(B + 1))
         flush_drops = Signal(32)
@@ -83,7 +85,7 @@ class FrameParser(wiring.Component):
         for k in range(-(-_HDR // B)):
             lo, hi = k * B, min(_HDR, (k + 1) * B)
             with m.If(j == k):
-                m.d.comb += cur[8 * lo: 8 * hi].eq(ib.data[: 8 * (hi - lo)])
+                m.d.comb += cur[8 * lo : 8 * hi].eq(ib.data[: 8 * (hi - lo)])
 
         # A header field that lies wholly in beats before the one holding byte 41 is read from the
         # registered header: a frame whose last beat comes earlier is shorter than 42 bytes, so it is
@@ -94,7 +96,7 @@ class FrameParser(wiring.Component):
             return hdr if (n + size - 1) // B < (_HDR - 1) // B else cur
 
         def byte(n):
-            return src(n, 1)[8 * n: 8 * n + 8]
+            return src(n, 1)[8 * n : 8 * n + 8]
 
         def be16(n):
             return be_bytes(src(n, 2), n, 2)
@@ -104,7 +106,7 @@ class FrameParser(wiring.Component):
         frag = be16(20)
         udp_len = be16(38)
         udp_csum = be16(40)
-        end = Signal(17)                    # frame byte where the UDP payload ends
+        end = Signal(17)  # frame byte where the UDP payload ends
         m.d.comb += end.eq(total + _ETH)
 
         # UDP checksum contribution of this beat: big-endian 16-bit words of bytes in [34, end).
@@ -115,8 +117,12 @@ class FrameParser(wiring.Component):
             f = start + 2 * w
             hi_ok = (f >= 34) & (f < end)
             lo_ok = (f >= 34) & (f + 1 < end)
-            words.append(Cat(Mux(lo_ok, ib.data[16 * w + 8: 16 * w + 16], 0),
-                             Mux(hi_ok, ib.data[16 * w: 16 * w + 8], 0)))
+            words.append(
+                Cat(
+                    Mux(lo_ok, ib.data[16 * w + 8 : 16 * w + 16], 0),
+                    Mux(hi_ok, ib.data[16 * w : 16 * w + 8], 0),
+                )
+            )
         beat_sum = Signal(24)
         m.d.comb += beat_sum.eq(sum(words))
 
@@ -139,8 +145,11 @@ class FrameParser(wiring.Component):
         m.d.comb += [
             drops[D.TRUNCATED].eq((flen < _HDR) | ((ethertype == protocol.ETHERTYPE_IPV4) & (end > flen))),
             drops[D.NOT_IPV4].eq(ethertype != protocol.ETHERTYPE_IPV4),
-            drops[D.BAD_IP_HEADER].eq((byte(14) != 0x45) | (frag & 0x3FFF).any() |
-                                      (total < protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES)),
+            drops[D.BAD_IP_HEADER].eq(
+                (byte(14) != 0x45)
+                | (frag & 0x3FFF).any()
+                | (total < protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES)
+            ),
             drops[D.BAD_IP_CHECKSUM].eq(~ip_ok),
             drops[D.NOT_UDP].eq(byte(23) != protocol.IPPROTO_UDP),
             drops[D.WRONG_PORT].eq(be16(36) != self.port),
@@ -150,7 +159,7 @@ class FrameParser(wiring.Component):
 
         # Output beat k = frame bytes [(j-1)B + o, jB + o): the top B-o bytes of the previous beat and the
         # low o bytes of this one.
-        joined = Cat(prev[8 * o:], ib.data[: 8 * o])
+        joined = Cat(prev[8 * o :], ib.data[: 8 * o])
         k_start = Signal(18)
         m.d.comb += k_start.eq(start - B + o)
         lim = Mux(ib.last, end_eff, end)
@@ -158,19 +167,28 @@ class FrameParser(wiring.Component):
         k_bytes = Mux(lim - k_start >= B, B, lim - k_start)
         tail_start = start + o
         need_flush = ib.last & (j >= q) & (end_eff > tail_start)
-        tail = Cat(ib.data[8 * o:], Const(0, 8 * o))
+        tail = Cat(ib.data[8 * o :], Const(0, 8 * o))
         tail_bytes = (end_eff - tail_start)[: len(flush_bytes)]
 
         ov, ob = Signal(), Signal.like(self.o.payload)
         # While a flush is owed, only a non-last beat can be accepted and it emits nothing (a frame's first
         # beat never completes an output beat), so the two never compete for the output register.
         with m.If(flush):
-            m.d.comb += [ov.eq(1), ob.data.eq(flush_data), ob.bytes.eq(flush_bytes), ob.last.eq(1),
-                         ob.drops.eq(flush_drops)]
+            m.d.comb += [
+                ov.eq(1),
+                ob.data.eq(flush_data),
+                ob.bytes.eq(flush_bytes),
+                ob.last.eq(1),
+                ob.drops.eq(flush_drops),
+            ]
         with m.Elif(accept):
             with m.If(has_k):
-                m.d.comb += [ov.eq(1), ob.data.eq(joined), ob.bytes.eq(k_bytes),
-                             ob.last.eq(ib.last & ~need_flush)]
+                m.d.comb += [
+                    ov.eq(1),
+                    ob.data.eq(joined),
+                    ob.bytes.eq(k_bytes),
+                    ob.last.eq(ib.last & ~need_flush),
+                ]
             with m.Elif(need_flush):
                 m.d.comb += [ov.eq(1), ob.data.eq(tail), ob.bytes.eq(tail_bytes), ob.last.eq(1)]
             with m.Elif(ib.last):
@@ -187,8 +205,12 @@ class FrameParser(wiring.Component):
             with m.If(ib.last):
                 m.d.sync += [j.eq(0), hdr.eq(0), csum.eq(0)]
                 with m.If(has_k & need_flush):
-                    m.d.sync += [flush.eq(1), flush_data.eq(tail), flush_bytes.eq(tail_bytes),
-                                 flush_drops.eq(drops)]
+                    m.d.sync += [
+                        flush.eq(1),
+                        flush_data.eq(tail),
+                        flush_bytes.eq(tail_bytes),
+                        flush_drops.eq(drops),
+                    ]
             with m.Else():
                 m.d.sync += [hdr.eq(cur), csum.eq(_fold1(csum + beat_sum))]
                 with m.If(j != 0xFFFF):

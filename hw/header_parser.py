@@ -33,10 +33,12 @@ class HeaderParser(wiring.Component):
             raise ValueError(f"The slot size must be at least one byte, not {slot_bytes}.")
         self.width = width
         self.slot_bytes = slot_bytes
-        super().__init__({
-            "i": In(stream.Signature(PayloadBeat(width))),
-            "o": Out(stream.Signature(ParsedBeat(width))),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(PayloadBeat(width))),
+                "o": Out(stream.Signature(ParsedBeat(width))),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -61,7 +63,7 @@ class HeaderParser(wiring.Component):
         for k in range(HB):
             lo, hi = k * B, min(protocol.HEADER_BYTES, (k + 1) * B)
             with m.If(pw == k):
-                m.d.comb += cur[8 * lo: 8 * hi].eq(ib.data[: 8 * (hi - lo)])
+                m.d.comb += cur[8 * lo : 8 * hi].eq(ib.data[: 8 * (hi - lo)])
 
         hc = Signal()
         m.d.comb += hc.eq((pw == HB - 1) | (ib.last & (pw < HB - 1)))
@@ -79,9 +81,14 @@ class HeaderParser(wiring.Component):
 
         new_desc = Signal.like(held_desc)
         m.d.comb += [
-            new_desc.job.eq(f("job")), new_desc.round.eq(f("round")), new_desc.chunk.eq(f("chunk")),
-            new_desc.src.eq(src[:6]), new_desc.group.eq(f("group")), new_desc.count.eq(count),
-            new_desc.dtype.eq(dtype[:2]), new_desc.flags.eq(f("flags")[0]),
+            new_desc.job.eq(f("job")),
+            new_desc.round.eq(f("round")),
+            new_desc.chunk.eq(f("chunk")),
+            new_desc.src.eq(src[:6]),
+            new_desc.group.eq(f("group")),
+            new_desc.count.eq(count),
+            new_desc.dtype.eq(dtype[:2]),
+            new_desc.flags.eq(f("flags")[0]),
         ]
         hc_drops = Signal(32)
         m.d.comb += [
@@ -93,9 +100,10 @@ class HeaderParser(wiring.Component):
             hc_drops[D.BAD_RESERVED].eq(f("reserved") != 0),
             hc_drops[D.BAD_COUNT].eq(count == 0),
             hc_drops[D.RESULT_ON_INPUT].eq(kind == KindCode.RESULT.value),
-            hc_drops[D.BAD_BITMAP].eq((kind == KindCode.CONTRIB.value) &
-                                      ((src >= protocol.MAX_RANKS) |
-                                       (f("bitmap") != (Const(1, 1) << src[:6])))),
+            hc_drops[D.BAD_BITMAP].eq(
+                (kind == KindCode.CONTRIB.value)
+                & ((src >= protocol.MAX_RANKS) | (f("bitmap") != (Const(1, 1) << src[:6])))
+            ),
             hc_drops[D.TOO_LARGE].eq(elem_bytes > self.slot_bytes),
         ]
 
@@ -107,17 +115,22 @@ class HeaderParser(wiring.Component):
         length_drops = Signal(32)
         m.d.comb += [
             length_drops[D.SHORT_HEADER].eq(total < protocol.HEADER_BYTES),
-            length_drops[D.BAD_LENGTH].eq(total != protocol.HEADER_BYTES + desc.count *
-                                          element_bytes(desc.dtype)),
+            length_drops[D.BAD_LENGTH].eq(
+                total != protocol.HEADER_BYTES + desc.count * element_bytes(desc.dtype)
+            ),
         ]
         m.d.comb += drops.eq(Mux(hc, hc_drops, held_drops) | Mux(ib.last, length_drops | ib.drops, 0))
 
         with m.If(en):
             m.d.sync += [
                 self.o.valid.eq(self.i.valid),
-                self.o.payload.data.eq(ib.data), self.o.payload.bytes.eq(ib.bytes),
-                self.o.payload.last.eq(ib.last), self.o.payload.pw.eq(pw), self.o.payload.hc.eq(hc),
-                self.o.payload.desc.eq(desc), self.o.payload.drops.eq(drops),
+                self.o.payload.data.eq(ib.data),
+                self.o.payload.bytes.eq(ib.bytes),
+                self.o.payload.last.eq(ib.last),
+                self.o.payload.pw.eq(pw),
+                self.o.payload.hc.eq(hc),
+                self.o.payload.desc.eq(desc),
+                self.o.payload.drops.eq(drops),
             ]
         with m.If(accept):
             with m.If(ib.last):

@@ -30,10 +30,19 @@ def ResultBeat(width):
 def result_header(cd, rank):
     """The 256 bits of a RESULT header (first wire byte lowest) for completion record ``cd``."""
     values = {
-        "magic": Const(protocol.MAGIC, 16), "version": Const(protocol.VERSION, 8),
-        "kind": Const(KindCode.RESULT.value, 8), "dtype": cd.desc.dtype.as_unsigned(), "flags": cd.desc.flags,
-        "job": cd.desc.job, "round": cd.desc.round, "chunk": cd.desc.chunk, "src": rank,
-        "group": cd.desc.group, "count": cd.desc.count, "reserved": Const(0, 16), "bitmap": cd.bitmap,
+        "magic": Const(protocol.MAGIC, 16),
+        "version": Const(protocol.VERSION, 8),
+        "kind": Const(KindCode.RESULT.value, 8),
+        "dtype": cd.desc.dtype.as_unsigned(),
+        "flags": cd.desc.flags,
+        "job": cd.desc.job,
+        "round": cd.desc.round,
+        "chunk": cd.desc.chunk,
+        "src": rank,
+        "group": cd.desc.group,
+        "count": cd.desc.count,
+        "reserved": Const(0, 16),
+        "bitmap": cd.bitmap,
     }
     parts = []
     for name, (_, size) in HEADER_FIELD_OFFSETS.items():
@@ -47,11 +56,13 @@ class ResultBuilder(wiring.Component):
 
     def __init__(self, *, width, slots):
         self.width, self.slots = width, slots
-        super().__init__({
-            "i": In(stream.Signature(ResultWord(width, slots))),
-            "o": Out(stream.Signature(ResultBeat(width))),
-            "rank": In(6),
-        })
+        super().__init__(
+            {
+                "i": In(stream.Signature(ResultWord(width, slots))),
+                "o": Out(stream.Signature(ResultBeat(width))),
+                "rank": In(6),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -74,10 +85,10 @@ class ResultBuilder(wiring.Component):
         m.d.comb += [ob.plen.eq(plen), ob.bytes.eq(B), ob.data.eq(ib.data)]
         if PW0:
             with m.If(header_beat):
-                m.d.comb += ob.data.eq(hdr.word_select(pw[:max(1, (PW0 - 1).bit_length())], W))
+                m.d.comb += ob.data.eq(hdr.word_select(pw[: max(1, (PW0 - 1).bit_length())], W))
         else:
             with m.If(pw == 0):
-                m.d.comb += ob.data[:8 * protocol.HEADER_BYTES].eq(hdr)
+                m.d.comb += ob.data[: 8 * protocol.HEADER_BYTES].eq(hdr)
         with m.If(~header_beat & ib.last):
             m.d.comb += [ob.last.eq(1), ob.bytes.eq(plen - pw * B)]
 

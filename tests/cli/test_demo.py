@@ -43,9 +43,10 @@ def test_demo_on_the_golden_model(capsys, tmp_path):
 
 @pytest.mark.rtl
 def test_demo_on_the_rtl(capsys, tmp_path):
-    # W=64 cores of 256 slots of 3 member buffers: the build tests/sim/test_cosim.py uses too.
+    # 32768 elements make the optimizer pick the 3x3 grid: W=64 cores of 256 slots of 3 member buffers, the
+    # build tests/sim/test_cosim.py uses too.
     path = tmp_path / "demo.json"
-    code, out, err = _run(capsys, "demo", "--elements", "4096", "--time-limit", "1", "--json", str(path))
+    code, out, err = _run(capsys, "demo", "--elements", "32768", "--time-limit", "1", "--json", str(path))
     assert code == 0 and "demo: PASS" in out, out + err
     _check(json.loads(path.read_text()), "rtl")
 

@@ -119,8 +119,15 @@ async def axi_frames_match_golden(dut, idle, backpressure):
     seed = p["seed"] * 4 + int(idle > 0) * 2 + int(backpressure > 0)
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(0, 8))
-    jobs, packets = traffic.scenario(rng, rank=rank, slots=p["slots"], slot_bytes=p["slot_bytes"],
-                                     members=p["members"], n_packets=p["n_packets"], frames=True)
+    jobs, packets = traffic.scenario(
+        rng,
+        rank=rank,
+        slots=p["slots"],
+        slot_bytes=p["slot_bytes"],
+        members=p["members"],
+        n_packets=p["n_packets"],
+        frames=True,
+    )
     # What goes on the wire: (bytes, kind, tuser per byte or None, tkeep per byte or None).
     wire = [(f, "good", None, None) for f in packets]
     for f in _garbage_frames(rng, width):
@@ -141,8 +148,16 @@ async def axi_frames_match_golden(dut, idle, backpressure):
         f = bytes(rng.integers(0, 256, n, dtype=np.uint8))
         wire.insert(int(rng.integers(0, len(wire) + 1)), (f, "oversize", None, None))
 
-    golden = GoldenAggregator(rank=rank, jobs=jobs, slots=p["slots"], members=p["members"],
-                              slot_bytes=p["slot_bytes"], mac=MAC, ip=IP, destinations=DESTS)
+    golden = GoldenAggregator(
+        rank=rank,
+        jobs=jobs,
+        slots=p["slots"],
+        members=p["members"],
+        slot_bytes=p["slot_bytes"],
+        mac=MAC,
+        ip=IP,
+        destinations=DESTS,
+    )
     expected = []
     for f, kind, _, _ in wire:
         if kind == "good":
@@ -150,9 +165,17 @@ async def axi_frames_match_golden(dut, idle, backpressure):
 
     tb = AxiTB(dut, idle=idle, backpressure=backpressure, seed=seed)
     await tb.reset()
-    for addr, value in control.config_writes(rank=rank, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP,
-                                             max_jobs=p["jobs"], rounds=p["rounds"], members=p["members"],
-                                             max_dests=len(DESTS)):
+    for addr, value in control.config_writes(
+        rank=rank,
+        jobs=jobs,
+        destinations=DESTS,
+        mac=MAC,
+        ip=IP,
+        max_jobs=p["jobs"],
+        rounds=p["rounds"],
+        members=p["members"],
+        max_dests=len(DESTS),
+    ):
         await tb.write(addr, value)
 
     async def send():
@@ -169,7 +192,8 @@ async def axi_frames_match_golden(dut, idle, backpressure):
         length = sum(keep)
         assert keep == [1] * length + [0] * (len(keep) - length) and len(keep) - length < nb, (
             f"output frame {n}: tkeep is not all ones up to its last byte and zero after it, in the last "
-            f"beat only: {keep}")
+            f"beat only: {keep}"
+        )
         assert not any(frame.tuser), f"output frame {n} has tuser set"
         got.append(bytes(frame.tdata[:length]))
     await Timer(20_000, "ns")
@@ -178,12 +202,16 @@ async def axi_frames_match_golden(dut, idle, backpressure):
         assert a == b, f"output frame {n} differs from the golden model:\n{a.hex()}\n{b.hex()}"
 
     counters = control.decode_counters([await tb.read(a) for a in control.counter_reads()])
-    assert counters == golden.counters, (
-        "counters differ from the golden model: "
-        + str({k: (v, golden.counters[k]) for k, v in counters.items() if v != golden.counters[k]}))
+    assert counters == golden.counters, "counters differ from the golden model: " + str(
+        {k: (v, golden.counters[k]) for k, v in counters.items() if v != golden.counters[k]}
+    )
     kinds = [k for _, k, *_ in wire]
-    for reg, kind in (("RX_FRAMES", "good"), ("RX_USER", "user"), ("RX_KEEP", "keep"),
-                      ("RX_OVERSIZE", "oversize")):
+    for reg, kind in (
+        ("RX_FRAMES", "good"),
+        ("RX_USER", "user"),
+        ("RX_KEEP", "keep"),
+        ("RX_OVERSIZE", "oversize"),
+    ):
         assert await tb.wrap(reg) == kinds.count(kind), f"{reg} is not the number of {kind} frames"
     assert await tb.wrap("TX_FRAMES") == len(expected)
     assert golden.counters["results"] > 0, "the workload completed no chunk; it tests too little"
@@ -204,15 +232,24 @@ async def axi_registers(dut):
     tb = AxiTB(dut)
     await tb.reset()
     assert await tb.read(regmap.REG_ID) == regmap.ID_VALUE
-    for reg, value in ((regmap.REG_WIDTH, p["width"]), (regmap.REG_SLOTS, p["slots"]),
-                       (regmap.REG_MEMBERS, p["members"]), (regmap.REG_SLOT_BYTES, p["slot_bytes"])):
+    for reg, value in (
+        (regmap.REG_WIDTH, p["width"]),
+        (regmap.REG_SLOTS, p["slots"]),
+        (regmap.REG_MEMBERS, p["members"]),
+        (regmap.REG_SLOT_BYTES, p["slot_bytes"]),
+    ):
         assert await tb.read(reg) == value, f"register {reg:#x}"
     assert await tb.wrap("AXI_ID") == AXI_ID_VALUE
     assert await tb.wrap("FIFO_BEATS") == FIFO_BEATS
     rng = random.Random(5)
-    values = {regmap.REG_RANK: rng.randrange(64), regmap.REG_PORT: rng.randrange(1 << 16),
-              regmap.REG_MAC_HI: rng.randrange(1 << 16), regmap.REG_MAC_LO: rng.randrange(1 << 32),
-              regmap.REG_IP: rng.randrange(1 << 32), regmap.REG_NDEST: 2}
+    values = {
+        regmap.REG_RANK: rng.randrange(64),
+        regmap.REG_PORT: rng.randrange(1 << 16),
+        regmap.REG_MAC_HI: rng.randrange(1 << 16),
+        regmap.REG_MAC_LO: rng.randrange(1 << 32),
+        regmap.REG_IP: rng.randrange(1 << 32),
+        regmap.REG_NDEST: 2,
+    }
     for reg, value in values.items():
         await tb.write(reg, value)
     for reg, value in values.items():

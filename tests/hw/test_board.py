@@ -10,7 +10,7 @@ from amaranth.sim import Simulator
 
 from wanreduce.hw.board import UARTBridge, pll_params
 
-DIV = 8          # clock cycles per UART bit
+DIV = 8  # clock cycles per UART bit
 W = 64
 
 
@@ -114,11 +114,16 @@ def test_register_write_and_read():
 def test_beats_in_and_out_and_refusals():
     data = bytes(range(0x40, 0x45))
     answer, _, _, beats = _run(
-        [(b"I" + bytes([0x80 | len(data)]) + data, 1),       # a last beat of 5 bytes
-         (b"I\x08" + bytes(range(8)), 1),                     # a full beat, not last
-         (b"O", 1 + 3), (b"O", 1),                            # one output beat waiting, then none
-         (b"I\x09" + bytes(9), 1), (b"?", 1)],                # 9 bytes > W/8: refused; unknown command
-        out_beats=[(0x332211, 3, 1)])
+        [
+            (b"I" + bytes([0x80 | len(data)]) + data, 1),  # a last beat of 5 bytes
+            (b"I\x08" + bytes(range(8)), 1),  # a full beat, not last
+            (b"O", 1 + 3),
+            (b"O", 1),  # one output beat waiting, then none
+            (b"I\x09" + bytes(9), 1),
+            (b"?", 1),
+        ],  # 9 bytes > W/8: refused; unknown command
+        out_beats=[(0x332211, 3, 1)],
+    )
     full = int.from_bytes(bytes(range(8)), "little")
     assert beats == [(int.from_bytes(data, "little"), 5, 1), (full, 8, 0)]
     # The refused 'I' is answered at its header; its 9 data bytes then read as (unknown) commands.

@@ -15,9 +15,11 @@ from wanreduce.sim import verilog
 pytestmark = pytest.mark.rtl
 
 
-@pytest.mark.parametrize("options", [{}, {"kind": "core", "width": 64, "slots": 4, "members": 4,
-                                          "chunk_bytes": 64, "entry": "payload"}],
-                         ids=["default", "core-w64-payload"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"kind": "core", "width": 64, "slots": 4, "members": 4, "chunk_bytes": 64, "entry": "payload"}],
+    ids=["default", "core-w64-payload"],
+)
 def test_export_lints_clean(tmp_path, options):
     paths = verilog.export(tmp_path, **options)
     meta = json.loads(paths["json"].read_text())
