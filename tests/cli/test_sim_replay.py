@@ -110,7 +110,8 @@ def test_replay_matches_golden(files, capsys, monkeypatch):
     )
     want = [r for f in frames for r in golden.feed_frame(f)]
     assert read_pcap(out) == want
-    assert len(want) == 2 * 9
+    # 9 chunks to 2 destinations, and the duplicate of a completed chunk re-sends its RESULT to both
+    assert len(want) == 2 * 9 + 2
     assert json.loads(counters.read_text()) == golden.counters
     assert golden.counters["unexpected_src"] == 1 and "18 frames out" in text
     # --json: the same numbers as one document; the outputs exist, so --force is needed
