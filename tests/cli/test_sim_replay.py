@@ -113,7 +113,7 @@ def test_replay_matches_golden(files, capsys, monkeypatch):
     # 9 chunks to 2 destinations, and the duplicate of a completed chunk re-sends its RESULT to both
     assert len(want) == 2 * 9 + 2
     assert json.loads(counters.read_text()) == golden.counters
-    assert golden.counters["unexpected_src"] == 1 and "18 frames out" in text
+    assert golden.counters["unexpected_src"] == 1 and "20 frames out" in text
     # --json: the same numbers as one document; the outputs exist, so --force is needed
     assert main(argv + ["--json"]) == 2 and "already exists" in capsys.readouterr().err
     monkeypatch.setattr(sim_replay, "LONG_REPLAY_FRAMES", 0)  # as if the capture were long
