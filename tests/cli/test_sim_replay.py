@@ -11,7 +11,7 @@ from wanreduce.cli import main, sim_replay
 from wanreduce.cli.sim_replay import core_geometry, expectation_line, unexpected_by_round
 from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.host.pcap import read_pcap, write_pcap
-from wanreduce.host.protocol import DType
+from wanreduce.host.protocol import Drop, DType
 from wanreduce.spec.errors import WanreduceError
 from wanreduce.spec.schedfile import expected_bitmap, load_schedule, schedule_from_obj
 
@@ -121,10 +121,10 @@ def test_replay_matches_golden(files, capsys, monkeypatch):
     out, err = capsys.readouterr()
     doc = json.loads(out)  # progress goes to stderr, so stdout stays one JSON document
     assert f"wanreduce sim-replay: simulating {len(frames)} frames through the core" in err
-    drops = {k: v for k, v in golden.counters.items() if v and k not in ("frames_in", "results")}
+    drops = {d.counter: golden.counters[d.counter] for d in Drop if golden.counters[d.counter]}
     assert doc["drops"] == drops
     assert doc["expected"] == ["rank 2 expects {0,2,4} in round 0; got src 1"]
-    assert (doc["slots"], doc["chunk_bytes"], doc["members"], doc["frames_out"]) == (4, 128, 3, 18)
+    assert (doc["slots"], doc["chunk_bytes"], doc["members"], doc["frames_out"]) == (4, 128, 3, 20)
 
 
 @pytest.mark.parametrize(
