@@ -7,6 +7,10 @@ round that pays the WAN delay once wins, unless the tensor is so large that band
 there is no crossover at all). On 3 sites or fewer there are no rotating groups of 3 distinct from the
 all-to-all group, so there is nothing to cross: :func:`family_plans` gives no groups-of-3 plan and
 :func:`crossover` returns ``None`` (:func:`has_groups_of_3` says which case applies).
+
+Each point also costs root aggregation (:mod:`wanreduce.host.lean`: one all-to-all group and the groups-of-3
+placement, each group in root mode) and says which mode wins (:attr:`SweepPoint.mode`, ``reason``); the
+crossover stays the gather mode's.
 """
 
 import math
@@ -14,7 +18,9 @@ from dataclasses import dataclass
 
 from .baselines import all_baselines
 from .costmodel import CostModel
+from .lean import DEFAULT_JITTER_S, optimize_lean
 from .schedule import exhaustive, optimize, shapes
+from .units import format_seconds
 
 __all__ = ["SweepPoint", "family_plans", "sweep", "crossover", "has_groups_of_3"]
 
@@ -26,6 +32,14 @@ class SweepPoint:
     all_to_all: object  # Plan: one group of every site
     best: object  # Plan: the optimizer's choice
     gap: float  # heuristic's gap to the exhaustive optimum of the exact shapes (N <= 9), else nan
+    root: object = None  # LeanPlan: the best root-aggregation plan, or None when not costed
+    mode: str = "gather"  # which mode wins: "gather" (best) or "root" (root)
+    reason: str = ""  # why, in one line
+
+    @property
+    def winner(self):
+        """The plan of the winning mode."""
+        return self.root if self.mode == "root" else self.best
 
 
 def has_groups_of_3(n):
@@ -71,13 +85,36 @@ def family_plans(model, *, time_limit_s=2.0, seed=0, check_exhaustive=True):
     return g3, a2a, best, gap
 
 
-def sweep(topology, params, memories, *, time_limit_s=2.0, seed=0):
-    """One :class:`SweepPoint` per memory size, plus the baselines (which do not use the FPGA)."""
+def _reason(mode, best, root):
+    def t(plan):
+        return format_seconds(plan.score_s)
+
+    if not math.isfinite(best.score_s) and not math.isfinite(root.score_s):
+        return "infeasible: neither mode holds one slot per round bank"
+    win, lose = (root, best) if mode == "root" else (best, root)
+    bound = max(win.round_costs, key=lambda c: c.time_s).bound
+    return f"{mode} mode, {win.name} {t(win)} ({bound}-bound), against {lose.name} {t(lose)}"
+
+
+def sweep(topology, params, memories, *, time_limit_s=2.0, seed=0, jitter_s=DEFAULT_JITTER_S,
+          modes=("gather", "root")):
+    """One :class:`SweepPoint` per memory size, plus the baselines (which do not use the FPGA).
+
+    ``modes`` says which aggregation modes may win; root mode is costed whenever it is among them.
+    """
     points = []
     for mem in memories:
         model = CostModel(topology, params.replace(memory_bytes=int(mem)))
         g3, a2a, best, gap = family_plans(model, time_limit_s=time_limit_s, seed=seed)
-        points.append(SweepPoint(int(mem), g3, a2a, best, gap))
+        point = SweepPoint(int(mem), g3, a2a, best, gap)
+        if "root" in modes:
+            shapes_seen = {} if g3 is None else {g3.shape: g3}
+            root, _ = optimize_lean(model, jitter_s=jitter_s, gather_per_shape=shapes_seen)
+            point.root = root
+            root_wins = "gather" not in modes or root.score_s < best.score_s
+            point.mode = "root" if root_wins else "gather"
+            point.reason = _reason(point.mode, best, root)
+        points.append(point)
     baselines = all_baselines(CostModel(topology, params))
     return points, baselines
 

@@ -1,4 +1,8 @@
-"""``wanreduce schedule``: the best sync schedule for a topology, written as PROTOCOL.md's JSON file."""
+"""``wanreduce schedule``: the best sync schedule for a topology, written as PROTOCOL.md's JSON file.
+
+It compares the gather mode (every member aggregates; :func:`wanreduce.host.schedule.optimize`) with root
+aggregation (``docs/lean.md``; :func:`wanreduce.host.lean.best_plan`), writes the winner and says why.
+"""
 
 import math
 import os
@@ -6,14 +10,19 @@ import time
 
 from ..host.baselines import all_baselines
 from ..host.costmodel import CostModel, CostParams
-from ..host.schedule import exhaustive, optimize, plan_to_schedule, shapes, write_schedule
+from ..host.lean import DEFAULT_JITTER_S, LeanPlan, best_plan, lean_to_schedule
+from ..host.schedule import exhaustive, optimize, shapes, write_schedule
 from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_seconds, format_size, parse_size
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS
 from ._common import Outputs, add_force_option, add_json_option, print_json, progress
 
-__all__ = ["register", "run", "add_model_arguments", "model_from_args", "topology_from_args", "number"]
+__all__ = ["register", "run", "add_model_arguments", "model_from_args", "topology_from_args", "number",
+           "add_mode_arguments", "modes_from_args", "MODES"]
+
+#: ``--mode`` choices: which aggregation modes may win.
+MODES = {"auto": ("gather", "root"), "gather": ("gather",), "root": ("root",)}
 
 DEFAULT_OUT = os.path.join("build", "schedule.json")
 
@@ -51,6 +60,24 @@ def add_model_arguments(p, *, memory_help=None):
                    help="search budget for the optimizer; small networks finish well before "
                    "(default: 20)")
     p.add_argument("--seed", default=0, help="seed of the randomised search (default: 0)")
+
+
+def add_mode_arguments(p):
+    """Options shared by ``schedule`` and ``sweep``: the aggregation modes and the WAN jitter."""
+    p.add_argument("--mode", choices=sorted(MODES), default="auto",
+                   help="aggregation mode: gather (every member aggregates), root (one root per stripe "
+                   "sums and multicasts the RESULT, docs/lean.md) or auto, the faster (default: auto)")
+    p.add_argument("--jitter-ms", default=DEFAULT_JITTER_S * 1e3, metavar="MS",
+                   help="one-way WAN jitter that root mode's send offsets absorb; a root's slot lives 2x "
+                   f"this (default: {DEFAULT_JITTER_S * 1e3:g})")
+
+
+def modes_from_args(args):
+    """``(jitter_s, modes)`` from ``--jitter-ms`` and ``--mode``."""
+    jitter_ms = number(args.jitter_ms, "--jitter-ms", positive=False)
+    if jitter_ms < 0:
+        raise WanreduceError(f"--jitter-ms must not be negative, got {args.jitter_ms}")
+    return jitter_ms / 1e3, MODES[args.mode]
 
 
 def number(text, what, *, kind=float, positive=True, allow_none=False):
@@ -109,6 +136,7 @@ def register(subparsers):
         "PROTOCOL.md's schedule file.",
     )
     add_model_arguments(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
+    add_mode_arguments(p)
     p.add_argument("--group-size", default=None, metavar="K",
                    help="only rotating groups of K sites (default: any size from 2 to N)")
     p.add_argument("-o", "--output", default=DEFAULT_OUT, metavar="FILE.json",
@@ -126,6 +154,19 @@ def _names(topo, group):
     return "{" + ",".join(topo.sites[i] for i in group) + "}"
 
 
+def _stripes(topo, plan):
+    """The stripes of a root-mode plan, one dict each, for the table and --json."""
+    out = []
+    for r, rc in enumerate(plan.round_costs):
+        for g, grp in enumerate(rc.groups):
+            for st in grp.stripes:
+                out.append({"round": r, "group": g, "root": topo.sites[st.root],
+                            "first_chunk": st.first_chunk, "chunks": st.chunks, "rate_Bps": st.rate_Bps,
+                            "bound": st.bound,
+                            "time_s": st.time_s, "peak_slot_bytes": st.peak_slot_bytes})
+    return out
+
+
 def run(args):
     model = model_from_args(args)
     topo, params = model.topology, model.params
@@ -141,6 +182,7 @@ def run(args):
             f"no schedule reaches consensus: {format_size(params.memory_bytes)} of memory cannot hold "
             f"one slot of {format_size(params.chunk_bytes)} chunks for any group of 2 or more sites"
         )
+    jitter_s, modes = modes_from_args(args)
     outs = Outputs(force=args.force, inputs=[args.topology] if os.path.exists(args.topology) else [])
     out = outs.add(args.output, "--output")
     t0 = time.perf_counter()
@@ -155,6 +197,8 @@ def run(args):
                     f"optimum {format_seconds(exact.score_s)}, heuristic gap {gap * 100:.2f}%")
         if exact.score_s < best.score_s:
             best = exact
+    choice = best_plan(model, jitter_s=jitter_s, group_size=args.group_size, gather=(best, per), modes=modes)
+    best = choice.best
     if not math.isfinite(best.score_s):
         raise WanreduceError(
             f"no schedule reaches consensus: {format_size(params.memory_bytes)} of memory cannot hold "
@@ -162,11 +206,12 @@ def run(args):
         )
     if time.perf_counter() - t0 > SLOW_SEARCH_S:
         progress("schedule", f"search done in {time.perf_counter() - t0:.1f} s")
-    sched = plan_to_schedule(best, model)
+    sched = lean_to_schedule(best, model)
     with outs.commit():
         write_schedule(sched, outs.temp(out))
     baselines = all_baselines(model)
-    others = sorted(per.values(), key=lambda p: p.score_s)
+    others = sorted([*per.values(), *choice.root_per_shape.values()], key=lambda p: p.score_s)
+    stripes = _stripes(topo, best) if isinstance(best, LeanPlan) else []
     if args.json:
         print_json({
             "topology": topo.name, "sites": list(topo.sites),
@@ -175,7 +220,10 @@ def run(args):
                        "fpga_ingress_gbps": params.fpga_ingress_gbps, "bus_bits": params.bus_bits,
                        "clock_mhz": params.clock_mhz, "epsilon": params.epsilon},
             "schedule": {"name": best.name, "exact": bool(best.exact), "period_s": best.period_s,
-                         "time_to_consensus_s": best.score_s},
+                         "time_to_consensus_s": best.score_s, "mode": choice.mode},
+            "mode": {"winner": choice.mode, "reason": choice.reason, "jitter_s": jitter_s,
+                     "gather_s": choice.gather.score_s, "root_s": choice.root.score_s},
+            "stripes": stripes,
             "rounds": [{"time_s": cost.time_s, "bound": cost.bound,
                         "groups": [[topo.sites[i] for i in g] for g in rnd]}
                        for rnd, cost in zip(best.rounds, best.round_costs, strict=True)],
@@ -198,6 +246,11 @@ def run(args):
     for r, (rnd, cost) in enumerate(zip(best.rounds, best.round_costs, strict=True)):
         groups = " ".join(_names(topo, g) for g in rnd)
         print(f"{r:>5}  {format_seconds(cost.time_s):>10}  {cost.bound:<9}  {groups}")
+    for st in stripes:
+        print(f"{'':>5}  stripe of round {st['round']} group {st['group']}: root {st['root']}, "
+              f"{st['chunks']} chunks at {st['rate_Bps'] * 8 / 1e9:.3g} Gbit/s per sender ({st['bound']}), "
+              f"peak {format_size(st['peak_slot_bytes'])} of slots")
+    print(f"mode: {choice.reason}")
     print("shapes: " + "; ".join(f"{p.name} {format_seconds(p.score_s)}" for p in others))
     if gap_line:
         print(gap_line)

@@ -10,7 +10,15 @@ from ..host.sweep import crossover, has_groups_of_3, sweep
 from ..host.units import format_seconds, format_size, parse_size_range
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option, add_json_option, print_json, progress
-from .schedule import SLOW_SEARCH_S, add_model_arguments, number, params_from_args, topology_from_args
+from .schedule import (
+    SLOW_SEARCH_S,
+    add_mode_arguments,
+    add_model_arguments,
+    modes_from_args,
+    number,
+    params_from_args,
+    topology_from_args,
+)
 
 __all__ = ["register", "run", "plot", "figure", "table_rows", "FIGURE_FORMATS", "FONT_LEGEND"]
 
@@ -25,6 +33,8 @@ _SCHEME_STYLE = {
     "groups3": dict(color="#0072B2", ls="-", marker="o", ms=3.5, lw=1.6, label="rotating groups of 3"),
     "all_to_all": dict(color="#D55E00", ls="-", marker="s", ms=3.5, lw=1.6, label="one all-to-all group"),
     "best": dict(color="black", ls=(0, (4, 2)), lw=1.4, label="optimizer's choice"),
+    "root": dict(color="#6A3D9A", ls=(0, (3, 1, 1, 1)), marker="^", ms=3.5, lw=1.6,
+                 label="root aggregation (lean)"),
 }
 _BASELINE_STYLE = {
     "ring": dict(color="#009E73", ls=(0, (1, 1.5))),
@@ -39,11 +49,13 @@ def register(subparsers):
         "sweep",
         help="best schedule against FPGA memory; memory crossover; figure and CSV",
         description="For each memory size, compare rotating groups of 3, one all-to-all group and the "
-        "optimizer's choice (time to consensus), against the ring, parameter-server, unicast and "
-        "colocated baselines; find the memory crossover and how it moves with the tensor size. A "
-        "memory that cannot reach consensus shows as 'infeasible'.",
+        "optimizer's choice (time to consensus) and root aggregation (lean mode), say which mode wins, "
+        "against the ring, parameter-server, unicast and colocated baselines; find the memory crossover "
+        "and how it moves with the tensor size. A memory that cannot reach consensus shows as "
+        "'infeasible'.",
     )
     add_model_arguments(p)
+    add_mode_arguments(p)
     p.add_argument("--memory", default="64KiB:16GiB", metavar="LOW:HIGH",
                    help="memory sizes to sweep, doubling from LOW to HIGH (default: 64KiB:16GiB)")
     p.add_argument("--steps-per-doubling", default=1, metavar="K",
@@ -68,10 +80,12 @@ def _seconds_or_none(plan):
 
 
 def table_rows(points, baselines):
-    """One dict per sweep point: memory, the schemes' times (None: infeasible or absent), speedups."""
+    """One dict per sweep point: memory, the schemes' times (None: infeasible or absent), which mode
+    wins and why, and the winner's speedups."""
     rows = []
     for p in points:
         best = _seconds_or_none(p.best)
+        win = _seconds_or_none(p.winner)
         rows.append({
             "memory_bytes": p.memory_bytes,
             "groups_of_3_s": _seconds_or_none(p.groups3),
@@ -79,7 +93,10 @@ def table_rows(points, baselines):
             "optimizer_s": best,
             "choice": p.best.name if best is not None else "infeasible",
             "gap": None if math.isnan(p.gap) else p.gap,
-            "speedup": {b.name: (b.time_s / best if best else None) for b in baselines},
+            "root_s": _seconds_or_none(p.root),
+            "mode": p.mode if win is not None else "infeasible",
+            "reason": p.reason,
+            "speedup": {b.name: (b.time_s / win if win else None) for b in baselines},
         })
     return rows
 
@@ -88,15 +105,15 @@ def _csv_text(rows, baselines):
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     names = [b.name for b in baselines]
-    w.writerow(["memory_bytes", "groups_of_3_s", "all_to_all_s", "optimizer_s", "choice", "gap",
-                *[f"speedup_vs_{n}" for n in names]])
+    w.writerow(["memory_bytes", "groups_of_3_s", "all_to_all_s", "optimizer_s", "choice", "gap", "root_s",
+                "mode", *[f"speedup_vs_{n}" for n in names]])
 
     def cell(v):
         return "" if v is None else repr(float(v)) if isinstance(v, float) else v
 
     for r in rows:
         w.writerow([r["memory_bytes"], cell(r["groups_of_3_s"]), cell(r["all_to_all_s"]),
-                    cell(r["optimizer_s"]), r["choice"], cell(r["gap"]),
+                    cell(r["optimizer_s"]), r["choice"], cell(r["gap"]), cell(r["root_s"]), r["mode"],
                     *[cell(r["speedup"][n]) for n in names]])
     return buf.getvalue()
 
@@ -145,9 +162,11 @@ def figure(topo, params, points, baselines, threshold, thresholds):
 
         mem = [p.memory_bytes for p in points]
         series = {name: [_seconds_or_none(getattr(p, name)) for p in points]
-                  for name in ("groups3", "all_to_all", "best")}
+                  for name in ("groups3", "all_to_all", "best", "root")}
         if not has_groups_of_3(topo.n):
             del series["groups3"]
+        if all(p.root is None for p in points):
+            del series["root"]
         finite = [v for vals in series.values() for v in vals if v is not None]
         for name, vals in series.items():
             ys = [math.nan if v is None else v for v in vals]
@@ -167,7 +186,7 @@ def figure(topo, params, points, baselines, threshold, thresholds):
             ax.text(0.5, 0.5, "no memory size in the sweep\nreaches consensus", ha="center", va="center",
                     transform=ax.transAxes)
             off_scale = [f"{b.name} {format_seconds(b.time_s)}" for b in baselines]
-        bad = [m for m, v in zip(mem, series["best"], strict=True) if v is None]
+        bad = [m for m, p in zip(mem, points, strict=True) if _seconds_or_none(p.winner) is None]
         if bad:
             ax.axvspan(min(bad) / 1.2, max(bad) * 1.2, color="0.85", lw=0, label="infeasible memory")
         if threshold is not None and mem[0] <= threshold <= mem[-1]:
@@ -240,7 +259,9 @@ def run(args):
     t0 = time.perf_counter()
     if per_point * len(memories) > SLOW_SEARCH_S:
         progress("sweep", f"{len(memories)} memory sizes, up to {per_point:.2g} s of search each")
-    points, baselines = sweep(topo, params, memories, time_limit_s=per_point, seed=args.seed)
+    jitter_s, modes = modes_from_args(args)
+    points, baselines = sweep(topo, params, memories, time_limit_s=per_point, seed=args.seed,
+                              jitter_s=jitter_s, modes=modes)
     if time.perf_counter() - t0 > SLOW_SEARCH_S:
         progress("sweep", f"swept in {time.perf_counter() - t0:.1f} s; finding the crossovers")
     threshold = crossover(topo, params, time_limit_s=per_point, seed=args.seed)
@@ -273,7 +294,8 @@ def run(args):
             "topology": topo.name, "sites": list(topo.sites),
             "params": {"tensor_bytes": params.tensor_bytes, "chunk_bytes": params.chunk_bytes,
                        "site_gbps": params.site_gbps, "fpga_ingress_gbps": params.fpga_ingress_gbps,
-                       "bus_bits": params.bus_bits, "clock_mhz": params.clock_mhz},
+                       "bus_bits": params.bus_bits, "clock_mhz": params.clock_mhz,
+                       "jitter_s": jitter_s, "modes": list(modes)},
             "points": rows,
             "baselines": [{"name": b.name, "time_s": b.time_s, "detail": b.detail} for b in baselines],
             "crossover_bytes": threshold,
@@ -288,19 +310,24 @@ def run(args):
           f"{params.fpga_ingress_gbps:g} Gbit/s, datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz")
     names = [b.name for b in baselines]
     print(f"{'memory':>8}  {'groups of 3':>11}  {'all-to-all':>10}  {'optimizer':>10}  {'choice':<24}  "
-          f"{'gap':>6}  " + "  ".join(f"{'vs ' + n:>15}" for n in names))
+          f"{'gap':>6}  {'root':>10}  {'winner':<10}  " + "  ".join(f"{'vs ' + n:>15}" for n in names))
     for p, r in zip(points, rows, strict=True):
         g3 = "-" if p.groups3 is None else format_seconds(p.groups3.score_s)
         gap = "-" if r["gap"] is None else f"{r['gap'] * 100:.2f}%"
         speed = "  ".join(f"{'infeasible':>15}" if r["speedup"][n] is None else f"{r['speedup'][n]:>14.3g}x"
                           for n in names)
+        root = "-" if p.root is None else format_seconds(p.root.score_s)
         print(f"{format_size(p.memory_bytes):>8}  {g3:>11}  {format_seconds(p.all_to_all.score_s):>10}  "
-              f"{format_seconds(p.best.score_s):>10}  {r['choice']:<24}  {gap:>6}  {speed}")
+              f"{format_seconds(p.best.score_s):>10}  {r['choice']:<24}  {gap:>6}  {root:>10}  "
+              f"{r['mode']:<10}  {speed}")
     print("baselines (no FPGA, so no memory limit): " + "; ".join(
         f"{b.name} {format_seconds(b.time_s)} ({b.detail})" for b in baselines))
     if all(r["optimizer_s"] is None for r in rows):
         print(f"infeasible: no memory size from {format_size(memories[0])} to {format_size(memories[-1])} "
               f"holds one slot of {params.chunk_bytes} B chunks for a group of 2 or more sites")
+    for p, r in zip(points, rows, strict=True):
+        if r["reason"]:
+            print(f"winner at {format_size(p.memory_bytes)}: {r['reason']}")
     print(verdict)
     print("crossover by tensor size: " + "; ".join(
         f"{format_size(t)}: {format_size(m) if m is not None else 'none'}" for t, m in thresholds))
