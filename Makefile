@@ -56,6 +56,7 @@ train: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hw host sim tests
+	$(VENV)/bin/ruff format --check hw host sim tests
 
 lock: $(STAMP)
 	$(PY) requirements/freeze.py > requirements/ci.lock

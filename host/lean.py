@@ -98,14 +98,14 @@ class RootStripe:
     root: int
     first_chunk: int
     chunks: int
-    rate_Bps: float        # payload rate of every sender's stream to this root
-    interval_s: float      # chunk / rate: the senders' pacing
-    offsets_s: tuple       # per member, in the group's listed order: when it sends its first chunk
-    latency_s: float       # L_q: first chunk out of the first sender to its RESULT at the last member
-    time_s: float          # L_q + (chunks - 1) * interval_s
-    bound: str             # what caps rate_Bps: "site", "fpga", "memory", "backbone"
-    inflight_chunks: int   # chunks live at the root during the jitter margin (the model's peak)
-    peak_slot_bytes: int   # inflight_chunks * (G + 1) * member buffer bytes (the shadow RESULT too)
+    rate_Bps: float  # payload rate of every sender's stream to this root
+    interval_s: float  # chunk / rate: the senders' pacing
+    offsets_s: tuple  # per member, in the group's listed order: when it sends its first chunk
+    latency_s: float  # L_q: first chunk out of the first sender to its RESULT at the last member
+    time_s: float  # L_q + (chunks - 1) * interval_s
+    bound: str  # what caps rate_Bps: "site", "fpga", "memory", "backbone"
+    inflight_chunks: int  # chunks live at the root during the jitter margin (the model's peak)
+    peak_slot_bytes: int  # inflight_chunks * (G + 1) * member buffer bytes (the shadow RESULT too)
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class LeanGroup:
     stripes: tuple
     time_s: float
     bound: str
-    lifetime_s: float      # ell: how long a slot lives at a root
+    lifetime_s: float  # ell: how long a slot lives at a root
 
     @property
     def latency_s(self):
@@ -149,7 +149,7 @@ class LeanPlan:
     name: str
     shape: tuple
     rounds: list
-    round_costs: list       # LeanRound per round
+    round_costs: list  # LeanRound per round
     period_s: float
     exact: bool
     sigma2: float
@@ -170,8 +170,9 @@ class LeanPlan:
     @property
     def peak_slot_bytes(self):
         """Largest model peak of one root's slots over every stripe of the plan."""
-        return max((s.peak_slot_bytes for rc in self.round_costs for g in rc.groups for s in g.stripes),
-                   default=0)
+        return max(
+            (s.peak_slot_bytes for rc in self.round_costs for g in rc.groups for s in g.stripes), default=0
+        )
 
 
 class _Cand:
@@ -256,8 +257,9 @@ def _fill(cands, budgets, link_cap):
         per_group = {}
         for c in active.values():
             per_group[c.group] = per_group.get(c.group, 0) + 1
-        step = min(min(c.cap - rates[k] for k, c in active.items()),
-                   min(left[gi] / k for gi, k in per_group.items()))
+        step = min(
+            min(c.cap - rates[k] for k, c in active.items()), min(left[gi] / k for gi, k in per_group.items())
+        )
         demand = None
         if rem is not None:
             demand = sum(c.use for c in active.values())
@@ -312,9 +314,21 @@ def _stripes(model, members, cands, rates, bounds, life):
         interval = p.chunk_bytes / r
         offsets = tuple(c.arrive - float(f[j]) - float(d[j, c.q]) for j in members)
         inflight = min(math.ceil(r * life / p.chunk_bytes) + 1, int(n_q))
-        stripes.append(RootStripe(c.q, first, int(n_q), r, interval, offsets, c.lat,
-                                  c.lat + (int(n_q) - 1) * interval, bounds[id(c)], inflight,
-                                  inflight * (g + 1) * mbb))
+        stripes.append(
+            RootStripe(
+                c.q,
+                first,
+                int(n_q),
+                r,
+                interval,
+                offsets,
+                c.lat,
+                c.lat + (int(n_q) - 1) * interval,
+                bounds[id(c)],
+                inflight,
+                inflight * (g + 1) * mbb,
+            )
+        )
         first += int(n_q)
     slow = max(stripes, key=lambda s: s.time_s)
     bound = "latency" if slow.latency_s >= slow.time_s - slow.latency_s else slow.bound
@@ -335,8 +349,9 @@ def _solve_t(lat, rates, total):
     return math.inf
 
 
-def lean_round(model, groups, *, jitter_s=DEFAULT_JITTER_S, bank_slots=None, roots=None, max_roots=None,
-               members_max=None):
+def lean_round(
+    model, groups, *, jitter_s=DEFAULT_JITTER_S, bank_slots=None, roots=None, max_roots=None, members_max=None
+):
     """Cost and stripes of one round's groups in root mode (the module docstring's model): a
     :class:`LeanRound`.
 
@@ -364,9 +379,9 @@ def lean_round(model, groups, *, jitter_s=DEFAULT_JITTER_S, bank_slots=None, roo
         return LeanRound(tuple(out))
     per, budgets, lives = {}, {}, {}
     for gi, g in real:
-        per[gi], budgets[gi], lives[gi] = _group_candidates(model, gi, g, jitter_s=jitter_s,
-                                                            bank_slots=bank_slots, roots=roots,
-                                                            max_roots=max_roots)
+        per[gi], budgets[gi], lives[gi] = _group_candidates(
+            model, gi, g, jitter_s=jitter_s, bank_slots=bank_slots, roots=roots, max_roots=max_roots
+        )
     topo = model.topology
     link_cap = topo.link_cap_Bps * model.params.wire_eff if topo.links_limited else None
     allcands = [c for gi in per for c in per[gi]]
@@ -406,8 +421,19 @@ def lean_plan(model, rounds, *, name="root", shape=(), jitter_s=DEFAULT_JITTER_S
     exact, sigma2, periods = consensus(n, rounds, epsilon=model.params.epsilon)
     period = finish[-1] if finish else 0.0
     score = period * periods if math.isfinite(periods) and math.isfinite(period) else math.inf
-    return LeanPlan(name, tuple(shape), rounds, costs, period, exact, sigma2, periods, score, tuple(finish),
-                    float(jitter_s))
+    return LeanPlan(
+        name,
+        tuple(shape),
+        rounds,
+        costs,
+        period,
+        exact,
+        sigma2,
+        periods,
+        score,
+        tuple(finish),
+        float(jitter_s),
+    )
 
 
 def optimize_lean(model, *, jitter_s=DEFAULT_JITTER_S, gather_per_shape=None, max_roots=None):
@@ -415,13 +441,22 @@ def optimize_lean(model, *, jitter_s=DEFAULT_JITTER_S, gather_per_shape=None, ma
     gather optimizer found (``gather_per_shape``, :func:`optimize`'s second result) with its groups in root
     mode. Returns ``(best, per_shape)``."""
     n = model.topology.n
-    per = {(n,): lean_plan(model, [[list(range(n))]], name="root all-to-all", shape=(n,), jitter_s=jitter_s,
-                           max_roots=max_roots)}
+    per = {
+        (n,): lean_plan(
+            model,
+            [[list(range(n))]],
+            name="root all-to-all",
+            shape=(n,),
+            jitter_s=jitter_s,
+            max_roots=max_roots,
+        )
+    }
     for s, plan in (gather_per_shape or {}).items():
         if s == (n,):
             continue
-        per[s] = lean_plan(model, plan.rounds, name=f"root {plan.name}", shape=s, jitter_s=jitter_s,
-                           max_roots=max_roots)
+        per[s] = lean_plan(
+            model, plan.rounds, name=f"root {plan.name}", shape=s, jitter_s=jitter_s, max_roots=max_roots
+        )
     best = min(per.values(), key=lambda p: (p.score_s, p.period_s, len(p.rounds)))
     return best, per
 
@@ -430,8 +465,8 @@ def optimize_lean(model, *, jitter_s=DEFAULT_JITTER_S, gather_per_shape=None, ma
 class Choice:
     """What :func:`best_plan` chose: the winner, both modes' best plans and why."""
 
-    best: object        # Plan (gather) or LeanPlan (root)
-    mode: str           # "gather" or "root"
+    best: object  # Plan (gather) or LeanPlan (root)
+    mode: str  # "gather" or "root"
     reason: str
     gather: object
     root: object
@@ -450,8 +485,17 @@ def _why(plan):
     return rc.bound
 
 
-def best_plan(model, *, jitter_s=DEFAULT_JITTER_S, time_limit_s=20.0, seed=0, group_size=None, gather=None,
-              max_roots=None, modes=("gather", "root")):
+def best_plan(
+    model,
+    *,
+    jitter_s=DEFAULT_JITTER_S,
+    time_limit_s=20.0,
+    seed=0,
+    group_size=None,
+    gather=None,
+    max_roots=None,
+    modes=("gather", "root"),
+):
     """The better of gather mode (:func:`wanreduce.host.schedule.optimize`) and root mode, by time to
     consensus, with the reason. ``gather`` may pass ``optimize``'s result to avoid searching twice.
 
@@ -475,8 +519,10 @@ def best_plan(model, *, jitter_s=DEFAULT_JITTER_S, time_limit_s=20.0, seed=0, gr
     mode, best = min(cands, key=lambda c: (c[1].score_s, c[0] != "gather"))
     g_txt = f"gather {g_best.name} {_fmt(g_best.score_s)} ({_why(g_best)}-bound)"
     roots = sorted({s.root for rc in r_best.round_costs for g in rc.groups for s in g.stripes})
-    r_txt = (f"{r_best.name} {_fmt(r_best.score_s)} ({_why(r_best)}-bound, "
-             f"{len(roots)} root{'s' if len(roots) != 1 else ''}, jitter {jitter_s * 1e3:g} ms)")
+    r_txt = (
+        f"{r_best.name} {_fmt(r_best.score_s)} ({_why(r_best)}-bound, "
+        f"{len(roots)} root{'s' if len(roots) != 1 else ''}, jitter {jitter_s * 1e3:g} ms)"
+    )
     if len(cands) == 1:
         reason = f"only {mode} mode was allowed: " + (g_txt if mode == "gather" else r_txt)
     elif mode == "root":
@@ -494,9 +540,20 @@ def lean_section(plan):
     for start, rc in zip(plan.start_s, plan.round_costs, strict=True):
         groups = []
         for grp in rc.groups:
-            groups.append({"stripes": [
-                {"root": s.root, "first_chunk": s.first_chunk, "chunks": s.chunks, "interval_s": s.interval_s,
-                 "offsets_s": list(s.offsets_s)} for s in grp.stripes]})
+            groups.append(
+                {
+                    "stripes": [
+                        {
+                            "root": s.root,
+                            "first_chunk": s.first_chunk,
+                            "chunks": s.chunks,
+                            "interval_s": s.interval_s,
+                            "offsets_s": list(s.offsets_s),
+                        }
+                        for s in grp.stripes
+                    ]
+                }
+            )
         rounds.append({"start_s": start, "groups": groups})
     return {"mode": "root", "jitter_s": plan.jitter_s, "rounds": rounds}
 
@@ -507,20 +564,25 @@ def lean_to_schedule(plan, model):
     if not isinstance(plan, LeanPlan):
         return plan_to_schedule(plan, model)
     if model.topology.n > MAX_RANKS:
-        raise WanreduceError(f"schedule files hold at most {MAX_RANKS} ranks; {model.topology.n} sites need "
-                             "hierarchical aggregation")
+        raise WanreduceError(
+            f"schedule files hold at most {MAX_RANKS} ranks; {model.topology.n} sites need "
+            "hierarchical aggregation"
+        )
     if not math.isfinite(plan.period_s):
         raise WanreduceError("the root-mode plan does not run with this memory (no slot per round bank)")
     base = plan_to_schedule(plan, model)
     metrics = dict(base.metrics)
     gmax = max((len(g) for rnd in plan.rounds for g in rnd), default=1)
-    metrics.update({
-        "mode": "root",
-        "bank_slots": model.bank_slots(len(plan.rounds), gmax),
-        "peak_slot_bytes": plan.peak_slot_bytes,
-        "roots": [[list(g.roots) for g in rc.groups] for rc in plan.round_costs],
-    })
+    metrics.update(
+        {
+            "mode": "root",
+            "bank_slots": model.bank_slots(len(plan.rounds), gmax),
+            "peak_slot_bytes": plan.peak_slot_bytes,
+            "roots": [[list(g.roots) for g in rc.groups] for rc in plan.round_costs],
+        }
+    )
     params = dict(base.params)
     params["jitter_s"] = plan.jitter_s
-    return Schedule(sites=base.sites, rounds=base.rounds, params=params, metrics=metrics,
-                    lean=lean_section(plan))
+    return Schedule(
+        sites=base.sites, rounds=base.rounds, params=params, metrics=metrics, lean=lean_section(plan)
+    )

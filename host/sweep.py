@@ -96,8 +96,16 @@ def _reason(mode, best, root):
     return f"{mode} mode, {win.name} {t(win)} ({bound}-bound), against {lose.name} {t(lose)}"
 
 
-def sweep(topology, params, memories, *, time_limit_s=2.0, seed=0, jitter_s=DEFAULT_JITTER_S,
-          modes=("gather", "root")):
+def sweep(
+    topology,
+    params,
+    memories,
+    *,
+    time_limit_s=2.0,
+    seed=0,
+    jitter_s=DEFAULT_JITTER_S,
+    modes=("gather", "root"),
+):
     """One :class:`SweepPoint` per memory size, plus the baselines (which do not use the FPGA).
 
     ``modes`` says which aggregation modes may win; root mode is costed whenever it is among them.

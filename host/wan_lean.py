@@ -48,25 +48,40 @@ class LeanRun:
     """What a root-mode co-simulation did."""
 
     finish_s: float
-    send: np.ndarray            # [site, round, chunk] when the frame started on the access link (NaN: none)
-    result: np.ndarray          # [site, round, chunk] RESULT in at the site's hosts (NaN: none)
-    peak_slots: dict            # root site -> most slots live at once
-    peak_slot_bytes: dict       # root site -> peak_slots * (G + 1) * member buffer bytes
-    slot_conflicts: int         # contributions that found their slot held by another live chunk
-    ingress_bytes: list         # per site: frame bytes delivered to its aggregator (contributions)
+    send: np.ndarray  # [site, round, chunk] when the frame started on the access link (NaN: none)
+    result: np.ndarray  # [site, round, chunk] RESULT in at the site's hosts (NaN: none)
+    peak_slots: dict  # root site -> most slots live at once
+    peak_slot_bytes: dict  # root site -> peak_slots * (G + 1) * member buffer bytes
+    slot_conflicts: int  # contributions that found their slot held by another live chunk
+    ingress_bytes: list  # per site: frame bytes delivered to its aggregator (contributions)
     results_emitted: int
-    counters: dict              # root site -> golden aggregator counters (data runs)
-    values: list | None         # per site: the tensor after the last round (wire dtype), with data
-    chunks_simulated: int       # chunks per group and round actually run (all, unless stripe_limit)
+    counters: dict  # root site -> golden aggregator counters (data runs)
+    values: list | None  # per site: the tensor after the last round (wire dtype), with data
+    chunks_simulated: int  # chunks per group and round actually run (all, unless stripe_limit)
 
 
 def lean_contrib_frame(elems, *, dtype, rank, root, job, round_index, group, chunk, chunk_elems, last):
     """One CONTRIB frame of chunk ``chunk`` from site ``rank``'s hosts, unicast to ``root``'s aggregator."""
-    payloads = pack_tensor(elems, dtype=dtype, rank=rank, job=job, round=round_index, group=group,
-                           chunk_elems=chunk_elems, first_chunk=chunk, last=last)
-    return build_frame(next(iter(payloads)), src_mac=addressing.host_mac(rank),
-                       dst_mac=addressing.aggregator_mac(root), src_ip=addressing.host_ip(rank),
-                       dst_ip=addressing.aggregator_ip(root), sport=UDP_PORT, dport=UDP_PORT)
+    payloads = pack_tensor(
+        elems,
+        dtype=dtype,
+        rank=rank,
+        job=job,
+        round=round_index,
+        group=group,
+        chunk_elems=chunk_elems,
+        first_chunk=chunk,
+        last=last,
+    )
+    return build_frame(
+        next(iter(payloads)),
+        src_mac=addressing.host_mac(rank),
+        dst_mac=addressing.aggregator_mac(root),
+        src_ip=addressing.host_ip(rank),
+        dst_ip=addressing.aggregator_ip(root),
+        sport=UDP_PORT,
+        dport=UDP_PORT,
+    )
 
 
 class _Jitter:
@@ -98,9 +113,23 @@ def _round_start(schedule, r):
     return (r // period) * per + start
 
 
-def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype=DType.FP32,
-                  memory_bytes=None, tensors=None, jitter_s=0.0, seed=0, rounds=None, job=0,
-                  stripe_limit=None, width=512):
+def simulate_lean(
+    schedule,
+    *,
+    one_way_s,
+    site_Bps,
+    chunk_elems,
+    elements,
+    dtype=DType.FP32,
+    memory_bytes=None,
+    tensors=None,
+    jitter_s=0.0,
+    seed=0,
+    rounds=None,
+    job=0,
+    stripe_limit=None,
+    width=512,
+):
     """Run ``rounds`` rounds (default: one period) of a root-mode ``schedule``; returns a :class:`LeanRun`.
 
     ``site_Bps`` is each site's access-link rate in bytes/s on the wire; ``memory_bytes`` the aggregator
@@ -109,8 +138,10 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
     runs only the first chunks of every stripe (timing-only; for figures that a steady state gives).
     """
     if schedule.lean is None:
-        raise WanreduceError("the schedule has no 'lean' section: it is a gather-mode schedule "
-                             "(use wanreduce.host.wan.simulate)")
+        raise WanreduceError(
+            "the schedule has no 'lean' section: it is a gather-mode schedule "
+            "(use wanreduce.host.wan.simulate)"
+        )
     dtype = DType(dtype)
     n, period = schedule.n, schedule.period
     rounds = period if rounds is None else int(rounds)
@@ -126,8 +157,10 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
     slots = aggregator_slots(memory_bytes, chunk_bytes=chunk_bytes, members=gmax, width=width)
     bits, bank = bank_layout(slots, period)
     if bank < 1:
-        raise WanreduceError(f"{memory_bytes} bytes of aggregator memory hold no round bank of {gmax}-member "
-                             f"slots of {chunk_bytes}-byte chunks")
+        raise WanreduceError(
+            f"{memory_bytes} bytes of aggregator memory hold no round bank of {gmax}-member "
+            f"slots of {chunk_bytes}-byte chunks"
+        )
     mbb = member_buffer_bytes(chunk_bytes, width)
     D = np.asarray(one_way_s, float)
     site_Bps = np.broadcast_to(np.asarray(site_Bps, float), (n,))
@@ -137,19 +170,21 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
     vt = np_dtype(dtype)
 
     # Per (round, site): group id, members, and per chunk the root and the scheduled send time.
-    plan = []      # per round: list of (members, stripes)
+    plan = []  # per round: list of (members, stripes)
     for r in range(rounds):
         lr = schedule.lean["rounds"][r % period]
         grp = []
         for members, lg in zip(schedule.rounds[r % period], lr["groups"], strict=True):
             total = sum(st["chunks"] for st in lg["stripes"])
             if lg["stripes"] and total != n_chunks:
-                raise WanreduceError(f"round {r}: the stripes cover {total} chunks but the tensor has "
-                                     f"{n_chunks} of {chunk_elems} elements")
+                raise WanreduceError(
+                    f"round {r}: the stripes cover {total} chunks but the tensor has "
+                    f"{n_chunks} of {chunk_elems} elements"
+                )
             grp.append((tuple(members), lg["stripes"]))
         plan.append(grp)
-    member_of = [[None] * rounds for _ in range(n)]   # (gid, members) of site s in round r
-    root_of = [dict() for _ in range(rounds)]            # per round: (gid, chunk) -> root
+    member_of = [[None] * rounds for _ in range(n)]  # (gid, members) of site s in round r
+    root_of = [dict() for _ in range(rounds)]  # per round: (gid, chunk) -> root
     for r, grp in enumerate(plan):
         for gid, (members, stripes) in enumerate(grp):
             if not stripes:
@@ -175,7 +210,9 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
         values = [np.asarray(t).astype(vt).reshape(-1).copy() for t in tensors]
         if len(values) != n or any(v.size != elements for v in values):
             raise ValueError(f"Give {n} tensors of {elements} elements each.")
-        current = [[v[c * chunk_elems:(c + 1) * chunk_elems].copy() for c in range(n_chunks)] for v in values]
+        current = [
+            [v[c * chunk_elems : (c + 1) * chunk_elems].copy() for c in range(n_chunks)] for v in values
+        ]
         aggs = {}
         for q in range(n):
             # What the control port would load at q: the group's order in the rounds where q roots a stripe.
@@ -190,10 +227,15 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
                             dest = addressing.result_group_ip(job=job, round=r, group=gid, period=period)
                 jobs.append(entry)
             if dest is not None:
-                aggs[q] = GoldenAggregator(rank=q, jobs={job: jobs}, slots=slots, members=gmax,
-                                           slot_bytes=chunk_bytes, bank_bits={job: bits},
-                                           destinations=[Destination(addressing.multicast_mac(dest), dest,
-                                                                     UDP_PORT)])
+                aggs[q] = GoldenAggregator(
+                    rank=q,
+                    jobs={job: jobs},
+                    slots=slots,
+                    members=gmax,
+                    slot_bytes=chunk_bytes,
+                    bank_bits={job: bits},
+                    destinations=[Destination(addressing.multicast_mac(dest), dest, UDP_PORT)],
+                )
 
     send = np.full((n, rounds, n_chunks), np.nan)
     result = np.full((n, rounds, n_chunks), np.nan)
@@ -204,8 +246,8 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
     ready = [[] for _ in range(n)]
     link_busy = [False] * n
     ingress = [0] * n
-    seen = {}                  # (root, round, chunk) -> contributors so far
-    live = [dict() for _ in range(n)]   # per root: slot -> (round, chunk)
+    seen = {}  # (root, round, chunk) -> contributors so far
+    live = [dict() for _ in range(n)]  # per root: slot -> (round, chunk)
     peak = {}
     conflicts = 0
     emitted = 0
@@ -241,8 +283,18 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
         q = root_of[r][(gid, c)]
         frame = None
         if with_data:
-            frame = lean_contrib_frame(current[s][c], dtype=dtype, rank=s, root=q, job=job, round_index=r,
-                                       group=gid, chunk=c, chunk_elems=chunk_elems, last=c == n_chunks - 1)
+            frame = lean_contrib_frame(
+                current[s][c],
+                dtype=dtype,
+                rank=s,
+                root=q,
+                job=job,
+                round_index=r,
+                group=gid,
+                chunk=c,
+                chunk_elems=chunk_elems,
+                last=c == n_chunks - 1,
+            )
         done = t + frame_s[s]
         push(events, (done + D[s, q] + jitter(), seq, DELIVER, q, s, (r, c, gid), frame))
         push(events, (done, seq + 1, LINK_FREE, s, None, None, None))
@@ -308,12 +360,20 @@ def simulate_lean(schedule, *, one_way_s, site_Bps, chunk_elems, elements, dtype
             for st in stripes:
                 sizes[st["root"]] = max(sizes.get(st["root"], 0), len(members))
     finish = float(np.nanmax(result)) if np.isfinite(result).any() else math.nan
-    simulated = n_chunks if stripe_limit is None else \
-        sum(min(st["chunks"], int(stripe_limit)) for st in plan[0][0][1])
+    simulated = (
+        n_chunks
+        if stripe_limit is None
+        else sum(min(st["chunks"], int(stripe_limit)) for st in plan[0][0][1])
+    )
     return LeanRun(
-        finish_s=finish, send=send, result=result, peak_slots=dict(peak),
+        finish_s=finish,
+        send=send,
+        result=result,
+        peak_slots=dict(peak),
         peak_slot_bytes={q: p * (sizes.get(q, gmax) + 1) * mbb for q, p in peak.items()},
-        slot_conflicts=conflicts, ingress_bytes=ingress, results_emitted=emitted,
+        slot_conflicts=conflicts,
+        ingress_bytes=ingress,
+        results_emitted=emitted,
         counters={q: dict(a.counters) for q, a in aggs.items()} if with_data else {},
         values=[np.concatenate(current[s]) for s in range(n)] if with_data else None,
         chunks_simulated=simulated,

@@ -33,6 +33,7 @@ def positive_float(what):
         if not (value > 0 and np.isfinite(value)):
             raise argparse.ArgumentTypeError(f"{what} must be a positive number, not {text}")
         return value
+
     return convert
 
 
@@ -41,9 +42,13 @@ def rank_or_all(text):
 
 
 def add_wan_option(p, *, default_help):
-    p.add_argument("--wan", metavar="NAME|FILE.csv", default=None,
-                   help=f"the WAN whose one-way delays apply: {' or '.join(EMBEDDED)} or a topology CSV; its "
-                   f"sites must be the schedule's, in the same order ({default_help})")
+    p.add_argument(
+        "--wan",
+        metavar="NAME|FILE.csv",
+        default=None,
+        help=f"the WAN whose one-way delays apply: {' or '.join(EMBEDDED)} or a topology CSV; its "
+        f"sites must be the schedule's, in the same order ({default_help})",
+    )
 
 
 def wan_of(args, schedule):
@@ -56,15 +61,23 @@ def wan_of(args, schedule):
 
 def add_speed_options(p):
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--speed", type=positive_float("--speed"), default=1.0,
-                   help="play the timestamps this many times faster (default: 1, real time)")
-    g.add_argument("--topspeed", action="store_true",
-                   help="ignore the timestamps and send back to back, as fast as the socket takes them")
+    g.add_argument(
+        "--speed",
+        type=positive_float("--speed"),
+        default=1.0,
+        help="play the timestamps this many times faster (default: 1, real time)",
+    )
+    g.add_argument(
+        "--topspeed",
+        action="store_true",
+        help="ignore the timestamps and send back to back, as fast as the socket takes them",
+    )
 
 
 def register(sub):
     p = sub.add_parser(
-        "emit", help="one site's CONTRIB frames for a schedule's rounds (.pcap or UDP)",
+        "emit",
+        help="one site's CONTRIB frames for a schedule's rounds (.pcap or UDP)",
         description="Emit rank R's CONTRIB frames for each round of a schedule: in every round R takes "
         "part in, the tensor it holds after the previous round (numpy model of the schedule), chunked, sent "
         "once to the group's multicast address 239.<88+job%8>.<round%P>.<group> from 10.87.82.<R>, UDP "
@@ -72,32 +85,64 @@ def register(sub):
         "delays). A root-mode schedule (version 3, docs/lean.md) sends each chunk to its stripe's root "
         "aggregator at the schedule's send offsets and pacing instead. GRADS.npz holds one "
         "array per site, keyed by site name or rank<R>, all of one shape, "
-        "float32/float16/bfloat16.")
-    p.add_argument("--schedule", metavar="S.json", required=True,
-                   help="schedule file of PROTOCOL.md (required)")
-    p.add_argument("--grads", metavar="GRADS.npz", required=True,
-                   help="every site's gradients, keyed by site name or rank<R> (required)")
-    p.add_argument("--rank", type=rank_or_all, required=True,
-                   help="the emitting site's rank, an index into the schedule's sites, or 'all' (one model "
-                   "run for every site; -o then names each file with {rank} or {site}) (required)")
-    p.add_argument("--dtype", choices=[d.label for d in DType], default="fp32",
-                   help="element type on the wire (default: fp32)")
+        "float32/float16/bfloat16.",
+    )
+    p.add_argument(
+        "--schedule", metavar="S.json", required=True, help="schedule file of PROTOCOL.md (required)"
+    )
+    p.add_argument(
+        "--grads",
+        metavar="GRADS.npz",
+        required=True,
+        help="every site's gradients, keyed by site name or rank<R> (required)",
+    )
+    p.add_argument(
+        "--rank",
+        type=rank_or_all,
+        required=True,
+        help="the emitting site's rank, an index into the schedule's sites, or 'all' (one model "
+        "run for every site; -o then names each file with {rank} or {site}) (required)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=[d.label for d in DType],
+        default="fp32",
+        help="element type on the wire (default: fp32)",
+    )
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("-o", "--output", metavar="OUT.pcap", help="write the frames with their send times")
-    out.add_argument("--to", metavar="udp://HOST:PORT",
-                     help="send each frame's UDP payload as a datagram at its send time instead")
-    p.add_argument("--rounds", type=int_in(1, 1 << 20, "--rounds"), default=None,
-                   help="rounds to emit (default: one schedule period)")
+    out.add_argument(
+        "--to",
+        metavar="udp://HOST:PORT",
+        help="send each frame's UDP payload as a datagram at its send time instead",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int_in(1, 1 << 20, "--rounds"),
+        default=None,
+        help="rounds to emit (default: one schedule period)",
+    )
     p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
     add_wan_option(p, default_help="default: the schedule's params.topology if embedded, else nine-city")
-    p.add_argument("--chunk-elems", type=int_in(1, MAX_COUNT, "--chunk-elems"), default=None,
-                   help="elements per CONTRIB (default: the schedule's params.chunk_bytes / element size)")
-    p.add_argument("--bank-slots", type=int_in(1, 1 << 24, "--bank-slots"), default=None,
-                   help="window slots per round bank (default: params.bank_slots, else from "
-                   "params.memory_bytes and chunk_bytes)")
-    p.add_argument("--gbps", type=positive_float("--gbps"), default=None,
-                   help="every site's link rate in Gbit/s (default: the topology's, else params.site_gbps, "
-                   "else 100)")
+    p.add_argument(
+        "--chunk-elems",
+        type=int_in(1, MAX_COUNT, "--chunk-elems"),
+        default=None,
+        help="elements per CONTRIB (default: the schedule's params.chunk_bytes / element size)",
+    )
+    p.add_argument(
+        "--bank-slots",
+        type=int_in(1, 1 << 24, "--bank-slots"),
+        default=None,
+        help="window slots per round bank (default: params.bank_slots, else from "
+        "params.memory_bytes and chunk_bytes)",
+    )
+    p.add_argument(
+        "--gbps",
+        type=positive_float("--gbps"),
+        default=None,
+        help="every site's link rate in Gbit/s (default: the topology's, else params.site_gbps, else 100)",
+    )
     add_speed_options(p)
     add_force_option(p, "OUT.pcap")
     p.set_defaults(func=run)
@@ -107,8 +152,9 @@ def run(args):
     schedule = load_schedule(args.schedule)
     every = args.rank == "all"
     if not every and args.rank >= schedule.n:
-        raise WanreduceError(f"--rank {args.rank} is outside 0..{schedule.n - 1} "
-                             f"(the schedule has {schedule.n} sites)")
+        raise WanreduceError(
+            f"--rank {args.rank} is outside 0..{schedule.n - 1} (the schedule has {schedule.n} sites)"
+        )
     ranks = list(range(schedule.n)) if every else [args.rank]
     outs, paths = None, []
     if args.output is not None:
@@ -126,22 +172,36 @@ def run(args):
     grads = load_grads(args.grads, schedule)
     dtype = DType.from_label(args.dtype)
     gbps = [site_gbps_of(schedule, topo, s, args.gbps) for s in range(schedule.n)]
-    ems = emit_sites(schedule, grads, ranks=ranks, dtype=dtype, one_way_s=topo.one_way_s, gbps=gbps,
-                     bank_slots=bank_slots_of(schedule, args.bank_slots), job=args.job, rounds=args.rounds,
-                     chunk_elems=args.chunk_elems)
+    ems = emit_sites(
+        schedule,
+        grads,
+        ranks=ranks,
+        dtype=dtype,
+        one_way_s=topo.one_way_s,
+        gbps=gbps,
+        bank_slots=bank_slots_of(schedule, args.bank_slots),
+        job=args.job,
+        rounds=args.rounds,
+        chunk_elems=args.chunk_elems,
+    )
     rounds = schedule.period if args.rounds is None else args.rounds
     lines = []
     for em in ems:
         site = schedule.sites[em.rank]
         if not em.frames and not every:
-            raise WanreduceError(f"rank {em.rank} ({site}) is in no group in {rounds} rounds; "
-                                 "nothing to emit")
-        what = (f"rank {em.rank} ({site}): {len(em.frames)} CONTRIB frames, {em.rounds_sent} of {rounds} "
-                f"rounds, {em.n_chunks} chunk{'s' if em.n_chunks != 1 else ''} of {em.elements} "
-                f"{dtype.label} elements")
+            raise WanreduceError(
+                f"rank {em.rank} ({site}) is in no group in {rounds} rounds; nothing to emit"
+            )
+        what = (
+            f"rank {em.rank} ({site}): {len(em.frames)} CONTRIB frames, {em.rounds_sent} of {rounds} "
+            f"rounds, {em.n_chunks} chunk{'s' if em.n_chunks != 1 else ''} of {em.elements} "
+            f"{dtype.label} elements"
+        )
         if em.frames:
-            what += (f", last frame at {em.times[-1] * 1e3:.3f} ms of the pacing model "
-                     f"({gbps[em.rank]:g} Gbit/s over {topo.name})")
+            what += (
+                f", last frame at {em.times[-1] * 1e3:.3f} ms of the pacing model "
+                f"({gbps[em.rank]:g} Gbit/s over {topo.name})"
+            )
         lines.append(what)
     if outs is not None:
         with outs.commit():

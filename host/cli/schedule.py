@@ -18,8 +18,17 @@ from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS
 from ._common import Outputs, add_force_option, add_json_option, print_json, progress
 
-__all__ = ["register", "run", "add_model_arguments", "model_from_args", "topology_from_args", "number",
-           "add_mode_arguments", "modes_from_args", "MODES"]
+__all__ = [
+    "register",
+    "run",
+    "add_model_arguments",
+    "model_from_args",
+    "topology_from_args",
+    "number",
+    "add_mode_arguments",
+    "modes_from_args",
+    "MODES",
+]
 
 #: ``--mode`` choices: which aggregation modes may win.
 MODES = {"auto": ("gather", "root"), "gather": ("gather",), "root": ("root",)}
@@ -30,46 +39,96 @@ DEFAULT_OUT = os.path.join("build", "schedule.json")
 def add_model_arguments(p, *, memory_help=None):
     """Options shared by ``schedule`` and ``sweep``: the topology and every cost-model parameter."""
     d = CostParams()
-    p.add_argument("--topology", default="nine-city", metavar="NAME|FILE.csv",
-                   help=f"{' or '.join(EMBEDDED)}, or a CSV of public links (City1,City2,Latency[,Bandwidth]"
-                   ") or private links (Device1,Device2,Latency,Bandwidth); latencies are RTT in ms "
-                   "(default: nine-city)")
-    p.add_argument("--sites", default=None, metavar="A,B,...",
-                   help="use only these cities, in this rank order (default: every city, sorted)")
+    p.add_argument(
+        "--topology",
+        default="nine-city",
+        metavar="NAME|FILE.csv",
+        help=f"{' or '.join(EMBEDDED)}, or a CSV of public links (City1,City2,Latency[,Bandwidth]"
+        ") or private links (Device1,Device2,Latency,Bandwidth); latencies are RTT in ms "
+        "(default: nine-city)",
+    )
+    p.add_argument(
+        "--sites",
+        default=None,
+        metavar="A,B,...",
+        help="use only these cities, in this rank order (default: every city, sorted)",
+    )
     if memory_help is not None:
         p.add_argument("--memory", default=format_size(d.memory_bytes), metavar="SIZE", help=memory_help)
-    p.add_argument("--chunk-bytes", default=str(d.chunk_bytes), metavar="SIZE",
-                   help=f"payload bytes per packet (default: {d.chunk_bytes})")
-    p.add_argument("--tensor-bytes", default=format_size(d.tensor_bytes), metavar="SIZE",
-                   help=f"bytes each site contributes per sync (default: {format_size(d.tensor_bytes)})")
-    p.add_argument("--site-gbps", default=d.site_gbps, metavar="GBPS",
-                   help=f"each site's access link, Gbit/s per direction, unless the topology gives it "
-                   f"(default: {d.site_gbps:g})")
-    p.add_argument("--fpga-ingress-gbps", default=d.fpga_ingress_gbps, metavar="GBPS",
-                   help=f"sum of the aggregator's input ports, Gbit/s (default: {d.fpga_ingress_gbps:g})")
-    p.add_argument("--clock-mhz", default=d.clock_mhz, metavar="MHZ",
-                   help=f"aggregator datapath clock, one bus beat per cycle (default: {d.clock_mhz:g})")
-    p.add_argument("--bus-bits", default=d.bus_bits, metavar="BITS",
-                   help=f"aggregator datapath width in bits (default: {d.bus_bits})")
-    p.add_argument("--link-gbps", default=None, metavar="GBPS",
-                   help="capacity of public links without a Bandwidth column, Gbit/s per direction "
-                   "(default: unlimited)")
-    p.add_argument("--epsilon", default=d.epsilon, metavar="EPS",
-                   help=f"consensus target for schedules that are not exact (default: {d.epsilon:g})")
-    p.add_argument("--time-limit", default=20.0, metavar="SECONDS",
-                   help="search budget for the optimizer; small networks finish well before "
-                   "(default: 20)")
+    p.add_argument(
+        "--chunk-bytes",
+        default=str(d.chunk_bytes),
+        metavar="SIZE",
+        help=f"payload bytes per packet (default: {d.chunk_bytes})",
+    )
+    p.add_argument(
+        "--tensor-bytes",
+        default=format_size(d.tensor_bytes),
+        metavar="SIZE",
+        help=f"bytes each site contributes per sync (default: {format_size(d.tensor_bytes)})",
+    )
+    p.add_argument(
+        "--site-gbps",
+        default=d.site_gbps,
+        metavar="GBPS",
+        help=f"each site's access link, Gbit/s per direction, unless the topology gives it "
+        f"(default: {d.site_gbps:g})",
+    )
+    p.add_argument(
+        "--fpga-ingress-gbps",
+        default=d.fpga_ingress_gbps,
+        metavar="GBPS",
+        help=f"sum of the aggregator's input ports, Gbit/s (default: {d.fpga_ingress_gbps:g})",
+    )
+    p.add_argument(
+        "--clock-mhz",
+        default=d.clock_mhz,
+        metavar="MHZ",
+        help=f"aggregator datapath clock, one bus beat per cycle (default: {d.clock_mhz:g})",
+    )
+    p.add_argument(
+        "--bus-bits",
+        default=d.bus_bits,
+        metavar="BITS",
+        help=f"aggregator datapath width in bits (default: {d.bus_bits})",
+    )
+    p.add_argument(
+        "--link-gbps",
+        default=None,
+        metavar="GBPS",
+        help="capacity of public links without a Bandwidth column, Gbit/s per direction (default: unlimited)",
+    )
+    p.add_argument(
+        "--epsilon",
+        default=d.epsilon,
+        metavar="EPS",
+        help=f"consensus target for schedules that are not exact (default: {d.epsilon:g})",
+    )
+    p.add_argument(
+        "--time-limit",
+        default=20.0,
+        metavar="SECONDS",
+        help="search budget for the optimizer; small networks finish well before (default: 20)",
+    )
     p.add_argument("--seed", default=0, help="seed of the randomised search (default: 0)")
 
 
 def add_mode_arguments(p):
     """Options shared by ``schedule`` and ``sweep``: the aggregation modes and the WAN jitter."""
-    p.add_argument("--mode", choices=sorted(MODES), default="auto",
-                   help="aggregation mode: gather (every member aggregates), root (one root per stripe "
-                   "sums and multicasts the RESULT, docs/lean.md) or auto, the faster (default: auto)")
-    p.add_argument("--jitter-ms", default=DEFAULT_JITTER_S * 1e3, metavar="MS",
-                   help="one-way WAN jitter that root mode's send offsets absorb; a root's slot lives 2x "
-                   f"this (default: {DEFAULT_JITTER_S * 1e3:g})")
+    p.add_argument(
+        "--mode",
+        choices=sorted(MODES),
+        default="auto",
+        help="aggregation mode: gather (every member aggregates), root (one root per stripe "
+        "sums and multicasts the RESULT, docs/lean.md) or auto, the faster (default: auto)",
+    )
+    p.add_argument(
+        "--jitter-ms",
+        default=DEFAULT_JITTER_S * 1e3,
+        metavar="MS",
+        help="one-way WAN jitter that root mode's send offsets absorb; a root's slot lives 2x "
+        f"this (default: {DEFAULT_JITTER_S * 1e3:g})",
+    )
 
 
 def modes_from_args(args):
@@ -137,10 +196,19 @@ def register(subparsers):
     )
     add_model_arguments(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
     add_mode_arguments(p)
-    p.add_argument("--group-size", default=None, metavar="K",
-                   help="only rotating groups of K sites (default: any size from 2 to N)")
-    p.add_argument("-o", "--output", default=DEFAULT_OUT, metavar="FILE.json",
-                   help=f"schedule file to write (default: {DEFAULT_OUT})")
+    p.add_argument(
+        "--group-size",
+        default=None,
+        metavar="K",
+        help="only rotating groups of K sites (default: any size from 2 to N)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default=DEFAULT_OUT,
+        metavar="FILE.json",
+        help=f"schedule file to write (default: {DEFAULT_OUT})",
+    )
     add_force_option(p, "FILE.json")
     add_json_option(p)
     p.set_defaults(func=run)
@@ -160,10 +228,19 @@ def _stripes(topo, plan):
     for r, rc in enumerate(plan.round_costs):
         for g, grp in enumerate(rc.groups):
             for st in grp.stripes:
-                out.append({"round": r, "group": g, "root": topo.sites[st.root],
-                            "first_chunk": st.first_chunk, "chunks": st.chunks, "rate_Bps": st.rate_Bps,
-                            "bound": st.bound,
-                            "time_s": st.time_s, "peak_slot_bytes": st.peak_slot_bytes})
+                out.append(
+                    {
+                        "round": r,
+                        "group": g,
+                        "root": topo.sites[st.root],
+                        "first_chunk": st.first_chunk,
+                        "chunks": st.chunks,
+                        "rate_Bps": st.rate_Bps,
+                        "bound": st.bound,
+                        "time_s": st.time_s,
+                        "peak_slot_bytes": st.peak_slot_bytes,
+                    }
+                )
     return out
 
 
@@ -193,8 +270,10 @@ def run(args):
     if topo.n <= 9 and len(best.shape) > 1 and math.prod(best.shape) == topo.n:
         exact = exhaustive(model, best.shape)
         gap = best.score_s / exact.score_s - 1 if exact.score_s > 0 else 0.0
-        gap_line = (f"exhaustive check over all {math.factorial(topo.n)} placements on {best.name}: "
-                    f"optimum {format_seconds(exact.score_s)}, heuristic gap {gap * 100:.2f}%")
+        gap_line = (
+            f"exhaustive check over all {math.factorial(topo.n)} placements on {best.name}: "
+            f"optimum {format_seconds(exact.score_s)}, heuristic gap {gap * 100:.2f}%"
+        )
         if exact.score_s < best.score_s:
             best = exact
     choice = best_plan(model, jitter_s=jitter_s, group_size=args.group_size, gather=(best, per), modes=modes)
@@ -213,43 +292,80 @@ def run(args):
     others = sorted([*per.values(), *choice.root_per_shape.values()], key=lambda p: p.score_s)
     stripes = _stripes(topo, best) if isinstance(best, LeanPlan) else []
     if args.json:
-        print_json({
-            "topology": topo.name, "sites": list(topo.sites),
-            "params": {"memory_bytes": params.memory_bytes, "chunk_bytes": params.chunk_bytes,
-                       "tensor_bytes": params.tensor_bytes, "site_gbps": params.site_gbps,
-                       "fpga_ingress_gbps": params.fpga_ingress_gbps, "bus_bits": params.bus_bits,
-                       "clock_mhz": params.clock_mhz, "epsilon": params.epsilon},
-            "schedule": {"name": best.name, "exact": bool(best.exact), "period_s": best.period_s,
-                         "time_to_consensus_s": best.score_s, "mode": choice.mode},
-            "mode": {"winner": choice.mode, "reason": choice.reason, "jitter_s": jitter_s,
-                     "gather_s": choice.gather.score_s, "root_s": choice.root.score_s},
-            "stripes": stripes,
-            "rounds": [{"time_s": cost.time_s, "bound": cost.bound,
-                        "groups": [[topo.sites[i] for i in g] for g in rnd]}
-                       for rnd, cost in zip(best.rounds, best.round_costs, strict=True)],
-            "shapes": {p.name: p.score_s for p in others},
-            "exhaustive_check": gap_line,
-            "baselines": [{"name": b.name, "time_s": b.time_s, "speedup": b.time_s / best.score_s,
-                           "detail": b.detail} for b in baselines],
-            "output": str(out),
-        })
+        print_json(
+            {
+                "topology": topo.name,
+                "sites": list(topo.sites),
+                "params": {
+                    "memory_bytes": params.memory_bytes,
+                    "chunk_bytes": params.chunk_bytes,
+                    "tensor_bytes": params.tensor_bytes,
+                    "site_gbps": params.site_gbps,
+                    "fpga_ingress_gbps": params.fpga_ingress_gbps,
+                    "bus_bits": params.bus_bits,
+                    "clock_mhz": params.clock_mhz,
+                    "epsilon": params.epsilon,
+                },
+                "schedule": {
+                    "name": best.name,
+                    "exact": bool(best.exact),
+                    "period_s": best.period_s,
+                    "time_to_consensus_s": best.score_s,
+                    "mode": choice.mode,
+                },
+                "mode": {
+                    "winner": choice.mode,
+                    "reason": choice.reason,
+                    "jitter_s": jitter_s,
+                    "gather_s": choice.gather.score_s,
+                    "root_s": choice.root.score_s,
+                },
+                "stripes": stripes,
+                "rounds": [
+                    {
+                        "time_s": cost.time_s,
+                        "bound": cost.bound,
+                        "groups": [[topo.sites[i] for i in g] for g in rnd],
+                    }
+                    for rnd, cost in zip(best.rounds, best.round_costs, strict=True)
+                ],
+                "shapes": {p.name: p.score_s for p in others},
+                "exhaustive_check": gap_line,
+                "baselines": [
+                    {
+                        "name": b.name,
+                        "time_s": b.time_s,
+                        "speedup": b.time_s / best.score_s,
+                        "detail": b.detail,
+                    }
+                    for b in baselines
+                ],
+                "output": str(out),
+            }
+        )
         return 0
 
-    print(f"topology {topo.name}: {topo.n} sites; memory {format_size(params.memory_bytes)}, "
-          f"chunk {params.chunk_bytes} B, tensor {format_size(params.tensor_bytes)}, "
-          f"site {params.site_gbps:g} Gbit/s, FPGA ingress {params.fpga_ingress_gbps:g} Gbit/s, "
-          f"datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz")
+    print(
+        f"topology {topo.name}: {topo.n} sites; memory {format_size(params.memory_bytes)}, "
+        f"chunk {params.chunk_bytes} B, tensor {format_size(params.tensor_bytes)}, "
+        f"site {params.site_gbps:g} Gbit/s, FPGA ingress {params.fpga_ingress_gbps:g} Gbit/s, "
+        f"datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz"
+    )
     kind = "exact consensus" if best.exact else f"sigma2 {best.sigma2:.3g}, {best.periods} periods"
-    print(f"schedule: {best.name} ({kind}), period {format_seconds(best.period_s)}, "
-          f"time to consensus {format_seconds(best.score_s)}")
+    print(
+        f"schedule: {best.name} ({kind}), period {format_seconds(best.period_s)}, "
+        f"time to consensus {format_seconds(best.score_s)}"
+    )
     print(f"{'round':>5}  {'time':>10}  {'bound':<9}  groups")
     for r, (rnd, cost) in enumerate(zip(best.rounds, best.round_costs, strict=True)):
         groups = " ".join(_names(topo, g) for g in rnd)
         print(f"{r:>5}  {format_seconds(cost.time_s):>10}  {cost.bound:<9}  {groups}")
     for st in stripes:
-        print(f"{'':>5}  stripe of round {st['round']} group {st['group']}: root {st['root']}, "
-              f"{st['chunks']} chunks at {st['rate_Bps'] * 8 / 1e9:.3g} Gbit/s per sender ({st['bound']}), "
-              f"peak {format_size(st['peak_slot_bytes'])} of slots")
+        print(
+            f"{'':>5}  stripe of round {st['round']} group {st['group']}: root {st['root']}, "
+            f"{st['chunks']} chunks at {st['rate_Bps'] * 8 / 1e9:.3g} Gbit/s per sender ({st['bound']}), "
+            f"peak {format_size(st['peak_slot_bytes'])} of slots"
+        )
     print(f"mode: {choice.reason}")
     print("shapes: " + "; ".join(f"{p.name} {format_seconds(p.score_s)}" for p in others))
     if gap_line:

@@ -33,8 +33,9 @@ _SCHEME_STYLE = {
     "groups3": dict(color="#0072B2", ls="-", marker="o", ms=3.5, lw=1.6, label="rotating groups of 3"),
     "all_to_all": dict(color="#D55E00", ls="-", marker="s", ms=3.5, lw=1.6, label="one all-to-all group"),
     "best": dict(color="black", ls=(0, (4, 2)), lw=1.4, label="optimizer's choice"),
-    "root": dict(color="#6A3D9A", ls=(0, (3, 1, 1, 1)), marker="^", ms=3.5, lw=1.6,
-                 label="root aggregation (lean)"),
+    "root": dict(
+        color="#6A3D9A", ls=(0, (3, 1, 1, 1)), marker="^", ms=3.5, lw=1.6, label="root aggregation (lean)"
+    ),
 }
 _BASELINE_STYLE = {
     "ring": dict(color="#009E73", ls=(0, (1, 1.5))),
@@ -56,18 +57,39 @@ def register(subparsers):
     )
     add_model_arguments(p)
     add_mode_arguments(p)
-    p.add_argument("--memory", default="64KiB:16GiB", metavar="LOW:HIGH",
-                   help="memory sizes to sweep, doubling from LOW to HIGH (default: 64KiB:16GiB)")
-    p.add_argument("--steps-per-doubling", default=1, metavar="K",
-                   help="sweep points per factor of 2 in memory, 1..16 (default: 1)")
-    p.add_argument("--tensor-range", default="1MiB:1GiB", metavar="LOW:HIGH",
-                   help="tensor sizes, quadrupling from LOW to HIGH, at which the figure's second panel "
-                   "finds the crossover (default: 1MiB:1GiB)")
-    p.add_argument("-o", "--output", default=DEFAULT_PLOT, metavar="FIGURE",
-                   help=f"figure to write, .png, .svg or .pdf by its extension (default: {DEFAULT_PLOT})")
-    p.add_argument("--csv", default=None, metavar="FILE.csv",
-                   help="also write the table as CSV, one row per memory size; an empty time means "
-                   "infeasible (default: no CSV)")
+    p.add_argument(
+        "--memory",
+        default="64KiB:16GiB",
+        metavar="LOW:HIGH",
+        help="memory sizes to sweep, doubling from LOW to HIGH (default: 64KiB:16GiB)",
+    )
+    p.add_argument(
+        "--steps-per-doubling",
+        default=1,
+        metavar="K",
+        help="sweep points per factor of 2 in memory, 1..16 (default: 1)",
+    )
+    p.add_argument(
+        "--tensor-range",
+        default="1MiB:1GiB",
+        metavar="LOW:HIGH",
+        help="tensor sizes, quadrupling from LOW to HIGH, at which the figure's second panel "
+        "finds the crossover (default: 1MiB:1GiB)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default=DEFAULT_PLOT,
+        metavar="FIGURE",
+        help=f"figure to write, .png, .svg or .pdf by its extension (default: {DEFAULT_PLOT})",
+    )
+    p.add_argument(
+        "--csv",
+        default=None,
+        metavar="FILE.csv",
+        help="also write the table as CSV, one row per memory size; an empty time means "
+        "infeasible (default: no CSV)",
+    )
     add_force_option(p, "the figure or CSV")
     add_json_option(p)
     p.set_defaults(func=run, memory_help=None)
@@ -86,18 +108,20 @@ def table_rows(points, baselines):
     for p in points:
         best = _seconds_or_none(p.best)
         win = _seconds_or_none(p.winner)
-        rows.append({
-            "memory_bytes": p.memory_bytes,
-            "groups_of_3_s": _seconds_or_none(p.groups3),
-            "all_to_all_s": _seconds_or_none(p.all_to_all),
-            "optimizer_s": best,
-            "choice": p.best.name if best is not None else "infeasible",
-            "gap": None if math.isnan(p.gap) else p.gap,
-            "root_s": _seconds_or_none(p.root),
-            "mode": p.mode if win is not None else "infeasible",
-            "reason": p.reason,
-            "speedup": {b.name: (b.time_s / win if win else None) for b in baselines},
-        })
+        rows.append(
+            {
+                "memory_bytes": p.memory_bytes,
+                "groups_of_3_s": _seconds_or_none(p.groups3),
+                "all_to_all_s": _seconds_or_none(p.all_to_all),
+                "optimizer_s": best,
+                "choice": p.best.name if best is not None else "infeasible",
+                "gap": None if math.isnan(p.gap) else p.gap,
+                "root_s": _seconds_or_none(p.root),
+                "mode": p.mode if win is not None else "infeasible",
+                "reason": p.reason,
+                "speedup": {b.name: (b.time_s / win if win else None) for b in baselines},
+            }
+        )
     return rows
 
 
@@ -105,16 +129,37 @@ def _csv_text(rows, baselines):
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     names = [b.name for b in baselines]
-    w.writerow(["memory_bytes", "groups_of_3_s", "all_to_all_s", "optimizer_s", "choice", "gap", "root_s",
-                "mode", *[f"speedup_vs_{n}" for n in names]])
+    w.writerow(
+        [
+            "memory_bytes",
+            "groups_of_3_s",
+            "all_to_all_s",
+            "optimizer_s",
+            "choice",
+            "gap",
+            "root_s",
+            "mode",
+            *[f"speedup_vs_{n}" for n in names],
+        ]
+    )
 
     def cell(v):
         return "" if v is None else repr(float(v)) if isinstance(v, float) else v
 
     for r in rows:
-        w.writerow([r["memory_bytes"], cell(r["groups_of_3_s"]), cell(r["all_to_all_s"]),
-                    cell(r["optimizer_s"]), r["choice"], cell(r["gap"]), cell(r["root_s"]), r["mode"],
-                    *[cell(r["speedup"][n]) for n in names]])
+        w.writerow(
+            [
+                r["memory_bytes"],
+                cell(r["groups_of_3_s"]),
+                cell(r["all_to_all_s"]),
+                cell(r["optimizer_s"]),
+                r["choice"],
+                cell(r["gap"]),
+                cell(r["root_s"]),
+                r["mode"],
+                *[cell(r["speedup"][n]) for n in names],
+            ]
+        )
     return buf.getvalue()
 
 
@@ -161,8 +206,10 @@ def figure(topo, params, points, baselines, threshold, thresholds):
         fig, (ax, ax2) = plt.subplots(1, 2, figsize=(7.2, 3.4), gridspec_kw={"width_ratios": [1.6, 1]})
 
         mem = [p.memory_bytes for p in points]
-        series = {name: [_seconds_or_none(getattr(p, name)) for p in points]
-                  for name in ("groups3", "all_to_all", "best", "root")}
+        series = {
+            name: [_seconds_or_none(getattr(p, name)) for p in points]
+            for name in ("groups3", "all_to_all", "best", "root")
+        }
         if not has_groups_of_3(topo.n):
             del series["groups3"]
         if all(p.root is None for p in points):
@@ -177,14 +224,21 @@ def figure(topo, params, points, baselines, threshold, thresholds):
             ax.set_ylim(lo, hi)
             for b in baselines:
                 if lo <= b.time_s <= hi:
-                    ax.axhline(b.time_s, lw=1.1, label=f"{b.name} (no FPGA)",
-                               **_BASELINE_STYLE.get(b.name, {}))
+                    ax.axhline(
+                        b.time_s, lw=1.1, label=f"{b.name} (no FPGA)", **_BASELINE_STYLE.get(b.name, {})
+                    )
                 else:
                     off_scale.append(f"{b.name} {format_seconds(b.time_s)}")
         else:
             ax.set_ylim(1e-3, 1e3)  # any positive range: there is nothing to draw on a log axis
-            ax.text(0.5, 0.5, "no memory size in the sweep\nreaches consensus", ha="center", va="center",
-                    transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                "no memory size in the sweep\nreaches consensus",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
             off_scale = [f"{b.name} {format_seconds(b.time_s)}" for b in baselines]
         bad = [m for m, p in zip(mem, points, strict=True) if _seconds_or_none(p.winner) is None]
         if bad:
@@ -201,12 +255,26 @@ def figure(topo, params, points, baselines, threshold, thresholds):
         ax.grid(True, which="major", alpha=0.3)
         if off_scale:
             # Named under the figure rather than drawn: a line far off the schemes' range would squash them.
-            fig.text(0.01, 0.01, "baselines off the time axis: " + ", ".join(off_scale), fontsize=7,
-                     color="0.25", ha="left", va="bottom")
+            fig.text(
+                0.01,
+                0.01,
+                "baselines off the time axis: " + ", ".join(off_scale),
+                fontsize=7,
+                color="0.25",
+                ha="left",
+                va="bottom",
+            )
         handles, labels = ax.get_legend_handles_labels()
         note = 0.045 if off_scale else 0.0
-        fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False, handlelength=3.2,
-                   bbox_to_anchor=(0.5, note))
+        fig.legend(
+            handles,
+            labels,
+            loc="lower center",
+            ncol=4,
+            frameon=False,
+            handlelength=3.2,
+            bbox_to_anchor=(0.5, note),
+        )
 
         have = [(t, m) for t, m in thresholds if m is not None]
         none = [t for t, m in thresholds if m is None]
@@ -224,10 +292,21 @@ def figure(topo, params, points, baselines, threshold, thresholds):
         ax2.set_xlim(ts[0] / 1.3, ts[-1] * 1.3)
         _size_ticks(ax2, "x", ts[0], ts[-1])
         if none:
-            why = ("3 sites or fewer: no groups of 3" if not has_groups_of_3(topo.n)
-                   else "groups of 3 win at any memory")
-            ax2.text(0.97, 0.03, f"no crossover at {', '.join(format_size(t) for t in none)}\n({why})",
-                     transform=ax2.transAxes, ha="right", va="bottom", fontsize=7, color="0.3")
+            why = (
+                "3 sites or fewer: no groups of 3"
+                if not has_groups_of_3(topo.n)
+                else "groups of 3 win at any memory"
+            )
+            ax2.text(
+                0.97,
+                0.03,
+                f"no crossover at {', '.join(format_size(t) for t in none)}\n({why})",
+                transform=ax2.transAxes,
+                ha="right",
+                va="bottom",
+                fontsize=7,
+                color="0.3",
+            )
         ax2.set_xlabel("tensor bytes per sync")
         ax2.set_ylabel("crossover memory")
         ax2.set_title("memory above which all-to-all\nbeats groups of 3")
@@ -260,18 +339,22 @@ def run(args):
     if per_point * len(memories) > SLOW_SEARCH_S:
         progress("sweep", f"{len(memories)} memory sizes, up to {per_point:.2g} s of search each")
     jitter_s, modes = modes_from_args(args)
-    points, baselines = sweep(topo, params, memories, time_limit_s=per_point, seed=args.seed,
-                              jitter_s=jitter_s, modes=modes)
+    points, baselines = sweep(
+        topo, params, memories, time_limit_s=per_point, seed=args.seed, jitter_s=jitter_s, modes=modes
+    )
     if time.perf_counter() - t0 > SLOW_SEARCH_S:
         progress("sweep", f"swept in {time.perf_counter() - t0:.1f} s; finding the crossovers")
     threshold = crossover(topo, params, time_limit_s=per_point, seed=args.seed)
     thresholds = []
     for t in tensors:
-        thresholds.append((t, crossover(topo, params.replace(tensor_bytes=t), time_limit_s=per_point,
-                                        seed=args.seed)))
+        thresholds.append(
+            (t, crossover(topo, params.replace(tensor_bytes=t), time_limit_s=per_point, seed=args.seed))
+        )
         if time.perf_counter() - t0 > SLOW_SEARCH_S:
-            progress("sweep", f"crossover for a {format_size(t)} tensor found "
-                     f"({len(thresholds)} of {len(tensors)})")
+            progress(
+                "sweep",
+                f"crossover for a {format_size(t)} tensor found ({len(thresholds)} of {len(tensors)})",
+            )
     rows = table_rows(points, baselines)
     with outs.commit():
         plot(outs.temp(figure), topo, params, points, baselines, threshold, thresholds)
@@ -279,58 +362,86 @@ def run(args):
             outs.write_text(table, _csv_text(rows, baselines))
 
     if not has_groups_of_3(topo.n):
-        verdict = (f"crossover: none; on {topo.n} sites there are no rotating groups of 3 besides the "
-                   "all-to-all group")
+        verdict = (
+            f"crossover: none; on {topo.n} sites there are no rotating groups of 3 besides the "
+            "all-to-all group"
+        )
     elif threshold is None and all(r["groups_of_3_s"] is None for r in rows):
-        verdict = (f"crossover: none; rotating groups of 3 reach consensus at no memory size from "
-                   f"{format_size(memories[0])} to {format_size(memories[-1])}")
+        verdict = (
+            f"crossover: none; rotating groups of 3 reach consensus at no memory size from "
+            f"{format_size(memories[0])} to {format_size(memories[-1])}"
+        )
     elif threshold is None:
         verdict = "crossover: none; rotating groups of 3 win at every memory size up to 1 TiB"
     else:
-        verdict = ("crossover: one all-to-all group beats rotating groups of 3 from "
-                   f"{format_size(threshold)} of FPGA memory up")
+        verdict = (
+            "crossover: one all-to-all group beats rotating groups of 3 from "
+            f"{format_size(threshold)} of FPGA memory up"
+        )
     if args.json:
-        print_json({
-            "topology": topo.name, "sites": list(topo.sites),
-            "params": {"tensor_bytes": params.tensor_bytes, "chunk_bytes": params.chunk_bytes,
-                       "site_gbps": params.site_gbps, "fpga_ingress_gbps": params.fpga_ingress_gbps,
-                       "bus_bits": params.bus_bits, "clock_mhz": params.clock_mhz,
-                       "jitter_s": jitter_s, "modes": list(modes)},
-            "points": rows,
-            "baselines": [{"name": b.name, "time_s": b.time_s, "detail": b.detail} for b in baselines],
-            "crossover_bytes": threshold,
-            "crossover_by_tensor": [{"tensor_bytes": t, "crossover_bytes": m} for t, m in thresholds],
-            "verdict": verdict,
-            "outputs": [str(p) for p in outs],
-        })
+        print_json(
+            {
+                "topology": topo.name,
+                "sites": list(topo.sites),
+                "params": {
+                    "tensor_bytes": params.tensor_bytes,
+                    "chunk_bytes": params.chunk_bytes,
+                    "site_gbps": params.site_gbps,
+                    "fpga_ingress_gbps": params.fpga_ingress_gbps,
+                    "bus_bits": params.bus_bits,
+                    "clock_mhz": params.clock_mhz,
+                    "jitter_s": jitter_s,
+                    "modes": list(modes),
+                },
+                "points": rows,
+                "baselines": [{"name": b.name, "time_s": b.time_s, "detail": b.detail} for b in baselines],
+                "crossover_bytes": threshold,
+                "crossover_by_tensor": [{"tensor_bytes": t, "crossover_bytes": m} for t, m in thresholds],
+                "verdict": verdict,
+                "outputs": [str(p) for p in outs],
+            }
+        )
         return 0
 
-    print(f"topology {topo.name}: {topo.n} sites; tensor {format_size(params.tensor_bytes)}, "
-          f"chunk {params.chunk_bytes} B, site {params.site_gbps:g} Gbit/s, FPGA ingress "
-          f"{params.fpga_ingress_gbps:g} Gbit/s, datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz")
+    print(
+        f"topology {topo.name}: {topo.n} sites; tensor {format_size(params.tensor_bytes)}, "
+        f"chunk {params.chunk_bytes} B, site {params.site_gbps:g} Gbit/s, FPGA ingress "
+        f"{params.fpga_ingress_gbps:g} Gbit/s, datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz"
+    )
     names = [b.name for b in baselines]
-    print(f"{'memory':>8}  {'groups of 3':>11}  {'all-to-all':>10}  {'optimizer':>10}  {'choice':<24}  "
-          f"{'gap':>6}  {'root':>10}  {'winner':<10}  " + "  ".join(f"{'vs ' + n:>15}" for n in names))
+    print(
+        f"{'memory':>8}  {'groups of 3':>11}  {'all-to-all':>10}  {'optimizer':>10}  {'choice':<24}  "
+        f"{'gap':>6}  {'root':>10}  {'winner':<10}  " + "  ".join(f"{'vs ' + n:>15}" for n in names)
+    )
     for p, r in zip(points, rows, strict=True):
         g3 = "-" if p.groups3 is None else format_seconds(p.groups3.score_s)
         gap = "-" if r["gap"] is None else f"{r['gap'] * 100:.2f}%"
-        speed = "  ".join(f"{'infeasible':>15}" if r["speedup"][n] is None else f"{r['speedup'][n]:>14.3g}x"
-                          for n in names)
+        speed = "  ".join(
+            f"{'infeasible':>15}" if r["speedup"][n] is None else f"{r['speedup'][n]:>14.3g}x" for n in names
+        )
         root = "-" if p.root is None else format_seconds(p.root.score_s)
-        print(f"{format_size(p.memory_bytes):>8}  {g3:>11}  {format_seconds(p.all_to_all.score_s):>10}  "
-              f"{format_seconds(p.best.score_s):>10}  {r['choice']:<24}  {gap:>6}  {root:>10}  "
-              f"{r['mode']:<10}  {speed}")
-    print("baselines (no FPGA, so no memory limit): " + "; ".join(
-        f"{b.name} {format_seconds(b.time_s)} ({b.detail})" for b in baselines))
+        print(
+            f"{format_size(p.memory_bytes):>8}  {g3:>11}  {format_seconds(p.all_to_all.score_s):>10}  "
+            f"{format_seconds(p.best.score_s):>10}  {r['choice']:<24}  {gap:>6}  {root:>10}  "
+            f"{r['mode']:<10}  {speed}"
+        )
+    print(
+        "baselines (no FPGA, so no memory limit): "
+        + "; ".join(f"{b.name} {format_seconds(b.time_s)} ({b.detail})" for b in baselines)
+    )
     if all(r["optimizer_s"] is None for r in rows):
-        print(f"infeasible: no memory size from {format_size(memories[0])} to {format_size(memories[-1])} "
-              f"holds one slot of {params.chunk_bytes} B chunks for a group of 2 or more sites")
+        print(
+            f"infeasible: no memory size from {format_size(memories[0])} to {format_size(memories[-1])} "
+            f"holds one slot of {params.chunk_bytes} B chunks for a group of 2 or more sites"
+        )
     for p, r in zip(points, rows, strict=True):
         if r["reason"]:
             print(f"winner at {format_size(p.memory_bytes)}: {r['reason']}")
     print(verdict)
-    print("crossover by tensor size: " + "; ".join(
-        f"{format_size(t)}: {format_size(m) if m is not None else 'none'}" for t, m in thresholds))
+    print(
+        "crossover by tensor size: "
+        + "; ".join(f"{format_size(t)}: {format_size(m) if m is not None else 'none'}" for t, m in thresholds)
+    )
     for path in outs:
         print(f"wrote {path}")
     return 0

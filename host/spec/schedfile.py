@@ -116,12 +116,18 @@ def schedule_from_obj(obj, *, source="schedule"):
     lean = None
     if "lean" in obj:
         if version != LEAN_SCHEDULE_VERSION:
-            _fail(source, f"a 'lean' section needs schedule file version {LEAN_SCHEDULE_VERSION}, "
-                  f"the file says {version}")
+            _fail(
+                source,
+                f"a 'lean' section needs schedule file version {LEAN_SCHEDULE_VERSION}, "
+                f"the file says {version}",
+            )
         lean = _check_lean(obj["lean"], out, obj.get("params", {}), source)
     elif version == LEAN_SCHEDULE_VERSION:
-        _fail(source, f"version must be one of 1, 2 for a file without a 'lean' section (version "
-              f"{LEAN_SCHEDULE_VERSION} is root aggregation and needs one), got {version}")
+        _fail(
+            source,
+            f"version must be one of 1, 2 for a file without a 'lean' section (version "
+            f"{LEAN_SCHEDULE_VERSION} is root aggregation and needs one), got {version}",
+        )
     return Schedule(
         sites=tuple(sites),
         rounds=tuple(out),
@@ -169,8 +175,10 @@ def _check_lean(lean, rounds, params, source):
             _fail(source, f"{where} must be an object with a list 'groups'")
         start = lr.get("start_s", 0.0)
         if not _is_seconds(start) or start < last_start:
-            _fail(source, f"{where}.start_s must be a number of seconds, not below the previous round's, "
-                  f"got {start!r}")
+            _fail(
+                source,
+                f"{where}.start_s must be a number of seconds, not below the previous round's, got {start!r}",
+            )
         last_start = start
         if len(lr["groups"]) != len(groups):
             _fail(source, f"{where} lists {len(lr['groups'])} groups, round {r} has {len(groups)}")
@@ -185,32 +193,55 @@ def _check_lean(lean, rounds, params, source):
                 sw = f"{gw}.stripes[{k}]"
                 if not isinstance(st, dict):
                     _fail(source, f"{sw} must be an object")
-                missing = [key for key in ("root", "first_chunk", "chunks", "interval_s", "offsets_s")
-                           if key not in st]
+                missing = [
+                    key
+                    for key in ("root", "first_chunk", "chunks", "interval_s", "offsets_s")
+                    if key not in st
+                ]
                 if missing:
                     _fail(source, f"{sw} lacks {missing[0]!r}")
                 root, first, count = st["root"], st["first_chunk"], st["chunks"]
                 if not _is_int(root) or root not in members:
                     _fail(source, f"{sw}.root {root!r} is not a member of round {r} group {g} {members}")
                 if not _is_int(first) or first != nxt:
-                    _fail(source, f"{sw}.first_chunk must be {nxt} (stripes tile the chunks in order), "
-                          f"got {first!r}")
+                    _fail(
+                        source,
+                        f"{sw}.first_chunk must be {nxt} (stripes tile the chunks in order), got {first!r}",
+                    )
                 if not _is_int(count) or count < 1:
                     _fail(source, f"{sw}.chunks must be a positive whole number, got {count!r}")
                 if not _is_seconds(st["interval_s"], positive=True):
-                    _fail(source, f"{sw}.interval_s must be a positive number of seconds, "
-                          f"got {st['interval_s']!r}")
+                    _fail(
+                        source,
+                        f"{sw}.interval_s must be a positive number of seconds, got {st['interval_s']!r}",
+                    )
                 offs = st["offsets_s"]
-                if not isinstance(offs, list) or len(offs) != len(members) \
-                        or not all(_is_seconds(o) for o in offs):
-                    _fail(source, f"{sw}.offsets_s must list {len(members)} non-negative seconds, one per "
-                          "member in the group's order")
+                if (
+                    not isinstance(offs, list)
+                    or len(offs) != len(members)
+                    or not all(_is_seconds(o) for o in offs)
+                ):
+                    _fail(
+                        source,
+                        f"{sw}.offsets_s must list {len(members)} non-negative seconds, one per "
+                        "member in the group's order",
+                    )
                 nxt = first + count
-                clean.append({"root": root, "first_chunk": first, "chunks": count,
-                              "interval_s": float(st["interval_s"]), "offsets_s": [float(o) for o in offs]})
+                clean.append(
+                    {
+                        "root": root,
+                        "first_chunk": first,
+                        "chunks": count,
+                        "interval_s": float(st["interval_s"]),
+                        "offsets_s": [float(o) for o in offs],
+                    }
+                )
             if total is not None and clean and nxt != total:
-                _fail(source, f"{gw}'s stripes cover {nxt} chunks, but params give {total} "
-                      f"(tensor_bytes / chunk_bytes)")
+                _fail(
+                    source,
+                    f"{gw}'s stripes cover {nxt} chunks, but params give {total} "
+                    f"(tensor_bytes / chunk_bytes)",
+                )
             out_groups.append({"stripes": clean})
         out_rounds.append({"start_s": float(start), "groups": out_groups})
     return {"mode": lean["mode"], "jitter_s": float(jitter), "rounds": out_rounds}
@@ -279,8 +310,11 @@ def write_schedule(schedule, path):
         rnds = []
         for lr in lean["rounds"]:
             groups = ",\n".join(
-                '        {"stripes": [\n' + ",\n".join(f"          {json.dumps(st)}" for st in lg["stripes"])
-                + "\n        ]}" for lg in lr["groups"])
+                '        {"stripes": [\n'
+                + ",\n".join(f"          {json.dumps(st)}" for st in lg["stripes"])
+                + "\n        ]}"
+                for lg in lr["groups"]
+            )
             rnds.append(f'      {{"start_s": {json.dumps(lr["start_s"])}, "groups": [\n{groups}\n      ]}}')
         text += (
             ',\n  "lean": {\n'

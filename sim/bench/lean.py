@@ -45,8 +45,11 @@ def _roots(plan):
 def run():
     topo = load_topology("nine-city")
     out = {}
-    for key, tensor, memory in (("8mib_1mib", 8 << 20, 1 << 20), ("8mib_42mb", 8 << 20, MB42),
-                                ("1gib_42mb", 1 << 30, MB42)):
+    for key, tensor, memory in (
+        ("8mib_1mib", 8 << 20, 1 << 20),
+        ("8mib_42mb", 8 << 20, MB42),
+        ("1gib_42mb", 1 << 30, MB42),
+    ):
         model, choice = _point(topo, tensor, memory)
         out[f"lean_sync_s_{key}"] = choice.root.score_s
         out[f"lean_gather_s_{key}"] = choice.gather.score_s
@@ -59,13 +62,21 @@ def run():
             plan = choice.root
             sched = lean.lean_to_schedule(plan, model)
             t0 = time.perf_counter()
-            sim = wan_lean.simulate_lean(sched, one_way_s=topo.one_way_s, site_Bps=12.5e9, chunk_elems=256,
-                                         elements=tensor // 4, jitter_s=plan.jitter_s, seed=0,
-                                         stripe_limit=PEAK_CHUNKS)
+            sim = wan_lean.simulate_lean(
+                sched,
+                one_way_s=topo.one_way_s,
+                site_Bps=12.5e9,
+                chunk_elems=256,
+                elements=tensor // 4,
+                jitter_s=plan.jitter_s,
+                seed=0,
+                stripe_limit=PEAK_CHUNKS,
+            )
             out["lean_cosim_seconds"] = time.perf_counter() - t0
             peak = max(sim.peak_slot_bytes.values())
-            model_peak = {s.root: s.peak_slot_bytes for rc in plan.round_costs for g in rc.groups
-                          for s in g.stripes}
+            model_peak = {
+                s.root: s.peak_slot_bytes for rc in plan.round_costs for g in rc.groups for s in g.stripes
+            }
             out["lean_peak_slot_bytes"] = peak
             out["lean_peak_slot_bytes_model"] = max(model_peak.values())
             out["lean_peak_slot_ratio"] = max(v / model_peak[q] for q, v in sim.peak_slot_bytes.items())

@@ -42,8 +42,9 @@ def test_schedule_picks_root_mode_on_chip_and_says_why(capsys, tmp_path):
 
 def test_schedule_mode_gather_and_json(capsys, tmp_path):
     out = tmp_path / "g.json"
-    code, text, err = run(capsys, "schedule", "--memory", "1MiB", "--time-limit", "1", "--mode", "gather",
-                          "-o", out, "--json")
+    code, text, err = run(
+        capsys, "schedule", "--memory", "1MiB", "--time-limit", "1", "--mode", "gather", "-o", out, "--json"
+    )
     assert code == 0, err
     doc = json.loads(text)
     sched = load_schedule(out)
@@ -51,18 +52,34 @@ def test_schedule_mode_gather_and_json(capsys, tmp_path):
     assert doc["mode"]["winner"] == "gather" and doc["mode"]["reason"].startswith("only gather mode")
     assert doc["mode"]["root_s"] < doc["mode"]["gather_s"]  # root mode was costed, just not allowed
     assert doc["stripes"] == []
-    code, text, err = run(capsys, "schedule", "--memory", "1MiB", "--time-limit", "1", "--mode", "root",
-                          "--jitter-ms", "0.1", "-o", tmp_path / "r.json", "--json")
+    code, text, err = run(
+        capsys,
+        "schedule",
+        "--memory",
+        "1MiB",
+        "--time-limit",
+        "1",
+        "--mode",
+        "root",
+        "--jitter-ms",
+        "0.1",
+        "-o",
+        tmp_path / "r.json",
+        "--json",
+    )
     doc = json.loads(text)
     assert code == 0 and doc["mode"]["jitter_s"] == pytest.approx(1e-4)
     assert {st["root"] for st in doc["stripes"]} <= set(load_topology().sites)
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--jitter-ms", "-1"], "--jitter-ms must not be negative"),
-    (["--jitter-ms", "x"], "--jitter-ms must be a number"),
-    (["--mode", "fast"], "--mode"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--jitter-ms", "-1"], "--jitter-ms must not be negative"),
+        (["--jitter-ms", "x"], "--jitter-ms must be a number"),
+        (["--mode", "fast"], "--mode"),
+    ],
+)
 def test_bad_mode_options_are_one_line(capsys, tmp_path, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     code, _, err = run(capsys, "schedule", "--time-limit", "0.5", *argv)
@@ -71,8 +88,20 @@ def test_bad_mode_options_are_one_line(capsys, tmp_path, monkeypatch, argv, mess
 
 def test_sweep_has_the_root_curve_and_the_winner(capsys, tmp_path):
     fig, table = tmp_path / "f.png", tmp_path / "t.csv"
-    code, text, err = run(capsys, "sweep", "--memory", "256KiB:1MiB", "--tensor-range", "8MiB",
-                          "--time-limit", "1", "-o", fig, "--csv", table)
+    code, text, err = run(
+        capsys,
+        "sweep",
+        "--memory",
+        "256KiB:1MiB",
+        "--tensor-range",
+        "8MiB",
+        "--time-limit",
+        "1",
+        "-o",
+        fig,
+        "--csv",
+        table,
+    )
     assert code == 0, err
     rows = list(csv.DictReader(table.open()))
     assert [r["mode"] for r in rows] == ["root"] * 3
@@ -94,8 +123,22 @@ def test_sweep_has_the_root_curve_and_the_winner(capsys, tmp_path):
 
 def test_emit_sends_a_root_schedule_to_its_roots(capsys, tmp_path):
     sched_path = tmp_path / "s.json"
-    code, _, err = run(capsys, "schedule", "--sites", "AMS,FRA,LON", "--memory", "16KiB", "--tensor-bytes",
-                       "32KiB", "--mode", "root", "--time-limit", "0.5", "-o", sched_path)
+    code, _, err = run(
+        capsys,
+        "schedule",
+        "--sites",
+        "AMS,FRA,LON",
+        "--memory",
+        "16KiB",
+        "--tensor-bytes",
+        "32KiB",
+        "--mode",
+        "root",
+        "--time-limit",
+        "0.5",
+        "-o",
+        sched_path,
+    )
     assert code == 0, err
     sched = load_schedule(sched_path)
     stripes = sched.lean["rounds"][0]["groups"][0]["stripes"]

@@ -27,9 +27,9 @@ def _three(tensor, memory=64 << 20):
 
 
 # Figures by hand for 1 KiB chunks at 100 Gbit/s and the 512-bit, 250 MHz datapath.
-FRAME_S = (1024 + 98) / 12.5e9                 # one frame on the wire
-SITE = 12.5e9 * 1024 / 1122                    # payload rate of an access link
-DATAPATH = 1024 * 250e6 / math.ceil((1024 + 74) / 64)   # 18 beats per packet
+FRAME_S = (1024 + 98) / 12.5e9  # one frame on the wire
+SITE = 12.5e9 * 1024 / 1122  # payload rate of an access link
+DATAPATH = 1024 * 250e6 / math.ceil((1024 + 74) / 64)  # 18 beats per packet
 
 
 def test_one_root_by_hand():
@@ -38,7 +38,7 @@ def test_one_root_by_hand():
     (grp,) = plan.round_costs[0].groups
     (st,) = grp.stripes
     assert st.root == 1
-    rate = DATAPATH / 3        # the datapath takes 3 streams; the access link (SITE) allows more
+    rate = DATAPATH / 3  # the datapath takes 3 streams; the access link (SITE) allows more
     assert st.rate_Bps == pytest.approx(rate, rel=1e-12)
     assert st.bound == "fpga"
     latency = 2 * 8e-3 + 2 * FRAME_S
@@ -71,8 +71,11 @@ def test_stripes_by_hand():
         assert abs(st.time_s - t) <= 2 * st.interval_s
     assert by_root[2].bound == "site"
     assert sum(s.chunks for s in grp.stripes) == 256 * 1024
-    assert [s.first_chunk for s in grp.stripes] == [0, grp.stripes[0].chunks,
-                                                    grp.stripes[0].chunks + grp.stripes[1].chunks]
+    assert [s.first_chunk for s in grp.stripes] == [
+        0,
+        grp.stripes[0].chunks,
+        grp.stripes[0].chunks + grp.stripes[1].chunks,
+    ]
 
 
 def test_memory_bounds_the_rate():
@@ -134,12 +137,41 @@ def test_schedule_file_round_trip(tmp_path):
 
 
 def _obj():
-    return {"version": 3, "sites": ["A", "B", "C"], "rounds": [{"groups": [[0, 1, 2]]}],
-            "params": {"chunk_bytes": 1024, "tensor_bytes": 4096},
-            "lean": {"mode": "root", "jitter_s": 0.0005, "rounds": [{"start_s": 0.0, "groups": [{"stripes": [
-                {"root": 1, "first_chunk": 0, "chunks": 3, "interval_s": 1e-6,
-                 "offsets_s": [0.003, 0.008, 0]},
-                {"root": 0, "first_chunk": 3, "chunks": 1, "interval_s": 1e-6, "offsets_s": [0, 0, 0]}]}]}]}}
+    return {
+        "version": 3,
+        "sites": ["A", "B", "C"],
+        "rounds": [{"groups": [[0, 1, 2]]}],
+        "params": {"chunk_bytes": 1024, "tensor_bytes": 4096},
+        "lean": {
+            "mode": "root",
+            "jitter_s": 0.0005,
+            "rounds": [
+                {
+                    "start_s": 0.0,
+                    "groups": [
+                        {
+                            "stripes": [
+                                {
+                                    "root": 1,
+                                    "first_chunk": 0,
+                                    "chunks": 3,
+                                    "interval_s": 1e-6,
+                                    "offsets_s": [0.003, 0.008, 0],
+                                },
+                                {
+                                    "root": 0,
+                                    "first_chunk": 3,
+                                    "chunks": 1,
+                                    "interval_s": 1e-6,
+                                    "offsets_s": [0, 0, 0],
+                                },
+                            ]
+                        }
+                    ],
+                }
+            ],
+        },
+    }
 
 
 def _bad(path, value):
@@ -158,21 +190,24 @@ def _bad(path, value):
 STRIPE = ("lean", "rounds", 0, "groups", 0, "stripes", 0)
 
 
-@pytest.mark.parametrize("path, value, message", [
-    (("version",), 2, "needs schedule file version 3"),
-    (("lean",), KeyError, "version must be one of 1, 2 for a file without a 'lean' section"),
-    (("lean", "mode"), "gather", "lean.mode must be one of root"),
-    (("lean", "jitter_s"), -1, "lean.jitter_s must be a non-negative"),
-    (("lean", "rounds"), [], "one entry per round (1), got 0"),
-    (("lean", "extra"), 1, "unknown key 'extra'"),
-    ((*STRIPE, "root"), 5, "is not a member of round 0 group 0"),
-    ((*STRIPE, "first_chunk"), 1, "first_chunk must be 0"),
-    (("lean", "rounds", 0, "groups", 0, "stripes", 1, "chunks"), 2, "cover 5 chunks, but params give 4"),
-    ((*STRIPE, "interval_s"), 0, "interval_s must be a positive"),
-    ((*STRIPE, "offsets_s"), [0, 0], "offsets_s must list 3 non-negative seconds"),
-    ((*STRIPE, "offsets_s"), [0, 0, float("nan")], "offsets_s must list 3"),
-    ((*STRIPE, "root"), KeyError, "lacks 'root'"),
-])
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (("version",), 2, "needs schedule file version 3"),
+        (("lean",), KeyError, "version must be one of 1, 2 for a file without a 'lean' section"),
+        (("lean", "mode"), "gather", "lean.mode must be one of root"),
+        (("lean", "jitter_s"), -1, "lean.jitter_s must be a non-negative"),
+        (("lean", "rounds"), [], "one entry per round (1), got 0"),
+        (("lean", "extra"), 1, "unknown key 'extra'"),
+        ((*STRIPE, "root"), 5, "is not a member of round 0 group 0"),
+        ((*STRIPE, "first_chunk"), 1, "first_chunk must be 0"),
+        (("lean", "rounds", 0, "groups", 0, "stripes", 1, "chunks"), 2, "cover 5 chunks, but params give 4"),
+        ((*STRIPE, "interval_s"), 0, "interval_s must be a positive"),
+        ((*STRIPE, "offsets_s"), [0, 0], "offsets_s must list 3 non-negative seconds"),
+        ((*STRIPE, "offsets_s"), [0, 0, float("nan")], "offsets_s must list 3"),
+        ((*STRIPE, "root"), KeyError, "lacks 'root'"),
+    ],
+)
 def test_bad_lean_sections_are_one_line_errors(path, value, message):
     obj = _bad(path, value)
     with pytest.raises(WanreduceError) as exc:
@@ -190,11 +225,22 @@ def test_good_lean_section_is_read():
 # -- co-simulation ---------------------------------------------------------------------------------
 def _data_run(sched, topo, dtype, *, elements, chunk_elems, jitter_s, memory, seed=5):
     rng = np.random.default_rng(seed)
-    tensors = [rng.standard_normal(elements).astype(np.float32) * 10 ** rng.uniform(-3, 3, elements)
-               for _ in range(sched.n)]
-    run = wan_lean.simulate_lean(sched, one_way_s=topo.one_way_s, site_Bps=12.5e9, chunk_elems=chunk_elems,
-                                 elements=elements, dtype=dtype, memory_bytes=memory, tensors=tensors,
-                                 jitter_s=jitter_s, seed=seed)
+    tensors = [
+        rng.standard_normal(elements).astype(np.float32) * 10 ** rng.uniform(-3, 3, elements)
+        for _ in range(sched.n)
+    ]
+    run = wan_lean.simulate_lean(
+        sched,
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=chunk_elems,
+        elements=elements,
+        dtype=dtype,
+        memory_bytes=memory,
+        tensors=tensors,
+        jitter_s=jitter_s,
+        seed=seed,
+    )
     return run, run_reference(sched, tensors, dtype=dtype)[-1]
 
 
@@ -205,14 +251,23 @@ def test_cosim_exact_and_identical_with_jitter(dtype):
     chunk_bytes, memory = 256, 16 << 10
     model = CostModel(topo, CostParams(memory_bytes=memory, chunk_bytes=chunk_bytes, tensor_bytes=32 << 10))
     sched = _lean_schedule(model, [[[2, 0, 3, 1]]])
-    assert len(sched.lean["rounds"][0]["groups"][0]["stripes"]) > 1   # striped over several roots
-    run, ref = _data_run(sched, topo, dtype, elements=(32 << 10) // dtype.size,
-                         chunk_elems=chunk_bytes // dtype.size, jitter_s=0.5e-3, memory=memory)
+    assert len(sched.lean["rounds"][0]["groups"][0]["stripes"]) > 1  # striped over several roots
+    run, ref = _data_run(
+        sched,
+        topo,
+        dtype,
+        elements=(32 << 10) // dtype.size,
+        chunk_elems=chunk_bytes // dtype.size,
+        jitter_s=0.5e-3,
+        memory=memory,
+    )
     pairs = zip(run.values, ref, strict=True)
     assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in pairs)
     assert len({v.tobytes() for v in run.values}) == 1
-    drops = {q: {k: v for k, v in c.items() if v and k not in ("frames_in", "results")}
-             for q, c in run.counters.items()}
+    drops = {
+        q: {k: v for k, v in c.items() if v and k not in ("frames_in", "results")}
+        for q, c in run.counters.items()
+    }
     assert all(not d for d in drops.values()) and run.slot_conflicts == 0
 
 
@@ -221,8 +276,9 @@ def test_cosim_two_rounds_exact():
     topo = load_topology("nine-city", sites=["AMS", "LON", "NYC", "LAX"])
     model = CostModel(topo, CostParams(memory_bytes=1 << 20, chunk_bytes=512, tensor_bytes=16 << 10))
     sched = _lean_schedule(model, [[[0, 1], [2, 3]], [[0, 2], [1, 3]]])
-    run, ref = _data_run(sched, topo, DType.FP32, elements=4096, chunk_elems=128, jitter_s=0.2e-3,
-                         memory=1 << 20)
+    run, ref = _data_run(
+        sched, topo, DType.FP32, elements=4096, chunk_elems=128, jitter_s=0.2e-3, memory=1 << 20
+    )
     assert all(np.array_equal(a, b) for a, b in zip(run.values, ref, strict=True))
     assert len({v.tobytes() for v in run.values}) == 1
     assert not np.isnan(run.result).any()
@@ -234,11 +290,18 @@ def test_cosim_time_and_peak_memory_against_the_model():
     plan = lean.lean_plan(model, [[list(range(9))]])
     sched = lean.lean_to_schedule(plan, model)
     assert len(plan.round_costs[0].groups[0].stripes) > 1
-    run = wan_lean.simulate_lean(sched, one_way_s=topo.one_way_s, site_Bps=12.5e9, chunk_elems=256,
-                                 elements=(2 << 20) // 4, jitter_s=0.5e-3, seed=1)
+    run = wan_lean.simulate_lean(
+        sched,
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=256,
+        elements=(2 << 20) // 4,
+        jitter_s=0.5e-3,
+        seed=1,
+    )
     assert run.slot_conflicts == 0
     assert run.finish_s == pytest.approx(plan.period_s, rel=0.10)
-    assert run.finish_s >= plan.period_s * (1 - 1e-9)   # jitter only delays
+    assert run.finish_s >= plan.period_s * (1 - 1e-9)  # jitter only delays
     model_peak = {s.root: s.peak_slot_bytes for s in plan.round_costs[0].groups[0].stripes}
     for q, got in run.peak_slot_bytes.items():
         assert got <= 1.1 * model_peak[q]
@@ -250,8 +313,13 @@ def test_cosim_without_jitter_matches_the_model_exactly():
     topo = load_topology("nine-city", sites=["FRA", "LON", "SEO", "TYO", "LAX"])
     model = CostModel(topo, CostParams(memory_bytes=4 << 20, chunk_bytes=1024, tensor_bytes=1 << 20))
     plan = lean.lean_plan(model, [[[0, 1, 2, 3, 4]]], jitter_s=0.5e-3)
-    run = wan_lean.simulate_lean(lean.lean_to_schedule(plan, model), one_way_s=topo.one_way_s,
-                                 site_Bps=12.5e9, chunk_elems=256, elements=1 << 18)
+    run = wan_lean.simulate_lean(
+        lean.lean_to_schedule(plan, model),
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=256,
+        elements=1 << 18,
+    )
     assert run.finish_s == pytest.approx(plan.period_s, rel=1e-9)
 
 
@@ -263,8 +331,13 @@ def test_cosim_grid_timing_matches_the_model():
     topo = from_rtt_matrix(["A", "B", "C", "D"], rtt)
     model = CostModel(topo, CostParams(memory_bytes=64 << 10, chunk_bytes=1024, tensor_bytes=256 << 10))
     plan = lean.lean_plan(model, [[[0, 1], [2, 3]], [[0, 2], [1, 3]]])
-    run = wan_lean.simulate_lean(lean.lean_to_schedule(plan, model), one_way_s=topo.one_way_s,
-                                 site_Bps=12.5e9, chunk_elems=256, elements=1 << 16)
+    run = wan_lean.simulate_lean(
+        lean.lean_to_schedule(plan, model),
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=256,
+        elements=1 << 16,
+    )
     assert run.slot_conflicts == 0 and not np.isnan(run.result).any()
     assert run.finish_s == pytest.approx(plan.period_s, rel=1e-9)
     assert run.results_emitted == 2 * 2 * 256
@@ -275,16 +348,24 @@ def test_jitter_beyond_the_margin_is_seen():
     topo = load_topology("nine-city", sites=["AMS", "NYC", "SIN"])
     model = CostModel(topo, CostParams(memory_bytes=64 << 10, chunk_bytes=1024, tensor_bytes=1 << 20))
     sched = _lean_schedule(model, [[[0, 1, 2]]], jitter_s=0.0)
-    run = wan_lean.simulate_lean(sched, one_way_s=topo.one_way_s, site_Bps=12.5e9, chunk_elems=256,
-                                 elements=1 << 18, jitter_s=0.5e-3, seed=3)
+    run = wan_lean.simulate_lean(
+        sched,
+        one_way_s=topo.one_way_s,
+        site_Bps=12.5e9,
+        chunk_elems=256,
+        elements=1 << 18,
+        jitter_s=0.5e-3,
+        seed=3,
+    )
     assert run.slot_conflicts > 0
 
 
 def test_gather_schedule_is_refused():
     sched = schedule_from_obj({"version": 2, "sites": ["A", "B"], "rounds": [{"groups": [[0, 1]]}]})
     with pytest.raises(WanreduceError, match="no 'lean' section"):
-        wan_lean.simulate_lean(sched, one_way_s=np.zeros((2, 2)), site_Bps=1e9, chunk_elems=4, elements=8,
-                               memory_bytes=1 << 20)
+        wan_lean.simulate_lean(
+            sched, one_way_s=np.zeros((2, 2)), site_Bps=1e9, chunk_elems=4, elements=8, memory_bytes=1 << 20
+        )
 
 
 def test_emitter_applies_offsets_and_sends_to_the_roots():
@@ -304,10 +385,15 @@ def test_emitter_applies_offsets_and_sends_to_the_roots():
     rng = np.random.default_rng(9)
     grads = [rng.standard_normal(8192).astype(np.float32) for _ in range(3)]
     ems = emit_sites(sched, grads, dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=100.0, bank_slots=1)
-    root_of = {c: st["root"] for st in stripes
-               for c in range(st["first_chunk"], st["first_chunk"] + st["chunks"])}
-    aggs = {st["root"]: GoldenAggregator(rank=st["root"], jobs={0: [(1, 0, 2)]}, slots=8, members=3,
-                                         slot_bytes=1024) for st in stripes}
+    root_of = {
+        c: st["root"] for st in stripes for c in range(st["first_chunk"], st["first_chunk"] + st["chunks"])
+    }
+    aggs = {
+        st["root"]: GoldenAggregator(
+            rank=st["root"], jobs={0: [(1, 0, 2)]}, slots=8, members=3, slot_bytes=1024
+        )
+        for st in stripes
+    }
     arrivals = []
     for em in ems:
         first_sent = {}
@@ -342,8 +428,15 @@ def test_nine_cities_with_data_and_jitter(dtype):
     model = CostModel(topo, CostParams(memory_bytes=256 << 10, chunk_bytes=1024, tensor_bytes=512 << 10))
     plan = lean.lean_plan(model, [[[4, 0, 2, 5, 3, 7, 8, 6, 1]]])
     sched = lean.lean_to_schedule(plan, model)
-    run, ref = _data_run(sched, topo, dtype, elements=(512 << 10) // dtype.size,
-                         chunk_elems=1024 // dtype.size, jitter_s=0.5e-3, memory=256 << 10)
+    run, ref = _data_run(
+        sched,
+        topo,
+        dtype,
+        elements=(512 << 10) // dtype.size,
+        chunk_elems=1024 // dtype.size,
+        jitter_s=0.5e-3,
+        memory=256 << 10,
+    )
     pairs = zip(run.values, ref, strict=True)
     assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in pairs)
     assert len({v.tobytes() for v in run.values}) == 1 and run.slot_conflicts == 0
@@ -357,14 +450,16 @@ def test_group_of_one_waits():
     rounds = [[[0, 1], [2, 3], [4]], [[0, 2, 4], [1, 3]]]
     sched = _lean_schedule(model, rounds)
     assert sched.lean["rounds"][0]["groups"][2]["stripes"] == []
-    run, ref = _data_run(sched, topo, DType.FP32, elements=2048, chunk_elems=128, jitter_s=0.0,
-                         memory=1 << 20)
+    run, ref = _data_run(
+        sched, topo, DType.FP32, elements=2048, chunk_elems=128, jitter_s=0.0, memory=1 << 20
+    )
     assert all(np.array_equal(a, b) for a, b in zip(run.values, ref, strict=True))
     assert np.isnan(run.send[4, 0]).all() and not np.isnan(run.send[4, 1]).any()
     from wanreduce.host.emit import emit_sites
 
     rng = np.random.default_rng(1)
     grads = [rng.standard_normal(2048).astype(np.float32) for _ in range(5)]
-    (em,) = emit_sites(sched, grads, ranks=[4], dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=100.0,
-                       bank_slots=1)
+    (em,) = emit_sites(
+        sched, grads, ranks=[4], dtype=DType.FP32, one_way_s=topo.one_way_s, gbps=100.0, bank_slots=1
+    )
     assert em.rounds_sent == 1 and len(em.frames) == 16
