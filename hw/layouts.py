@@ -172,8 +172,10 @@ def ParsedBeat(width):
 
 def ScheduledBeat(width, members, slots):
     """A parsed beat with the schedule table's answer: the expected set, the sender's member index (its
-    position in the summation order; ``members`` or more when it has none) and the chunk's ``slot`` (its
-    round bank's slot, a valid index into ``slots`` even when the job is unknown)."""
+    position in the summation order; ``members`` or more when it has none), the chunk's ``slot`` (its
+    round bank's slot, a valid index into ``slots`` even when the job is unknown), ``foreign`` (a CONTRIB
+    of a configured (job, round) whose chunk lies outside this site's root stripe: not this core's work)
+    and ``mdest`` (the IPv4 group address the chunk's RESULT is also multicast to; 0 for none)."""
     return data.StructLayout(
         {
             "data": width,
@@ -186,13 +188,16 @@ def ScheduledBeat(width, members, slots):
             "expected": 64,
             "midx": range(max(members, 64) + 1),
             "slot": range(slots),
+            "foreign": 1,
+            "mdest": 32,
         }
     )
 
 
 def Completion(slots):
     """A completed chunk for the reduce engine: where it is, how to sum it, what goes in the RESULT. With
-    ``replay`` set only ``slot`` counts: send the slot's last RESULT again from the reduce engine's copy."""
+    ``replay`` set only ``slot`` counts: send the slot's last RESULT again from the reduce engine's copy.
+    ``mdest`` is the group address the RESULT is also multicast to (root aggregation; 0 for none)."""
     return data.StructLayout(
         {
             "slot": range(slots),
@@ -201,6 +206,7 @@ def Completion(slots):
             "desc": Desc,
             "bitmap": 64,
             "replay": 1,
+            "mdest": 32,
         }
     )
 

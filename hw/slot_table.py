@@ -96,7 +96,9 @@ class SlotTable(wiring.Component):
     reduce engine's read port into ``buffers``), ``release`` / ``release_slot`` (the reduce engine has
     issued the last read of a chunk), and the event outputs for the counters: ``ev_valid`` (a packet
     ended), ``ev_code`` (0 if it was stored, else its drop code), ``ev_result`` (it completed a chunk),
-    ``ev_reemit`` (it asked for a RESULT again), ``ev_evict`` (it took a live slot back).
+    ``ev_reemit`` (it asked for a RESULT again), ``ev_evict`` (it took a live slot back), and, with
+    ``ev_valid``, the packet's upstream drop vector ``ev_drops`` and ``foreign`` flag ``ev_foreign`` (for
+    the core's bypass verdict).
     """
 
     def __init__(self, *, width, slots, members, slot_bytes):
@@ -121,6 +123,8 @@ class SlotTable(wiring.Component):
                 "ev_result": Out(1),
                 "ev_reemit": Out(1),
                 "ev_evict": Out(1),
+                "ev_drops": Out(32),
+                "ev_foreign": Out(1),
             }
         )
 
@@ -279,6 +283,7 @@ class SlotTable(wiring.Component):
             cd.desc.flags.eq(new.flags),
             cd.desc.group.eq(new.group),
             cd.bitmap.eq(new.bitmap),
+            cd.mdest.eq(r.mdest),
         ]
         m.d.comb += stall.eq(busy_stall | (self.done.valid & ~self.done.ready))
         go = rv & ~stall
@@ -304,6 +309,8 @@ class SlotTable(wiring.Component):
             self.ev_result.eq(go & commit & completes),
             self.ev_reemit.eq(go & reemit),
             self.ev_evict.eq(go & commit & (dec == _Decision.EVICT)),
+            self.ev_drops.eq(r.drops),
+            self.ev_foreign.eq(r.foreign),
         ]
 
         # Busy: completed, and the reduce engine has not yet issued every read of it.
