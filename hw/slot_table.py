@@ -20,18 +20,24 @@ The slot of a packet comes with it from the schedule table (its round bank's slo
 chunk mod 2**b) mod S``); the buffer it writes is its member index there, the sender's position in the
 summation order, so the reduce engine's sum of members 0, 1, 2, ... is the schedule's order.
 
-Pipeline: stage R registers the beat and reads the slot state (read port transparent to the commit write,
-so a packet sees the commit of the packet just before it); stage X (combinational) decides, writes the
-beat into its member buffer, and on the last beat commits. The decision is taken on the beat that completes
-the header and held for the rest of the packet; contributions are written as they arrive because the
-target buffer is free by construction (the rank's bit is clear in a live slot of the same tag, or the slot
-is being claimed); codes that are only known at the end (1-9, 17) leave the slot state untouched.
+Pipeline: a two-beat skid buffer at the input (``i.ready`` is a register, so no stall of this table
+reaches the stages before it); stage D registers the beat and reads the slot state (read port transparent to
+the commit write, and the new state of a commit to the same slot in X forwarded, so a packet sees the commit
+of the packet just before it), decides and computes the slot's next state; stage X, from registers only,
+writes the beat into its member buffer, and on the last beat commits and sends the completion. The decision
+is taken on the beat that completes the header and held for the rest of the packet; contributions are
+written as they arrive because the target buffer is free by construction (the rank's bit is clear in a live
+slot of the same tag, or the slot is being claimed); codes that are only known at the end (1-9, 17) leave
+the slot state untouched.
 
 After reset the state memory is cleared, one slot per cycle, with ``i.ready`` low for those S cycles.
 
-Latency: one cycle to X. Back-pressure: X stalls (``i.ready`` low) only when (a) a packet would claim a
-done slot whose buffers the reduce engine has not finished reading (``busy``), or (b) a completion or a
-re-emit request finds the reduce engine's queue full. Otherwise one beat per cycle.
+Latency: two cycles from an accepted beat to its write, commit, completion and event in X (one more than
+before the timing work of issue #11). Back-pressure: X stalls only when (a) a packet would claim a done slot
+whose buffers the reduce engine has not finished reading (``busy``), or (b) a completion or a re-emit
+request finds the reduce engine's queue full (``done.ready`` low); the stall is computed from registers
+(the decision was registered in D) and stops D and the skid buffer, which then takes at most one more beat
+and drops ``i.ready``. Otherwise one beat per cycle.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -41,6 +47,7 @@ from amaranth.lib.wiring import In, Out
 from ..spec import protocol
 from .layouts import (
     Completion,
+    Desc,
     ScheduledBeat,
     drop_mask,
     element_bytes,
@@ -169,24 +176,91 @@ class SlotTable(wiring.Component):
             with m.If(clear_idx == S - 1):
                 m.d.sync += clearing.eq(0)
 
-        # Stage R.
+        # The pipeline: a skid buffer (so that ``i.ready`` is a register and no stall of this table reaches
+        # the stages before it), stage D (the beat is registered and the slot state read; the decision, the
+        # slot's next state and the completion are computed), stage X (registered decision: member buffer
+        # write, commit, completion, events). Every signal that stalls X is a register or one gate from one.
+        en_d = Signal()  # stage D takes a beat this cycle
+        en_x = Signal()  # stage X takes D's beat this cycle
+
+        sk_v = Signal()
+        sk = Signal.like(self.i.payload)
+        m.d.comb += self.i.ready.eq(~sk_v & ~clearing)
+        in_v = Signal()
+        in_p = Signal.like(self.i.payload)
+        m.d.comb += [in_v.eq(sk_v | self.i.valid), in_p.eq(Mux(sk_v, sk, self.i.payload))]
+        with m.If(sk_v):
+            with m.If(en_d):
+                m.d.sync += sk_v.eq(0)
+        with m.Elif(self.i.valid & self.i.ready & ~en_d):
+            m.d.sync += [sk_v.eq(1), sk.eq(self.i.payload)]
+
+        # Stage D. Alongside the beat, what can be known from it alone is registered here so that the
+        # decision logic starts from single registers: the rank's one-hot bit, summaries of the upstream
+        # drop vector (codes 22 and up are this table's own, never set upstream, but kept exact anyway).
+        low = (1 << int(D.STALE)) - 1
+        below_dup = (1 << int(D.DUPLICATE)) - 1
         rv = Signal()
         r = Signal.like(self.i.payload)
-        stall = Signal()
-        en_r = (~rv | ~stall) & ~clearing
-        m.d.comb += [self.i.ready.eq(en_r), srp.addr.eq(self.i.payload.slot), srp.en.eq(en_r)]
-        with m.If(en_r):
-            m.d.sync += [rv.eq(self.i.valid), r.eq(self.i.payload)]
+        r_bit = Signal(64)
+        r_any = Signal()  # any upstream drop bit
+        r_low_any = Signal()  # an upstream code below this table's codes
+        r_low_code = Signal(5)
+        r_hck = Signal()  # a code known at the header that keeps the packet from being written
+        r_below_dup = Signal()  # a code below ``duplicate``: a re-emit request is not sent
+        r_midx_ok = Signal()
+        r_solo = Signal()  # the rank's bit alone completes the chunk
+        m.d.comb += [srp.addr.eq(in_p.slot), srp.en.eq(en_d)]
+        with m.If(en_d):
+            m.d.sync += [
+                rv.eq(in_v),
+                r.eq(in_p),
+                r_bit.eq((Const(1, 64) << in_p.desc.src)[:64]),
+                r_any.eq(in_p.drops.any()),
+                r_low_any.eq((in_p.drops & low).any()),
+                r_low_code.eq(lowest_drop(in_p.drops & low)),
+                r_hck.eq((in_p.drops & _HC_KNOWN).any()),
+                r_below_dup.eq((in_p.drops & below_dup).any()),
+                r_midx_ok.eq(in_p.midx < G),
+                r_solo.eq((Const(1, 64) << in_p.desc.src)[:64] == in_p.expected),
+            ]
 
-        # Stage X.
-        st = srp.data
+        x_layout = data.StructLayout(
+            {
+                "data": W,
+                "addr": len(bwp.addr),
+                "wen": 1,
+                "last": 1,
+                "hc": 1,
+                "slot": range(S),
+                "claim": 1,
+                "commit": 1,  # the last beat, with no drop code: the slot state is written
+                "completes": 1,
+                "reemit": 1,
+                "evict": 1,
+                "code": 5,
+                "new": state_layout,
+                "desc": Desc,
+                "g": range(65),
+                "nwords": 16,
+                "mdest": 32,
+                "drops": 32,
+                "foreign": 1,
+            }
+        )
+        xv = Signal()
+        x = Signal(x_layout)
+
+        # The slot state as the beat in D must see it: the state memory's read (transparent to the write
+        # of this cycle's commit in X, so a beat entering D sees it) unless X is committing to the same
+        # slot right now, whose new state is forwarded.
+        fwd = xv & x.commit & (x.slot == r.slot)
+        st = Signal(state_layout)
+        m.d.comb += st.eq(Mux(fwd, x.new, srp.data))
         desc = r.desc
-        slot = Signal(range(S))
-        m.d.comb += slot.eq(r.slot)
-        busy = Signal(S)
         tag_eq = (st.job == desc.job) & (st.round == desc.round) & (st.chunk == desc.chunk)
         older = (st.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(st.chunk, st.round))
-        seen = st.bitmap.bit_select(desc.src, 1)
+        seen = (st.bitmap & r_bit).any()
         mismatch = (st.dtype != desc.dtype) | (st.count != desc.count)
         last_same_job = st.last_valid & (st.last_job == desc.job)
         last_eq = last_same_job & (st.last_round == desc.round) & (st.last_chunk == desc.chunk)
@@ -217,15 +291,14 @@ class SlotTable(wiring.Component):
         dec = Signal(_Decision)
         m.d.comb += dec.eq(Mux(r.hc, dec_now, held_dec))
         claim_now = (dec_now == _Decision.CLAIM) | (dec_now == _Decision.EVICT)
-        write_ok_now = (
-            (claim_now | (dec_now == _Decision.STORE)) & ~(r.drops & _HC_KNOWN).any() & (r.midx < G)
-        )
+        write_ok_now = (claim_now | (dec_now == _Decision.STORE)) & ~r_hck & r_midx_ok
         write_ok = Mux(r.hc, write_ok_now, held_write)
-        busy_stall = rv & r.hc & claim_now & busy.bit_select(slot, 1)
+        claim = (dec == _Decision.CLAIM) | (dec == _Decision.EVICT)
 
+        # Drop code (the lowest of the upstream codes and this table's) and whether any applies.
         slot_drop = Signal(32)
         with m.Switch(dec):
-            for d, code in (
+            for d, c in (
                 (_Decision.STALE, D.STALE),
                 (_Decision.AHEAD, D.AHEAD_OF_WINDOW),
                 (_Decision.DUPLICATE, D.DUPLICATE),
@@ -233,28 +306,29 @@ class SlotTable(wiring.Component):
                 (_Decision.REEMIT, D.DUPLICATE),
             ):
                 with m.Case(d):
-                    m.d.comb += slot_drop[code].eq(1)
+                    m.d.comb += slot_drop[c].eq(1)
         code = Signal(5)
-        m.d.comb += code.eq(lowest_drop(r.drops | slot_drop))
+        m.d.comb += code.eq(Mux(r_low_any, r_low_code, lowest_drop((r.drops & ~low) | slot_drop)))
+        slot_ok = (dec == _Decision.CLAIM) | (dec == _Decision.EVICT) | (dec == _Decision.STORE)
+        no_drop = ~r_any & slot_ok
 
         # The slot after this contribution, and whether it completes the chunk.
-        bit = (Const(1, 64) << desc.src)[:64]
         new = Signal(state_layout)
         m.d.comb += new.eq(st)  # the shadow tag stays unless this packet completes a chunk
-        with m.If((dec == _Decision.CLAIM) | (dec == _Decision.EVICT)):
+        with m.If(claim):
             m.d.comb += [
                 new.job.eq(desc.job),
                 new.round.eq(desc.round),
                 new.chunk.eq(desc.chunk),
-                new.bitmap.eq(bit),
+                new.bitmap.eq(r_bit),
                 new.dtype.eq(desc.dtype),
                 new.count.eq(desc.count),
                 new.group.eq(desc.group),
                 new.flags.eq(desc.flags),
             ]
         with m.Else():
-            m.d.comb += [new.bitmap.eq(st.bitmap | bit), new.flags.eq(st.flags | desc.flags)]
-        completes = new.bitmap == r.expected
+            m.d.comb += [new.bitmap.eq(st.bitmap | r_bit), new.flags.eq(st.flags | desc.flags)]
+        completes = Mux(claim, r_solo, (st.bitmap | r_bit) == r.expected)
         m.d.comb += new.state.eq(Mux(completes, SlotState.DONE, SlotState.LIVE))
         with m.If(completes):
             m.d.comb += [
@@ -264,57 +338,84 @@ class SlotTable(wiring.Component):
                 new.last_chunk.eq(desc.chunk),
             ]
 
-        commit = rv & r.last & (code == 0) & ~busy_stall
         size = element_bytes(desc.dtype)
         plen = Signal(20)
         m.d.comb += plen.eq(protocol.HEADER_BYTES + desc.count * size)
         nwords = Signal(16)
         m.d.comb += nwords.eq(((plen + B - 1) >> (B.bit_length() - 1)) - PW0)
+        word = r.pw - PW0
+
+        # D -> X.
+        m.d.comb += en_d.eq((~rv | en_x) & ~clearing)
+        with m.If(en_x):
+            m.d.sync += [
+                xv.eq(rv),
+                x.data.eq(r.data),
+                x.addr.eq((r.slot * G + r.midx) * NW + word[:16]),
+                x.wen.eq(write_ok & (r.bytes != 0) & (r.pw >= PW0) & (word < NW)),
+                x.last.eq(r.last),
+                x.hc.eq(r.hc),
+                x.slot.eq(r.slot),
+                x.claim.eq(claim),
+                x.commit.eq(r.last & no_drop),
+                x.completes.eq(completes),
+                # A re-emit request: the duplicate code is the packet's (no lower code came with it).
+                x.reemit.eq(r.last & (dec == _Decision.REEMIT) & ~r_below_dup),
+                x.evict.eq(dec == _Decision.EVICT),
+                x.code.eq(code),
+                x.new.eq(new),
+                x.desc.eq(desc),
+                x.g.eq(sum(r.expected[k] for k in range(64))),
+                x.nwords.eq(nwords),
+                x.mdest.eq(r.mdest),
+                x.drops.eq(r.drops),
+                x.foreign.eq(r.foreign),
+            ]
+            with m.If(rv & r.hc):
+                m.d.sync += [held_dec.eq(dec_now), held_write.eq(write_ok_now)]
+
+        # Stage X. A claim waits while the slot's buffers are still being read by the reduce engine.
+        busy = Signal(S)
+        busy_stall = xv & x.hc & x.claim & busy.bit_select(x.slot, 1)
+        commit = xv & x.commit & ~busy_stall
         # A re-emit request is a completion record with only the slot and ``replay`` meaningful.
-        reemit = rv & r.last & (dec == _Decision.REEMIT) & (code == D.DUPLICATE)
+        reemit = xv & x.reemit
         cd = self.done.payload
         m.d.comb += [
-            self.done.valid.eq((commit & completes) | reemit),
-            cd.replay.eq(reemit),
-            cd.slot.eq(slot),
-            cd.g.eq(sum(r.expected[k] for k in range(64))),
-            cd.nwords.eq(nwords),
-            cd.desc.eq(desc),
-            cd.desc.flags.eq(new.flags),
-            cd.desc.group.eq(new.group),
-            cd.bitmap.eq(new.bitmap),
-            cd.mdest.eq(r.mdest),
+            self.done.valid.eq((commit & x.completes) | reemit),
+            cd.replay.eq(x.reemit),
+            cd.slot.eq(x.slot),
+            cd.g.eq(x.g),
+            cd.nwords.eq(x.nwords),
+            cd.desc.eq(x.desc),
+            cd.desc.flags.eq(x.new.flags),
+            cd.desc.group.eq(x.new.group),
+            cd.bitmap.eq(x.new.bitmap),
+            cd.mdest.eq(x.mdest),
         ]
-        m.d.comb += stall.eq(busy_stall | (self.done.valid & ~self.done.ready))
-        go = rv & ~stall
+        stall = busy_stall | (self.done.valid & ~self.done.ready)
+        go = xv & ~stall
+        m.d.comb += en_x.eq(~stall)
 
-        # Member buffer write.
-        word = r.pw - PW0
-        m.d.comb += [
-            bwp.addr.eq((slot * G + r.midx) * NW + word[:16]),
-            bwp.data.eq(r.data),
-            bwp.en.eq(go & write_ok & (r.bytes != 0) & (r.pw >= PW0) & (word < NW)),
-        ]
-        with m.If(go & r.hc):
-            m.d.sync += [held_dec.eq(dec_now), held_write.eq(write_ok_now)]
+        m.d.comb += [bwp.addr.eq(x.addr), bwp.data.eq(x.data), bwp.en.eq(go & x.wen)]
 
         # Commit.
         with m.If(clearing):
             m.d.comb += [swp.addr.eq(clear_idx), swp.data.eq(0), swp.en.eq(1)]
         with m.Else():
-            m.d.comb += [swp.addr.eq(slot), swp.data.eq(new), swp.en.eq(go & commit)]
+            m.d.comb += [swp.addr.eq(x.slot), swp.data.eq(x.new), swp.en.eq(go & x.commit)]
         m.d.comb += [
-            self.ev_valid.eq(go & r.last),
-            self.ev_code.eq(code),
-            self.ev_result.eq(go & commit & completes),
-            self.ev_reemit.eq(go & reemit),
-            self.ev_evict.eq(go & commit & (dec == _Decision.EVICT)),
-            self.ev_drops.eq(r.drops),
-            self.ev_foreign.eq(r.foreign),
+            self.ev_valid.eq(go & x.last),
+            self.ev_code.eq(x.code),
+            self.ev_result.eq(go & x.commit & x.completes),
+            self.ev_reemit.eq(go & x.reemit),
+            self.ev_evict.eq(go & x.commit & x.evict),
+            self.ev_drops.eq(x.drops),
+            self.ev_foreign.eq(x.foreign),
         ]
 
         # Busy: completed, and the reduce engine has not yet issued every read of it.
-        set_mask = Mux(go & commit & completes, (Const(1, S) << slot)[:S], 0)
+        set_mask = Mux(go & x.commit & x.completes, (Const(1, S) << x.slot)[:S], 0)
         clr_mask = Mux(self.release, (Const(1, S) << self.release_slot)[:S], 0)
         m.d.sync += busy.eq((busy & ~clr_mask) | set_mask)
         return m

@@ -4,6 +4,7 @@ slot's shadow chunk) and evictions for the same contributions, with job 1 in rou
 summation orders that are not ascending."""
 
 import numpy as np
+import pytest
 from amaranth.sim import Simulator
 
 from tests.support import traffic
@@ -14,7 +15,10 @@ from wanreduce.hw.slot_table import SlotTable
 S, G, C = 4, 4, 64
 
 
-def test_decisions_match_golden():
+@pytest.mark.parametrize("stalls", [False, True])
+def test_decisions_match_golden(stalls):
+    """With ``stalls``, the completion queue refuses records and the input idles at random, so the skid
+    buffer, the stall of stage X and the forwarding of the slot state under a stall are exercised."""
     rng = np.random.default_rng(1)
     jobs = {1: [[3, 0, 1], [2, 1]], 2: [[1, 3, 0, 2]]}
     golden = GoldenAggregator(rank=0, jobs=jobs, slots=S, members=G, slot_bytes=C, bank_bits={1: 1})
@@ -72,11 +76,17 @@ def test_decisions_match_golden():
     events = []
     replays = []
 
+    prng = np.random.default_rng(7)
+
     async def tb(ctx):
-        ctx.set(dut.done.ready, 1)
         pending = list(packets)
+        offered = False
         for _ in range(20 * len(packets)):
-            if pending:
+            ready = int(not stalls or prng.random() < 0.5)
+            ctx.set(dut.done.ready, ready)
+            # A beat once offered stays offered until taken.
+            offered = bool(pending) and (offered or not stalls or prng.random() < 0.7)
+            if offered:
                 desc, expected, midx, slot, _ = pending[0]
                 ctx.set(dut.i.valid, 1)
                 ctx.set(
@@ -94,7 +104,7 @@ def test_decisions_match_golden():
                 )
             else:
                 ctx.set(dut.i.valid, 0)
-            took = bool(pending) and ctx.get(dut.i.ready)
+            took = offered and ctx.get(dut.i.ready)
             if ctx.get(dut.ev_valid):
                 events.append(
                     (
@@ -105,8 +115,9 @@ def test_decisions_match_golden():
                     )
                 )
             # A re-emit request does not read the member buffers, so it releases nothing.
-            done = ctx.get(dut.done.valid) and not ctx.get(dut.done.payload.replay)
-            if ctx.get(dut.done.valid) and ctx.get(dut.done.payload.replay):
+            fire = ctx.get(dut.done.valid) and ready
+            done = fire and not ctx.get(dut.done.payload.replay)
+            if fire and ctx.get(dut.done.payload.replay):
                 replays.append(ctx.get(dut.done.payload.slot))
             slot = ctx.get(dut.done.payload.slot)
             await ctx.tick()
@@ -115,6 +126,7 @@ def test_decisions_match_golden():
             ctx.set(dut.release_slot, slot)
             if took:
                 pending.pop(0)
+                offered = False
             if not pending and len(events) == len(packets):
                 break
 
