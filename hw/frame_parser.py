@@ -7,7 +7,8 @@ yields exactly one payload packet, possibly a single empty beat, and its last be
 drop vector (codes 1-8): checks that need the whole frame (truncation, UDP checksum) are only known at its
 end, so the payload streams on speculatively and the slot table discards it at its last beat.
 
-Back-pressure: one output register; ``i.ready`` follows ``o.ready`` combinationally. One input beat per
+Back-pressure: one output register, and a two-beat skid buffer at the input, so ``i.ready`` is a register
+(the ready chain of the stages after this one ends here; the skid buffer adds no latency). One input beat per
 cycle is accepted back to back across frames; the only bubble is when a frame's payload needs one more
 output beat than the frame had input beats after its header *and* the next frame is a single beat long.
 """
@@ -63,7 +64,6 @@ class FrameParser(wiring.Component):
         W = self.width
         B = W // 8
         q, o = divmod(_HDR, B)
-        ib = self.i.payload
 
         j = Signal(16)  # beat index within the frame (saturates)
         hdr = Signal(8 * _HDR)  # header bytes captured so far
@@ -76,8 +76,18 @@ class FrameParser(wiring.Component):
         flush_drops = Signal(32)
 
         en = ~self.o.valid | self.o.ready
-        m.d.comb += self.i.ready.eq(en & ~(flush & ib.last))
-        accept = self.i.valid & self.i.ready
+        sk_v = Signal()
+        sk = Signal.like(self.i.payload)
+        m.d.comb += self.i.ready.eq(~sk_v)
+        in_v = Signal()
+        ib = Signal.like(self.i.payload)
+        m.d.comb += [in_v.eq(sk_v | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
+        accept = in_v & en & ~(flush & ib.last)
+        with m.If(sk_v):
+            with m.If(accept):
+                m.d.sync += sk_v.eq(0)
+        with m.Elif(self.i.valid & ~accept):
+            m.d.sync += [sk_v.eq(1), sk.eq(self.i.payload)]
 
         # The header as it stands with this beat's bytes merged in.
         cur = Signal(8 * _HDR)

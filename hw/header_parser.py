@@ -7,7 +7,8 @@ so later stages can look at any beat. Codes that need the payload length (``shor
 ``bad_length``) are set on the last beat, which also carries the frame parser's codes 1-8; the slot table
 applies the precedence rule (lowest code wins) there.
 
-Back-pressure: ``i.ready`` follows ``o.ready`` combinationally; one beat per cycle.
+Back-pressure: a two-beat skid buffer at the input makes ``i.ready`` a register (so the ready chain of the
+stages after this one ends here); one beat per cycle. The skid buffer adds no latency.
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal
@@ -45,7 +46,6 @@ class HeaderParser(wiring.Component):
         W = self.width
         B = W // 8
         HB = -(-protocol.HEADER_BYTES // B)
-        ib = self.i.payload
         D = protocol.Drop
 
         pw = Signal(16)
@@ -55,8 +55,18 @@ class HeaderParser(wiring.Component):
         held_drops = Signal(32)
 
         en = ~self.o.valid | self.o.ready
-        m.d.comb += self.i.ready.eq(en)
-        accept = self.i.valid & en
+        sk_v = Signal()
+        sk = Signal.like(self.i.payload)
+        m.d.comb += self.i.ready.eq(~sk_v)
+        in_v = Signal()
+        ib = Signal.like(self.i.payload)
+        m.d.comb += [in_v.eq(sk_v | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
+        with m.If(sk_v):
+            with m.If(en):
+                m.d.sync += sk_v.eq(0)
+        with m.Elif(self.i.valid & ~en):
+            m.d.sync += [sk_v.eq(1), sk.eq(self.i.payload)]
+        accept = in_v & en
 
         cur = Signal(8 * protocol.HEADER_BYTES)
         m.d.comb += cur.eq(hdr)
@@ -123,7 +133,7 @@ class HeaderParser(wiring.Component):
 
         with m.If(en):
             m.d.sync += [
-                self.o.valid.eq(self.i.valid),
+                self.o.valid.eq(in_v),
                 self.o.payload.data.eq(ib.data),
                 self.o.payload.bytes.eq(ib.bytes),
                 self.o.payload.last.eq(ib.last),
