@@ -14,7 +14,7 @@ from ..spec import regmap as rm
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS, UDP_PORT
 from .frames import parse_ip, parse_mac
-from .golden import expected_order
+from .golden import entry_stripe, expected_order
 
 __all__ = ["config_writes", "counter_reads", "decode_counters", "perf_reads", "decode_perf"]
 
@@ -38,13 +38,18 @@ def config_writes(
     max_dests,
     slots=None,
     bank_bits=None,
+    bypass=None,
 ):
     """The ``(address, data)`` writes that configure a core built with the given capacities.
 
     ``jobs`` maps a job id to the expected entries of one period, as the golden aggregator takes them (a
     bitmap, summed in ascending rank order, or a sequence of ranks in summation order); ``bank_bits`` maps
     a job id to log2 of its round bank's slots (needs ``slots``, the core's S; default log2 S: slot = chunk
-    mod S). ``destinations`` is a sequence of objects with ``mac``, ``ip`` and ``port`` (e.g.
+    mod S). An entry may be a :class:`wanreduce.host.golden.RootEntry` (root aggregation: this site's
+    stripe and the group address its RESULTs also go to); every entry is written with its stripe (the
+    whole chunk space for a plain entry). ``bypass`` (None: leave ``REG_BYPASS`` as it is) turns the
+    bypass port's forwarding on or off. ``destinations`` is a sequence of objects with ``mac``, ``ip`` and
+    ``port`` (e.g.
     :class:`wanreduce.host.golden.Destination`). Raises :class:`WanreduceError` for anything the core
     cannot hold: too many jobs or destinations, a period longer than the table, an expected set larger
     than the ``members`` buffers of a slot, or banks that do not fit the slots.
@@ -88,6 +93,11 @@ def config_writes(
         for r, entry in enumerate(period):
             try:
                 bitmap, order = expected_order(entry)
+                lo, hi, mdest = entry_stripe(entry)
+                mdest_word = 0
+                if mdest is not None:
+                    addressing.multicast_mac(mdest)  # refuses anything but a multicast group
+                    mdest_word = int.from_bytes(parse_ip(mdest), "big")
             except ValueError as exc:
                 raise WanreduceError(f"job {job} round {r}: {exc}") from None
             if len(order) > members:
@@ -104,6 +114,7 @@ def config_writes(
                 for k in range(rm.ORDER_PER_WORD):
                     word |= padded[w * rm.ORDER_PER_WORD + k] << (8 * k)
                 writes.append((rm.ORDER_BASE + w, word))
+            writes += [(rm.REG_ROOT_LO, lo), (rm.REG_ROOT_HI, hi), (rm.REG_MDEST, mdest_word)]
             addr = rm.SCHED_BASE + 2 * (j * rounds + r)
             writes += [(addr, bitmap & 0xFFFFFFFF), (addr + 1, bitmap >> 32)]
         if job in bank_bits:
@@ -121,6 +132,8 @@ def config_writes(
         writes += [(rm.JOB_BASE + rm.JOB_STRIDE * j, job), (rm.JOB_BASE + rm.JOB_STRIDE * j + 1, len(period))]
     for j in range(len(jobs), max_jobs):
         writes.append((rm.JOB_BASE + rm.JOB_STRIDE * j + 1, 0))
+    if bypass is not None:
+        writes.append((rm.REG_BYPASS, int(bool(bypass))))
     return writes
 
 

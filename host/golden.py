@@ -10,6 +10,12 @@ that chunk is dropped as ``duplicate`` and makes the aggregator send the stored 
 slot's chunk but newer than its shadow takes the slot back (``evictions``). Every drop is counted
 under its :class:`~.protocol.Drop` name. The RTL is compared with this model byte for byte, so it favours
 being obviously right over being fast.
+
+Root aggregation and the in-line bypass (PROTOCOL.md "Root aggregation", "In-line bypass"): a round's entry
+may be a :class:`RootEntry`, which adds this site's stripe (the chunks it aggregates; the others of that
+round are foreign) and a group address every RESULT of the entry also goes to. With ``bypass_bytes`` the
+aggregator forwards what is not its work (:func:`wanreduce.spec.protocol.forwarded`) unchanged into
+:attr:`GoldenAggregator.forwarded`, or counts it under ``bypass_overflow`` when it is longer than that.
 """
 
 import dataclasses
@@ -17,12 +23,23 @@ import dataclasses
 import numpy as np
 
 from ..spec import addressing
+from ..spec.protocol import forwarded
 from ..spec.regmap import COUNTER_NAMES
 from .frames import build_frame, parse_frame, parse_ip, parse_mac
 from .protocol import HEADER_BYTES, MAX_RANKS, UDP_PORT, Drop, DType, Kind, bits_dtype, np_dtype
 from .validate import check_payload
 
-__all__ = ["GoldenAggregator", "Destination", "reduce_in_order", "expected_order"]
+__all__ = [
+    "GoldenAggregator",
+    "Destination",
+    "RootEntry",
+    "reduce_in_order",
+    "expected_order",
+    "entry_stripe",
+]
+
+#: The whole chunk space: a root stripe that leaves nothing foreign (gather mode).
+ALL_CHUNKS = (0, (1 << 32) - 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +51,33 @@ class Destination:
     port: int = UDP_PORT
 
 
+@dataclasses.dataclass(frozen=True)
+class RootEntry:
+    """A round's entry at a root: the group's summation ``order``, the chunks ``lo ..= hi`` of this site's
+    stripe (the round's other chunks are another root's) and ``mdest``, the IPv4 multicast group every
+    RESULT of the round is also sent to (None: only the destination entries)."""
+
+    order: tuple
+    lo: int = 0
+    hi: int = (1 << 32) - 1
+    mdest: str | None = None
+
+
+def entry_stripe(entry):
+    """``(lo, hi, mdest)`` of an expected entry: the whole chunk space and no group for a plain entry."""
+    if isinstance(entry, RootEntry):
+        if not 0 <= entry.lo <= entry.hi < 1 << 32:
+            raise ValueError(f"The stripe {entry.lo}..{entry.hi} is not a chunk range within 32 bits.")
+        return entry.lo, entry.hi, entry.mdest
+    return (*ALL_CHUNKS, None)
+
+
 def expected_order(entry):
-    """An expected entry (a bitmap: ascending rank order; or a sequence of ranks in summation order) as
-    ``(bitmap, order)``; raises ValueError for a rank outside 0..63 or a rank listed twice."""
+    """An expected entry (a bitmap: ascending rank order; a sequence of ranks in summation order; or a
+    :class:`RootEntry`) as ``(bitmap, order)``; raises ValueError for a rank outside 0..63 or a rank listed
+    twice."""
+    if isinstance(entry, RootEntry):
+        entry = entry.order
     if isinstance(entry, int):
         if not 0 <= entry < 1 << MAX_RANKS:
             raise ValueError(f"The expected set {entry:#x} is not a {MAX_RANKS}-bit bitmap.")
@@ -75,6 +116,7 @@ class _Slot:
         "buffers",
         "last_tag",
         "last_result",
+        "last_mdest",
     )
 
     def __init__(self):
@@ -84,6 +126,7 @@ class _Slot:
         # completion overwrites them (one copy suffices, docs/PROTOCOL.md "Loss, duplicates and the shadow").
         self.last_tag = None
         self.last_result = None
+        self.last_mdest = None
 
 
 def _older(a, b):
@@ -98,7 +141,9 @@ class GoldenAggregator:
     ``jobs[job][r % len(jobs[job])]``, a bitmap (summed in ascending rank order; 0 where this site waits)
     or a sequence of ranks in summation order. ``bank_bits`` maps a job id to log2 of the slots of one
     round bank (default: log2 S, which makes the slot ``chunk mod S`` whatever the round). ``destinations``
-    receive one RESULT frame each, in order, from the frame entry point.
+    receive one RESULT frame each, in order, from the frame entry point, then the entry's group address
+    if it has one. ``bypass_bytes`` > 0 models the in-line bypass port (frames up to that length are
+    forwarded; ``bypass`` False is ``REG_BYPASS`` written 0).
     """
 
     def __init__(
@@ -114,6 +159,8 @@ class GoldenAggregator:
         port=UDP_PORT,
         destinations=(),
         bank_bits=None,
+        bypass_bytes=0,
+        bypass=True,
     ):
         if not 0 <= rank < MAX_RANKS:
             raise ValueError(f"The rank must be in 0..{MAX_RANKS - 1}, not {rank}.")
@@ -125,8 +172,8 @@ class GoldenAggregator:
         for job, period in jobs.items():
             if not period:
                 raise ValueError(f"Job {job} has an empty schedule period.")
-            entries = [expected_order(e) for e in period]
-            for _bitmap, order in entries:
+            entries = [(*expected_order(e), *entry_stripe(e)) for e in period]
+            for _bitmap, order, *_ in entries:
                 if len(order) > members:
                     raise ValueError(
                         f"Job {job} expects {len(order)} members in a round, more than the "
@@ -148,11 +195,20 @@ class GoldenAggregator:
         self.destinations = [Destination(parse_mac(d.mac), parse_ip(d.ip), d.port) for d in destinations]
         self.slots = [_Slot() for _ in range(slots)]
         self.counters = {name: 0 for name in COUNTER_NAMES}
+        self.bypass_bytes = int(bypass_bytes)
+        self.bypass = bool(bypass) and self.bypass_bytes > 0
+        #: Frames sent out of the bypass port, in order (the caller may take and clear them).
+        self.forwarded = []
 
     def expected(self, job, round_):
         """``(bitmap, summation order)`` this site expects for ``(job, round_)``; ``(0, ())`` if none."""
         period = self.jobs.get(job)
-        return period[round_ % len(period)] if period else (0, ())
+        return period[round_ % len(period)][:2] if period else (0, ())
+
+    def stripe(self, job, round_):
+        """``(lo, hi, mdest)`` of ``(job, round_)``'s entry, or None for an unconfigured job."""
+        period = self.jobs.get(job)
+        return period[round_ % len(period)][2:] if period else None
 
     def slot_index(self, job, round_, chunk):
         """The slot of a chunk: its round's bank, then the chunk within the bank (PROTOCOL.md)."""
@@ -161,46 +217,66 @@ class GoldenAggregator:
         rem = round_ % len(period) if period else 0
         return ((rem << bits) | (chunk & ((1 << bits) - 1))) % len(self.slots)
 
-    def _drop(self, reason):
-        self.counters[reason.counter] += 1
+    def _drop(self, reason, frame=None, foreign=False):
+        if self.bypass and frame is not None and forwarded(reason, foreign):
+            if len(frame) > self.bypass_bytes:
+                self.counters["bypass_overflow"] += 1
+            else:
+                self.counters["bypassed"] += 1
+                self.forwarded.append(bytes(frame))
+        else:
+            self.counters[reason.counter] += 1
         return []
 
     def feed_frame(self, frame):
-        """One Ethernet frame in → the RESULT frames it completes or re-emits (one per destination), maybe
-        none."""
+        """One Ethernet frame in → the RESULT frames it completes or re-emits (one per destination, then
+        one to the entry's group address), maybe none; a frame forwarded goes to :attr:`forwarded`."""
         self.counters["frames_in"] += 1
+        frame = bytes(frame)
         payload, _, reason = parse_frame(frame, port=self.port)
         if reason is not None:
-            return self._drop(reason)
-        return [
-            build_frame(
-                result,
-                src_mac=self.mac,
-                dst_mac=d.mac,
-                src_ip=self.ip,
-                dst_ip=d.ip,
-                sport=self.port,
-                dport=d.port,
-                udp_checksum=False,
-                df=True,
-                ttl=64,
-            )
-            for result in self._payload(payload)
-            for d in self.destinations
-        ]
+            return self._drop(reason, frame)
+        out = []
+        for result, mdest in self._payload(payload, frame):
+            dests = list(self.destinations)
+            if mdest is not None:
+                dests.append(
+                    Destination(parse_mac(addressing.multicast_mac(mdest)), parse_ip(mdest), self.port)
+                )
+            out += [
+                build_frame(
+                    result,
+                    src_mac=self.mac,
+                    dst_mac=d.mac,
+                    src_ip=self.ip,
+                    dst_ip=d.ip,
+                    sport=self.port,
+                    dport=d.port,
+                    udp_checksum=False,
+                    df=True,
+                    ttl=64,
+                )
+                for d in dests
+            ]
+        return out
 
     def feed_payload(self, payload):
         """One bare UDP payload in → the RESULT payloads it completes or re-emits (zero or one)."""
         self.counters["frames_in"] += 1
-        return self._payload(bytes(payload))
+        return [result for result, _ in self._payload(bytes(payload))]
 
-    def _payload(self, payload):
+    def _payload(self, payload, frame=None):
+        """→ ``[(RESULT payload, group address or None), ...]``."""
         h, reason = check_payload(payload, slot_bytes=self.slot_bytes)
         if reason is not None:
-            return self._drop(reason)
+            return self._drop(reason, frame)
         expected, order = self.expected(h.job, h.round)
+        stripe = self.stripe(h.job, h.round)
+        if stripe is not None and not stripe[0] <= h.chunk <= stripe[1]:
+            # Another root's chunk of a round this site takes part in: not this aggregator's work.
+            return self._drop(Drop.UNEXPECTED_SRC, frame, foreign=True)
         if not (expected >> h.src) & 1:
-            return self._drop(Drop.UNEXPECTED_SRC)
+            return self._drop(Drop.UNEXPECTED_SRC, frame)
         tag = (h.job, h.round, h.chunk)
         slot = self.slots[self.slot_index(h.job, h.round, h.chunk)]
         if tag == slot.last_tag:
@@ -208,7 +284,7 @@ class GoldenAggregator:
             # copy. Never counted again; its sender may have lost the RESULT, so send the shadow again.
             self.counters[Drop.DUPLICATE.counter] += 1
             self.counters["results_reemitted"] += 1
-            return [slot.last_result]
+            return [(slot.last_result, slot.last_mdest)]
         if slot.state == "live" and slot.tag != tag:
             if not _older(tag, slot.tag):
                 return self._drop(Drop.AHEAD_OF_WINDOW)
@@ -247,9 +323,9 @@ class GoldenAggregator:
         )
         payload_out = result.encode() + total.astype(bits_dtype(h.dtype)).tobytes()
         slot.state, slot.buffers = "done", None
-        slot.last_tag, slot.last_result = tag, payload_out
+        slot.last_tag, slot.last_result, slot.last_mdest = tag, payload_out, stripe[2]
         self.counters["results"] += 1
-        return [payload_out]
+        return [(payload_out, stripe[2])]
 
     def missing(self, job, round_, chunk):
         """Ranks whose contribution to ``(job, round_, chunk)`` this aggregator has not stored: the expected

@@ -6,7 +6,12 @@ events from the slot table's commit stage (at most one packet per cycle) and wra
 
 A schedule entry is written as its low bitmap word, then its high word; the high-word write stores the
 64-bit bitmap together with the summation-order shadow (``ORDER_BASE + w``, four rank bytes per word, of
-which the first ``members`` bytes are kept) as they are at that moment.
+which the first ``members`` bytes are kept) and the root-stripe and RESULT-group shadows (``REG_ROOT_LO``,
+``REG_ROOT_HI``, ``REG_MDEST``) as they are at that moment.
+
+A packet event with ``ev_bypass`` set (the frame goes to the bypass port) counts under ``frames_in`` and
+not under its drop code; ``bypassed`` counts the frames the bypass port sent (``ev_forwarded``) and
+``bypass_overflow`` those too long to forward (``ev_overflow``).
 """
 
 from amaranth.hdl import Const, Module, Signal
@@ -39,9 +44,10 @@ class ControlSignature(wiring.Signature):
 class Control(wiring.Component):
     """Register file of the core. ``slots`` (S) sets the bank registers' reset value log2 S, ``members``
     (G_max) how many ranks of the order shadow reach the table; ``params`` are the read-only build
-    parameters (name → value)."""
+    parameters (name → value); ``bypass`` whether the core has a bypass port (``REG_BYPASS`` exists and
+    resets to 1)."""
 
-    def __init__(self, *, jobs, rounds, dests, slots, members, params, port=UDP_PORT):
+    def __init__(self, *, jobs, rounds, dests, slots, members, params, port=UDP_PORT, bypass=False):
         if rounds & (rounds - 1) or jobs & (jobs - 1):
             raise ValueError("The job and round capacities of the schedule table must be powers of two.")
         if slots < 1 or slots & (slots - 1):
@@ -53,6 +59,7 @@ class Control(wiring.Component):
         self.order_words = -(-members // regs.ORDER_PER_WORD)
         self.params = dict(params)
         self.port_init = port
+        self.bypass = bypass
         super().__init__(
             {
                 "ctl": In(ControlSignature()),
@@ -70,7 +77,14 @@ class Control(wiring.Component):
                 "sched_addr": Out(range(jobs * rounds)),
                 "sched_data": Out(64),
                 "sched_order": Out(8).array(members),
+                "sched_lo": Out(32),
+                "sched_hi": Out(32, init=0xFFFF_FFFF),
+                "sched_mdest": Out(32),
                 "sched_en": Out(1),
+                "bypass_en": Out(1, init=int(bypass)),
+                "ev_bypass": In(1),
+                "ev_forwarded": In(1),
+                "ev_overflow": In(1),
                 "ev_valid": In(1),
                 "ev_code": In(5),
                 "ev_result": In(1),
@@ -100,14 +114,17 @@ class Control(wiring.Component):
         named = dict(zip(regs.COUNTER_NAMES, counters, strict=True))
         with m.If(self.ev_valid):
             m.d.sync += named["frames_in"].eq(named["frames_in"] + 1)
-            with m.Switch(self.ev_code):
-                for code in sorted(Drop):
-                    with m.Case(int(code)):
-                        m.d.sync += counters[int(code)].eq(counters[int(code)] + 1)
+            with m.If(~self.ev_bypass):
+                with m.Switch(self.ev_code):
+                    for code in sorted(Drop):
+                        with m.Case(int(code)):
+                            m.d.sync += counters[int(code)].eq(counters[int(code)] + 1)
         for name, strobe in (
             ("results", self.ev_result),
             ("results_reemitted", self.ev_reemit),
             ("evictions", self.ev_evict),
+            ("bypassed", self.ev_forwarded),
+            ("bypass_overflow", self.ev_overflow),
         ):
             with m.If(strobe):
                 m.d.sync += named[name].eq(named[name] + 1)
@@ -143,6 +160,15 @@ class Control(wiring.Component):
                     m.d.sync += self.ip.eq(c.wdata)
                 with m.Case(regs.REG_NDEST):
                     m.d.sync += self.ndest.eq(c.wdata)
+                with m.Case(regs.REG_ROOT_LO):
+                    m.d.sync += self.sched_lo.eq(c.wdata)
+                with m.Case(regs.REG_ROOT_HI):
+                    m.d.sync += self.sched_hi.eq(c.wdata)
+                with m.Case(regs.REG_MDEST):
+                    m.d.sync += self.sched_mdest.eq(c.wdata)
+                if self.bypass:
+                    with m.Case(regs.REG_BYPASS):
+                        m.d.sync += self.bypass_en.eq(c.wdata[0])
                 for j in range(self.jobs):
                     with m.Case(regs.JOB_BASE + regs.JOB_STRIDE * j):
                         m.d.sync += self.job_id[j].eq(c.wdata)
@@ -176,12 +202,17 @@ class Control(wiring.Component):
             regs.REG_JOBS: self.jobs,
             regs.REG_ROUNDS: self.rounds,
             regs.REG_ENTRY: self.params.get("entry", 0),
+            regs.REG_BYPASS_BYTES: self.params.get("bypass_bytes", 0),
             regs.REG_RANK: self.rank,
             regs.REG_PORT: self.port,
             regs.REG_MAC_HI: self.mac[32:],
             regs.REG_MAC_LO: self.mac[:32],
             regs.REG_IP: self.ip,
             regs.REG_NDEST: self.ndest,
+            regs.REG_BYPASS: self.bypass_en,
+            regs.REG_ROOT_LO: self.sched_lo,
+            regs.REG_ROOT_HI: self.sched_hi,
+            regs.REG_MDEST: self.sched_mdest,
         }
         for j in range(self.jobs):
             values[regs.JOB_BASE + regs.JOB_STRIDE * j] = self.job_id[j]

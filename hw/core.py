@@ -6,8 +6,17 @@
          (frame entry)                                      │ completions (FIFO)      ║ rd
                                                             └──────────────► Reduce ◄─╝
     o ◄─ Fanout (frame entry) ◄─ ResultBuilder ◄────────────────────────────────┘
-    ctl ─► Control: registers, schedule-table writes (bitmap, summation order), job entries (id, period,
-           round-bank bits), counters (events from SlotTable)
+    ctl ─► Control: registers, schedule-table writes (bitmap, summation order, root stripe, RESULT group),
+           job entries (id, period, round-bank bits), counters (events from SlotTable)
+
+With ``bypass_bytes`` > 0 the core sits in line: its input is forked into a :class:`BypassBuffer` as well,
+and every frame that is not this core's work (``wanreduce.spec.protocol.forwarded``: not wanreduce, a
+RESULT, a CONTRIB outside this site's root stripe) leaves unchanged on the second output ``bypass`` once
+the slot table has decided it, while everything else is consumed or dropped as before. ``REG_BYPASS``
+turns forwarding off (then those frames are dropped and counted by their codes).
+
+    i ─┬─► FrameParser ─► ... ─► SlotTable ── packet event: verdict ──┐
+       └─► BypassBuffer ◄──────────────────────────────────────────┘ ─► bypass
 
 ``entry="frame"`` takes Ethernet frames and sends one RESULT frame per configured destination;
 ``entry="payload"`` takes bare UDP payloads (behind a vendor UDP stack) and sends one bare RESULT payload.
@@ -16,11 +25,12 @@ port is :class:`~wanreduce.hw.control.ControlSignature`. Latency and back-pressu
 its module; ``docs/aggregator.md`` has the whole picture.
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec import protocol
+from .bypass import BypassBuffer
 from .control import Control, ControlSignature
 from .fanout import Fanout
 from .frame_parser import FrameParser
@@ -41,8 +51,9 @@ class AggregatorCore(wiring.Component):
     ``members`` G_max, ``slot_bytes`` C (bytes per member buffer), ``dests`` D (destination entries),
     ``jobs`` and ``rounds`` (schedule table capacity), ``entry`` ("frame" or "payload"), ``port`` (the
     UDP port's reset value), ``mod_stages`` (modulo pipeline), ``adder_stages`` (FAdd stages),
-    ``queue_depth`` (completions waiting for the reduce engine). ``adder``/``formats`` replace the adder
-    lanes in tests only.
+    ``queue_depth`` (completions waiting for the reduce engine), ``bypass_bytes`` (the longest frame the
+    bypass port forwards; 0: no bypass port, every frame not taken is dropped) and ``bypass_frames``
+    (frames between input and verdict). ``adder``/``formats`` replace the adder lanes in tests only.
     """
 
     def __init__(
@@ -60,6 +71,8 @@ class AggregatorCore(wiring.Component):
         mod_stages=4,
         adder_stages=None,
         queue_depth=4,
+        bypass_bytes=0,
+        bypass_frames=16,
         adder=None,
         formats=None,
     ):
@@ -85,15 +98,22 @@ class AggregatorCore(wiring.Component):
             width=width, members=members, slots=slots, jobs=jobs, rounds=rounds, mod_stages=mod_stages
         )
         self.queue_depth = queue_depth
+        if bypass_bytes and entry != "frame":
+            raise ValueError("A bypass port needs the frame entry point: bare payloads are all wanreduce.")
+        self.bypass_bytes, self.bypass_frames = bypass_bytes, bypass_frames
+        self.bypass = None
+        if bypass_bytes:
+            self.bypass = BypassBuffer(width=width, frame_bytes=bypass_bytes, frames=bypass_frames)
         #: Bytes of reorder-buffer memory (S × G_max × words × W/8).
         self.slot_memory_bytes = slots * members * self.words * width // 8
-        super().__init__(
-            {
-                "i": In(stream.Signature(Beat(width))),
-                "o": Out(stream.Signature(Beat(width))),
-                "ctl": In(ControlSignature()),
-            }
-        )
+        ports = {
+            "i": In(stream.Signature(Beat(width))),
+            "o": Out(stream.Signature(Beat(width))),
+            "ctl": In(ControlSignature()),
+        }
+        if self.bypass is not None:
+            ports["bypass"] = Out(stream.Signature(Beat(width)))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -104,6 +124,7 @@ class AggregatorCore(wiring.Component):
             "members": self.members,
             "slot_bytes": self.slot_bytes,
             "entry": 0 if self.entry == "frame" else 1,
+            "bypass_bytes": self.bypass_bytes,
         }
         m.submodules.control = ctl = Control(
             jobs=self.jobs,
@@ -113,6 +134,7 @@ class AggregatorCore(wiring.Component):
             members=self.members,
             params=params,
             port=self.port,
+            bypass=self.bypass is not None,
         )
         wiring.connect(m, wiring.flipped(self.ctl), ctl.ctl)
 
@@ -120,7 +142,20 @@ class AggregatorCore(wiring.Component):
         if self.entry == "frame":
             m.submodules.frame = frame = FrameParser(width=W)
             m.d.comb += frame.port.eq(ctl.port)
-            wiring.connect(m, wiring.flipped(self.i), frame.i)
+            if self.bypass is None:
+                wiring.connect(m, wiring.flipped(self.i), frame.i)
+            else:
+                # The fork: a beat moves when both sides take it. The bypass buffer's ready depends on its
+                # own state only, so neither side's valid waits on the other side's ready through a loop.
+                m.submodules.bypass = byp = self.bypass
+                m.d.comb += [
+                    frame.i.payload.eq(self.i.payload),
+                    byp.i.payload.eq(self.i.payload),
+                    frame.i.valid.eq(self.i.valid & byp.i.ready),
+                    byp.i.valid.eq(self.i.valid & frame.i.ready),
+                    self.i.ready.eq(frame.i.ready & byp.i.ready),
+                ]
+                wiring.connect(m, byp.o, wiring.flipped(self.bypass))
             wiring.connect(m, frame.o, header.i)
         else:
             beat = PayloadBeat(W)
@@ -145,6 +180,9 @@ class AggregatorCore(wiring.Component):
         m.d.comb += [
             sched.sched_addr.eq(ctl.sched_addr),
             sched.sched_data.eq(ctl.sched_data),
+            sched.sched_lo.eq(ctl.sched_lo),
+            sched.sched_hi.eq(ctl.sched_hi),
+            sched.sched_mdest.eq(ctl.sched_mdest),
             sched.sched_en.eq(ctl.sched_en),
         ]
         for k in range(self.members):
@@ -159,6 +197,24 @@ class AggregatorCore(wiring.Component):
             ctl.ev_reemit.eq(slots.ev_reemit),
             ctl.ev_evict.eq(slots.ev_evict),
         ]
+        if self.bypass is not None:
+            # The verdict of each frame, in input order: forward what is not this core's work.
+            code = slots.ev_code
+            forward = Signal()
+            m.d.comb += forward.eq(
+                ctl.bypass_en
+                & (
+                    Cat(*[code == int(c) for c in sorted(protocol.BYPASS_CODES)]).any()
+                    | ((code == protocol.Drop.UNEXPECTED_SRC) & slots.ev_foreign)
+                )
+            )
+            m.d.comb += [
+                byp.verdict_valid.eq(slots.ev_valid),
+                byp.verdict_forward.eq(forward),
+                ctl.ev_bypass.eq(slots.ev_valid & forward),
+                ctl.ev_forwarded.eq(byp.ev_forward),
+                ctl.ev_overflow.eq(byp.ev_overflow),
+            ]
 
         # Completed chunks and re-emit requests wait here for the reduce engine, in input order.
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(

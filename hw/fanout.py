@@ -1,7 +1,9 @@
 """Multicast fan-out: every RESULT payload framed as Ethernet/IPv4/UDP once per configured destination.
 
 The payload is stored whole in one of two buffers (so the next RESULT can arrive while this one is sent)
-and replayed ``ndest`` times, each copy with its destination's MAC, IPv4 address and UDP port (PROTOCOL.md
+and replayed ``ndest`` times, each copy with its destination's MAC, IPv4 address and UDP port, and once
+more to the RESULT's group address when it has one (``mdest``, root aggregation: the RFC 1112 MAC of the
+group, the core's own UDP port), after the destination entries (PROTOCOL.md
 "RESULT frames": DF, TTL 64, identification 0, valid IPv4 checksum, UDP checksum 0). The 42 header bytes
 shift the payload by ``42 mod B`` bytes within the beats, so output beat ``j`` joins the top bytes of
 payload beat ``j - 42 // B - 1`` and the low bytes of payload beat ``j - 42 // B``.
@@ -65,6 +67,7 @@ class Fanout(wiring.Component):
         rp = buf.read_port(domain="sync")
         full = Signal(2)
         plen = Array([Signal(16, name=f"plen{n}") for n in range(2)])
+        mdest = Array([Signal(32, name=f"mdest{n}") for n in range(2)])
 
         # Write side.
         wb = Signal()
@@ -74,7 +77,12 @@ class Fanout(wiring.Component):
         m.d.comb += [wp.addr.eq(wb * PWN + wpw), wp.data.eq(self.i.payload.data), wp.en.eq(wr & (wpw < PWN))]
         with m.If(wr):
             with m.If(self.i.payload.last):
-                m.d.sync += [wpw.eq(0), wb.eq(~wb), plen[wb].eq(self.i.payload.plen)]
+                m.d.sync += [
+                    wpw.eq(0),
+                    wb.eq(~wb),
+                    plen[wb].eq(self.i.payload.plen),
+                    mdest[wb].eq(self.i.payload.mdest),
+                ]
             with m.Else():
                 m.d.sync += wpw.eq(wpw + 1)
 
@@ -94,8 +102,12 @@ class Fanout(wiring.Component):
         pwords = Signal(16)
         m.d.comb += pwords.eq((cur_plen + B - 1) >> (B.bit_length() - 1))
 
+        # Copies of the current RESULT: the destination entries, then its group address if it has one.
+        cur_mdest = mdest[rb]
+        copies = Signal(range(D + 2))
+        m.d.comb += copies.eq(self.ndest + (cur_mdest != 0))
         av = Signal()
-        ready = full.bit_select(rb, 1) & (self.ndest != 0)
+        ready = full.bit_select(rb, 1) & (copies != 0)
         credit = out.level + av < self.fifo_depth
         gen = ready & credit
         p = Signal(17)
@@ -104,9 +116,10 @@ class Fanout(wiring.Component):
         last_j = j + 1 == fwords
 
         # Prefix for destination d.
-        dmac = Array(self.dest_mac)[d]
-        dip = Array(self.dest_ip)[d]
-        dport = Array(self.dest_port)[d]
+        group = d == self.ndest
+        dmac = Mux(group, Cat(cur_mdest[:23], Const(0x01005E << 1, 25)), Array(self.dest_mac)[d])
+        dip = Mux(group, cur_mdest, Array(self.dest_ip)[d])
+        dport = Mux(group, self.port, Array(self.dest_port)[d])
         total = Signal(16)
         m.d.comb += total.eq(cur_plen + protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES)
         ip_sum = (
@@ -186,7 +199,7 @@ class Fanout(wiring.Component):
         with m.If(gen):
             with m.If(last_j):
                 m.d.sync += j.eq(0)
-                with m.If(d + 1 >= self.ndest):
+                with m.If(d + 1 >= copies):
                     m.d.sync += [d.eq(0), rb.eq(~rb)]
                 with m.Else():
                     m.d.sync += d.eq(d + 1)
@@ -196,9 +209,9 @@ class Fanout(wiring.Component):
         # Buffer occupancy: set when written, cleared after the last copy's last beat is generated.
         set_b = Mux(wr & self.i.payload.last, (Const(1, 2) << wb)[:2], 0)
         # With no destination configured a RESULT is discarded rather than left to block the core.
-        discard = full.bit_select(rb, 1) & (self.ndest == 0)
+        discard = full.bit_select(rb, 1) & (copies == 0)
         with m.If(discard):
             m.d.sync += rb.eq(~rb)
-        clr_b = Mux((gen & last_j & (d + 1 >= self.ndest)) | discard, (Const(1, 2) << rb)[:2], 0)
+        clr_b = Mux((gen & last_j & (d + 1 >= copies)) | discard, (Const(1, 2) << rb)[:2], 0)
         m.d.sync += full.eq((full & ~clr_b) | set_b)
         return m

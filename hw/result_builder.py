@@ -23,8 +23,11 @@ __all__ = ["ResultBuilder", "ResultBeat", "result_header"]
 
 
 def ResultBeat(width):
-    """A RESULT payload beat and the payload's length in bytes."""
-    return data.StructLayout({"data": width, "bytes": range(width // 8 + 1), "last": 1, "plen": 16})
+    """A RESULT payload beat, the payload's length in bytes and the group address it also goes to (``mdest``,
+    0 for none)."""
+    return data.StructLayout(
+        {"data": width, "bytes": range(width // 8 + 1), "last": 1, "plen": 16, "mdest": 32}
+    )
 
 
 def result_header(cd, rank):
@@ -82,7 +85,7 @@ class ResultBuilder(wiring.Component):
         header_beat = pw < PW0
         m.d.comb += self.i.ready.eq(en & ~header_beat)
         ob = Signal.like(self.o.payload)
-        m.d.comb += [ob.plen.eq(plen), ob.bytes.eq(B), ob.data.eq(ib.data)]
+        m.d.comb += [ob.plen.eq(plen), ob.mdest.eq(ib.cd.mdest), ob.bytes.eq(B), ob.data.eq(ib.data)]
         if PW0:
             with m.If(header_beat):
                 m.d.comb += ob.data.eq(hdr.word_select(pw[: max(1, (PW0 - 1).bit_length())], W))

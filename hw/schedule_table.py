@@ -11,6 +11,12 @@ valid bit each, written through the control port) is read while the chunk's slot
 (code 21) and the sender's member index: the position of ``src`` in the summation order (the first
 position that holds it; ``members`` when none does, which the slot table never writes).
 
+Root aggregation: an entry also holds the chunk range ``root_lo ..= root_hi`` this site is the root of in
+that round (its stripe; ``0 ..= 2**32 - 1`` in gather mode) and ``mdest``, the group address its RESULTs
+are also multicast to (0 for none). A packet of a configured (job, round) whose chunk is outside the range
+is marked ``foreign`` (not this core's work: the core's bypass forwards it) and gets an empty expected set,
+so it is never stored (code 21 unless a lower code applies).
+
 Back-pressure: all stages advance when the output register is empty or taken (``i.ready`` follows
 ``o.ready`` combinationally); one beat per cycle.
 """
@@ -37,7 +43,8 @@ class ScheduleTable(wiring.Component):
     Ports: ``i`` (:func:`ParsedBeat`), ``o`` (:func:`ScheduledBeat`), the job entries ``job_id`` /
     ``job_period`` / ``job_bank``, and the table's write port ``sched_addr`` / ``sched_data`` (bitmap) /
     ``sched_order`` (``members`` bytes: the rank in bits 5:0; a byte with bit 6 or 7 set, such as
-    ``ORDER_NONE``, ends the order) / ``sched_en``.
+    ``ORDER_NONE``, ends the order) / ``sched_lo`` / ``sched_hi`` (the root stripe, inclusive) /
+    ``sched_mdest`` / ``sched_en``.
     """
 
     def __init__(self, *, width, members, slots, jobs=4, rounds=64, mod_stages=4):
@@ -64,6 +71,9 @@ class ScheduleTable(wiring.Component):
                 "sched_addr": In(range(jobs * rounds)),
                 "sched_data": In(64),
                 "sched_order": In(8).array(members),
+                "sched_lo": In(32),
+                "sched_hi": In(32, init=0xFFFF_FFFF),
+                "sched_mdest": In(32),
                 "sched_en": In(1),
             }
         )
@@ -74,7 +84,9 @@ class ScheduleTable(wiring.Component):
         rbits = 8  # remainder register: holds 2 * (P - 1) + 1 < 256
         sbits = (S - 1).bit_length()
 
-        entry_layout = data.StructLayout({"bitmap": 64, "rank": data.ArrayLayout(6, G), "valid": G})
+        entry_layout = data.StructLayout(
+            {"bitmap": 64, "rank": data.ArrayLayout(6, G), "valid": G, "lo": 32, "hi": 32, "mdest": 32}
+        )
         m.submodules.table = table = memory.Memory(shape=entry_layout, depth=J * R, init=[])
         wp = table.write_port()
         rp = table.read_port(domain="sync")
@@ -84,7 +96,14 @@ class ScheduleTable(wiring.Component):
         for k in range(G):
             valid = valid & (self.sched_order[k][6:] == 0)
             m.d.comb += [wp.data.rank[k].eq(self.sched_order[k][:6]), wp.data.valid[k].eq(valid)]
-        m.d.comb += [wp.addr.eq(self.sched_addr), wp.data.bitmap.eq(self.sched_data), wp.en.eq(self.sched_en)]
+        m.d.comb += [
+            wp.addr.eq(self.sched_addr),
+            wp.data.bitmap.eq(self.sched_data),
+            wp.data.lo.eq(self.sched_lo),
+            wp.data.hi.eq(self.sched_hi),
+            wp.data.mdest.eq(self.sched_mdest),
+            wp.en.eq(self.sched_en),
+        ]
 
         ctx_layout = data.StructLayout(
             {
@@ -157,8 +176,11 @@ class ScheduleTable(wiring.Component):
             m.d.sync += [vt.eq(prev_v), ctxt.eq(prev), ctxt.slot.eq(slot)]
 
         entry = rp.data
+        chunk = ctxt.beat.desc.chunk
+        foreign = Signal()
+        m.d.comb += foreign.eq(ctxt.hit & ((chunk < entry.lo) | (chunk > entry.hi)))
         expected = Signal(64)
-        m.d.comb += expected.eq(Mux(ctxt.hit, entry.bitmap, 0))
+        m.d.comb += expected.eq(Mux(ctxt.hit & ~foreign, entry.bitmap, 0))
         src = ctxt.beat.desc.src
         # The first position holding src wins: an order of a multiple of four members has no "none" byte,
         # so the words after it may still hold ranks of a longer order written before (the driver only
@@ -189,5 +211,7 @@ class ScheduleTable(wiring.Component):
                 ob.expected.eq(expected),
                 ob.midx.eq(midx),
                 ob.slot.eq(ctxt.slot),
+                ob.foreign.eq(foreign),
+                ob.mdest.eq(Mux(ctxt.hit, entry.mdest, 0)),
             ]
         return m

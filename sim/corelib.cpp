@@ -10,6 +10,8 @@
 // Ports as for the stream harness (harness.cpp): clk, rst, i__payload/i__valid/i__ready,
 // o__payload/o__valid/o__ready, ctl__addr/ctl__wdata/ctl__we/ctl__re/ctl__rdata. IN_BITS and OUT_BITS come
 // from the build. The output is always ready: the WAN side of a core never back-pressures in this model.
+// With HAS_BYPASS defined the core also has the in-line bypass output bypass__payload/valid/ready (the same
+// beat layout as o), always ready too, whose beats are kept apart with their own cycle stamps.
 
 #include <cstdint>
 #include <cstring>
@@ -57,6 +59,8 @@ struct Core {
     std::deque<std::vector<uint8_t>> in;
     std::vector<uint8_t> out;
     std::vector<uint64_t> stamps;
+    std::vector<uint8_t> byp;
+    std::vector<uint64_t> byp_stamps;
     uint64_t cycle = 0;
     uint64_t in_beats = 0;
     uint64_t longest_stall = 0;  // most consecutive cycles with a beat offered and i__ready low
@@ -64,6 +68,9 @@ struct Core {
     Core() : ctx(new VerilatedContext), top(new Vtop(ctx.get())) {
         top->i___05Fvalid = 0;
         top->o___05Fready = 1;
+#ifdef HAS_BYPASS
+        top->bypass___05Fready = 1;
+#endif
         top->ctl___05Fwe = 0;
         top->ctl___05Fre = 0;
         top->rst = 1;
@@ -115,14 +122,22 @@ struct Core {
             top->clk = 0;
             top->eval();
             const bool fire = presenting && top->i___05Fready;
+            bool busy = false;
             if (top->o___05Fvalid) {
                 get_port(top->o___05Fpayload, obuf, OUT_BYTES);
                 out.insert(out.end(), obuf, obuf + OUT_BYTES);
                 stamps.push_back(cycle);
-                quiet = 0;
-            } else {
-                ++quiet;
+                busy = true;
             }
+#ifdef HAS_BYPASS
+            if (top->bypass___05Fvalid) {
+                get_port(top->bypass___05Fpayload, obuf, OUT_BYTES);
+                byp.insert(byp.end(), obuf, obuf + OUT_BYTES);
+                byp_stamps.push_back(cycle);
+                busy = true;
+            }
+#endif
+            quiet = busy ? 0 : quiet + 1;
             stall = presenting && !fire ? stall + 1 : 0;
             if (stall > longest_stall) longest_stall = stall;
             top->clk = 1;
@@ -193,5 +208,16 @@ void core_take(void* h, int i, uint8_t* out, uint64_t* stamps) {
     std::memcpy(stamps, c->stamps.data(), c->stamps.size() * 8);
     c->out.clear();
     c->stamps.clear();
+}
+
+uint64_t core_bypass_beats(void* h, int i) { return core(h, i)->byp_stamps.size(); }
+
+// The same for the bypass output (empty without HAS_BYPASS).
+void core_take_bypass(void* h, int i, uint8_t* out, uint64_t* stamps) {
+    Core* c = core(h, i);
+    std::memcpy(out, c->byp.data(), c->byp.size());
+    std::memcpy(stamps, c->byp_stamps.data(), c->byp_stamps.size() * 8);
+    c->byp.clear();
+    c->byp_stamps.clear();
 }
 }

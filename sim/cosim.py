@@ -53,6 +53,10 @@ class RtlCores:
         ports = toolchain.parse_ports(text, top="agg_core")
         in_bits, out_bits = ports["i__payload"][1], ports["o__payload"][1]
         defines = f"-DIN_BITS={in_bits} -DOUT_BITS={out_bits}"
+        #: Whether the cores have the in-line bypass port (``bypass_bytes`` > 0).
+        self.has_bypass = "bypass__payload" in ports
+        if self.has_bypass:
+            defines += " -DHAS_BYPASS"
         source = _SOURCE.read_text()
 
         def do_build(out):
@@ -123,6 +127,9 @@ class RtlCores:
         lib.core_out_beats.argtypes = [vp, i]
         lib.core_out_beats.restype = u64
         lib.core_take.argtypes = [vp, i, ctypes.c_void_p, ctypes.c_void_p]
+        lib.core_bypass_beats.argtypes = [vp, i]
+        lib.core_bypass_beats.restype = u64
+        lib.core_take_bypass.argtypes = [vp, i, ctypes.c_void_p, ctypes.c_void_p]
         self.lib = lib
         self.in_bytes, self.out_bytes = lib.cores_in_bytes(), lib.cores_out_bytes()
         self.count = count
@@ -149,12 +156,20 @@ class RtlCores:
         lib.core_push(h, i, beats.tobytes(), len(beats))
         if lib.core_run(h, i, drain, max_cycles):
             raise RuntimeError(f"core {i} did not finish a burst in {max_cycles} cycles")
-        n = lib.core_out_beats(h, i)
+        return self._take(lib.core_out_beats, lib.core_take, i)
+
+    def take_bypass(self, i):
+        """The frames core ``i`` forwarded on its bypass port since the last call, as
+        ``[(cycle of the last beat, frame), ...]`` (the core runs in :meth:`feed`)."""
+        return self._take(self.lib.core_bypass_beats, self.lib.core_take_bypass, i)
+
+    def _take(self, count, take, i):
+        n = count(self.handle, i)
         if not n:
             return []
         out = np.empty((n, self.out_bytes), np.uint8)
         stamps = np.empty(n, np.uint64)
-        lib.core_take(h, i, out.ctypes.data, stamps.ctypes.data)
+        take(self.handle, i, out.ctypes.data, stamps.ctypes.data)
         meta = out[:, self.width // 8]
         last = np.flatnonzero(_last_flags(meta, self.width))
         frames_out = beats_to_packets(out, self.width)

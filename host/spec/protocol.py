@@ -34,6 +34,8 @@ __all__ = [
     "JUMBO_MTU",
     "MAX_CHUNK_BYTES",
     "MAX_GROUPS",
+    "BYPASS_CODES",
+    "forwarded",
 ]
 
 VERSION = 2
@@ -231,3 +233,20 @@ _RULE = {
     Drop.AHEAD_OF_WINDOW: 6,
     Drop.DUPLICATE: 5,
 }
+
+
+#: In-line forwarding (PROTOCOL.md "In-line bypass"): a frame whose deciding (lowest) code is one of these
+#: is not wanreduce work for this aggregator, so an aggregator with a bypass port forwards it unchanged
+#: to the site's hosts instead of dropping it: not IPv4, IPv4 the parser does not take apart (options or a
+#: fragment), another IP protocol, another UDP port, and RESULTs (another root's, on their way to the
+#: hosts). A frame with a corrupt IPv4 header or checksum, or a malformed wanreduce header, is dropped.
+BYPASS_CODES = frozenset(
+    {Drop.NOT_IPV4, Drop.BAD_IP_HEADER, Drop.NOT_UDP, Drop.WRONG_PORT, Drop.RESULT_ON_INPUT}
+)
+
+
+def forwarded(code, foreign):
+    """Whether a frame whose lowest drop code is ``code`` (0: none) goes to the bypass port: a code of
+    :data:`BYPASS_CODES`, or ``unexpected_src`` for a CONTRIB that is ``foreign`` (its chunk is outside this
+    site's root stripe of a configured round: another root's work)."""
+    return code in BYPASS_CODES or (code == Drop.UNEXPECTED_SRC and bool(foreign))

@@ -18,6 +18,7 @@ __all__ = [
     "REG_JOBS",
     "REG_ROUNDS",
     "REG_ENTRY",
+    "REG_BYPASS_BYTES",
     "REG_RANK",
     "REG_PORT",
     "REG_MAC_HI",
@@ -25,6 +26,10 @@ __all__ = [
     "REG_IP",
     "REG_NDEST",
     "REG_CLEAR",
+    "REG_BYPASS",
+    "REG_ROOT_LO",
+    "REG_ROOT_HI",
+    "REG_MDEST",
     "JOB_BASE",
     "JOB_STRIDE",
     "DEST_BASE",
@@ -41,7 +46,7 @@ __all__ = [
     "ORDER_NONE",
 ]
 
-ID_VALUE = 0x57520002  # "WR", register map version 2 (round banks, summation order)
+ID_VALUE = 0x57520003  # "WR", register map version 3 (root stripes, RESULT group address, bypass)
 
 # Read-only build parameters.
 REG_ID = 0x0000
@@ -53,6 +58,7 @@ REG_DESTS = 0x0005
 REG_JOBS = 0x0006
 REG_ROUNDS = 0x0007
 REG_ENTRY = 0x0008  # 0 frames, 1 bare UDP payloads
+REG_BYPASS_BYTES = 0x0009  # the bypass buffer's frame capacity in bytes; 0: no bypass port
 
 # Site configuration.
 REG_RANK = 0x0010  # this site's rank, 0..63 (the RESULT's src)
@@ -62,6 +68,17 @@ REG_MAC_LO = 0x0013  # MAC bytes 2-5
 REG_IP = 0x0014  # IPv4 address, first octet in the high byte
 REG_NDEST = 0x0015  # how many of the destination entries are used
 REG_CLEAR = 0x0016  # write 1: zero every counter
+#: Bit 0: forward what is not this core's work to the bypass port (reset 1 when the core has one): frames
+#: that are not wanreduce (not IPv4, a non-UDP protocol, IPv4 with options or fragmented, another UDP
+#: port), RESULTs, and CONTRIBs outside this site's root stripe. Read-only 0 without a bypass port.
+REG_BYPASS = 0x0017
+#: Root-stripe and RESULT-group shadows, stored with the next SCHED_HI write (like the order shadow): the
+#: entry's chunks ``ROOT_LO ..= ROOT_HI`` are this site's to aggregate (reset 0 ..= 2**32 - 1: all, the
+#: gather mode), others are foreign; ``MDEST`` is an IPv4 multicast group every RESULT of the entry is
+#: also sent to (reset 0: none), after the ``NDEST`` destination entries.
+REG_ROOT_LO = 0x0018
+REG_ROOT_HI = 0x0019
+REG_MDEST = 0x001A
 
 # Per job entry j: +0 job id, +1 period P (1..rounds; 0 disables the entry), +2 bank bits b: round r's
 # chunk c uses slot ((r mod P) << b | c mod 2**b) mod S (reset: log2 S, i.e. chunk mod S).
@@ -83,10 +100,14 @@ DEST_STRIDE = 4
 #: Counters, 32 bits, read-only, wrapping: index 0 frames_in, index d the drop counter of code d,
 #: then results (chunks completed), results_reemitted (shadow RESULTs sent again because a CONTRIB for the
 #: slot's last completed chunk came in; that CONTRIB is also counted under duplicate) and evictions (a live
-#: chunk's buffers discarded because an older chunk, not completed here, took its slot back).
+#: chunk's buffers discarded because an older chunk, not completed here, took its slot back), bypassed
+#: (frames forwarded to the bypass port: counted there and under frames_in, under no drop counter) and
+#: bypass_overflow (frames to forward that were longer than the bypass buffer: lost, and counted here).
 COUNTER_BASE = 0x0400
 COUNTER_NAMES = (
-    ["frames_in"] + [d.counter for d in sorted(Drop)] + ["results", "results_reemitted", "evictions"]
+    ["frames_in"]
+    + [d.counter for d in sorted(Drop)]
+    + ["results", "results_reemitted", "evictions", "bypassed", "bypass_overflow"]
 )
 assert [COUNTER_NAMES.index(d.counter) for d in Drop] == [int(d) for d in Drop]
 

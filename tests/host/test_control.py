@@ -55,9 +55,10 @@ def test_refusals(kwargs, message):
 def test_counter_names_follow_drop_codes():
     values = list(range(100, 100 + len(regmap.COUNTER_NAMES)))
     decoded = control.decode_counters(values)
-    assert decoded["frames_in"] == 100 and decoded["results"] == values[-3]
-    assert decoded["results_reemitted"] == values[-2] and decoded["evictions"] == values[-1]
-    assert len(values) == len(Drop) + 4
+    assert decoded["frames_in"] == 100 and decoded["results"] == values[-5]
+    assert decoded["results_reemitted"] == values[-4] and decoded["evictions"] == values[-3]
+    assert decoded["bypassed"] == values[-2] and decoded["bypass_overflow"] == values[-1]
+    assert len(values) == len(Drop) + 6
     for d in Drop:
         assert decoded[d.counter] == 100 + int(d)
     assert control.counter_reads()[int(Drop.STALE)] == regmap.COUNTER_BASE + int(Drop.STALE)

@@ -67,7 +67,7 @@ def test_registers_schedule_and_counters():
         ]
         assert entries == [(7, 2, 2), (9, 1, 3)]  # job 9 has no bank bits given: log2 S
         assert ctx.get(dut.job_period[2]) == 0 and ctx.get(dut.dest_ip[1]) == 0x0A000001
-        assert await read(regs.REG_ID) == regs.ID_VALUE == 0x57520002
+        assert await read(regs.REG_ID) == regs.ID_VALUE == 0x57520003
         assert await read(regs.REG_SLOTS) == 8
         assert await read(regs.JOB_BASE) == 7
         assert await read(regs.JOB_BASE + regs.JOB_BANK_OFFSET) == 2

@@ -1,5 +1,6 @@
 """Fan-out: each RESULT payload framed once per destination exactly as ``host/frames.build_frame`` frames it
-(DF, TTL 64, id 0, valid IPv4 checksum, UDP checksum 0), under random output back-pressure."""
+(DF, TTL 64, id 0, valid IPv4 checksum, UDP checksum 0), plus one copy to the RESULT's group address when
+it has one (root aggregation), under random output back-pressure."""
 
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from tests.support.streamsim import run_stream
 from wanreduce.host.frames import build_frame
 from wanreduce.hw.fanout import Fanout
+from wanreduce.spec.addressing import multicast_mac
 
 DESTS = [
     ("02:00:00:00:00:01", "10.0.0.1", 5000),
@@ -25,14 +27,16 @@ def _ip(text):
 
 
 @pytest.mark.parametrize("width", [64, 512])
-@pytest.mark.parametrize("ndest", [1, 3])
+@pytest.mark.parametrize("ndest", [0, 1, 3])
 def test_frames(width, ndest):
     rng = np.random.default_rng(width + ndest)
     B = width // 8
     sizes = rng.integers(34, 32 + 64 + 1, 6)
     payloads = [bytes(rng.integers(0, 256, int(n), dtype=np.uint8)) for n in sizes]
+    # Every other RESULT also goes to a group (a root's stripe); the others to the entries only.
+    groups = [None if k % 2 else f"239.{96 + k}.{k}.{200 + k}" for k in range(len(payloads))]
     beats = []
-    for p in payloads:
+    for p, group in zip(payloads, groups, strict=True):
         n = -(-len(p) // B)
         for k in range(n):
             part = p[k * B : (k + 1) * B]
@@ -42,6 +46,7 @@ def test_frames(width, ndest):
                     "bytes": len(part),
                     "last": int(k == n - 1),
                     "plen": len(p),
+                    "mdest": _ip(group) if group else 0,
                 }
             )
     dut = Fanout(width=width, dests=3, max_payload=96)
@@ -76,7 +81,7 @@ def test_frames(width, ndest):
             df=True,
             ttl=64,
         )
-        for p in payloads
-        for mac, ip, port in DESTS[:ndest]
+        for p, group in zip(payloads, groups, strict=True)
+        for mac, ip, port in DESTS[:ndest] + ([(multicast_mac(group), group, PORT)] if group else [])
     ]
-    assert frames == want
+    assert frames == want and len(want) == len(payloads) * ndest + 3

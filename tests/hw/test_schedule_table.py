@@ -1,5 +1,6 @@
 """Schedule table: round mod P for any period, the expected set, unexpected_src, the member index (the
-sender's position in the summation order) and the round bank's slot."""
+sender's position in the summation order), the round bank's slot, and the root stripe (foreign chunks get
+no expected set) with its RESULT group address."""
 
 import numpy as np
 import pytest
@@ -26,7 +27,14 @@ def _entry(rng):
             written.append(int(rng.choice([int(rng.integers(0, 64)), 0x40 | int(rng.integers(0, 64)), 0xFF])))
     else:
         written += [int(r) for r in rng.permutation(order + [int(rng.integers(0, 64))])][: G - n]
-    return sum(1 << r for r in order), written, order
+    # The root stripe: the whole chunk space (gather mode) or a range, and the RESULT group address.
+    if rng.random() < 0.4:
+        lo, hi, mdest = 0, (1 << 32) - 1, 0
+    else:
+        lo = int(rng.integers(0, 1 << 32))
+        hi = min((1 << 32) - 1, lo + int(rng.integers(0, 1 << 31)))
+        mdest = int(rng.integers(0xE0000000, 0xF0000000))
+    return sum(1 << r for r in order), written, order, lo, hi, mdest
 
 
 def _member(written, src):
@@ -61,14 +69,22 @@ def test_lookup(mod_stages):
         order = period[rnd % len(period)][2] if job in table else []
         # Mostly members of the order (so the index is exercised), sometimes anyone.
         src = int(rng.choice(order)) if order and rng.random() < 0.7 else int(rng.integers(0, 64))
-        queries.append((job, rnd, src, int(rng.integers(0, 1 << 32))))
+        chunk = int(rng.integers(0, 1 << 32))
+        if job in table and rng.random() < 0.5:  # inside the stripe, or just at one of its ends
+            lo, hi = period[rnd % len(period)][3:5]
+            ends = [lo, hi, max(lo - 1, 0), min(hi + 1, (1 << 32) - 1)]
+            chunk = int(rng.choice([rng.integers(lo, hi + 1), *ends]))
+        queries.append((job, rnd, src, chunk))
     got = []
 
     async def tb(ctx):
         for j, (job, rows, bank) in enumerate(entries):
-            for r, (bitmap, written, _) in enumerate(rows):
+            for r, (bitmap, written, _, lo, hi, mdest) in enumerate(rows):
                 ctx.set(dut.sched_addr, j * rounds + r)
                 ctx.set(dut.sched_data, bitmap)
+                ctx.set(dut.sched_lo, lo)
+                ctx.set(dut.sched_hi, hi)
+                ctx.set(dut.sched_mdest, mdest)
                 for k, byte in enumerate(written):
                     ctx.set(dut.sched_order[k], byte)
                 ctx.set(dut.sched_en, 1)
@@ -90,7 +106,14 @@ def test_lookup(mod_stages):
             if ctx.get(dut.o.valid):
                 o = ctx.get(dut.o.payload)
                 got.append(
-                    (int(o.expected), int(o.midx), bool(int(o.drops) >> Drop.UNEXPECTED_SRC & 1), int(o.slot))
+                    (
+                        int(o.expected),
+                        int(o.midx),
+                        bool(int(o.drops) >> Drop.UNEXPECTED_SRC & 1),
+                        int(o.slot),
+                        int(o.foreign),
+                        int(o.mdest),
+                    )
                 )
             await ctx.tick()
 
@@ -99,11 +122,18 @@ def test_lookup(mod_stages):
     sim.add_testbench(tb)
     sim.run()
     assert len(got) == len(queries)
-    hits = banked = 0
-    for (job, rnd, src, chunk), (expected, midx, unexpected, slot) in zip(queries, got, strict=True):
+    hits = banked = foreigns = 0
+    for (job, rnd, src, chunk), (expected, midx, unexpected, slot, foreign, mdest) in zip(
+        queries, got, strict=True
+    ):
         if job in table:
             rows, bank = table[job]
-            want, _, order = rows[rnd % len(rows)]
+            want, _, order, lo, hi, want_mdest = rows[rnd % len(rows)]
+            assert mdest == want_mdest
+            assert foreign == (not lo <= chunk <= hi)
+            foreigns += foreign
+            if foreign:
+                want = 0
             assert slot == ((rnd % len(rows)) << bank | chunk % (1 << bank)) % S
             assert midx == _member(rows[rnd % len(rows)][1], src)
             if src in order:
@@ -113,6 +143,7 @@ def test_lookup(mod_stages):
         else:
             want = 0
             assert 0 <= slot < S
+            assert (foreign, mdest) == (0, 0)
         assert expected == want
         assert unexpected == (not want >> src & 1)
-    assert hits > 30 and banked > 10
+    assert hits > 20 and banked > 10 and 10 < foreigns < 100
