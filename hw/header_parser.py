@@ -5,13 +5,14 @@ Latency: one cycle (one output register). The header fills the first ``ceil(32 /
 and from then on every beat of the packet carries the decoded :data:`Desc` and the drop bits decided so far,
 so later stages can look at any beat. Codes that need the payload length (``short_header``,
 ``bad_length``) are set on the last beat, which also carries the frame parser's codes 1-8; the slot table
-applies the precedence rule (lowest code wins) there.
+applies the precedence rule (lowest code wins) there. In a packet shorter than the header, ``desc`` and
+the codes above ``short_header`` (9) are not meaningful: that code, the lowest of this parser's, decides.
 
 Back-pressure: a two-beat skid buffer at the input makes ``i.ready`` a register (so the ready chain of the
 stages after this one ends here); one beat per cycle. The skid buffer adds no latency.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -78,8 +79,15 @@ class HeaderParser(wiring.Component):
         hc = Signal()
         m.d.comb += hc.eq((pw == HB - 1) | (ib.last & (pw < HB - 1)))
 
+        # The fields are read from the registered header for the beats before the last header beat and from
+        # the input beat itself for the last one, without the merge multiplexer: they only matter on the beat
+        # that completes the header (``pw == HB - 1``), where the two agree. A packet that ends earlier
+        # carries ``short_header``, the lowest of this parser's codes, whatever these fields say.
+        split = 8 * B * (HB - 1)
+        fields = Cat(hdr[:split], ib.data[: 8 * protocol.HEADER_BYTES - split])
+
         def f(name):
-            return be_field(cur, name)
+            return be_field(fields, name)
 
         dtype = f("dtype")
         count = f("count")

@@ -95,6 +95,20 @@ _HC_KNOWN = drop_mask(
 )
 
 
+def _lowest_code(vector):
+    """The lowest set bit of a drop vector as a 5-bit code (0 when none), as :func:`lowest_drop` but as a
+    tree of (any, index) pairs: log2 of the width deep instead of a chain of one multiplexer per code."""
+    terms = [(vector[d], Const(d, 5)) for d in range(len(vector))]
+    while len(terms) > 1:
+        terms = [
+            (terms[n][0] | terms[n + 1][0], Mux(terms[n][0], terms[n][1], terms[n + 1][1]))
+            if n + 1 < len(terms)
+            else terms[n]
+            for n in range(0, len(terms), 2)
+        ]
+    return Mux(terms[0][0], terms[0][1], 0)
+
+
 class SlotTable(wiring.Component):
     """The reorder buffer.
 
@@ -218,7 +232,7 @@ class SlotTable(wiring.Component):
                 r_bit.eq((Const(1, 64) << in_p.desc.src)[:64]),
                 r_any.eq(in_p.drops.any()),
                 r_low_any.eq((in_p.drops & low).any()),
-                r_low_code.eq(lowest_drop(in_p.drops & low)),
+                r_low_code.eq(_lowest_code(in_p.drops & low)),
                 r_hck.eq((in_p.drops & _HC_KNOWN).any()),
                 r_below_dup.eq((in_p.drops & below_dup).any()),
                 r_midx_ok.eq(in_p.midx < G),
@@ -238,7 +252,9 @@ class SlotTable(wiring.Component):
                 "completes": 1,
                 "reemit": 1,
                 "evict": 1,
-                "code": 5,
+                "dec": _Decision,
+                "low_any": 1,
+                "low_code": 5,
                 "new": state_layout,
                 "desc": Desc,
                 "g": range(65),
@@ -254,22 +270,33 @@ class SlotTable(wiring.Component):
         # The slot state as the beat in D must see it: the state memory's read (transparent to the write
         # of this cycle's commit in X, so a beat entering D sees it) unless X is committing to the same
         # slot right now, whose new state is forwarded.
+        # The comparisons are made against both and the forwarding choice comes after them, so the wide
+        # multiplexer of the whole state word is off the decision's path.
         fwd = xv & x.commit & (x.slot == r.slot)
         st = Signal(state_layout)
         m.d.comb += st.eq(Mux(fwd, x.new, srp.data))
         desc = r.desc
-        tag_eq = (st.job == desc.job) & (st.round == desc.round) & (st.chunk == desc.chunk)
-        older = (st.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(st.chunk, st.round))
-        seen = (st.bitmap & r_bit).any()
-        mismatch = (st.dtype != desc.dtype) | (st.count != desc.count)
-        last_same_job = st.last_valid & (st.last_job == desc.job)
-        last_eq = last_same_job & (st.last_round == desc.round) & (st.last_chunk == desc.chunk)
-        last_older = last_same_job & (Cat(desc.chunk, desc.round) < Cat(st.last_chunk, st.last_round))
+
+        def compare(s):
+            tag_eq = (s.job == desc.job) & (s.round == desc.round) & (s.chunk == desc.chunk)
+            older = (s.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(s.chunk, s.round))
+            seen = (s.bitmap & r_bit).any()
+            mismatch = (s.dtype != desc.dtype) | (s.count != desc.count)
+            last_same_job = s.last_valid & (s.last_job == desc.job)
+            last_eq = last_same_job & (s.last_round == desc.round) & (s.last_chunk == desc.chunk)
+            last_older = last_same_job & (Cat(desc.chunk, desc.round) < Cat(s.last_chunk, s.last_round))
+            fills = (s.bitmap | r_bit) == r.expected
+            return Cat(tag_eq, older, seen, mismatch, last_eq, last_older, s.state, fills)
+
+        cmp = Signal(9)
+        m.d.comb += cmp.eq(Mux(fwd, compare(x.new), compare(srp.data)))
+        tag_eq, older, seen, mismatch, last_eq, last_older = (cmp[k] for k in range(6))
+        st_state, fills = cmp[6:8], cmp[8]
         dec_now = Signal(_Decision)
         with m.If(last_eq):
             m.d.comb += dec_now.eq(_Decision.REEMIT)
         with m.Else():
-            with m.Switch(st.state):
+            with m.Switch(st_state):
                 with m.Case(SlotState.LIVE):
                     with m.If(tag_eq):
                         m.d.comb += dec_now.eq(
@@ -295,9 +322,9 @@ class SlotTable(wiring.Component):
         write_ok = Mux(r.hc, write_ok_now, held_write)
         claim = (dec == _Decision.CLAIM) | (dec == _Decision.EVICT)
 
-        # Drop code (the lowest of the upstream codes and this table's) and whether any applies.
+        # Whether any drop code applies (the code itself, for the counters, is formed in X).
         slot_drop = Signal(32)
-        with m.Switch(dec):
+        with m.Switch(x.dec):
             for d, c in (
                 (_Decision.STALE, D.STALE),
                 (_Decision.AHEAD, D.AHEAD_OF_WINDOW),
@@ -307,8 +334,6 @@ class SlotTable(wiring.Component):
             ):
                 with m.Case(d):
                     m.d.comb += slot_drop[c].eq(1)
-        code = Signal(5)
-        m.d.comb += code.eq(Mux(r_low_any, r_low_code, lowest_drop((r.drops & ~low) | slot_drop)))
         slot_ok = (dec == _Decision.CLAIM) | (dec == _Decision.EVICT) | (dec == _Decision.STORE)
         no_drop = ~r_any & slot_ok
 
@@ -328,7 +353,7 @@ class SlotTable(wiring.Component):
             ]
         with m.Else():
             m.d.comb += [new.bitmap.eq(st.bitmap | r_bit), new.flags.eq(st.flags | desc.flags)]
-        completes = Mux(claim, r_solo, (st.bitmap | r_bit) == r.expected)
+        completes = Mux(claim, r_solo, fills)
         m.d.comb += new.state.eq(Mux(completes, SlotState.DONE, SlotState.LIVE))
         with m.If(completes):
             m.d.comb += [
@@ -362,7 +387,9 @@ class SlotTable(wiring.Component):
                 # A re-emit request: the duplicate code is the packet's (no lower code came with it).
                 x.reemit.eq(r.last & (dec == _Decision.REEMIT) & ~r_below_dup),
                 x.evict.eq(dec == _Decision.EVICT),
-                x.code.eq(code),
+                x.dec.eq(dec),
+                x.low_any.eq(r_low_any),
+                x.low_code.eq(r_low_code),
                 x.new.eq(new),
                 x.desc.eq(desc),
                 x.g.eq(sum(r.expected[k] for k in range(64))),
@@ -406,7 +433,7 @@ class SlotTable(wiring.Component):
             m.d.comb += [swp.addr.eq(x.slot), swp.data.eq(x.new), swp.en.eq(go & x.commit)]
         m.d.comb += [
             self.ev_valid.eq(go & x.last),
-            self.ev_code.eq(x.code),
+            self.ev_code.eq(Mux(x.low_any, x.low_code, lowest_drop((x.drops & ~low) | slot_drop))),
             self.ev_result.eq(go & x.commit & x.completes),
             self.ev_reemit.eq(go & x.reemit),
             self.ev_evict.eq(go & x.commit & x.evict),
@@ -416,6 +443,10 @@ class SlotTable(wiring.Component):
 
         # Busy: completed, and the reduce engine has not yet issued every read of it.
         set_mask = Mux(go & x.commit & x.completes, (Const(1, S) << x.slot)[:S], 0)
-        clr_mask = Mux(self.release, (Const(1, S) << self.release_slot)[:S], 0)
+        # The release is registered first (it comes from the reduce engine's issue logic); a slot stays busy
+        # one cycle longer, which only delays a claim of it.
+        rel, rel_slot = Signal(), Signal(range(S))
+        m.d.sync += [rel.eq(self.release), rel_slot.eq(self.release_slot)]
+        clr_mask = Mux(rel, (Const(1, S) << rel_slot)[:S], 0)
         m.d.sync += busy.eq((busy & ~clr_mask) | set_mask)
         return m

@@ -131,7 +131,8 @@ def _critical_path(rep, clock="clk"):
 
 def _deepest_logic(wd, top):
     """The deepest chain of LUTs in the synthesised netlist (Yosys ``ltp`` with flip-flops, memories and
-    carry cells removed, so register and carry-chain boundaries end a path): its length in cells and the
+    carry cells removed, so register and carry-chain boundaries end a path; no ``opt_clean`` after that,
+    which would remove the logic that fed only registers): its length in cells and the
     signals it runs through, consecutive cells of one signal merged. Cheap next to placement, and it names
     the logic behind a poor Fmax by signal rather than by placed cell."""
     _run(
@@ -141,7 +142,7 @@ def _deepest_logic(wd, top):
             "-p",
             f"read_json {top}.json; read_verilog -lib -overwrite +/ecp5/cells_bb.v; hierarchy -top {top}; "
             "delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4 t:CCU2C t:MULT18X18D t:TRELLIS_IO t:EHXPLLL "
-            "t:$scopeinfo; opt_clean; "
+            "t:$scopeinfo; "
             "tee -q -o ltp.txt ltp",
         ],
         cwd=wd,
