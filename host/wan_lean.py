@@ -9,16 +9,26 @@ What it models, per round of the schedule and per group (``docs/lean.md``):
   each), unicast to the stripe's root;
 * **WAN**: a frame reaches the root after the one-way delay plus, when ``jitter_s`` is given, a uniform
   extra delay in ``[0, 2 * jitter_s)`` drawn per frame from a seeded generator (so frames may overtake);
-* **root**: its aggregator (the golden model with data, a counter without) takes the ``G``
-  contributions, sums them in the group's listed order and sends ONE RESULT to the group's RESULT
-  multicast address (:func:`wanreduce.spec.addressing.result_group_ip`); every member receives that same
-  frame after the one-way delay (plus jitter) and one frame time on its access link. The root uses the
+* **root**: its aggregator (with data, an in-line aggregator at every site, below; a counter without)
+  takes the ``G`` contributions, sums them in the group's listed order and sends ONE RESULT to the group's
+  RESULT multicast address (:func:`wanreduce.spec.addressing.result_group_ip`) and one to its own site's
+  hosts; every other member receives the group copy after the one-way delay (plus jitter) and one frame
+  time on its access link. The root uses the
   gateware's slots: ``S`` slots (the memory's power of two for ``G_max`` members), round banks of
   ``bank_slots``; a contribution that finds its slot held by another live chunk is counted as a
   ``slot_conflict`` (the gateware's ``ahead_of_window``);
 * **memory**: a chunk occupies a root slot from its first contribution to its last; the run reports
   each root's peak number of live slots and ``peak * (G + 1) * member buffer bytes`` (a slot's member
   buffers and its shadow RESULT, as :func:`wanreduce.host.pacing.aggregator_slots` counts it).
+
+**In-line aggregators** (runs with data). Every site's aggregator sits between the WAN and its hosts
+(PROTOCOL.md "In-line bypass"): it is configured with a :class:`~wanreduce.host.golden.RootEntry` for
+each round in which the site roots a stripe (the group's order, the stripe, the group's RESULT address)
+and its site's host group as destination; every frame for the site enters it: the contributions to its
+stripes, the other roots' RESULTs (which it forwards to the hosts on its bypass port) and, with
+``background``, frames that are not wanreduce at all (seeded sizes and times), which must come out of
+the bypass port unchanged and in order. ``sites`` builds the aggregators from one configuration per site
+(default: the golden model; :func:`wanreduce.sim.cosim.inline_sites` gives Verilated cores).
 
 The building blocks (message type, chunk count, RESULT parsing, frame layout) are those of
 :mod:`wanreduce.host.wan`.
@@ -32,15 +42,22 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
-from .frames import build_frame
-from .golden import Destination, GoldenAggregator
+from ..spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
+from .frames import build_frame, parse_frame
+from .golden import Destination, GoldenAggregator, RootEntry
 from .pacing import aggregator_slots, member_buffer_bytes
 from .packet import pack_tensor
 from .protocol import bits_dtype, np_dtype
 from .wan import Msg, bank_layout, chunk_count, result_msg
 
-__all__ = ["LeanRun", "simulate_lean", "lean_contrib_frame"]
+__all__ = [
+    "LeanRun",
+    "simulate_lean",
+    "lean_contrib_frame",
+    "GoldenInlineSite",
+    "golden_sites",
+    "background_frame",
+]
 
 
 @dataclasses.dataclass
@@ -55,9 +72,41 @@ class LeanRun:
     slot_conflicts: int  # contributions that found their slot held by another live chunk
     ingress_bytes: list  # per site: frame bytes delivered to its aggregator (contributions)
     results_emitted: int
-    counters: dict  # root site -> golden aggregator counters (data runs)
+    counters: dict  # site -> its in-line aggregator's counters (data runs)
     values: list | None  # per site: the tensor after the last round (wire dtype), with data
     chunks_simulated: int  # chunks per group and round actually run (all, unless stripe_limit)
+    background_in: list = dataclasses.field(default_factory=list)  # per site: non-wanreduce frames sent in
+    background_out: list = dataclasses.field(default_factory=list)  # per site: those out of its bypass port
+
+
+class GoldenInlineSite:
+    """A site's in-line aggregator as the golden model: ``feed(t, frames)`` returns
+    ``[(t_out, port, frame), ...]`` with ``port`` "o" (RESULT frames) or "bypass" (forwarded frames)."""
+
+    def __init__(self, config):
+        self.agg = GoldenAggregator(**config)
+
+    def feed(self, t, frames):
+        out = []
+        for f in frames:
+            out += [(t, "o", r) for r in self.agg.feed_frame(f)]
+            out += [(t, "bypass", b) for b in self.agg.forwarded]
+            self.agg.forwarded.clear()
+        return out
+
+    def counters(self):
+        return dict(self.agg.counters)
+
+
+def golden_sites(configs):
+    """One :class:`GoldenInlineSite` per site configuration (:class:`GoldenAggregator` keywords)."""
+    return [GoldenInlineSite(c) for c in configs]
+
+
+def background_frame(rng, site, size):
+    """A frame that is not wanreduce (IPv6 EtherType, random body) for ``site``'s hosts, ``size`` bytes."""
+    head = bytes.fromhex(addressing.host_mac(site).replace(":", "")) + bytes.fromhex("02aabbccddee86dd")
+    return head + bytes(rng.integers(0, 256, size - len(head), dtype=np.uint8))
 
 
 def lean_contrib_frame(elems, *, dtype, rank, root, job, round_index, group, chunk, chunk_elems, last):
@@ -129,8 +178,13 @@ def simulate_lean(
     job=0,
     stripe_limit=None,
     width=512,
+    sites=None,
+    background=0,
 ):
     """Run ``rounds`` rounds (default: one period) of a root-mode ``schedule``; returns a :class:`LeanRun`.
+
+    With data, ``sites(configs)`` builds the in-line aggregators (default :func:`golden_sites`) and
+    ``background`` non-wanreduce frames per site are mixed into each site's input.
 
     ``site_Bps`` is each site's access-link rate in bytes/s on the wire; ``memory_bytes`` the aggregator
     memory (default: the schedule's ``params.memory_bytes``) that sets the root's slots; ``tensors`` one
@@ -206,6 +260,9 @@ def simulate_lean(
                     next_round[s][last] = r
                 last = r
 
+    beat = width // 8
+    # The bypass buffer holds any standard frame and any RESULT of this tensor's chunks.
+    bypass_bytes = -(-max(1518, FRAME_OVERHEAD + HEADER_BYTES + chunk_bytes) // beat) * beat
     if with_data:
         values = [np.asarray(t).astype(vt).reshape(-1).copy() for t in tensors]
         if len(values) != n or any(v.size != elements for v in values):
@@ -213,36 +270,50 @@ def simulate_lean(
         current = [
             [v[c * chunk_elems : (c + 1) * chunk_elems].copy() for c in range(n_chunks)] for v in values
         ]
-        aggs = {}
+        configs = []
         for q in range(n):
-            # What the control port would load at q: the group's order in the rounds where q roots a stripe.
-            jobs, dest = [], None
+            # What the control port loads at q: in each round where q roots a stripe, the group's order,
+            # q's stripe and the group's RESULT address; nothing in the other rounds.
+            entries = []
             for r in range(period):
                 entry = 0
                 for gid, members in enumerate(schedule.rounds[r]):
-                    stripes = schedule.lean["rounds"][r]["groups"][gid]["stripes"]
-                    if q in members and any(st["root"] == q for st in stripes):
-                        entry = tuple(members)
-                        if dest is None:
-                            dest = addressing.result_group_ip(job=job, round=r, group=gid, period=period)
-                jobs.append(entry)
-            if dest is not None:
-                aggs[q] = GoldenAggregator(
+                    mine = [
+                        st for st in schedule.lean["rounds"][r]["groups"][gid]["stripes"] if st["root"] == q
+                    ]
+                    if q in members and mine:
+                        if len(mine) > 1:
+                            raise WanreduceError(
+                                f"round {r}: site {q} roots {len(mine)} stripes of one group"
+                            )
+                        st = mine[0]
+                        group_ip = addressing.result_group_ip(job=job, round=r, group=gid, period=period)
+                        lo, hi = st["first_chunk"], st["first_chunk"] + st["chunks"] - 1
+                        entry = RootEntry(tuple(members), lo, hi, group_ip)
+                entries.append(entry)
+            configs.append(
+                dict(
                     rank=q,
-                    jobs={job: jobs},
+                    jobs={job: entries},
                     slots=slots,
                     members=gmax,
                     slot_bytes=chunk_bytes,
                     bank_bits={job: bits},
-                    destinations=[Destination(addressing.multicast_mac(dest), dest, UDP_PORT)],
+                    destinations=[Destination(addressing.host_mac(q), addressing.site_group_ip(q), UDP_PORT)],
+                    bypass_bytes=bypass_bytes,
                 )
+            )
+        aggs = (sites or golden_sites)(configs)
+        host_group = [bytes(int(x) for x in addressing.site_group_ip(q).split(".")) for q in range(n)]
 
     send = np.full((n, rounds, n_chunks), np.nan)
     result = np.full((n, rounds, n_chunks), np.nan)
     sched = {}
     # Events are flat tuples (time, sequence, kind, a, b, c, d): kinds below, fields per kind.
-    READY, LINK_FREE, DELIVER, RESULT = 0, 1, 2, 3
+    READY, LINK_FREE, DELIVER, RESULT, INBOUND = 0, 1, 2, 3, 4
     events, seq = [], 0
+    bg_in = [[] for _ in range(n)]
+    bg_out = [[] for _ in range(n)]
     ready = [[] for _ in range(n)]
     link_busy = [False] * n
     ingress = [0] * n
@@ -269,7 +340,44 @@ def simulate_lean(
                     else:
                         for i in range(lim):
                             sched[(s, r, first + i)] = t0 + i * step
+    if with_data and background:
+        # Other traffic for each site, spread over the run's first round (seeded).
+        brng = np.random.default_rng(seed + 1)
+        span = max(_round_start(schedule, 0) + 1e-3, float(np.max(D)) * 2)
+        for s in range(n):
+            times = np.sort(brng.random(int(background))) * span
+            for t_bg in times:
+                f = background_frame(brng, s, int(brng.integers(60, 1519)))
+                bg_in[s].append(f)
+                events.append((float(t_bg), seq, INBOUND, s, f, None, None))
+                seq += 1
     heapq.heapify(events)
+
+    def route(q, outs):
+        """Where the frames out of site ``q``'s in-line aggregator go."""
+        nonlocal seq, emitted
+        for t_out, port, f in outs:
+            if port == "o":
+                msg = result_msg(f)
+                members = plan[msg.round][msg.group][0]
+                if f[30:34] == host_group[q]:  # the copy for q's own hosts
+                    emitted += 1
+                    slot = (((msg.round % period) << bits) | (msg.chunk & (bank - 1))) % slots
+                    if live[q].get(slot) == (msg.round, msg.chunk):
+                        del live[q][slot]
+                    seen.pop((q, msg.round, msg.chunk), None)
+                    push(events, (t_out + frame_s[q], seq, RESULT, q, msg, None, None))
+                    seq += 1
+                else:  # the group copy: over the WAN to the other members' aggregators
+                    for m in members:
+                        if m != q:
+                            push(events, (t_out + D[q, m] + jitter(), seq, INBOUND, m, f, None, None))
+                            seq += 1
+            elif parse_frame(f, port=UDP_PORT)[2] is None:  # another root's RESULT, forwarded
+                push(events, (t_out + frame_s[q], seq, RESULT, q, result_msg(f), None, None))
+                seq += 1
+            else:
+                bg_out[q].append(f)
 
     def start_send(s, t):
         nonlocal seq
@@ -308,6 +416,8 @@ def simulate_lean(
                 start_send(a, t)
         elif kind == LINK_FREE:
             start_send(a, t)
+        elif kind == INBOUND:
+            route(a, aggs[a].feed(t, [b]))
         elif kind == DELIVER:
             q, src, (r, c, gid), frame = a, b, c_, d_
             members = member_of[src][r][1]
@@ -325,9 +435,7 @@ def simulate_lean(
             got.add(src)
             out = None
             if with_data:
-                frames = aggs[q].feed_frame(frame)
-                if frames:
-                    out = result_msg(frames[0])
+                route(q, aggs[q].feed(t, [frame]))
             elif len(got) == len(members):
                 out = Msg(q, r, c, gid)
             if out is not None:
@@ -374,7 +482,9 @@ def simulate_lean(
         slot_conflicts=conflicts,
         ingress_bytes=ingress,
         results_emitted=emitted,
-        counters={q: dict(a.counters) for q, a in aggs.items()} if with_data else {},
+        counters={q: a.counters() for q, a in enumerate(aggs)} if with_data else {},
         values=[np.concatenate(current[s]) for s in range(n)] if with_data else None,
         chunks_simulated=simulated,
+        background_in=bg_in,
+        background_out=bg_out,
     )

@@ -107,7 +107,7 @@ struct Core {
         return v;
     }
 
-    // Clock until the input queue is empty and o__valid has been low for `drain` cycles (or max_cycles).
+    // Clock until the input queue is empty and no beat has gone in or out for `drain` cycles (or max_cycles).
     // Returns 0, or 1 if max_cycles was reached first.
     int run(uint64_t drain, uint64_t max_cycles) {
         uint64_t quiet = 0, n = 0, stall = 0;
@@ -137,7 +137,7 @@ struct Core {
                 busy = true;
             }
 #endif
-            quiet = busy ? 0 : quiet + 1;
+            quiet = busy || fire ? 0 : quiet + 1;
             stall = presenting && !fire ? stall + 1 : 0;
             if (stall > longest_stall) longest_stall = stall;
             top->clk = 1;

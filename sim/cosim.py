@@ -14,6 +14,10 @@ API::
     sites = rtl.sites(schedule, bank_bits=7, clock_hz=322e6)                  # one aggregator per site
     run = wan.simulate(schedule, ..., sites=sites, tensors=...)
     rtl.counters(i), rtl.longest_stall(i)
+
+Root aggregation (:func:`wanreduce.host.wan_lean.simulate_lean`) uses in-line cores with a bypass port::
+
+    run = simulate_lean(schedule, ..., sites=inline_sites(width=64, clock_hz=125e6), background=50)
 """
 
 import ctypes
@@ -23,7 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from ..host import control
-from ..host.golden import Destination
+from ..host.frames import parse_frame
+from ..host.golden import Destination, RootEntry
+from ..host.packet import decode_headers
+from ..host.protocol import HEADER_BYTES, Kind
 from ..host.wan import result_msg
 from ..hw.core import AggregatorCore
 from ..spec import addressing
@@ -31,7 +38,7 @@ from ..spec.protocol import UDP_PORT
 from . import runner, toolchain
 from .agg_driver import beats_to_packets, packets_to_beats
 
-__all__ = ["RtlCores", "RtlSite", "CLOCK_HZ"]
+__all__ = ["RtlCores", "RtlSite", "RtlInlineSite", "inline_sites", "CLOCK_HZ"]
 
 _SOURCE = Path(__file__).with_name("corelib.cpp")
 #: The 100G build's clock (CMAC user clock).
@@ -40,6 +47,9 @@ CLOCK_HZ = 322.265625e6
 # own work: the ring reads G member beats per payload beat before the RESULT builder can finish, so the
 # silence allowed is twice that (G * words) plus the pipeline's fixed stages.
 _DRAIN_FIXED = 512
+# Quiet cycles after a burst that completes no chunk: more than the pipeline's depth from the input to the
+# slot table's verdict, so a frame to forward has started out of the bypass port before the run stops.
+_DRAIN_BYPASS = 64
 
 
 class RtlCores:
@@ -249,3 +259,87 @@ class RtlSite:
 
     def counters(self):
         return self.cores.counters(self.index)
+
+
+class RtlInlineSite:
+    """One site's in-line core (with a bypass port) as a :func:`wanreduce.host.wan_lean.simulate_lean`
+    aggregator: ``feed(t, frames)`` → ``[(t_out, "o" | "bypass", frame), ...]``."""
+
+    def __init__(self, cores, index, clock_hz, config):
+        self.cores, self.index, self.clock_hz = cores, index, clock_hz
+        # Long enough for a completed chunk's RESULT to leave (the reduce engine's reads, then the fan-out).
+        self.drain = 2 * cores.core.members * cores.core.words + _DRAIN_FIXED
+        ((self.job, self.entries),) = config["jobs"].items()
+        self.port = config.get("port", UDP_PORT)
+        self.arrived = {}
+
+    def _completes(self, frame):
+        """Whether a frame is the last contribution this core expects for its chunk (fault-free)."""
+        payload, _, reason = parse_frame(frame, port=self.port)
+        if reason is not None or len(payload) < HEADER_BYTES:
+            return False
+        h = decode_headers(np.frombuffer(payload[:HEADER_BYTES], np.uint8).reshape(1, -1))[0]
+        entry = self.entries[int(h["round"]) % len(self.entries)]
+        if int(h["kind"]) != Kind.CONTRIB or int(h["job"]) != self.job or not isinstance(entry, RootEntry):
+            return False
+        got = self.arrived.setdefault((int(h["round"]), int(h["chunk"])), set())
+        got.add(int(h["src"]))
+        return got >= set(entry.order)
+
+    def feed(self, t, frames):
+        cycle = int(np.ceil(t * self.clock_hz))
+        # A burst that completes no chunk only has to be taken in and, if it is not the core's work, forwarded
+        # once the pipeline has decided it: the core is clocked through the reduce engine's time only when
+        # a RESULT is coming, which keeps every stamp exact and the runs short.
+        drain = self.drain if any([self._completes(f) for f in frames]) else _DRAIN_BYPASS
+        outs = self.cores.feed(self.index, cycle, frames, drain=drain)
+        passed = self.cores.take_bypass(self.index)
+        hz = self.clock_hz
+        return [(c / hz, "o", f) for c, f in outs] + [(c / hz, "bypass", f) for c, f in passed]
+
+    def counters(self):
+        return self.cores.counters(self.index)
+
+
+def inline_sites(*, width, clock_hz, dests=2, jobs=4, rounds=64, progress=None, keep=None):
+    """A ``sites`` factory for :func:`wanreduce.host.wan_lean.simulate_lean`: one Verilated in-line core per
+    site, built for the configurations' slots, members, chunk and bypass sizes (cached per build) and
+    configured through its control port. ``keep`` (a list) receives the :class:`RtlCores`, to read their
+    performance counters afterwards."""
+
+    def make(configs):
+        first = configs[0]
+        cores = RtlCores(
+            count=len(configs),
+            progress=progress,
+            width=width,
+            slots=first["slots"],
+            members=first["members"],
+            slot_bytes=first["slot_bytes"],
+            dests=dests,
+            jobs=jobs,
+            rounds=rounds,
+            bypass_bytes=first["bypass_bytes"],
+        )
+        if keep is not None:
+            keep.append(cores)
+        c = cores.core
+        out = []
+        for i, cfg in enumerate(configs):
+            writes = control.config_writes(
+                rank=cfg["rank"],
+                jobs=cfg["jobs"],
+                destinations=cfg["destinations"],
+                max_jobs=c.jobs,
+                rounds=c.rounds,
+                members=c.members,
+                max_dests=c.dests,
+                slots=c.slots,
+                bank_bits=cfg["bank_bits"],
+                bypass=True,
+            )
+            cores.configure(i, writes)
+            out.append(RtlInlineSite(cores, i, clock_hz, cfg))
+        return out
+
+    return make

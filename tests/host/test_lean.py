@@ -265,10 +265,14 @@ def test_cosim_exact_and_identical_with_jitter(dtype):
     assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in pairs)
     assert len({v.tobytes() for v in run.values}) == 1
     drops = {
-        q: {k: v for k, v in c.items() if v and k not in ("frames_in", "results")}
+        q: {k: v for k, v in c.items() if v and k not in ("frames_in", "results", "bypassed")}
         for q, c in run.counters.items()
     }
     assert all(not d for d in drops.values()) and run.slot_conflicts == 0
+    # Each site's in-line aggregator forwarded the other roots' RESULTs to its hosts, and only those.
+    stripes = sched.lean["rounds"][0]["groups"][0]["stripes"]
+    for q, c in run.counters.items():
+        assert c["bypassed"] == sum(st["chunks"] for st in stripes if st["root"] != q)
 
 
 def test_cosim_two_rounds_exact():
