@@ -9,10 +9,10 @@ discard (the core consumed it, or dropped it as malformed). A forwarded frame is
 beat for beat as it came in, ``data``, ``bytes`` and ``last`` unchanged; a discarded one is skipped in one
 cycle.
 
-Capacity: ``frame_bytes`` bytes of frame, rounded up to whole beats and then to a power of two, and at
-most ``frames`` frames between input and verdict. A frame longer than ``frame_bytes`` cannot be held
-whole: its first beats are stored, the rest accepted and not stored, and if its verdict is forward it is
-lost and counted (``ev_overflow``), never sent truncated.
+Capacity: frames of up to ``frame_bytes`` bytes (a whole number of beats), in a memory of that many beats
+rounded up to a power of two, and at most ``frames`` frames between input and verdict. A frame longer than
+``frame_bytes`` cannot be held whole: its first beats are stored, the rest accepted and not stored, and if its
+verdict is forward it is lost and counted (``ev_overflow``), never sent truncated.
 
 Latency: store and forward. A frame starts out of ``o`` two cycles after its verdict arrives (the
 verdict comes a fixed number of cycles after the frame's last beat went in: the aggregation pipeline's
@@ -43,8 +43,11 @@ class BypassBuffer(wiring.Component):
 
     def __init__(self, *, width, frame_bytes, frames=16, out_depth=4):
         check_width(width)
-        if frame_bytes < width // 8:
-            raise ValueError(f"The bypass buffer must hold at least one beat, not {frame_bytes} bytes.")
+        if frame_bytes < width // 8 or frame_bytes % (width // 8):
+            raise ValueError(
+                f"The bypass buffer holds whole beats of {width // 8} bytes, at least one, "
+                f"not {frame_bytes} bytes."
+            )
         if frames < 2 or frames & (frames - 1):
             raise ValueError(f"The frames in flight must be a power of two of at least 2, not {frames}.")
         if out_depth < 2:

@@ -101,9 +101,9 @@ class AggregatorCore(wiring.Component):
         if bypass_bytes and entry != "frame":
             raise ValueError("A bypass port needs the frame entry point: bare payloads are all wanreduce.")
         self.bypass_bytes, self.bypass_frames = bypass_bytes, bypass_frames
-        self.bypass = None
+        self.bypass_buffer = None
         if bypass_bytes:
-            self.bypass = BypassBuffer(width=width, frame_bytes=bypass_bytes, frames=bypass_frames)
+            self.bypass_buffer = BypassBuffer(width=width, frame_bytes=bypass_bytes, frames=bypass_frames)
         #: Bytes of reorder-buffer memory (S × G_max × words × W/8).
         self.slot_memory_bytes = slots * members * self.words * width // 8
         ports = {
@@ -111,7 +111,7 @@ class AggregatorCore(wiring.Component):
             "o": Out(stream.Signature(Beat(width))),
             "ctl": In(ControlSignature()),
         }
-        if self.bypass is not None:
+        if self.bypass_buffer is not None:
             ports["bypass"] = Out(stream.Signature(Beat(width)))
         super().__init__(ports)
 
@@ -134,7 +134,7 @@ class AggregatorCore(wiring.Component):
             members=self.members,
             params=params,
             port=self.port,
-            bypass=self.bypass is not None,
+            bypass=self.bypass_buffer is not None,
         )
         wiring.connect(m, wiring.flipped(self.ctl), ctl.ctl)
 
@@ -142,12 +142,12 @@ class AggregatorCore(wiring.Component):
         if self.entry == "frame":
             m.submodules.frame = frame = FrameParser(width=W)
             m.d.comb += frame.port.eq(ctl.port)
-            if self.bypass is None:
+            if self.bypass_buffer is None:
                 wiring.connect(m, wiring.flipped(self.i), frame.i)
             else:
                 # The fork: a beat moves when both sides take it. The bypass buffer's ready depends on its
                 # own state only, so neither side's valid waits on the other side's ready through a loop.
-                m.submodules.bypass = byp = self.bypass
+                m.submodules.bypass = byp = self.bypass_buffer
                 m.d.comb += [
                     frame.i.payload.eq(self.i.payload),
                     byp.i.payload.eq(self.i.payload),
@@ -197,7 +197,7 @@ class AggregatorCore(wiring.Component):
             ctl.ev_reemit.eq(slots.ev_reemit),
             ctl.ev_evict.eq(slots.ev_evict),
         ]
-        if self.bypass is not None:
+        if self.bypass_buffer is not None:
             # The verdict of each frame, in input order: forward what is not this core's work.
             code = slots.ev_code
             forward = Signal()
