@@ -21,23 +21,26 @@ chunk mod 2**b) mod S``); the buffer it writes is its member index there, the se
 summation order, so the reduce engine's sum of members 0, 1, 2, ... is the schedule's order.
 
 Pipeline: a two-beat skid buffer at the input (``i.ready`` is a register, so no stall of this table
-reaches the stages before it); stage D registers the beat and reads the slot state (read port transparent to
-the commit write, and the new state of a commit to the same slot in X forwarded, so a packet sees the commit
-of the packet just before it), decides and computes the slot's next state; stage X, from registers only,
-writes the beat into its member buffer, and on the last beat commits and sends the completion. The decision
-is taken on the beat that completes the header and held for the rest of the packet; contributions are
-written as they arrive because the target buffer is free by construction (the rank's bit is clear in a live
-slot of the same tag, or the slot is being claimed); codes that are only known at the end (1-9, 17) leave
-the slot state untouched.
+reaches the stages before it), then three stages. D registers the beat and reads the slot state (read port
+transparent to the commit write; the new state of a commit of the same slot waiting in X is forwarded) and
+compares the packet's tag, rank and bitmap with it, and also with the state the packet in E would leave if it
+commits. E takes the comparisons that apply (those after the commit of the packet now in X, if it was in E a
+cycle before and is in the same slot) and decides. X, from registers only, writes the beat into its member
+buffer, and on the last beat commits and sends the completion. So a packet sees the commit of every packet
+before it, however close behind it is. The decision is taken on the beat that completes the header and held
+for the rest of the packet; contributions are written as they arrive because the target buffer is free by
+construction (the rank's bit is clear in a live slot of the same tag, or the slot is being claimed); codes
+that are only known at the end (1-9, 17) leave the slot state untouched.
 
 After reset the state memory is cleared, one slot per cycle, with ``i.ready`` low for those S cycles.
 
-Latency: two cycles from an accepted beat to its write, commit, completion and event in X (one more than
-before the timing work of issue #11). Back-pressure: X stalls only when (a) a packet would claim a done slot
-whose buffers the reduce engine has not finished reading (``busy``), or (b) a completion or a re-emit
-request finds the reduce engine's queue full (``done.ready`` low); the stall is computed from registers
-(the decision was registered in D) and stops D and the skid buffer, which then takes at most one more beat
-and drops ``i.ready``. Otherwise one beat per cycle.
+Latency: three cycles from an accepted beat to its write, commit, completion and event in X (two more than
+before the timing work of issue #11); a release of a slot takes effect a cycle after ``release``.
+Back-pressure: X stalls only when (a) a packet would claim a done slot whose buffers the reduce engine has
+not finished reading (``busy``), or (b) a completion or a re-emit request finds the reduce engine's queue
+full (``done.ready`` low); the stall is computed from registers (the decision was registered in E) and stops
+E, D and the skid buffer, which then takes at most one more beat and drops ``i.ready``. Otherwise one beat
+per cycle.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -190,10 +193,8 @@ class SlotTable(wiring.Component):
             with m.If(clear_idx == S - 1):
                 m.d.sync += clearing.eq(0)
 
-        # The pipeline: a skid buffer (so that ``i.ready`` is a register and no stall of this table reaches
-        # the stages before it), stage D (the beat is registered and the slot state read; the decision, the
-        # slot's next state and the completion are computed), stage X (registered decision: member buffer
-        # write, commit, completion, events). Every signal that stalls X is a register or one gate from one.
+        # The pipeline (module docstring): skid buffer, D, E, X. Every signal that stalls X is a register or
+        # one gate from one.
         en_d = Signal()  # stage D takes a beat this cycle
         en_x = Signal()  # stage X takes D's beat this cycle
 
@@ -239,6 +240,50 @@ class SlotTable(wiring.Component):
                 r_solo.eq((Const(1, 64) << in_p.desc.src)[:64] == in_p.expected),
             ]
 
+        # Stage E's registers: the beat and D's findings (its comparisons against the slot state as of the
+        # packets ahead of it, and, for the packet in E ahead of it, how its state would compare after that
+        # packet's commit).
+        ev = Signal()
+        e = Signal.like(self.i.payload)
+        e_bit = Signal(64)
+        e_any, e_low_any, e_low_code, e_hck, e_below_dup, e_midx_ok, e_solo = (
+            Signal(name="e_any"),
+            Signal(name="e_low_any"),
+            Signal(5, name="e_low_code"),
+            Signal(name="e_hck"),
+            Signal(name="e_below_dup"),
+            Signal(name="e_midx_ok"),
+            Signal(name="e_solo"),
+        )
+        e_st = Signal(state_layout)
+        cmp_layout = data.StructLayout(
+            {
+                "tag_eq": 1,
+                "older": 1,
+                "seen": 1,
+                "mismatch": 1,
+                "last_eq": 1,
+                "last_older": 1,
+                "state": SlotState,
+                "fills": 1,
+            }
+        )
+        e_cmp = Signal(cmp_layout)
+        # After the commit of the packet ahead (A, in E while this one is in D, in X while this one is in E).
+        ahead_layout = data.StructLayout(
+            {
+                "pend": 1,  # A is in the same slot
+                "tag_eq": 1,
+                "older": 1,
+                "same_src": 1,
+                "seen_store": 1,
+                "mismatch": 1,
+                "fills_claim": 1,
+                "fills_store": 1,
+            }
+        )
+        e_ahead = Signal(ahead_layout)
+
         x_layout = data.StructLayout(
             {
                 "data": W,
@@ -267,48 +312,123 @@ class SlotTable(wiring.Component):
         xv = Signal()
         x = Signal(x_layout)
 
-        # The slot state as the beat in D must see it: the state memory's read (transparent to the write
-        # of this cycle's commit in X, so a beat entering D sees it) unless X is committing to the same
-        # slot right now, whose new state is forwarded.
-        # The comparisons are made against both and the forwarding choice comes after them, so the wide
-        # multiplexer of the whole state word is off the decision's path.
+        # Stage D. The slot state as of the packets ahead of this beat: the state memory's read (transparent
+        # to the write of a commit in X in the cycle of the read) unless the packet in X, not yet written,
+        # commits to the same slot: its new state (a register) is forwarded. The comparisons are made
+        # against both and the choice comes after them, off the wide multiplexer of the state word.
+        desc = r.desc
         fwd = xv & x.commit & (x.slot == r.slot)
         st = Signal(state_layout)
         m.d.comb += st.eq(Mux(fwd, x.new, srp.data))
-        desc = r.desc
 
         def compare(s):
-            tag_eq = (s.job == desc.job) & (s.round == desc.round) & (s.chunk == desc.chunk)
-            older = (s.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(s.chunk, s.round))
-            seen = (s.bitmap & r_bit).any()
-            mismatch = (s.dtype != desc.dtype) | (s.count != desc.count)
+            c = Signal(cmp_layout)
             last_same_job = s.last_valid & (s.last_job == desc.job)
-            last_eq = last_same_job & (s.last_round == desc.round) & (s.last_chunk == desc.chunk)
-            last_older = last_same_job & (Cat(desc.chunk, desc.round) < Cat(s.last_chunk, s.last_round))
-            fills = (s.bitmap | r_bit) == r.expected
-            return Cat(tag_eq, older, seen, mismatch, last_eq, last_older, s.state, fills)
+            m.d.comb += [
+                c.tag_eq.eq((s.job == desc.job) & (s.round == desc.round) & (s.chunk == desc.chunk)),
+                c.older.eq((s.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(s.chunk, s.round))),
+                c.seen.eq((s.bitmap & r_bit).any()),
+                c.mismatch.eq((s.dtype != desc.dtype) | (s.count != desc.count)),
+                c.last_eq.eq(last_same_job & (s.last_round == desc.round) & (s.last_chunk == desc.chunk)),
+                c.last_older.eq(
+                    last_same_job & (Cat(desc.chunk, desc.round) < Cat(s.last_chunk, s.last_round))
+                ),
+                c.state.eq(s.state),
+                c.fills.eq((s.bitmap | r_bit) == r.expected),
+            ]
+            return c
 
-        cmp = Signal(9)
-        m.d.comb += cmp.eq(Mux(fwd, compare(x.new), compare(srp.data)))
-        tag_eq, older, seen, mismatch, last_eq, last_older = (cmp[k] for k in range(6))
-        st_state, fills = cmp[6:8], cmp[8]
+        cmp_d = Signal(cmp_layout)
+        m.d.comb += cmp_d.eq(Mux(fwd, compare(x.new), compare(srp.data)))
+        # A's commit writes A's tag (a claim takes it, a store has it) and A's dtype and count (a store has
+        # the slot's); its bitmap is A's bit alone (claim) or the slot's plus A's bit (store); its shadow tag
+        # becomes A's tag if A completes the chunk, else stays.
+        ed = e.desc
+        ahead = Signal(ahead_layout)
+        fills_store = Signal()
+        m.d.comb += fills_store.eq(
+            Mux(
+                fwd,
+                (x.new.bitmap | e_bit | r_bit) == r.expected,
+                (srp.data.bitmap | e_bit | r_bit) == r.expected,
+            )
+        )
+        m.d.comb += [
+            ahead.pend.eq(ev & (e.slot == r.slot)),
+            ahead.tag_eq.eq((ed.job == desc.job) & (ed.round == desc.round) & (ed.chunk == desc.chunk)),
+            ahead.older.eq((ed.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(ed.chunk, ed.round))),
+            ahead.same_src.eq(ed.src == desc.src),
+            ahead.seen_store.eq(cmp_d.seen | (ed.src == desc.src)),
+            ahead.mismatch.eq((ed.dtype != desc.dtype) | (ed.count != desc.count)),
+            ahead.fills_claim.eq((e_bit | r_bit) == r.expected),
+            ahead.fills_store.eq(fills_store),
+        ]
+
+        en_e = Signal()  # stage E takes D's beat this cycle
+        m.d.comb += en_d.eq((~rv | en_e) & ~clearing)
+        with m.If(en_e):
+            m.d.sync += [
+                ev.eq(rv),
+                e.eq(r),
+                e_bit.eq(r_bit),
+                e_any.eq(r_any),
+                e_low_any.eq(r_low_any),
+                e_low_code.eq(r_low_code),
+                e_hck.eq(r_hck),
+                e_below_dup.eq(r_below_dup),
+                e_midx_ok.eq(r_midx_ok),
+                e_solo.eq(r_solo),
+                e_st.eq(st),
+                e_cmp.eq(cmp_d),
+                e_ahead.eq(ahead),
+            ]
+
+        # Stage E: D's comparisons, or those after the commit of the packet now in X if it was in E when
+        # this beat was in D (A's claim and completion are X's registers now); then the decision.
+        use = e_ahead.pend & xv & x.commit
+        cmp = Signal(cmp_layout)
+        with m.If(use):
+            m.d.comb += [
+                cmp.tag_eq.eq(e_ahead.tag_eq),
+                cmp.older.eq(e_ahead.older),
+                cmp.seen.eq(Mux(x.claim, e_ahead.same_src, e_ahead.seen_store)),
+                cmp.mismatch.eq(e_ahead.mismatch),
+                cmp.last_eq.eq(Mux(x.completes, e_ahead.tag_eq, e_cmp.last_eq)),
+                cmp.last_older.eq(Mux(x.completes, e_ahead.older, e_cmp.last_older)),
+                cmp.state.eq(Mux(x.completes, SlotState.DONE, SlotState.LIVE)),
+                cmp.fills.eq(Mux(x.claim, e_ahead.fills_claim, e_ahead.fills_store)),
+            ]
+        with m.Else():
+            m.d.comb += cmp.eq(e_cmp)
+        st_e = Signal(state_layout)
+        m.d.comb += st_e.eq(Mux(use, x.new, e_st))
+        desc = e.desc
+
         dec_now = Signal(_Decision)
-        with m.If(last_eq):
+        with m.If(cmp.last_eq):
             m.d.comb += dec_now.eq(_Decision.REEMIT)
         with m.Else():
-            with m.Switch(st_state):
+            with m.Switch(cmp.state):
                 with m.Case(SlotState.LIVE):
-                    with m.If(tag_eq):
+                    with m.If(cmp.tag_eq):
                         m.d.comb += dec_now.eq(
-                            Mux(seen, _Decision.DUPLICATE, Mux(mismatch, _Decision.MISMATCH, _Decision.STORE))
+                            Mux(
+                                cmp.seen,
+                                _Decision.DUPLICATE,
+                                Mux(cmp.mismatch, _Decision.MISMATCH, _Decision.STORE),
+                            )
                         )
                     with m.Else():
                         m.d.comb += dec_now.eq(
-                            Mux(older, Mux(last_older, _Decision.STALE, _Decision.EVICT), _Decision.AHEAD)
+                            Mux(
+                                cmp.older,
+                                Mux(cmp.last_older, _Decision.STALE, _Decision.EVICT),
+                                _Decision.AHEAD,
+                            )
                         )
                 with m.Case(SlotState.DONE):
                     m.d.comb += dec_now.eq(
-                        Mux(tag_eq, _Decision.DUPLICATE, Mux(older, _Decision.STALE, _Decision.CLAIM))
+                        Mux(cmp.tag_eq, _Decision.DUPLICATE, Mux(cmp.older, _Decision.STALE, _Decision.CLAIM))
                     )
                 with m.Default():
                     m.d.comb += dec_now.eq(_Decision.CLAIM)
@@ -316,44 +436,31 @@ class SlotTable(wiring.Component):
         held_dec = Signal(_Decision)
         held_write = Signal()
         dec = Signal(_Decision)
-        m.d.comb += dec.eq(Mux(r.hc, dec_now, held_dec))
+        m.d.comb += dec.eq(Mux(e.hc, dec_now, held_dec))
         claim_now = (dec_now == _Decision.CLAIM) | (dec_now == _Decision.EVICT)
-        write_ok_now = (claim_now | (dec_now == _Decision.STORE)) & ~r_hck & r_midx_ok
-        write_ok = Mux(r.hc, write_ok_now, held_write)
+        write_ok_now = (claim_now | (dec_now == _Decision.STORE)) & ~e_hck & e_midx_ok
+        write_ok = Mux(e.hc, write_ok_now, held_write)
         claim = (dec == _Decision.CLAIM) | (dec == _Decision.EVICT)
-
-        # Whether any drop code applies (the code itself, for the counters, is formed in X).
-        slot_drop = Signal(32)
-        with m.Switch(x.dec):
-            for d, c in (
-                (_Decision.STALE, D.STALE),
-                (_Decision.AHEAD, D.AHEAD_OF_WINDOW),
-                (_Decision.DUPLICATE, D.DUPLICATE),
-                (_Decision.MISMATCH, D.SLOT_MISMATCH),
-                (_Decision.REEMIT, D.DUPLICATE),
-            ):
-                with m.Case(d):
-                    m.d.comb += slot_drop[c].eq(1)
         slot_ok = (dec == _Decision.CLAIM) | (dec == _Decision.EVICT) | (dec == _Decision.STORE)
-        no_drop = ~r_any & slot_ok
+        no_drop = ~e_any & slot_ok
 
         # The slot after this contribution, and whether it completes the chunk.
         new = Signal(state_layout)
-        m.d.comb += new.eq(st)  # the shadow tag stays unless this packet completes a chunk
+        m.d.comb += new.eq(st_e)  # the shadow tag stays unless this packet completes a chunk
         with m.If(claim):
             m.d.comb += [
                 new.job.eq(desc.job),
                 new.round.eq(desc.round),
                 new.chunk.eq(desc.chunk),
-                new.bitmap.eq(r_bit),
+                new.bitmap.eq(e_bit),
                 new.dtype.eq(desc.dtype),
                 new.count.eq(desc.count),
                 new.group.eq(desc.group),
                 new.flags.eq(desc.flags),
             ]
         with m.Else():
-            m.d.comb += [new.bitmap.eq(st.bitmap | r_bit), new.flags.eq(st.flags | desc.flags)]
-        completes = Mux(claim, r_solo, fills)
+            m.d.comb += [new.bitmap.eq(st_e.bitmap | e_bit), new.flags.eq(st_e.flags | desc.flags)]
+        completes = Mux(claim, e_solo, cmp.fills)
         m.d.comb += new.state.eq(Mux(completes, SlotState.DONE, SlotState.LIVE))
         with m.If(completes):
             m.d.comb += [
@@ -368,38 +475,51 @@ class SlotTable(wiring.Component):
         m.d.comb += plen.eq(protocol.HEADER_BYTES + desc.count * size)
         nwords = Signal(16)
         m.d.comb += nwords.eq(((plen + B - 1) >> (B.bit_length() - 1)) - PW0)
-        word = r.pw - PW0
+        word = e.pw - PW0
 
-        # D -> X.
-        m.d.comb += en_d.eq((~rv | en_x) & ~clearing)
+        # E -> X.
+        m.d.comb += en_e.eq(~ev | en_x)
         with m.If(en_x):
             m.d.sync += [
-                xv.eq(rv),
-                x.data.eq(r.data),
-                x.addr.eq((r.slot * G + r.midx) * NW + word[:16]),
-                x.wen.eq(write_ok & (r.bytes != 0) & (r.pw >= PW0) & (word < NW)),
-                x.last.eq(r.last),
-                x.hc.eq(r.hc),
-                x.slot.eq(r.slot),
+                xv.eq(ev),
+                x.data.eq(e.data),
+                x.addr.eq((e.slot * G + e.midx) * NW + word[:16]),
+                x.wen.eq(write_ok & (e.bytes != 0) & (e.pw >= PW0) & (word < NW)),
+                x.last.eq(e.last),
+                x.hc.eq(e.hc),
+                x.slot.eq(e.slot),
                 x.claim.eq(claim),
-                x.commit.eq(r.last & no_drop),
+                x.commit.eq(e.last & no_drop),
                 x.completes.eq(completes),
                 # A re-emit request: the duplicate code is the packet's (no lower code came with it).
-                x.reemit.eq(r.last & (dec == _Decision.REEMIT) & ~r_below_dup),
+                x.reemit.eq(e.last & (dec == _Decision.REEMIT) & ~e_below_dup),
                 x.evict.eq(dec == _Decision.EVICT),
                 x.dec.eq(dec),
-                x.low_any.eq(r_low_any),
-                x.low_code.eq(r_low_code),
+                x.low_any.eq(e_low_any),
+                x.low_code.eq(e_low_code),
                 x.new.eq(new),
                 x.desc.eq(desc),
-                x.g.eq(sum(r.expected[k] for k in range(64))),
+                x.g.eq(sum(e.expected[k] for k in range(64))),
                 x.nwords.eq(nwords),
-                x.mdest.eq(r.mdest),
-                x.drops.eq(r.drops),
-                x.foreign.eq(r.foreign),
+                x.mdest.eq(e.mdest),
+                x.drops.eq(e.drops),
+                x.foreign.eq(e.foreign),
             ]
-            with m.If(rv & r.hc):
+            with m.If(ev & e.hc):
                 m.d.sync += [held_dec.eq(dec_now), held_write.eq(write_ok_now)]
+
+        # Whether any drop code applies was decided in E; the code itself, for the counters, is formed here.
+        slot_drop = Signal(32)
+        with m.Switch(x.dec):
+            for d, c in (
+                (_Decision.STALE, D.STALE),
+                (_Decision.AHEAD, D.AHEAD_OF_WINDOW),
+                (_Decision.DUPLICATE, D.DUPLICATE),
+                (_Decision.MISMATCH, D.SLOT_MISMATCH),
+                (_Decision.REEMIT, D.DUPLICATE),
+            ):
+                with m.Case(d):
+                    m.d.comb += slot_drop[c].eq(1)
 
         # Stage X. A claim waits while the slot's buffers are still being read by the reduce engine.
         busy = Signal(S)

@@ -15,16 +15,14 @@ from wanreduce.hw.slot_table import SlotTable
 S, G, C = 4, 4, 64
 
 
-@pytest.mark.parametrize("stalls", [False, True])
-def test_decisions_match_golden(stalls):
-    """With ``stalls``, the completion queue refuses records and the input idles at random, so the skid
-    buffer, the stall of stage X and the forwarding of the slot state under a stall are exercised."""
+JOBS = {1: [[3, 0, 1], [2, 1]], 2: [[1, 3, 0, 2]]}
+
+
+def _random_traffic():
+    """Rounds and chunks advance slowly, with stragglers and senders running ahead now and then."""
     rng = np.random.default_rng(1)
-    jobs = {1: [[3, 0, 1], [2, 1]], 2: [[1, 3, 0, 2]]}
-    golden = GoldenAggregator(rank=0, jobs=jobs, slots=S, members=G, slot_bytes=C, bank_bits={1: 1})
-    packets = []
+    golden = GoldenAggregator(rank=0, jobs=JOBS, slots=S, members=G, slot_bytes=C, bank_bits={1: 1})
     for t in range(600):
-        # Rounds and chunks advance slowly, with stragglers and senders running ahead now and then.
         job = 1 if rng.random() < 0.9 else 2
         rnd = max(0, t // 150 - int(rng.random() < 0.1))
         chunk = max(
@@ -34,10 +32,31 @@ def test_decisions_match_golden(stalls):
             + (S if rng.random() < 0.05 else 0)
             - (2 * S if rng.random() < 0.05 else 0),
         )
-        expected, order = golden.expected(job, rnd)
+        _, order = golden.expected(job, rnd)
         src = int(rng.choice(order))
         dtype = int(rng.integers(0, 3)) if rng.random() < 0.04 else job - 1
         count = 4 if rng.random() < 0.96 else 5
+        yield job, rnd, chunk, src, dtype, count
+
+
+def _back_to_back_traffic():
+    """Every chunk's group back to back, then a duplicate of one member (a re-emit request right behind the
+    completion); a chunk whose slot was completed just before is claimed and added to in the next packets."""
+    rng = np.random.default_rng(2)
+    for chunk in range(40):
+        rnd = chunk // 20
+        order = JOBS[1][rnd % 2]
+        srcs = [int(x) for x in rng.permutation(order)]
+        for src in srcs + [srcs[int(rng.integers(0, len(srcs)))]]:
+            yield 1, rnd, chunk, src, 0, 4
+
+
+def _packets(seq):
+    """The slot table's input for each contribution and the golden aggregator's verdict on it."""
+    golden = GoldenAggregator(rank=0, jobs=JOBS, slots=S, members=G, slot_bytes=C, bank_bits={1: 1})
+    packets = []
+    for job, rnd, chunk, src, dtype, count in seq:
+        expected, order = golden.expected(job, rnd)
         p = traffic.contrib(
             job=job,
             round=rnd,
@@ -71,7 +90,13 @@ def test_decisions_match_golden(stalls):
                 (code, int(completed), reemit, evict),
             )
         )
+    return packets
 
+
+def _simulate(packets, stalls):
+    """Feed one-beat packets (W = 512) and return the events and the slots of the re-emit requests. With
+    ``stalls``, the completion queue refuses records and the input idles at random, so the skid buffer, the
+    stall of stage X and the forwarding of the slot state under a stall are exercised."""
     dut = SlotTable(width=512, slots=S, members=G, slot_bytes=C)
     events = []
     replays = []
@@ -134,6 +159,13 @@ def test_decisions_match_golden(stalls):
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
+    return events, replays
+
+
+@pytest.mark.parametrize("stalls", [False, True])
+def test_decisions_match_golden(stalls):
+    packets = _packets(_random_traffic())
+    events, replays = _simulate(packets, stalls)
     assert len(events) == len(packets)
     want = [p[-1] for p in packets]
     assert events == want
@@ -142,3 +174,13 @@ def test_decisions_match_golden(stalls):
     assert sum(r for _, r, _, _ in want) >= 8
     assert replays == [p[3] for p in packets if p[-1][2]]  # one request per re-emit, for the packet's slot
     assert sum(e[2] for e in want) >= 5 and sum(e[3] for e in want) >= 1
+
+
+@pytest.mark.parametrize("stalls", [False, True])
+def test_back_to_back_groups(stalls):
+    packets = _packets(_back_to_back_traffic())
+    events, replays = _simulate(packets, stalls)
+    want = [p[-1] for p in packets]
+    assert events == want
+    assert sum(r for _, r, _, _ in want) == 40 and sum(e[2] for e in want) == 40
+    assert replays == [p[3] for p in packets if p[-1][2]]
