@@ -34,8 +34,9 @@ that are only known at the end (1-9, 17) leave the slot state untouched.
 
 After reset the state memory is cleared, one slot per cycle, with ``i.ready`` low for those S cycles.
 
-Latency: three cycles from an accepted beat to its write, commit, completion and event in X (two more than
-before the timing work of issue #11); a release of a slot takes effect a cycle after ``release``.
+Latency: three cycles from an accepted beat to its write, commit and completion in X (two more than before
+the timing work of issue #11); the events (``ev_*``) are registered and come a cycle after that; a release of
+a slot takes effect a cycle after ``release``.
 Back-pressure: X stalls only when (a) a packet would claim a done slot whose buffers the reduce engine has
 not finished reading (``busy``), or (b) a completion or a re-emit request finds the reduce engine's queue
 full (``done.ready`` low); the stall is computed from registers (the decision was registered in E) and stops
@@ -98,10 +99,11 @@ _HC_KNOWN = drop_mask(
 )
 
 
-def _lowest_code(vector):
-    """The lowest set bit of a drop vector as a 5-bit code (0 when none), as :func:`lowest_drop` but as a
-    tree of (any, index) pairs: log2 of the width deep instead of a chain of one multiplexer per code."""
-    terms = [(vector[d], Const(d, 5)) for d in range(len(vector))]
+def _lowest_index(vector):
+    """The index of the lowest set bit of ``vector`` (0 when none), as a tree of (any, index) pairs: log2 of
+    the width deep instead of a chain of one multiplexer per bit."""
+    width = max(1, (len(vector) - 1).bit_length())
+    terms = [(vector[d], Const(d, width)) for d in range(len(vector))]
     while len(terms) > 1:
         terms = [
             (terms[n][0] | terms[n + 1][0], Mux(terms[n][0], terms[n][1], terms[n + 1][1]))
@@ -218,26 +220,12 @@ class SlotTable(wiring.Component):
         rv = Signal()
         r = Signal.like(self.i.payload)
         r_bit = Signal(64)
-        r_any = Signal()  # any upstream drop bit
-        r_low_any = Signal()  # an upstream code below this table's codes
-        r_low_code = Signal(5)
-        r_hck = Signal()  # a code known at the header that keeps the packet from being written
-        r_below_dup = Signal()  # a code below ``duplicate``: a re-emit request is not sent
-        r_midx_ok = Signal()
-        r_solo = Signal()  # the rank's bit alone completes the chunk
         m.d.comb += [srp.addr.eq(in_p.slot), srp.en.eq(en_d)]
         with m.If(en_d):
             m.d.sync += [
                 rv.eq(in_v),
                 r.eq(in_p),
                 r_bit.eq((Const(1, 64) << in_p.desc.src)[:64]),
-                r_any.eq(in_p.drops.any()),
-                r_low_any.eq((in_p.drops & low).any()),
-                r_low_code.eq(_lowest_code(in_p.drops & low)),
-                r_hck.eq((in_p.drops & _HC_KNOWN).any()),
-                r_below_dup.eq((in_p.drops & below_dup).any()),
-                r_midx_ok.eq(in_p.midx < G),
-                r_solo.eq((Const(1, 64) << in_p.desc.src)[:64] == in_p.expected),
             ]
 
         # Stage E's registers: the beat and D's findings (its comparisons against the slot state as of the
@@ -246,15 +234,18 @@ class SlotTable(wiring.Component):
         ev = Signal()
         e = Signal.like(self.i.payload)
         e_bit = Signal(64)
-        e_any, e_low_any, e_low_code, e_hck, e_below_dup, e_midx_ok, e_solo = (
-            Signal(name="e_any"),
-            Signal(name="e_low_any"),
-            Signal(5, name="e_low_code"),
-            Signal(name="e_hck"),
-            Signal(name="e_below_dup"),
-            Signal(name="e_midx_ok"),
-            Signal(name="e_solo"),
-        )
+        # Summaries of the upstream drop vector (codes 22 and up are this table's own, never set upstream,
+        # but kept exact anyway) and of the expected set, from D's registers.
+        e_any = Signal()  # any upstream drop bit
+        e_hck = Signal()  # a code known at the header that keeps the packet from being written
+        e_below_dup = Signal()  # a code below ``duplicate``: a re-emit request is not sent
+        e_midx_ok = Signal()
+        e_solo = Signal()  # the rank's bit alone completes the chunk
+        # The lowest upstream code below this table's, in two halves: per group of 8 codes in D, across
+        # the groups in E.
+        ngroups = -(-int(D.STALE) // 8)
+        e_gany = Signal(ngroups)
+        e_gidx = Signal(data.ArrayLayout(3, ngroups))
         e_st = Signal(state_layout)
         cmp_layout = data.StructLayout(
             {
@@ -364,6 +355,8 @@ class SlotTable(wiring.Component):
             ahead.fills_store.eq(fills_store),
         ]
 
+        lowbits = Signal(8 * ngroups)
+        m.d.comb += lowbits.eq(r.drops & low)
         en_e = Signal()  # stage E takes D's beat this cycle
         m.d.comb += en_d.eq((~rv | en_e) & ~clearing)
         with m.If(en_e):
@@ -371,13 +364,13 @@ class SlotTable(wiring.Component):
                 ev.eq(rv),
                 e.eq(r),
                 e_bit.eq(r_bit),
-                e_any.eq(r_any),
-                e_low_any.eq(r_low_any),
-                e_low_code.eq(r_low_code),
-                e_hck.eq(r_hck),
-                e_below_dup.eq(r_below_dup),
-                e_midx_ok.eq(r_midx_ok),
-                e_solo.eq(r_solo),
+                e_any.eq(r.drops.any()),
+                e_hck.eq((r.drops & _HC_KNOWN).any()),
+                e_below_dup.eq((r.drops & below_dup).any()),
+                e_midx_ok.eq(r.midx < G),
+                e_solo.eq(r_bit == r.expected),
+                e_gany.eq(Cat(*[lowbits[8 * k : 8 * k + 8].any() for k in range(ngroups)])),
+                *[e_gidx[k].eq(_lowest_index(lowbits[8 * k : 8 * k + 8])) for k in range(ngroups)],
                 e_st.eq(st),
                 e_cmp.eq(cmp_d),
                 e_ahead.eq(ahead),
@@ -477,6 +470,10 @@ class SlotTable(wiring.Component):
         m.d.comb += nwords.eq(((plen + B - 1) >> (B.bit_length() - 1)) - PW0)
         word = e.pw - PW0
 
+        low_code = Const(0, 5)
+        for k in reversed(range(ngroups)):
+            low_code = Mux(e_gany[k], Cat(e_gidx[k], Const(k, 2)), low_code)
+
         # E -> X.
         m.d.comb += en_e.eq(~ev | en_x)
         with m.If(en_x):
@@ -495,8 +492,8 @@ class SlotTable(wiring.Component):
                 x.reemit.eq(e.last & (dec == _Decision.REEMIT) & ~e_below_dup),
                 x.evict.eq(dec == _Decision.EVICT),
                 x.dec.eq(dec),
-                x.low_any.eq(e_low_any),
-                x.low_code.eq(e_low_code),
+                x.low_any.eq(e_gany.any()),
+                x.low_code.eq(low_code),
                 x.new.eq(new),
                 x.desc.eq(desc),
                 x.g.eq(sum(e.expected[k] for k in range(64))),
@@ -551,7 +548,8 @@ class SlotTable(wiring.Component):
             m.d.comb += [swp.addr.eq(clear_idx), swp.data.eq(0), swp.en.eq(1)]
         with m.Else():
             m.d.comb += [swp.addr.eq(x.slot), swp.data.eq(x.new), swp.en.eq(go & x.commit)]
-        m.d.comb += [
+        # The events are registered (one cycle later, all together), so the counters start from registers.
+        m.d.sync += [
             self.ev_valid.eq(go & x.last),
             self.ev_code.eq(Mux(x.low_any, x.low_code, lowest_drop((x.drops & ~low) | slot_drop))),
             self.ev_result.eq(go & x.commit & x.completes),
