@@ -191,18 +191,16 @@ class FrameParser(wiring.Component):
                 ob.last.eq(1),
                 ob.drops.eq(flush_drops),
             ]
-        with m.Elif(accept):
+        with m.Else():
+            # The beat's fields do not wait for ``accept`` (only the valid bit does): they are not looked at
+            # without it, and the input handshake stays off the data path.
+            m.d.comb += ov.eq(accept & (has_k | need_flush | ib.last))
             with m.If(has_k):
-                m.d.comb += [
-                    ov.eq(1),
-                    ob.data.eq(joined),
-                    ob.bytes.eq(k_bytes),
-                    ob.last.eq(ib.last & ~need_flush),
-                ]
+                m.d.comb += [ob.data.eq(joined), ob.bytes.eq(k_bytes), ob.last.eq(ib.last & ~need_flush)]
             with m.Elif(need_flush):
-                m.d.comb += [ov.eq(1), ob.data.eq(tail), ob.bytes.eq(tail_bytes), ob.last.eq(1)]
+                m.d.comb += [ob.data.eq(tail), ob.bytes.eq(tail_bytes), ob.last.eq(1)]
             with m.Elif(ib.last):
-                m.d.comb += [ov.eq(1), ob.bytes.eq(0), ob.last.eq(1)]
+                m.d.comb += [ob.bytes.eq(0), ob.last.eq(1)]
             m.d.comb += ob.drops.eq(Mux(ib.last & ~(has_k & need_flush), drops, 0))
 
         with m.If(en):
