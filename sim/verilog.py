@@ -61,6 +61,7 @@ DEFAULTS = {
     "jobs": 4,
     "rounds": 64,
     "entry": "frame",
+    "bypass_bytes": 9216,
 }
 #: What the top is: the AXI wrapper around the core, or the bare core.
 KINDS = ("axi", "core")
@@ -72,7 +73,10 @@ def _config(**overrides):
     unknown = set(overrides) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"Unknown build parameters: {', '.join(sorted(unknown))}.")
-    return {**DEFAULTS, **{k: v for k, v in overrides.items() if v is not None}}
+    c = {**DEFAULTS, **{k: v for k, v in overrides.items() if v is not None}}
+    if c["entry"] == "payload" and overrides.get("bypass_bytes") is None:
+        c["bypass_bytes"] = 0  # bare UDP payloads are all wanreduce: nothing to pass through
+    return c
 
 
 def build(*, kind="axi", ctl_domain="axil", fifo_beats=None, **config):
@@ -92,6 +96,7 @@ def build(*, kind="axi", ctl_domain="axil", fifo_beats=None, **config):
         jobs=c["jobs"],
         rounds=c["rounds"],
         entry=c["entry"],
+        bypass_bytes=c["bypass_bytes"],
     )
     if kind == "core":
         return core
@@ -134,7 +139,12 @@ def _describe(name):
     tail = name.rsplit("__", 1)[-1]
     for prefix, what in (
         ("s_axis__", "AXI4-Stream in: "),
+        (
+            "m_axis_bypass__",
+            "AXI4-Stream out, in-line bypass (the frames that are not this core's work, unchanged): ",
+        ),
         ("m_axis", "AXI4-Stream out: "),
+        ("bypass__", "stream out, in-line bypass (the frames that are not this core's work, unchanged): "),
         ("s_axil__", "AXI4-Lite: "),
         ("i__", "stream in: "),
         ("o__", "stream out: "),
@@ -334,6 +344,14 @@ def add_arguments(parser):
         f"UDP stack (default: {d['entry']})",
     )
     parser.add_argument(
+        "--bypass-bytes",
+        type=int,
+        default=None,
+        help="longest frame the in-line bypass port forwards, a multiple of W/8 bytes; 0: no bypass port, "
+        f"every frame the core does not take is dropped (default: {d['bypass_bytes']} for --entry frame, "
+        "0 for --entry payload)",
+    )
+    parser.add_argument(
         "--top",
         choices=KINDS,
         default="axi",
@@ -375,6 +393,7 @@ def options(args):
         jobs=args.jobs,
         rounds=args.rounds,
         entry=args.entry,
+        bypass_bytes=args.bypass_bytes,
     )
 
 

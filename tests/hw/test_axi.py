@@ -1,6 +1,7 @@
 """The AXI4-Stream / AXI4-Lite top (``wanreduce.hw.axi``) on Verilator with cocotbext-axi.
 
-One W = 64 frame-entry build (a small core: 4 slots of 64 bytes), its AXI4-Lite port on a clock of its own
+One W = 64 frame-entry build (a small core: 4 slots of 64 bytes, a 128-byte bypass port), its AXI4-Lite
+port on a clock of its own
 (13 ns against the core's 10 ns), so every register access crosses the asynchronous FIFOs. The cocotb tests
 live in this file:
 
@@ -9,8 +10,9 @@ live in this file:
   random back-pressure; mixed in are frames of every length modulo the beat (every last-beat ``tkeep``),
   frames with ``tuser`` set on one beat, frames with a hole in ``tkeep`` and frames longer than the receive
   FIFO. Output frames must equal the golden aggregator's (fed only the frames that should pass) byte for
-  byte, with the ``tkeep`` of their length; the core's counters must equal the golden model's and the
-  wrapper's the number of frames of each kind.
+  byte, with the ``tkeep`` of their length, and so must the frames out of ``m_axis_bypass`` (the
+  frames that are not the core's work, unchanged; those longer than 128 bytes are lost and counted);
+  the core's counters must equal the golden model's and the wrapper's the number of frames of each kind.
 - ``axi_registers``: ID and build parameters read over AXI4-Lite, read-back of written registers, a
   partial-strobe write refused with SLVERR and changing nothing, the wrapper's counters cleared.
 """
@@ -28,7 +30,16 @@ from wanreduce.sim import runner
 
 pytestmark = pytest.mark.rtl
 
-CONFIG = {"width": 64, "slots": 4, "members": 4, "slot_bytes": 64, "jobs": 4, "rounds": 64, "dests": 2}
+CONFIG = {
+    "width": 64,
+    "slots": 4,
+    "members": 4,
+    "slot_bytes": 64,
+    "jobs": 4,
+    "rounds": 64,
+    "dests": 2,
+    "bypass_bytes": 128,
+}
 FIFO_BEATS = 32
 
 
@@ -66,12 +77,14 @@ class AxiTB:
         cocotb.start_soon(Clock(dut.axil_clk, 13, unit="ns").start())
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_"), dut.clk, dut.rst)
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_"), dut.clk, dut.rst)
+        self.bypass = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_bypass_"), dut.clk, dut.rst)
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil_"), dut.axil_clk, dut.axil_rst)
         rng = random.Random(seed)
         if idle:
             self.source.set_pause_generator(iter(lambda: rng.random() < idle, None))
         if backpressure:
             self.sink.set_pause_generator(iter(lambda: rng.random() < backpressure, None))
+            self.bypass.set_pause_generator(iter(lambda: rng.random() < backpressure, None))
 
     async def reset(self):
         d = self.dut
@@ -132,6 +145,9 @@ async def axi_frames_match_golden(dut, idle, backpressure):
     wire = [(f, "good", None, None) for f in packets]
     for f in _garbage_frames(rng, width):
         wire.insert(int(rng.integers(0, len(wire) + 1)), (f, "good", None, None))
+    for n in (CONFIG["bypass_bytes"] + 1, CONFIG["bypass_bytes"] + 60):  # to forward, but too long for it
+        f = bytes(12) + b"\x86\xdd" + bytes(rng.integers(0, 256, n - 14, dtype=np.uint8))
+        wire.insert(int(rng.integers(0, len(wire) + 1)), (f, "good", None, None))
     for _ in range(6):  # tuser on one beat of a copy of a real frame: it must not count
         f = packets[int(rng.integers(0, len(packets)))]
         beat = int(rng.integers(0, -(-len(f) // nb)))
@@ -157,6 +173,7 @@ async def axi_frames_match_golden(dut, idle, backpressure):
         mac=MAC,
         ip=IP,
         destinations=DESTS,
+        bypass_bytes=p["bypass_bytes"],
     )
     expected = []
     for f, kind, _, _ in wire:
@@ -185,21 +202,31 @@ async def axi_frames_match_golden(dut, idle, backpressure):
         await tb.source.wait()
 
     await with_timeout(send(), 40 * sum(len(f) for f, *_ in wire) + 200_000, "ns")
-    got = []
-    for n in range(len(expected)):
-        frame = await with_timeout(tb.sink.recv(compact=False), 200_000, "ns")
-        keep = list(frame.tkeep)
-        length = sum(keep)
-        assert keep == [1] * length + [0] * (len(keep) - length) and len(keep) - length < nb, (
-            f"output frame {n}: tkeep is not all ones up to its last byte and zero after it, in the last "
-            f"beat only: {keep}"
-        )
-        assert not any(frame.tuser), f"output frame {n} has tuser set"
-        got.append(bytes(frame.tdata[:length]))
+
+    async def receive(sink, count, what):
+        frames = []
+        for n in range(count):
+            frame = await with_timeout(sink.recv(compact=False), 200_000, "ns")
+            keep = list(frame.tkeep)
+            length = sum(keep)
+            assert keep == [1] * length + [0] * (len(keep) - length) and len(keep) - length < nb, (
+                f"{what} frame {n}: tkeep is not all ones up to its last byte and zero after it, in the "
+                f"last beat only: {keep}"
+            )
+            assert not any(frame.tuser), f"{what} frame {n} has tuser set"
+            frames.append(bytes(frame.tdata[:length]))
+        return frames
+
+    got = await receive(tb.sink, len(expected), "output")
+    passed = await receive(tb.bypass, len(golden.forwarded), "bypass")
     await Timer(20_000, "ns")
     assert tb.sink.empty(), "the core sent more frames than the golden model"
+    assert tb.bypass.empty(), "the core forwarded more frames than the golden model"
     for n, (a, b) in enumerate(zip(got, expected, strict=True)):
         assert a == b, f"output frame {n} differs from the golden model:\n{a.hex()}\n{b.hex()}"
+    for n, (a, b) in enumerate(zip(passed, golden.forwarded, strict=True)):
+        assert a == b, f"bypass frame {n} differs from the frame that came in:\n{a.hex()}\n{b.hex()}"
+    assert golden.counters["bypassed"] > 5 and golden.counters["bypass_overflow"] > 0
 
     counters = control.decode_counters([await tb.read(a) for a in control.counter_reads()])
     assert counters == golden.counters, "counters differ from the golden model: " + str(
