@@ -46,6 +46,8 @@ ECP5_CONFIG = {
     "jobs": 4,
     "rounds": 16,
     "entry": "frame",
+    # The ECPIX-5 has one Ethernet port: the core is an end point there, with nothing to pass through.
+    "bypass_bytes": 0,
 }
 #: The full 100G configuration: the export's defaults (W = 512, 64 slots, 9 members, 1 KiB, 4 dests).
 XCUP_CONFIG = dict(vexport.DEFAULTS)
