@@ -11,7 +11,7 @@ PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements
 PYTEST_WORKERS ?= 2
 BOARD ?= ecpix5_85
 
-.PHONY: install test test-all sim verilog synth bitstream bench demo demo-faults train lint lock clean
+.PHONY: install test test-all sim verilog synth bitstream bench demo demo-faults demo-root train lint lock clean
 
 install: $(STAMP)
 
@@ -50,6 +50,9 @@ demo: $(STAMP)
 
 demo-faults: $(STAMP)
 	$(VENV)/bin/wanreduce demo --loss 0.01 --dup 0.01 --reorder --corrupt 0.001 --json build/demo_faults.json
+
+demo-root: $(STAMP)
+	$(VENV)/bin/wanreduce demo --mode root --memory 256KiB --json build/demo_root.json
 
 train: $(STAMP)
 	$(VENV)/bin/wanreduce train --force

@@ -57,3 +57,41 @@ def test_demo_bad_input(capsys):
     assert code == 2 and len(errors) == 1 and "infeasible" in errors[0]
     code, _, err = _run(capsys, "demo", "--memory", "lots")
     assert code == 2 and "--memory" in err
+
+
+def test_demo_root_mode_on_the_golden_model(capsys, tmp_path):
+    # Little memory: the plan stripes over several roots; every site's golden aggregator sits in line.
+    path = tmp_path / "demo.json"
+    code, out, err = _run(
+        capsys,
+        "demo",
+        "--mode",
+        "root",
+        "--aggregator",
+        "golden",
+        "--memory",
+        "256KiB",
+        "--elements",
+        "32768",
+        "--time-limit",
+        "1",
+        "--background",
+        "10",
+        "--json",
+        str(path),
+    )
+    assert code == 0 and "demo: PASS" in out, out + err
+    report = json.loads(path.read_text())
+    assert report["mode"] == "root" and report["exact"] is True and report["distinct_results"] == 1
+    assert report["drops"] == {} and report["background_unchanged"] is True
+    assert len({s["root"] for s in report["stripes"]}) >= 2
+    assert abs(report["sim_vs_model"]) <= 0.10 and report["peak_slot_ratio"] <= 1.1
+    assert all(c["bypassed"] >= 10 for c in report["counters"].values())
+
+
+def test_demo_root_mode_refuses_faults(capsys):
+    code, _, err = _run(capsys, "demo", "--mode", "root", "--loss", "0.01", "--time-limit", "1")
+    assert code == 2 and "fault injection" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--mode", "root", "--jitter-ms", "-1"])
+    assert exc.value.code == 2 and "--jitter-ms must be at least 0" in capsys.readouterr().err
