@@ -98,6 +98,31 @@ class GoldenInlineSite:
         return dict(self.agg.counters)
 
 
+def root_entries(schedule, rank, *, job=0):
+    """What the control port loads at site ``rank`` for a root-mode schedule, one entry per round of the
+    period: in a round where it roots a stripe, a :class:`RootEntry` (the group's order, its stripe, the
+    group's RESULT address); 0 (nothing expected) in the others. Raises :class:`WanreduceError` if the site
+    roots two stripes of one group (the schedule entry holds one chunk range)."""
+    if schedule.lean is None:
+        raise WanreduceError("the schedule has no 'lean' section: it is a gather-mode schedule")
+    period = schedule.period
+    entries = []
+    for r in range(period):
+        entry = 0
+        for gid, members in enumerate(schedule.rounds[r]):
+            stripes = schedule.lean["rounds"][r]["groups"][gid]["stripes"]
+            mine = [st for st in stripes if st["root"] == rank]
+            if rank in members and mine:
+                if len(mine) > 1:
+                    raise WanreduceError(f"round {r}: site {rank} roots {len(mine)} stripes of one group")
+                st = mine[0]
+                group_ip = addressing.result_group_ip(job=job, round=r, group=gid, period=period)
+                last = st["first_chunk"] + st["chunks"] - 1
+                entry = RootEntry(tuple(members), st["first_chunk"], last, group_ip)
+        entries.append(entry)
+    return entries
+
+
 def golden_sites(configs):
     """One :class:`GoldenInlineSite` per site configuration (:class:`GoldenAggregator` keywords)."""
     return [GoldenInlineSite(c) for c in configs]
@@ -272,29 +297,10 @@ def simulate_lean(
         ]
         configs = []
         for q in range(n):
-            # What the control port loads at q: in each round where q roots a stripe, the group's order,
-            # q's stripe and the group's RESULT address; nothing in the other rounds.
-            entries = []
-            for r in range(period):
-                entry = 0
-                for gid, members in enumerate(schedule.rounds[r]):
-                    mine = [
-                        st for st in schedule.lean["rounds"][r]["groups"][gid]["stripes"] if st["root"] == q
-                    ]
-                    if q in members and mine:
-                        if len(mine) > 1:
-                            raise WanreduceError(
-                                f"round {r}: site {q} roots {len(mine)} stripes of one group"
-                            )
-                        st = mine[0]
-                        group_ip = addressing.result_group_ip(job=job, round=r, group=gid, period=period)
-                        lo, hi = st["first_chunk"], st["first_chunk"] + st["chunks"] - 1
-                        entry = RootEntry(tuple(members), lo, hi, group_ip)
-                entries.append(entry)
             configs.append(
                 dict(
                     rank=q,
-                    jobs={job: entries},
+                    jobs={job: root_entries(schedule, q, job=job)},
                     slots=slots,
                     members=gmax,
                     slot_bytes=chunk_bytes,

@@ -10,6 +10,12 @@ The chunk size C and the slot count S come from the options or, when those are n
 schedule file's ``params`` (``chunk_bytes``; ``memory_bytes`` = S x G x C, S rounded down to a power of
 two). Like ``inspect``, the command exits 1 when the core dropped frames, after naming each reason; for
 ``unexpected_src`` it prints what the schedule makes this rank expect in each round concerned.
+
+For a root-mode schedule (a ``lean`` section) the core is loaded as the site's control port would be:
+in the rounds where the rank roots a stripe, its stripe and the group's RESULT address with the group.
+With ``--bypass OUT_BYPASS.pcap`` the core is built in line, with a bypass port of ``--bypass-bytes``
+(PROTOCOL.md "In-line bypass"): the frames that are not its work go there, unchanged, and count as
+forwarded, not dropped.
 """
 
 import json
@@ -22,6 +28,7 @@ from ..host.golden import Destination
 from ..host.pcap import read_pcap, write_pcap
 from ..host.protocol import MAGIC, MAX_RANKS, UDP_PORT, Drop, Kind
 from ..host.validate import check_payload
+from ..host.wan_lean import root_entries
 from ..sim.agg_driver import CoreSim
 from ..sim.runner import build_progress
 from ..spec import addressing
@@ -148,7 +155,21 @@ def register(sub):
     p.add_argument(
         "--counters", metavar="OUT.json", required=True, help="JSON file of the core's counters (required)"
     )
-    add_force_option(p, "OUT.pcap or OUT.json")
+    p.add_argument(
+        "--bypass",
+        metavar="OUT_BYPASS.pcap",
+        default=None,
+        help="build the core in line and write the frames it forwards on its bypass port here "
+        "(default: no bypass port; frames that are not the core's work are dropped and counted)",
+    )
+    p.add_argument(
+        "--bypass-bytes",
+        type=int_in(8, 1 << 20, "--bypass-bytes"),
+        default=9216,
+        help="with --bypass: the longest frame the bypass port forwards, a multiple of the datapath's "
+        "bytes per beat (default: 9216)",
+    )
+    add_force_option(p, "OUT.pcap, OUT.json or OUT_BYPASS.pcap")
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -222,9 +243,16 @@ def run(args):
         raise WanreduceError(f"--chunk-bytes must be a multiple of 4, not {args.chunk_bytes}")
     if args.out == args.counters:
         raise WanreduceError("--out and --counters name the same file")
+    if args.bypass is not None and args.bypass in (args.out, args.counters):
+        raise WanreduceError("--bypass names the same file as --out or --counters")
+    if args.bypass is not None and args.bypass_bytes % (args.width // 8):
+        raise WanreduceError(
+            f"--bypass-bytes {args.bypass_bytes} is not a whole number of {args.width // 8}-byte beats"
+        )
     outs = Outputs(force=args.force, inputs=[args.input, args.schedule])
     out_pcap = outs.add(args.out, "--out")
     out_json = outs.add(args.counters, "--counters")
+    out_bypass = outs.add(args.bypass, "--bypass") if args.bypass is not None else None
     if not os.path.isfile(args.schedule):
         # load_schedule's message would carry the OS's own wording ("[Errno 2] ...")
         what = "is a directory, not a schedule file" if os.path.isdir(args.schedule) else "no such file"
@@ -264,8 +292,11 @@ def run(args):
     if len(job_ids) > MAX_JOBS:
         raise WanreduceError(f"the pcap carries {len(job_ids)} job ids; the core holds at most {MAX_JOBS}")
     # Each round's group in the schedule's summation order: the core sums in that order (PROTOCOL.md).
-    period = [tuple(group_of(schedule, rank, r)[1]) for r in range(schedule.period)]
-    jobs = dict.fromkeys(job_ids, period)
+    if schedule.lean is not None:
+        jobs = {job: root_entries(schedule, rank, job=job) for job in job_ids}
+    else:
+        period = [tuple(group_of(schedule, rank, r)[1]) for r in range(schedule.period)]
+        jobs = dict.fromkeys(job_ids, period)
     cap = 4
     while cap < len(jobs):
         cap *= 2
@@ -273,28 +304,29 @@ def run(args):
     def note(text):
         progress("sim-replay", text)
 
-    with build_progress(note):
-        sim = CoreSim(
-            width=args.width,
-            slots=slots,
-            members=members,
-            slot_bytes=chunk_bytes,
-            dests=len(dests),
-            jobs=cap,
-            entry="frame",
-            port=args.port,
-        )
+    geometry = dict(
+        width=args.width, slots=slots, members=members, slot_bytes=chunk_bytes, dests=len(dests), jobs=cap
+    )
     t0 = time.perf_counter()
-    if len(frames) > LONG_REPLAY_FRAMES:
-        note(f"simulating {len(frames)} frames through the core")
-    result = sim.run(frames, rank=rank, jobs=jobs, destinations=dests, mac=mac, ip=ip, port=args.port)
+    if args.bypass is None:
+        with build_progress(note):
+            sim = CoreSim(**geometry, entry="frame", port=args.port)
+        if len(frames) > LONG_REPLAY_FRAMES:
+            note(f"simulating {len(frames)} frames through the core")
+        result = sim.run(frames, rank=rank, jobs=jobs, destinations=dests, mac=mac, ip=ip, port=args.port)
+        packets, counters, forwarded = result.packets, result.counters, []
+    else:
+        packets, counters, forwarded = _replay_inline(
+            frames, geometry, args, rank=rank, jobs=jobs, dests=dests, mac=mac, ip=ip, note=note
+        )
     if len(frames) > LONG_REPLAY_FRAMES:
         note(f"simulated in {time.perf_counter() - t0:.1f} s")
     with outs.commit():
-        write_pcap(outs.temp(out_pcap), result.packets)
-        outs.write_text(out_json, json.dumps(result.counters, indent=1) + "\n")
+        write_pcap(outs.temp(out_pcap), packets)
+        outs.write_text(out_json, json.dumps(counters, indent=1) + "\n")
+        if out_bypass is not None:
+            write_pcap(outs.temp(out_bypass), forwarded)
 
-    counters = result.counters
     drops = {d.counter: counters[d.counter] for d in Drop if counters.get(d.counter)}
     dropped = sum(drops.values())
     expectations = []
@@ -307,7 +339,8 @@ def run(args):
         print_json(
             {
                 "frames_in": len(frames),
-                "frames_out": len(result.packets),
+                "frames_out": len(packets),
+                "forwarded": len(forwarded),
                 "results": counters["results"],
                 "dropped": dropped,
                 "drops": drops,
@@ -316,13 +349,14 @@ def run(args):
                 "chunk_bytes": chunk_bytes,
                 "members": members,
                 "counters": counters,
-                "outputs": [str(out_pcap), str(out_json)],
+                "outputs": [str(p) for p in (out_pcap, out_json, out_bypass) if p is not None],
             }
         )
     else:
         print(
-            f"{len(frames)} frames in, {len(result.packets)} frames out, {counters['results']} RESULTs, "
-            f"{dropped} dropped (core: {slots} slots x {members} members x {chunk_bytes} B, "
+            f"{len(frames)} frames in, {len(packets)} frames out, {counters['results']} RESULTs, "
+            + (f"{len(forwarded)} forwarded, " if args.bypass is not None else "")
+            + f"{dropped} dropped (core: {slots} slots x {members} members x {chunk_bytes} B, "
             f"{args.width}-bit datapath)"
         )
         for name, n in drops.items():
@@ -333,3 +367,35 @@ def run(args):
         print(f"wanreduce sim-replay: the core dropped {dropped} of {len(frames)} frames", file=sys.stderr)
         return 1
     return 0
+
+
+def _replay_inline(frames, geometry, args, *, rank, jobs, dests, mac, ip, note):
+    """The frames through an in-line core (the co-simulation's build, with a bypass port): returns the
+    RESULT frames, the counters and the forwarded frames."""
+    from ..host import control
+    from ..sim.cosim import RtlCores
+
+    with build_progress(note):
+        cores = RtlCores(count=1, **geometry, port=args.port, bypass_bytes=args.bypass_bytes)
+    c = cores.core
+    writes = control.config_writes(
+        rank=rank,
+        jobs=jobs,
+        destinations=dests,
+        mac=mac,
+        ip=ip,
+        port=args.port,
+        max_jobs=c.jobs,
+        rounds=c.rounds,
+        members=c.members,
+        max_dests=c.dests,
+        slots=c.slots,
+        bypass=True,
+    )
+    cores.configure(0, writes)
+    if len(frames) > LONG_REPLAY_FRAMES:
+        note(f"simulating {len(frames)} frames through the in-line core")
+    # Long enough after the last frame for its RESULT (the reduce engine, then the fan-out) to leave.
+    drain = 2 * c.members * c.words + 512
+    packets = [f for _, f in cores.feed(0, 0, frames, drain=drain)]
+    return packets, cores.counters(0), [f for _, f in cores.take_bypass(0)]

@@ -239,3 +239,107 @@ def test_expected_sets_named_from_the_schedule(files):
     assert expectation_line(schedule, 3, 2) == "rank 3 expects {1,3,5} in round 2 (period 2: round 0)"
     waits = schedule_from_obj({**SCHEDULE, "rounds": [{"groups": [[0, 1]]}]})
     assert expectation_line(waits, 4, 0) == "rank 4 expects nothing (it waits) in round 0"
+
+
+LEAN = {
+    "version": 3,
+    "sites": ["AMS", "BAR", "FRA", "LAX", "LON", "NYC"],
+    "rounds": [{"groups": [[0, 2, 4], [1, 3, 5]]}],
+    "params": {"chunk_bytes": 128, "memory_bytes": 4 * 3 * 128},
+    "metrics": {},
+    "lean": {
+        "mode": "root",
+        "jitter_s": 0.0005,
+        "rounds": [
+            {
+                "start_s": 0.0,
+                "groups": [
+                    {
+                        "stripes": [
+                            {
+                                "root": 2,
+                                "first_chunk": 0,
+                                "chunks": 2,
+                                "interval_s": 1e-6,
+                                "offsets_s": [0, 0, 0],
+                            },
+                            {
+                                "root": 4,
+                                "first_chunk": 2,
+                                "chunks": 1,
+                                "interval_s": 1e-6,
+                                "offsets_s": [0, 0, 0],
+                            },
+                        ]
+                    },
+                    {
+                        "stripes": [
+                            {
+                                "root": 1,
+                                "first_chunk": 0,
+                                "chunks": 3,
+                                "interval_s": 1e-6,
+                                "offsets_s": [0, 0, 0],
+                            }
+                        ]
+                    },
+                ],
+            }
+        ],
+    },
+}
+
+
+@pytest.mark.rtl
+def test_replay_in_line_root_mode(tmp_path, capsys):
+    """A root-mode schedule through an in-line core: rank 2 roots chunks 0-1 of its group; chunk 2 (rank
+    4's), the other group's RESULT and traffic that is not wanreduce come out of the bypass port."""
+    from wanreduce.host.frames import build_frame
+    from wanreduce.host.golden import RootEntry
+    from wanreduce.host.wan_lean import root_entries
+
+    sched = tmp_path / "lean.json"
+    sched.write_text(json.dumps(LEAN))
+    schedule = load_schedule(sched)
+    entries = root_entries(schedule, 2)
+    assert entries == [RootEntry((0, 2, 4), 0, 1, "239.96.0.0")]
+    rng = np.random.default_rng(11)
+    frames = []
+    for chunk in range(3):
+        for src in (4, 0, 2):
+            p = traffic.contrib(
+                job=0, round=0, chunk=chunk, src=src, group=0, dtype=DType.FP32,
+                elems_bits=traffic.random_elements(rng, DType.FP32, 32),
+            )  # fmt: skip
+            frames.append(traffic.frame_of(p, src=src))
+    result = traffic.contrib(
+        job=0, round=0, chunk=1, src=1, group=1, dtype=DType.FP32,
+        elems_bits=traffic.random_elements(rng, DType.FP32, 32), kind=1, bitmap=0b101010,
+    )  # fmt: skip
+    addresses = dict(src_mac="02:57:52:01:00:01", dst_mac="01:00:5e:60:00:01", src_ip="10.87.83.1")
+    frames.insert(3, build_frame(result, **addresses, dst_ip="239.96.0.1", sport=47000, dport=47000))
+    frames.insert(5, bytes.fromhex("02575200000202aabbccddee0806") + bytes(46))  # ARP-sized
+    frames.insert(
+        8, bytes.fromhex("02575200000202aabbccddee86dd") + bytes(rng.integers(0, 256, 300, dtype=np.uint8))
+    )
+    pcap, out, counters, passed = (tmp_path / n for n in ("in.pcap", "out.pcap", "c.json", "bypass.pcap"))
+    write_pcap(pcap, frames)
+    argv = ["sim-replay", str(pcap), "--rank", "2", "--schedule", str(sched), "--out", str(out)]
+    argv += ["--counters", str(counters), "--bypass", str(passed)]
+    rc = main(argv)
+    text, err = capsys.readouterr()
+    assert rc == 0, err
+    golden = GoldenAggregator(
+        rank=2, jobs={0: entries}, slots=4, members=3, slot_bytes=128, mac="02:57:52:01:00:02",
+        ip="10.87.83.2", destinations=[Destination("01:00:5e:57:53:02", "239.87.83.2", 47000)],
+        bypass_bytes=9216,
+    )  # fmt: skip
+    want = [r for f in frames for r in golden.feed_frame(f)]
+    assert read_pcap(out) == want and len(want) == 4  # 2 chunks, each to the hosts and to the group
+    assert [w[30:34] for w in want[1::2]] == [bytes([239, 96, 0, 0])] * 2
+    assert read_pcap(passed) == golden.forwarded and len(golden.forwarded) == 6  # chunk 2 x 3, RESULT, 2
+    assert json.loads(counters.read_text()) == golden.counters
+    assert "6 forwarded, 0 dropped" in text
+    # the bypass pcap is an output like the others: it may not be an input, nor one of them twice
+    assert main(argv[:-1] + [str(out), "--force"]) == 2
+    assert "--bypass names the same file" in capsys.readouterr().err
