@@ -1,6 +1,6 @@
 # Create the Vivado project of wanreduce on an Alveo U55C: generated Verilog + CMAC + XDC.
 #
-#   wanreduce verilog -o build/verilog          # or: make verilog (W=512, the AXI top wanreduce_axi)
+#   wanreduce verilog --bypass-bytes 0 -o build/verilog   # W=512, the AXI top wanreduce_axi, one port
 #   vivado -mode batch -source constraints/alveo_u55c/create_project.tcl -tclargs build/verilog build/vivado
 #
 # Then `launch_runs impl_1 -to_step write_bitstream` in the project, or open it in the GUI. Documented, not
@@ -13,7 +13,7 @@ set projdir  [file normalize [expr {$argc > 1 ? [lindex $argv 1] : "build/vivado
 set part     xcu55c-fsvh2892-2L-e
 
 if {![file exists $vdir/wanreduce_axi.v]} {
-    error "no $vdir/wanreduce_axi.v: run `wanreduce verilog -o $vdir` first"
+    error "no $vdir/wanreduce_axi.v: run `wanreduce verilog --bypass-bytes 0 -o $vdir` first"
 }
 
 create_project wanreduce_u55c $projdir -part $part -force

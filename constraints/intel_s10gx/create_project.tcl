@@ -1,6 +1,6 @@
 # Create the Quartus Prime Pro project of wanreduce on the Intel Stratix 10 GX FPGA Development Kit.
 #
-#   wanreduce verilog -o build/verilog
+#   wanreduce verilog --bypass-bytes 0 -o build/verilog   # the end-point build: one 100G port
 #   quartus_sh -t constraints/intel_s10gx/create_project.tcl build/verilog build/quartus_s10gx
 #
 # The Low Latency 100G Ethernet IP is generated once in Platform Designer / IP Catalog as `ll100g`
@@ -13,7 +13,7 @@ set here    [file dirname [file normalize [info script]]]
 set vdir    [file normalize [expr {$argc > 0 ? [lindex $argv 0] : "build/verilog"}]]
 set projdir [file normalize [expr {$argc > 1 ? [lindex $argv 1] : "build/quartus_s10gx"}]]
 if {![file exists $vdir/wanreduce_axi.v]} {
-    error "no $vdir/wanreduce_axi.v: run `wanreduce verilog -o $vdir` first"
+    error "no $vdir/wanreduce_axi.v: run `wanreduce verilog --bypass-bytes 0 -o $vdir` first"
 }
 file mkdir $projdir
 cd $projdir
