@@ -105,7 +105,6 @@ class Reduce(wiring.Component):
             width=ResultWord(W, self.slots).size, depth=self.fifo_depth
         )
         m.d.comb += [self.o.payload.eq(out.r_data), self.o.valid.eq(out.r_rdy), out.r_en.eq(self.o.ready)]
-        reserved = Signal(range(self.fifo_depth + 1))
         in_ring = Signal(range(K + 1))
 
         # Dispatcher: the chunk whose beats are being started.
@@ -113,6 +112,7 @@ class Reduce(wiring.Component):
         cur = Signal(Completion(self.slots))
         cur_w = Signal(16)
         horizon = Signal(range(64 * K + 1))
+        cur_gk = Signal(range(64 * K + 1))  # cur.g * K, registered with cur
 
         # The shadow: each slot's last sums and completion record, for re-emitting its RESULT. A replay is
         # a completion of group size 1 whose beat comes from here instead of member 0's buffer (adding -0.0
@@ -134,9 +134,11 @@ class Reduce(wiring.Component):
         # Issue.
         cont = ov & (osb.m + 1 < osb.cd.g)
         fin = ov & (osb.m + 1 >= osb.cd.g)
-        free = Signal(range(self.fifo_depth + 1))
-        m.d.comb += free.eq(self.fifo_depth - out.level - reserved)
-        disp = ~cont & cur_v & ~fetch & (free != 0) & (cur.g * K > horizon) & (~cur.replay | (in_ring == 0))
+        # Room in the output FIFO not yet reserved for a sum in the ring (depth - level - beats in flight),
+        # kept as a counter of its own so that the dispatch condition starts from registers: a dispatch
+        # reserves a place, a beat read out of the FIFO frees one (a finished sum takes its reserved place).
+        free = Signal(range(self.fifo_depth + 1), init=self.fifo_depth)
+        disp = ~cont & cur_v & ~fetch & (free != 0) & (cur_gk > horizon) & (~cur.replay | (in_ring == 0))
         issue = cont | disp
         isb = Signal(sb_layout)
         with m.If(cont):
@@ -167,9 +169,12 @@ class Reduce(wiring.Component):
             shw.data.eq(oacc),
             shw.en.eq(fin & ~osb.cd.replay),
         ]
-        m.d.sync += [reserved.eq(reserved + disp - fin), in_ring.eq(in_ring + disp - fin)]
+        m.d.sync += [
+            in_ring.eq(in_ring + disp - fin),
+            free.eq(free - disp + (out.r_en & out.r_rdy)),
+        ]
         with m.If(disp):
-            m.d.sync += horizon.eq(cur.g * K - 1)
+            m.d.sync += horizon.eq(cur_gk - 1)
         with m.Elif(horizon != 0):
             m.d.sync += horizon.eq(horizon - 1)
 
@@ -181,7 +186,7 @@ class Reduce(wiring.Component):
             m.d.sync += cur_v.eq(0)
         take = self.i.valid & self.i.ready
         with m.If(take):
-            m.d.sync += [cur_v.eq(1), cur.eq(self.i.payload), cur_w.eq(0)]
+            m.d.sync += [cur_v.eq(1), cur.eq(self.i.payload), cur_w.eq(0), cur_gk.eq(self.i.payload.g * K)]
         m.d.comb += [
             rcw.addr.eq(self.i.payload.slot),
             rcw.data.eq(self.i.payload),
@@ -191,7 +196,7 @@ class Reduce(wiring.Component):
         ]
         m.d.sync += fetch.eq(take & self.i.payload.replay)
         with m.If(fetch):
-            m.d.sync += [cur.eq(rcr.data), cur.g.eq(1), cur.replay.eq(1)]
+            m.d.sync += [cur.eq(rcr.data), cur.g.eq(1), cur.replay.eq(1), cur_gk.eq(K)]
 
         # Adders: every format's lanes see the same beat; the dtype picks one bank's result.
         first = rsb.m == 0
