@@ -13,7 +13,7 @@ cycle is accepted back to back across frames; the only bubble is when a frame's 
 output beat than the frame had input beats after its header *and* the next frame is a single beat long.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -119,14 +119,38 @@ class FrameParser(wiring.Component):
         end = Signal(17)  # frame byte where the UDP payload ends
         m.d.comb += end.eq(total + _ETH)
 
-        # UDP checksum contribution of this beat: big-endian 16-bit words of bytes in [34, end).
+        # Where the UDP payload ends relative to this beat's first byte (``end - j * B``), clamped to
+        # [-B, 2B], which keeps every comparison below exact. Where every beat that can emit output, hold
+        # checksum bytes (34 on) or end a frame of 42 bytes or more comes after the beat holding the IPv4
+        # total length (W < 512), it is a register, computed on the beat before from the merged header; a
+        # shorter frame is truncated (code 1) whatever the other codes say. At W = 512 it is computed here.
         start = Signal(17)
         m.d.comb += start.eq(j * B)
+        rel_shape = signed((2 * B).bit_length() + 1)
+
+        def clamp(v):
+            return Mux(v < -B, -B, Mux(v > 2 * B, 2 * B, v))[: rel_shape.width].as_signed()
+
+        rel = Signal(rel_shape)
+        late_end = 34 // B > 17 // B
+        if late_end:
+            rel_q = Signal(rel_shape)
+            nxt = Signal(signed(20))
+            m.d.comb += nxt.eq(be_bytes(cur, 16, 2) + _ETH - start - B)
+            with m.If(accept & ~ib.last):
+                m.d.sync += rel_q.eq(clamp(nxt))
+            m.d.comb += rel.eq(rel_q)
+        else:
+            here = Signal(signed(20))
+            m.d.comb += here.eq(end - start)
+            m.d.comb += rel.eq(clamp(here))
+
+        # UDP checksum contribution of this beat: big-endian 16-bit words of bytes in [34, end).
         words = []
         for w in range(B // 2):
-            f = start + 2 * w
-            hi_ok = (f >= 34) & (f < end)
-            lo_ok = (f >= 34) & (f + 1 < end)
+            from34 = j >= -(-(34 - 2 * w) // B) if 34 - 2 * w > 0 else Const(1)
+            hi_ok = from34 & (rel > 2 * w)
+            lo_ok = from34 & (rel > 2 * w + 1)
             words.append(
                 Cat(
                     Mux(lo_ok, ib.data[16 * w + 8 : 16 * w + 16], 0),
@@ -136,24 +160,44 @@ class FrameParser(wiring.Component):
         beat_sum = Signal(24)
         m.d.comb += beat_sum.eq(sum(words))
 
-        flen = Signal(17)
-        m.d.comb += flen.eq(start + ib.bytes)
-        end_eff = Signal(17)
-        m.d.comb += end_eff.eq(Mux(end < flen, end, flen))
+        # The frame's end (this beat's bytes) and the payload's, whichever comes first, relative to ``start``.
+        eff = Signal(rel_shape)
+        m.d.comb += eff.eq(Mux(rel < ib.bytes, rel, ib.bytes))
+        short = (j < _HDR // B) | ((j == _HDR // B) & (ib.bytes < _HDR % B))  # frame length < 42
 
         # Drop codes 1-8, evaluated on the last beat from the merged header.
-        ip_words = [be16(14 + 2 * n) for n in range(10)]
-        ip_sum = Signal(20)
-        m.d.comb += ip_sum.eq(sum(ip_words))
-        ip_ok = _ones_complement_ok(ip_sum, 20)
-        pseudo = be16(26) + be16(28) + be16(30) + be16(32) + protocol.IPPROTO_UDP + udp_len
+        # Sums over header fields that are complete before the beat of byte 41 (W = 64) are taken on the
+        # beat that completes them, from the registered header and that beat's own bytes, and kept: the IPv4
+        # header check as a flag, the UDP pseudo-header added into the running sum.
+        def at_beat(k):
+            return Cat(hdr[: 8 * B * k], ib.data)[: 8 * _HDR]
+
+        def pseudo_of(h):
+            return sum(be_bytes(h, n, 2) for n in (26, 28, 30, 32, 38)) + protocol.IPPROTO_UDP
+
+        def ip_ok_of(h):
+            ip_sum = Signal(20)
+            m.d.comb += ip_sum.eq(sum(be_bytes(h, 14 + 2 * n, 2) for n in range(10)))
+            return _ones_complement_ok(ip_sum, 20)
+
+        jip, jps = 33 // B, 39 // B
+        if (_HDR - 1) // B > jip:
+            ip_ok = Signal()
+            with m.If(accept & (j == jip)):
+                m.d.sync += ip_ok.eq(ip_ok_of(at_beat(jip)))
+        else:
+            ip_ok = ip_ok_of(cur)
+        late_pseudo = (_HDR - 1) // B > jps
         udp_sum = Signal(26)
-        m.d.comb += udp_sum.eq(csum + beat_sum + pseudo)
+        if late_pseudo:
+            m.d.comb += udp_sum.eq(csum + beat_sum)
+        else:
+            m.d.comb += udp_sum.eq(csum + beat_sum + pseudo_of(cur))
         udp_ok = _ones_complement_ok(udp_sum, 26)
         drops = Signal(32)
         D = protocol.Drop
         m.d.comb += [
-            drops[D.TRUNCATED].eq((flen < _HDR) | ((ethertype == protocol.ETHERTYPE_IPV4) & (end > flen))),
+            drops[D.TRUNCATED].eq(short | ((ethertype == protocol.ETHERTYPE_IPV4) & (rel > ib.bytes))),
             drops[D.NOT_IPV4].eq(ethertype != protocol.ETHERTYPE_IPV4),
             drops[D.BAD_IP_HEADER].eq(
                 (byte(14) != 0x45)
@@ -170,15 +214,13 @@ class FrameParser(wiring.Component):
         # Output beat k = frame bytes [(j-1)B + o, jB + o): the top B-o bytes of the previous beat and the
         # low o bytes of this one.
         joined = Cat(prev[8 * o :], ib.data[: 8 * o])
-        k_start = Signal(18)
-        m.d.comb += k_start.eq(start - B + o)
-        lim = Mux(ib.last, end_eff, end)
-        has_k = (j >= q + 1) & (k_start < lim)
-        k_bytes = Mux(lim - k_start >= B, B, lim - k_start)
-        tail_start = start + o
-        need_flush = ib.last & (j >= q) & (end_eff > tail_start)
+        lim = Signal(rel_shape)  # end of this output beat's bytes, relative to ``start``
+        m.d.comb += lim.eq(Mux(ib.last, eff, rel))
+        has_k = (j >= q + 1) & (lim > o - B)
+        k_bytes = Mux(lim >= o, B, (lim + B - o)[: len(flush_bytes)])
+        need_flush = ib.last & (j >= q) & (eff > o)
         tail = Cat(ib.data[8 * o :], Const(0, 8 * o))
-        tail_bytes = (end_eff - tail_start)[: len(flush_bytes)]
+        tail_bytes = (eff - o)[: len(flush_bytes)]
 
         ov, ob = Signal(), Signal.like(self.o.payload)
         # While a flush is owed, only a non-last beat can be accepted and it emits nothing (a frame's first
@@ -220,7 +262,14 @@ class FrameParser(wiring.Component):
                         flush_drops.eq(drops),
                     ]
             with m.Else():
-                m.d.sync += [hdr.eq(cur), csum.eq(_fold1(csum + beat_sum))]
+                if late_pseudo:
+                    with m.If(j == jps):
+                        m.d.sync += csum.eq(_fold1(csum + beat_sum + pseudo_of(at_beat(jps))))
+                    with m.Else():
+                        m.d.sync += csum.eq(_fold1(csum + beat_sum))
+                else:
+                    m.d.sync += csum.eq(_fold1(csum + beat_sum))
+                m.d.sync += hdr.eq(cur)
                 with m.If(j != 0xFFFF):
                     m.d.sync += j.eq(j + 1)
         return m

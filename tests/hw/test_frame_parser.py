@@ -34,6 +34,8 @@ def _frames(seed, n):
             dtype=1,
             elems_bits=rng.integers(0, 1 << 16, count, dtype=np.uint16),
         )
+        # Odd payload lengths too, so that output beats of every byte count occur.
+        payload += bytes(rng.integers(0, 256, int(rng.integers(0, 8)), dtype=np.uint8))
         f = traffic.frame_of(payload, src=3, udp_checksum=bool(rng.random() < 0.7))
         if rng.random() < 0.6:
             f = traffic.frame_fault(rng, f, traffic.FRAME_FAULTS[k % len(traffic.FRAME_FAULTS)])
