@@ -425,7 +425,8 @@ def report(out=None):
             "## ECP5 (LFE5UM5G-85F, CABGA554, speed 8)",
             "",
             f"Configuration: {_config_line(r['config'])}. Flow: {r['flow']}, clock request "
-            f"{r['request_mhz']} MHz, seed {r['seed']}.",
+            f"{r['request_mhz']} MHz, seed {r['seed']}, schedule-table modulo stages "
+            f"{r.get('mod_stages', '(core default)')}.",
             "",
             "| figure | value |",
             "| --- | ---: |",
