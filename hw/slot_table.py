@@ -40,8 +40,8 @@ a slot takes effect a cycle after ``release``.
 Back-pressure: X stalls only when (a) a packet would claim a done slot whose buffers the reduce engine has
 not finished reading (``busy``), or (b) a completion or a re-emit request finds the reduce engine's queue
 full (``done.ready`` low); the stall is computed from registers (the decision was registered in E) and stops
-E, D and the skid buffer, which then takes at most one more beat and drops ``i.ready``. Otherwise one beat
-per cycle.
+X, E and D together (they always advance together) and the skid buffer, which then takes at most one more
+beat and drops ``i.ready``. Otherwise one beat per cycle.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -358,7 +358,7 @@ class SlotTable(wiring.Component):
         lowbits = Signal(8 * ngroups)
         m.d.comb += lowbits.eq(r.drops & low)
         en_e = Signal()  # stage E takes D's beat this cycle
-        m.d.comb += en_d.eq((~rv | en_e) & ~clearing)
+        m.d.comb += en_d.eq(en_e & ~clearing)
         with m.If(en_e):
             m.d.sync += [
                 ev.eq(rv),
@@ -475,7 +475,9 @@ class SlotTable(wiring.Component):
             low_code = Mux(e_gany[k], Cat(e_gidx[k], Const(k, 2)), low_code)
 
         # E -> X.
-        m.d.comb += en_e.eq(~ev | en_x)
+        # D, E and X advance together (a bubble ahead of a stalled X is not filled): one stall signal,
+        # not a chain of enables through the stages, reaches every register of the table.
+        m.d.comb += en_e.eq(en_x)
         with m.If(en_x):
             m.d.sync += [
                 xv.eq(ev),
