@@ -168,7 +168,7 @@ class FrameParser(wiring.Component):
         # Drop codes 1-8, evaluated on the last beat from the merged header.
         # Sums over header fields that are complete before the beat of byte 41 (W = 64) are taken on the
         # beat that completes them, from the registered header and that beat's own bytes, and kept: the IPv4
-        # header check as a flag, the UDP pseudo-header added into the running sum.
+        # header check as a flag, the UDP pseudo-header sum as a number.
         def at_beat(k):
             return Cat(hdr[: 8 * B * k], ib.data)[: 8 * _HDR]
 
@@ -190,7 +190,10 @@ class FrameParser(wiring.Component):
         late_pseudo = (_HDR - 1) // B > jps
         udp_sum = Signal(26)
         if late_pseudo:
-            m.d.comb += udp_sum.eq(csum + beat_sum)
+            pseudo = Signal(20)
+            with m.If(accept & (j == jps)):
+                m.d.sync += pseudo.eq(pseudo_of(at_beat(jps)))
+            m.d.comb += udp_sum.eq(csum + beat_sum + pseudo)
         else:
             m.d.comb += udp_sum.eq(csum + beat_sum + pseudo_of(cur))
         udp_ok = _ones_complement_ok(udp_sum, 26)
@@ -262,14 +265,7 @@ class FrameParser(wiring.Component):
                         flush_drops.eq(drops),
                     ]
             with m.Else():
-                if late_pseudo:
-                    with m.If(j == jps):
-                        m.d.sync += csum.eq(_fold1(csum + beat_sum + pseudo_of(at_beat(jps))))
-                    with m.Else():
-                        m.d.sync += csum.eq(_fold1(csum + beat_sum))
-                else:
-                    m.d.sync += csum.eq(_fold1(csum + beat_sum))
-                m.d.sync += hdr.eq(cur)
+                m.d.sync += [hdr.eq(cur), csum.eq(_fold1(csum + beat_sum))]
                 with m.If(j != 0xFFFF):
                     m.d.sync += j.eq(j + 1)
         return m
