@@ -81,7 +81,7 @@ class ScheduleTable(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         J, R, G, S = self.jobs, self.rounds, self.members, self.slots
-        rbits = 8  # remainder register: holds 2 * (P - 1) + 1 < 256
+        rbits = max(1, (2 * R - 1).bit_length())  # remainder register: holds 2 * (P - 1) + 1 < 2 * R
         sbits = (S - 1).bit_length()
 
         entry_layout = data.StructLayout(
@@ -195,7 +195,8 @@ class ScheduleTable(wiring.Component):
             ]
         midx = Signal(range(G + 1))
         m.d.comb += midx.eq(Mux(terms[0][0], terms[0][1], G))
-        unexpected = ~expected.bit_select(src, 1)
+        # From the entry directly, not through the muxed ``expected``: one level less before the register.
+        unexpected = ~(ctxt.hit & ~foreign & entry.bitmap.bit_select(src, 1))
 
         ob = self.o.payload
         with m.If(en):

@@ -123,7 +123,7 @@ class SlotTable(wiring.Component):
     issued the last read of a chunk), and the event outputs for the counters: ``ev_valid`` (a packet
     ended), ``ev_code`` (0 if it was stored, else its drop code), ``ev_result`` (it completed a chunk),
     ``ev_reemit`` (it asked for a RESULT again), ``ev_evict`` (it took a live slot back), and, with
-    ``ev_valid``, the packet's upstream drop vector ``ev_drops`` and ``foreign`` flag ``ev_foreign`` (for
+    ``ev_valid``, the packet's ``foreign`` flag ``ev_foreign`` (for
     the core's bypass verdict).
     """
 
@@ -149,7 +149,6 @@ class SlotTable(wiring.Component):
                 "ev_result": Out(1),
                 "ev_reemit": Out(1),
                 "ev_evict": Out(1),
-                "ev_drops": Out(32),
                 "ev_foreign": Out(1),
             }
         )
@@ -557,7 +556,6 @@ class SlotTable(wiring.Component):
             self.ev_result.eq(go & x.commit & x.completes),
             self.ev_reemit.eq(go & x.reemit),
             self.ev_evict.eq(go & x.commit & x.evict),
-            self.ev_drops.eq(x.drops),
             self.ev_foreign.eq(x.foreign),
         ]
 
