@@ -68,7 +68,7 @@ class AggregatorCore(wiring.Component):
         rounds=64,
         entry="frame",
         port=protocol.UDP_PORT,
-        mod_stages=4,
+        mod_stages=16,
         adder_stages=None,
         queue_depth=4,
         bypass_bytes=0,

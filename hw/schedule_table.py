@@ -1,15 +1,19 @@
 """Schedule table: for this site's rank, the expected set, the summation order and the round bank of every
 (job, round mod P).
 
-Latency: ``mod_stages + 3`` cycles, all of them plain register stages that advance together. Stage 0 finds
-the packet's job among ``jobs`` entries (job id, period P with 0 = entry unused, bank bits b); the next
-``mod_stages`` stages compute ``round mod P`` by restoring division, ``32 / mod_stages`` bits per stage (P
-is any value from 1 to ``rounds``, so no power-of-two shortcut applies); then the table memory (``jobs *
-rounds`` entries of the 64-bit expected bitmap and the summation order, ``members`` ranks of 6 bits with a
-valid bit each, written through the control port) is read while the chunk's slot
-``((round mod P) << b | chunk mod 2**b) mod S`` is formed, and the last stage derives ``unexpected_src``
-(code 21) and the sender's member index: the position of ``src`` in the summation order (the first
-position that holds it; ``members`` when none does, which the slot table never writes).
+Latency: ``mod_stages + 5`` cycles, all of them plain register stages that advance together. Stage 0
+compares the packet's job with the ``jobs`` entries (job id, period P with 0 = entry unused, bank bits b)
+and registers the matches; stage 1 takes the first match's period and bank; the next ``mod_stages`` stages
+compute ``round mod P`` by restoring division, ``32 / mod_stages`` bits per stage (P is any value from 1
+to ``rounds``, so no power-of-two shortcut applies); then the table memory (``jobs * rounds`` entries of
+the 64-bit expected bitmap and the summation order, ``members`` ranks of 6 bits with a valid bit each,
+written through the control port) is read while the chunk's slot ``((round mod P) << b | chunk mod 2**b)
+mod S`` is formed; the stage after compares the entry with the packet straight off the memory (stripe
+bounds, the sender's bitmap bit, each rank of the order against ``src``), and the last stage derives
+``unexpected_src`` (code 21) and the sender's member index from those registered results: the position of
+``src`` in the summation order (the first position that holds it; ``members`` when none does, which the
+slot table never writes). Each stage is a few LUTs deep so that the table closes timing beside the rest
+of the core (issue #11): 16 modulo stages (2 round bits each) is the depth that does at W = 64 on ECP5.
 
 Root aggregation: an entry also holds the chunk range ``root_lo ..= root_hi`` this site is the root of in
 that round (its stripe; ``0 ..= 2**32 - 1`` in gather mode) and ``mdest``, the group address its RESULTs
@@ -47,7 +51,7 @@ class ScheduleTable(wiring.Component):
     ``sched_mdest`` / ``sched_en``.
     """
 
-    def __init__(self, *, width, members, slots, jobs=4, rounds=64, mod_stages=4):
+    def __init__(self, *, width, members, slots, jobs=4, rounds=64, mod_stages=16):
         if jobs < 1 or jobs & (jobs - 1) or rounds < 1 or rounds & (rounds - 1):
             raise ValueError("The job and round capacities of the schedule table must be powers of two.")
         if rounds > 128:
@@ -60,7 +64,7 @@ class ScheduleTable(wiring.Component):
             raise ValueError(f"The slot count must be a power of two, not {slots}.")
         self.width, self.members, self.slots, self.jobs, self.rounds = width, members, slots, jobs, rounds
         self.mod_stages = mod_stages
-        self.latency = mod_stages + 3
+        self.latency = mod_stages + 5
         super().__init__(
             {
                 "i": In(stream.Signature(ParsedBeat(width))),
@@ -119,22 +123,28 @@ class ScheduleTable(wiring.Component):
         en = ~self.o.valid | self.o.ready
         m.d.comb += self.i.ready.eq(en)
 
-        # Stage 0: which job entry.
+        # Stage 0: the job comparisons only, registered; stage 1 picks the first match (priority, so that
+        # two entries with one job id behave as the lowest one alone).
+        v00, beat00 = Signal(), Signal(ParsedBeat(self.width))
+        match = Signal(J)
+        desc = self.i.payload.desc
+        with m.If(en):
+            m.d.sync += [v00.eq(self.i.valid), beat00.eq(self.i.payload)]
+            for j in range(J):
+                m.d.sync += match[j].eq((self.job_id[j] == desc.job) & (self.job_period[j] != 0))
         ctx0 = Signal(ctx_layout)
         v0 = Signal()
-        desc = self.i.payload.desc
         hit, jidx = Const(0), Const(0, range(J))
         period, bank = Const(0, range(R + 1)), Const(0, BANK_BITS)
         for j in reversed(range(J)):
-            match = (self.job_id[j] == desc.job) & (self.job_period[j] != 0)
-            hit = match | hit
-            jidx = Mux(match, j, jidx)
-            period = Mux(match, self.job_period[j], period)
-            bank = Mux(match, self.job_bank[j], bank)
+            hit = match[j] | hit
+            jidx = Mux(match[j], j, jidx)
+            period = Mux(match[j], self.job_period[j], period)
+            bank = Mux(match[j], self.job_bank[j], bank)
         with m.If(en):
             m.d.sync += [
-                v0.eq(self.i.valid),
-                ctx0.beat.eq(self.i.payload),
+                v0.eq(v00),
+                ctx0.beat.eq(beat00),
                 ctx0.hit.eq(hit),
                 ctx0.jidx.eq(jidx),
                 ctx0.period.eq(period),
@@ -175,17 +185,34 @@ class ScheduleTable(wiring.Component):
         with m.If(en):
             m.d.sync += [vt.eq(prev_v), ctxt.eq(prev), ctxt.slot.eq(slot)]
 
+        # Compare stage: every comparison straight off the memory's output into a register (the memory's
+        # clock-to-out is most of a cycle on ECP5, so nothing else follows it).
         entry = rp.data
-        chunk = ctxt.beat.desc.chunk
-        foreign = Signal()
-        m.d.comb += foreign.eq(ctxt.hit & ((chunk < entry.lo) | (chunk > entry.hi)))
-        expected = Signal(64)
-        m.d.comb += expected.eq(Mux(ctxt.hit & ~foreign, entry.bitmap, 0))
         src = ctxt.beat.desc.src
+        vc, ctxc = Signal(), Signal(ctx_layout)
+        below, above, sbit = Signal(), Signal(), Signal()
+        holds = Signal(G)  # holds[k]: position k of the order is src
+        bitmap, mdest = Signal(64), Signal(32)
+        with m.If(en):
+            m.d.sync += [
+                vc.eq(vt),
+                ctxc.eq(ctxt),
+                below.eq(ctxt.beat.desc.chunk < entry.lo),
+                above.eq(ctxt.beat.desc.chunk > entry.hi),
+                sbit.eq(entry.bitmap.bit_select(src, 1)),
+                bitmap.eq(entry.bitmap),
+                mdest.eq(entry.mdest),
+            ]
+            m.d.sync += [holds[k].eq(entry.valid[k] & (entry.rank[k] == src)) for k in range(G)]
+
+        foreign = Signal()
+        m.d.comb += foreign.eq(ctxc.hit & (below | above))
+        expected = Signal(64)
+        m.d.comb += expected.eq(Mux(ctxc.hit & ~foreign, bitmap, 0))
         # The first position holding src wins: an order of a multiple of four members has no "none" byte,
         # so the words after it may still hold ranks of a longer order written before (the driver only
         # writes the words it needs). A tree of (found, index) pairs keeps this log2(G_max) muxes deep.
-        terms = [(entry.valid[k] & (entry.rank[k] == src), Const(k, range(G + 1))) for k in range(G)]
+        terms = [(holds[k], Const(k, range(G + 1))) for k in range(G)]
         while len(terms) > 1:
             terms = [
                 (terms[n][0] | terms[n + 1][0], Mux(terms[n][0], terms[n][1], terms[n + 1][1]))
@@ -195,24 +222,23 @@ class ScheduleTable(wiring.Component):
             ]
         midx = Signal(range(G + 1))
         m.d.comb += midx.eq(Mux(terms[0][0], terms[0][1], G))
-        # From the entry directly, not through the muxed ``expected``: one level less before the register.
-        unexpected = ~(ctxt.hit & ~foreign & entry.bitmap.bit_select(src, 1))
+        unexpected = ~(ctxc.hit & ~foreign & sbit)
 
         ob = self.o.payload
         with m.If(en):
             m.d.sync += [
-                self.o.valid.eq(vt),
-                ob.data.eq(ctxt.beat.data),
-                ob.bytes.eq(ctxt.beat.bytes),
-                ob.last.eq(ctxt.beat.last),
-                ob.pw.eq(ctxt.beat.pw),
-                ob.hc.eq(ctxt.beat.hc),
-                ob.desc.eq(ctxt.beat.desc),
-                ob.drops.eq(ctxt.beat.drops | (unexpected << protocol.Drop.UNEXPECTED_SRC)),
+                self.o.valid.eq(vc),
+                ob.data.eq(ctxc.beat.data),
+                ob.bytes.eq(ctxc.beat.bytes),
+                ob.last.eq(ctxc.beat.last),
+                ob.pw.eq(ctxc.beat.pw),
+                ob.hc.eq(ctxc.beat.hc),
+                ob.desc.eq(ctxc.beat.desc),
+                ob.drops.eq(ctxc.beat.drops | (unexpected << protocol.Drop.UNEXPECTED_SRC)),
                 ob.expected.eq(expected),
                 ob.midx.eq(midx),
-                ob.slot.eq(ctxt.slot),
+                ob.slot.eq(ctxc.slot),
                 ob.foreign.eq(foreign),
-                ob.mdest.eq(Mux(ctxt.hit, entry.mdest, 0)),
+                ob.mdest.eq(Mux(ctxc.hit, mdest, 0)),
             ]
         return m
