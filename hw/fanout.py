@@ -8,10 +8,17 @@ group, the core's own UDP port), after the destination entries (PROTOCOL.md
 shift the payload by ``42 mod B`` bytes within the beats, so output beat ``j`` joins the top bytes of
 payload beat ``j - 42 // B - 1`` and the low bytes of payload beat ``j - 42 // B``.
 
-Latency: the whole payload is buffered before its first frame starts (store and forward), then two cycles
-(buffer read, assembly) to the output FIFO. Back-pressure: frames are generated only while the output FIFO
-has room for the beat being read, so ``o.ready`` may drop at any cycle without losing or corrupting a beat;
-while both buffers are full, ``i.ready`` is low.
+Timing: everything a frame needs from its payload's length and group (beat counts, the last beat's byte
+count, the copy count, and the IPv4 checksum of every copy) is computed into registers of the buffer
+in the three cycles after the RESULT's last beat is stored, so the generator starts each frame from
+registers and never adds or folds on the beat it issues. The output FIFO's occupancy is kept as a counter.
+
+Latency: the whole payload is buffered (store and forward), then three cycles (the per-buffer
+precomputation) before its first frame may start, then two cycles (buffer read, assembly) to the output
+FIFO. Back-pressure: frames are generated only while the output FIFO has room for the beat being read, so
+``o.ready`` may drop at any cycle without losing or corrupting a beat; while both buffers are full,
+``i.ready`` is low. Configuration inputs reach the frames within three cycles of a change (configure,
+then stream). ``plen`` must not exceed ``max_payload``.
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
@@ -25,12 +32,8 @@ from .result_builder import ResultBeat
 __all__ = ["Fanout"]
 
 _HDR = protocol.FRAME_OVERHEAD
-
-
-def _fold16(value):
-    for _ in range(4):
-        value = value[:16] + value[16:]
-    return value[:16]
+# Arming delay: cycles from a buffer's ``full`` bit to its first frame, the depth of the precomputation.
+_ARM = 3
 
 
 class Fanout(wiring.Component):
@@ -40,6 +43,8 @@ class Fanout(wiring.Component):
     def __init__(self, *, width, dests, max_payload, fifo_depth=4):
         if dests < 1:
             raise ValueError(f"The fan-out needs at least one destination entry, not {dests}.")
+        if max_payload < 1:
+            raise ValueError(f"The largest RESULT payload must be at least one byte, not {max_payload}.")
         self.width, self.dests, self.max_payload, self.fifo_depth = width, dests, max_payload, fifo_depth
         self.pwords = -(-max_payload // (width // 8))
         super().__init__(
@@ -60,9 +65,14 @@ class Fanout(wiring.Component):
         m = Module()
         W, D, PWN = self.width, self.dests, self.pwords
         B = W // 8
+        LB = B.bit_length() - 1
         q, o = divmod(_HDR, B)
+        # A power-of-two buffer stride makes the buffer's base address a concatenation, not an adder.
+        AW = max(1, (PWN - 1).bit_length())
+        JMAX = -(-(self.max_payload + _HDR) // B)
+        JW = max(1, (JMAX - 1).bit_length())
 
-        m.submodules.buf = buf = memory.Memory(shape=W, depth=2 * PWN, init=[])
+        m.submodules.buf = buf = memory.Memory(shape=W, depth=2 << AW, init=[])
         wp = buf.write_port()
         rp = buf.read_port(domain="sync")
         full = Signal(2)
@@ -74,7 +84,11 @@ class Fanout(wiring.Component):
         wpw = Signal(range(PWN + 1))
         m.d.comb += self.i.ready.eq(~full.bit_select(wb, 1))
         wr = self.i.valid & self.i.ready
-        m.d.comb += [wp.addr.eq(wb * PWN + wpw), wp.data.eq(self.i.payload.data), wp.en.eq(wr & (wpw < PWN))]
+        m.d.comb += [
+            wp.addr.eq(Cat(wpw[:AW], wb)),
+            wp.data.eq(self.i.payload.data),
+            wp.en.eq(wr & (wpw < PWN)),
+        ]
         with m.If(wr):
             with m.If(self.i.payload.last):
                 m.d.sync += [
@@ -86,62 +100,100 @@ class Fanout(wiring.Component):
             with m.Else():
                 m.d.sync += wpw.eq(wpw + 1)
 
-        # Output FIFO.
+        # Per-buffer precomputation (registers recomputed every cycle from the stored length and group and
+        # the configuration; a buffer is armed once they have settled).
+        ip_const = 0x4500 + 0x4000 + ((64 << 8) | protocol.IPPROTO_UDP)
+        ipsum = Signal(17)  # this site's address, halves added
+        dsum = [Signal(17, name=f"dsum{k}") for k in range(D)]  # destination entries' addresses
+        m.d.sync += ipsum.eq(self.ip[16:] + self.ip[:16])
+        for k in range(D):
+            m.d.sync += dsum[k].eq(self.dest_ip[k][16:] + self.dest_ip[k][:16])
+        total, udpl, fwm1, lastb, hend, copies, base, msum = ([] for _ in range(8))
+        csum = []  # csum[b][k]: copy k < D to destination entry k, copy D to the group
+        for n in range(2):
+            t = Signal(16, name=f"total{n}")
+            u = Signal(16, name=f"udpl{n}")
+            f = Signal(JW, name=f"fwm1_{n}")  # index of the frame's last beat
+            lb = Signal(range(B + 1), name=f"lastb{n}")  # bytes in the frame's last beat
+            h = Signal(JW + 1, name=f"hend{n}")  # output beats below this one read a payload beat
+            c = Signal(range(D + 2), name=f"copies{n}")
+            bs = Signal(18, name=f"base{n}")
+            ms = Signal(17, name=f"msum{n}")
+            flen_m1 = plen[n] + (_HDR - 1)
+            m.d.sync += [
+                t.eq(plen[n] + protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES),
+                u.eq(plen[n] + protocol.UDP_HEADER_BYTES),
+                f.eq(flen_m1 >> LB),
+                lb.eq(flen_m1[:LB] + 1),
+                h.eq(q + ((plen[n] + B - 1) >> LB)),
+                c.eq(self.ndest + (mdest[n] != 0)),
+                bs.eq(plen[n] + (ip_const + protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES) + ipsum),
+                ms.eq(mdest[n][16:] + mdest[n][:16]),
+            ]
+            sums = []
+            for k in range(D + 1):
+                s = Signal(19, name=f"ipsum{n}_{k}")
+                m.d.sync += s.eq(bs + (dsum[k] if k < D else ms))
+                fold = Signal(17, name=f"fold{n}_{k}")
+                m.d.comb += fold.eq(s[:16] + s[16:])
+                cs = Signal(16, name=f"csum{n}_{k}")
+                m.d.sync += cs.eq(~(fold[:16] + fold[16]))
+                sums.append(cs)
+            total.append(t)
+            udpl.append(u)
+            fwm1.append(f)
+            lastb.append(lb)
+            hend.append(h)
+            copies.append(c)
+            base.append(bs)
+            msum.append(ms)
+            csum.append(sums)
+        # armed: full for the last _ARM + 1 cycles (so cleared at once, set _ARM cycles late).
+        full_d = [Signal(2, name=f"full_d{n}") for n in range(_ARM)]
+        m.d.sync += full_d[0].eq(full)
+        for n in range(1, _ARM):
+            m.d.sync += full_d[n].eq(full_d[n - 1])
+        armed = full
+        for fd in full_d:
+            armed = armed & fd
+
+        # Output FIFO; ``cnt`` is its level plus the beat in the assembler.
         m.submodules.fifo = out = fifo.SyncFIFOBuffered(width=Beat(W).size, depth=self.fifo_depth)
         m.d.comb += [self.o.payload.eq(out.r_data), self.o.valid.eq(out.r_rdy), out.r_en.eq(self.o.ready)]
+        cnt = Signal(range(self.fifo_depth + 1))
+        credit = cnt < self.fifo_depth
 
         # Read side: generator (G) then assembler (A).
         rb = Signal()
         d = Signal(range(D + 1))
-        j = Signal(16)
-        cur_plen = plen[rb]
-        flen = Signal(17)
-        m.d.comb += flen.eq(cur_plen + _HDR)
-        fwords = Signal(16)
-        m.d.comb += fwords.eq((flen + B - 1) >> (B.bit_length() - 1))
-        pwords = Signal(16)
-        m.d.comb += pwords.eq((cur_plen + B - 1) >> (B.bit_length() - 1))
-
-        # Copies of the current RESULT: the destination entries, then its group address if it has one.
-        cur_mdest = mdest[rb]
-        copies = Signal(range(D + 2))
-        m.d.comb += copies.eq(self.ndest + (cur_mdest != 0))
+        j = Signal(JW)
         av = Signal()
-        ready = full.bit_select(rb, 1) & (copies != 0)
-        credit = out.level + av < self.fifo_depth
+        cur_copies = Array(copies)[rb]
+        cur_armed = armed.bit_select(rb, 1)
+        ready = cur_armed & (cur_copies != 0)
         gen = ready & credit
-        p = Signal(17)
+        m.d.sync += cnt.eq(cnt + gen - (out.r_rdy & self.o.ready))
+        p = Signal(JW)
         m.d.comb += p.eq(j - q)  # payload beat whose low bytes finish output beat j
-        m.d.comb += [rp.addr.eq(rb * PWN + p), rp.en.eq(1)]
-        last_j = j + 1 == fwords
+        m.d.comb += [rp.addr.eq(Cat(p[:AW], rb)), rp.en.eq(1)]
+        last_j = j == Array(fwm1)[rb]
+        last_copy = d + 1 >= cur_copies
 
         # Prefix for destination d.
         group = d == self.ndest
+        cur_mdest = mdest[rb]
         dmac = Mux(group, Cat(cur_mdest[:23], Const(0x01005E << 1, 25)), Array(self.dest_mac)[d])
         dip = Mux(group, cur_mdest, Array(self.dest_ip)[d])
         dport = Mux(group, self.port, Array(self.dest_port)[d])
-        total = Signal(16)
-        m.d.comb += total.eq(cur_plen + protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES)
-        ip_sum = (
-            0x4500
-            + total
-            + 0x0000
-            + 0x4000
-            + ((64 << 8) | protocol.IPPROTO_UDP)
-            + self.ip[16:]
-            + self.ip[:16]
-            + dip[16:]
-            + dip[:16]
-        )
-        ip_csum = Signal(16)
-        m.d.comb += ip_csum.eq(~_fold16(Cat(ip_sum, Const(0, 8))))
+        cur_csum = Array([Array(csum[n][:D])[d] for n in range(2)])[rb]
+        ip_csum = Mux(group, Array([csum[n][D] for n in range(2)])[rb], cur_csum)
         prefix = Cat(
             encode_be(dmac, 6),
             encode_be(self.mac, 6),
             encode_be(Const(protocol.ETHERTYPE_IPV4, 16), 2),
             Const(0x45, 8),
             Const(0, 8),
-            encode_be(total, 2),
+            encode_be(Array(total)[rb], 2),
             Const(0, 16),
             encode_be(Const(0x4000, 16), 2),
             Const(64, 8),
@@ -151,7 +203,7 @@ class Fanout(wiring.Component):
             encode_be(dip, 4),
             encode_be(self.port, 2),
             encode_be(dport, 2),
-            encode_be((cur_plen + protocol.UDP_HEADER_BYTES)[:16], 2),
+            encode_be(Array(udpl)[rb], 2),
             Const(0, 16),
         )
         assert len(prefix) == 8 * _HDR
@@ -160,7 +212,7 @@ class Fanout(wiring.Component):
         m.d.comb += prefix_beats.eq(prefix_reg)
 
         # Assembler stage registers.
-        a_j = Signal(16)
+        a_j = Signal(JW)
         a_last = Signal()
         a_bytes = Signal(range(B + 1))
         a_has = Signal()  # a payload beat was read for this output beat
@@ -169,8 +221,8 @@ class Fanout(wiring.Component):
             m.d.sync += [
                 a_j.eq(j),
                 a_last.eq(last_j),
-                a_has.eq((j >= q) & (p < pwords)),
-                a_bytes.eq(Mux(last_j, flen - j * B, B)),
+                a_has.eq((j >= q) & (j < Array(hend)[rb])),
+                a_bytes.eq(Mux(last_j, Array(lastb)[rb], B)),
             ]
         m.d.sync += av.eq(gen)
         with m.If(gen & (j == 0)):
@@ -199,7 +251,7 @@ class Fanout(wiring.Component):
         with m.If(gen):
             with m.If(last_j):
                 m.d.sync += j.eq(0)
-                with m.If(d + 1 >= copies):
+                with m.If(last_copy):
                     m.d.sync += [d.eq(0), rb.eq(~rb)]
                 with m.Else():
                     m.d.sync += d.eq(d + 1)
@@ -209,9 +261,9 @@ class Fanout(wiring.Component):
         # Buffer occupancy: set when written, cleared after the last copy's last beat is generated.
         set_b = Mux(wr & self.i.payload.last, (Const(1, 2) << wb)[:2], 0)
         # With no destination configured a RESULT is discarded rather than left to block the core.
-        discard = full.bit_select(rb, 1) & (copies == 0)
+        discard = cur_armed & (cur_copies == 0)
         with m.If(discard):
             m.d.sync += rb.eq(~rb)
-        clr_b = Mux((gen & last_j & (d + 1 >= copies)) | discard, (Const(1, 2) << rb)[:2], 0)
+        clr_b = Mux((gen & last_j & last_copy) | discard, (Const(1, 2) << rb)[:2], 0)
         m.d.sync += full.eq((full & ~clr_b) | set_b)
         return m
