@@ -2,7 +2,11 @@
 
 The register map is defined once, in :mod:`wanreduce.spec.regmap` (documented in ``docs/control.md``).
 Writes take effect the cycle after ``we``; reads return ``rdata`` the cycle after ``re``. Counters count
-events from the slot table's commit stage (at most one packet per cycle) and wrap at 32 bits.
+events from the slot table's commit stage (at most one packet per cycle) and wrap at 32 bits; the
+performance counters other than ``cycles`` count their events one cycle late (registered strobes).
+
+Latency: ``rdata`` one cycle after ``re`` (the read multiplexer decodes the address in blocks of 32 words,
+see ``_BLOCK``); counters one cycle after their event, performance counters two.
 
 A schedule entry is written as its low bitmap word, then its high word; the high-word write stores the
 64-bit bitmap together with the summation-order shadow (``ORDER_BASE + w``, four rank bytes per word, of
@@ -14,7 +18,7 @@ not under its drop code; ``bypassed`` counts the frames the bypass port sent (``
 ``bypass_overflow`` those too long to forward (``ev_overflow``).
 """
 
-from amaranth.hdl import Const, Module, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -23,6 +27,22 @@ from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop
 from .schedule_table import BANK_BITS
 
 __all__ = ["ControlSignature", "Control"]
+
+# log2 of the words per block of the read multiplexer.
+_BLOCK = 5
+
+
+def _mux_tree(words, sel, bits):
+    """``words[sel]`` (a dict of index to value, absent indices 0) as a binary tree of 2:1 multiplexers on
+    ``bits`` select bits, the empty subtrees pruned to 0."""
+    if not words:
+        return Const(0, 32)
+    if bits == 0:
+        return words[0]
+    half = 1 << (bits - 1)
+    lo = {k: v for k, v in words.items() if k < half}
+    hi = {k - half: v for k, v in words.items() if k >= half}
+    return Mux(sel[bits - 1], _mux_tree(hi, sel, bits - 1), _mux_tree(lo, sel, bits - 1))
 
 
 class ControlSignature(wiring.Signature):
@@ -128,9 +148,14 @@ class Control(wiring.Component):
         ):
             with m.If(strobe):
                 m.d.sync += named[name].eq(named[name] + 1)
-        for sig, strobe in zip(
-            perf, [Const(1), self.in_beat, self.out_beat, self.reduce_read, self.reduce_active], strict=True
-        ):
+        # The performance strobes come from deep in the datapath (the reduce engine's read decision): taken
+        # into registers first, so those counters count each event one cycle later.
+        strobes = [Const(1)]
+        for strobe in (self.in_beat, self.out_beat, self.reduce_read, self.reduce_active):
+            held = Signal(name=f"{strobe.name}_r")
+            m.d.sync += held.eq(strobe)
+            strobes.append(held)
+        for sig, strobe in zip(perf, strobes, strict=True):
             with m.If(strobe):
                 m.d.sync += sig.eq(sig + 1)
         with m.If(clear):
@@ -234,11 +259,16 @@ class Control(wiring.Component):
             values[regs.COUNTER_BASE + n] = sig
         for n, sig in enumerate(perf):
             values[regs.PERF_BASE + n] = sig
+        # The read multiplexer in blocks of 2**_BLOCK words: each block's word chosen by a mux tree on the low
+        # address bits while its high bits are compared, so the decode and the selection run side by side
+        # and meet in one AND-OR, instead of a 16-bit compare per register feeding one wide select.
+        blocks = {}
+        for addr, value in values.items():
+            blocks.setdefault(addr >> _BLOCK, {})[addr & ((1 << _BLOCK) - 1)] = value
+        rnext = Const(0, 32)
+        for blk, words in sorted(blocks.items()):
+            hit = c.addr[_BLOCK:] == blk
+            rnext = rnext | Mux(hit, _mux_tree(words, c.addr[:_BLOCK], _BLOCK), 0)
         with m.If(c.re):
-            with m.Switch(c.addr):
-                for addr, value in values.items():
-                    with m.Case(addr):
-                        m.d.sync += c.rdata.eq(value)
-                with m.Default():
-                    m.d.sync += c.rdata.eq(0)
+            m.d.sync += c.rdata.eq(rnext)
         return m
