@@ -12,7 +12,7 @@ Back-pressure: a two-beat skid buffer at the input makes ``i.ready`` a register 
 stages after this one ends here); one beat per cycle. The skid buffer adds no latency.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -50,6 +50,10 @@ class HeaderParser(wiring.Component):
         D = protocol.Drop
 
         pw = Signal(16)
+        # ``pw`` against the header's last beat, kept as flags beside it so that ``hc`` and the short-header
+        # check are one gate from registers.
+        at_hb = Signal(init=HB == 1)  # pw == HB - 1
+        before_hb = Signal(init=HB > 1)  # pw < HB - 1
         nbytes = Signal(17)
         hdr = Signal(8 * protocol.HEADER_BYTES)
         held_desc = Signal.like(self.o.payload.desc)
@@ -77,7 +81,7 @@ class HeaderParser(wiring.Component):
                 m.d.comb += cur[8 * lo : 8 * hi].eq(ib.data[: 8 * (hi - lo)])
 
         hc = Signal()
-        m.d.comb += hc.eq((pw == HB - 1) | (ib.last & (pw < HB - 1)))
+        m.d.comb += hc.eq(at_hb | (ib.last & before_hb))
 
         # The fields are read from the registered header for the beats before the last header beat and from
         # the input beat itself for the last one, without the merge multiplexer: they only matter on the beat
@@ -89,13 +93,36 @@ class HeaderParser(wiring.Component):
         def f(name):
             return be_field(fields, name)
 
+        def beat_of(name):
+            """The payload beat that holds the last byte of header field ``name``."""
+            offset, size = protocol.HEADER_LAYOUT[name]
+            return (offset + size - 1) // B
+
+        def early(*names):
+            """Whether the fields lie wholly in beats before the header's last (only at W = 64: all but
+            ``bitmap``): what depends on them alone can be prepared a beat ahead, from registers."""
+            return all(beat_of(n) < HB - 1 for n in names)
+
         dtype = f("dtype")
         count = f("count")
         kind = f("kind")
         src = f("src")
-        size = element_bytes(dtype)
-        elem_bytes = Signal(19)
-        m.d.comb += elem_bytes.eq(count * size)
+        # count * size > C as one comparison with a constant per element size, chosen by the dtype.
+        too_large = Cat(
+            (dtype == d.value) & (count > self.slot_bytes // d.size) for d in protocol.DType
+        ).any()
+
+        # The sender's one-hot bit for the bitmap check: with ``src`` in an earlier beat it is registered
+        # from the merged header, so the header's last beat only compares it with its own bytes.
+        src_hot = Signal(64)
+        if early("src"):
+            js = beat_of("src")
+            src_hot_q = Signal(64)
+            with m.If(pw == js):
+                m.d.sync += src_hot_q.eq(Const(1, 64) << be_field(Cat(hdr[: 8 * B * js], ib.data), "src")[:6])
+            m.d.comb += src_hot.eq(src_hot_q)
+        else:
+            m.d.comb += src_hot.eq(Const(1, 64) << src[:6])
 
         new_desc = Signal.like(held_desc)
         m.d.comb += [
@@ -119,10 +146,9 @@ class HeaderParser(wiring.Component):
             hc_drops[D.BAD_COUNT].eq(count == 0),
             hc_drops[D.RESULT_ON_INPUT].eq(kind == KindCode.RESULT.value),
             hc_drops[D.BAD_BITMAP].eq(
-                (kind == KindCode.CONTRIB.value)
-                & ((src >= protocol.MAX_RANKS) | (f("bitmap") != (Const(1, 1) << src[:6])))
+                (kind == KindCode.CONTRIB.value) & ((src >= protocol.MAX_RANKS) | (f("bitmap") != src_hot))
             ),
-            hc_drops[D.TOO_LARGE].eq(elem_bytes > self.slot_bytes),
+            hc_drops[D.TOO_LARGE].eq(too_large),
         ]
 
         desc = Signal.like(held_desc)
@@ -130,13 +156,34 @@ class HeaderParser(wiring.Component):
         drops = Signal(32)
         total = Signal(17)
         m.d.comb += total.eq(nbytes + ib.bytes)
+        # Every beat but the last is full, so the payload is shorter than the header exactly when it ends
+        # before the header's last beat or in it with fewer bytes than the header has left there.
+        short = before_hb | (at_hb & (ib.bytes < protocol.HEADER_BYTES - B * (HB - 1)))
+        bad_length = Signal()
+        if early("count", "dtype"):
+            # The payload bytes still expected from this beat on, prepared from the beat that completes
+            # ``count`` (at W = 64 before the header's last beat: a packet ending earlier is short) and
+            # counted down by B a beat, so the last beat compares its byte count with a register.
+            jc = beat_of("count")
+            left = Signal(signed(21))
+            with m.If(accept & ~ib.last):
+                with m.If(pw == jc):
+                    # This beat completes ``count``: its bytes come straight from the beat (no merge
+                    # multiplexer), and count * size is a shift chosen by the dtype (sizes are powers of 2).
+                    now = Cat(hdr[: 8 * B * jc], ib.data)
+                    c, t = be_field(now, "count"), be_field(now, "dtype")
+                    prod = Const(0, 19)
+                    for d in protocol.DType:
+                        assert d.size & (d.size - 1) == 0
+                        prod = Mux(t == d.value, c << (d.size.bit_length() - 1), prod)
+                    m.d.sync += left.eq(protocol.HEADER_BYTES - (jc + 1) * B + prod)
+                with m.Else():
+                    m.d.sync += left.eq(left - B)
+            m.d.comb += bad_length.eq(left != ib.bytes)
+        else:
+            m.d.comb += bad_length.eq(total != protocol.HEADER_BYTES + desc.count * element_bytes(desc.dtype))
         length_drops = Signal(32)
-        m.d.comb += [
-            length_drops[D.SHORT_HEADER].eq(total < protocol.HEADER_BYTES),
-            length_drops[D.BAD_LENGTH].eq(
-                total != protocol.HEADER_BYTES + desc.count * element_bytes(desc.dtype)
-            ),
-        ]
+        m.d.comb += [length_drops[D.SHORT_HEADER].eq(short), length_drops[D.BAD_LENGTH].eq(bad_length)]
         m.d.comb += drops.eq(Mux(hc, hc_drops, held_drops) | Mux(ib.last, length_drops | ib.drops, 0))
 
         with m.If(en):
@@ -152,11 +199,18 @@ class HeaderParser(wiring.Component):
             ]
         with m.If(accept):
             with m.If(ib.last):
-                m.d.sync += [pw.eq(0), nbytes.eq(0), hdr.eq(0), held_drops.eq(0)]
+                m.d.sync += [
+                    pw.eq(0),
+                    at_hb.eq(HB == 1),
+                    before_hb.eq(HB > 1),
+                    nbytes.eq(0),
+                    hdr.eq(0),
+                    held_drops.eq(0),
+                ]
             with m.Else():
                 m.d.sync += [nbytes.eq(total), hdr.eq(cur)]
                 with m.If(pw != 0xFFFF):
-                    m.d.sync += pw.eq(pw + 1)
+                    m.d.sync += [pw.eq(pw + 1), at_hb.eq(pw == HB - 2), before_hb.eq(pw < HB - 2)]
                 with m.If(hc):
                     m.d.sync += [held_desc.eq(new_desc), held_drops.eq(hc_drops)]
         return m

@@ -25,7 +25,7 @@ def _beats(payload, width):
     ]
 
 
-@pytest.mark.parametrize("width", [64, 256, 512])
+@pytest.mark.parametrize("width", [64, 128, 256, 512])
 def test_fields_and_codes(width):
     rng = np.random.default_rng(width)
     payloads = []
