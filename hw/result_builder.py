@@ -12,12 +12,12 @@ Latency: one cycle. Back-pressure: one output register, ``i.ready`` follows ``o.
 except for the ``32 / B`` header beats that precede each RESULT at narrow widths.
 """
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec import protocol
-from .layouts import HEADER_FIELD_OFFSETS, KindCode, ResultWord, element_bytes, encode_be, header_words
+from .layouts import HEADER_FIELD_OFFSETS, KindCode, ResultWord, encode_be, header_words
 
 __all__ = ["ResultBuilder", "ResultBeat", "result_header"]
 
@@ -77,9 +77,15 @@ class ResultBuilder(wiring.Component):
 
         hdr, assigns = result_header(ib.cd, self.rank)
         m.d.comb += assigns
-        size = element_bytes(ib.cd.desc.dtype)
+        # count * element_bytes(dtype) as shifts: every element size is a power of two, and a multiplier here
+        # would map to a DSP block on the beat's path.
+        dtype, count = ib.cd.desc.dtype.as_unsigned(), ib.cd.desc.count
+        elems = Const(0, 16)
+        for code in protocol.DType:
+            assert code.size & (code.size - 1) == 0
+            elems = Mux(dtype == code.value, count << (code.size.bit_length() - 1), elems)
         plen = Signal(16)
-        m.d.comb += plen.eq(protocol.HEADER_BYTES + ib.cd.desc.count * size)
+        m.d.comb += plen.eq(protocol.HEADER_BYTES + elems)
 
         en = ~self.o.valid | self.o.ready
         header_beat = pw < PW0
@@ -93,7 +99,8 @@ class ResultBuilder(wiring.Component):
             with m.If(pw == 0):
                 m.d.comb += ob.data[: 8 * protocol.HEADER_BYTES].eq(hdr)
         with m.If(~header_beat & ib.last):
-            m.d.comb += [ob.last.eq(1), ob.bytes.eq(plen - pw * B)]
+            # plen - pw * B, of which the field keeps log2 B + 1 bits: only pw's lowest bit reaches them.
+            m.d.comb += [ob.last.eq(1), ob.bytes.eq(plen - (pw[0] << (B.bit_length() - 1)))]
 
         with m.If(en):
             m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(ob)]
