@@ -1,15 +1,16 @@
 """Schedule table: for this site's rank, the expected set, the summation order and the round bank of every
 (job, round mod P).
 
-Latency: ``mod_stages + 5`` cycles, all of them plain register stages that advance together. Stage 0
+Latency: ``mod_stages + 6`` cycles, all of them plain register stages that advance together. Stage 0
 compares the packet's job with the ``jobs`` entries (job id, period P with 0 = entry unused, bank bits b)
 and registers the matches; stage 1 takes the first match's period and bank; the next ``mod_stages`` stages
 compute ``round mod P`` by restoring division, ``32 / mod_stages`` bits per stage (P is any value from 1
 to ``rounds``, so no power-of-two shortcut applies); then the table memory (``jobs * rounds`` entries of
 the 64-bit expected bitmap and the summation order, ``members`` ranks of 6 bits with a valid bit each,
 written through the control port) is read while the chunk's slot ``((round mod P) << b | chunk mod 2**b)
-mod S`` is formed; the stage after compares the entry with the packet straight off the memory (stripe
-bounds, the sender's bitmap bit, each rank of the order against ``src``), and the last stage derives
+mod S`` is formed; the entry is registered as it leaves the memory (whose clock-to-out is most of a cycle
+on ECP5); the stage after compares it with the packet (stripe bounds, the sender's bitmap bit, each rank of
+the order against ``src``), and the last stage derives
 ``unexpected_src`` (code 21) and the sender's member index from those registered results: the position of
 ``src`` in the summation order (the first position that holds it; ``members`` when none does, which the
 slot table never writes). Each stage is a few LUTs deep so that the table closes timing beside the rest
@@ -64,7 +65,7 @@ class ScheduleTable(wiring.Component):
             raise ValueError(f"The slot count must be a power of two, not {slots}.")
         self.width, self.members, self.slots, self.jobs, self.rounds = width, members, slots, jobs, rounds
         self.mod_stages = mod_stages
-        self.latency = mod_stages + 5
+        self.latency = mod_stages + 6
         super().__init__(
             {
                 "i": In(stream.Signature(ParsedBeat(width))),
@@ -185,25 +186,38 @@ class ScheduleTable(wiring.Component):
         with m.If(en):
             m.d.sync += [vt.eq(prev_v), ctxt.eq(prev), ctxt.slot.eq(slot)]
 
-        # Compare stage: every comparison straight off the memory's output into a register (the memory's
-        # clock-to-out is most of a cycle on ECP5, so nothing else follows it).
-        entry = rp.data
-        src = ctxt.beat.desc.src
+        vr, ctxr = Signal(), Signal(ctx_layout)
+        entry = Signal(entry_layout)
+        with m.If(en):
+            m.d.sync += [vr.eq(vt), ctxr.eq(ctxt), entry.eq(rp.data)]
+        src = ctxr.beat.desc.src
         vc, ctxc = Signal(), Signal(ctx_layout)
-        below, above, sbit = Signal(), Signal(), Signal()
+        # The 32-bit stripe bounds as 16-bit halves (two short carry chains instead of one long one) and the
+        # sender's bitmap bit as the 16-bit word that holds it: both finished in the last stage.
+        chunk = ctxr.beat.desc.chunk
+        lt_h, eq_h, lt_l = Signal(), Signal(), Signal()
+        gt_h, eq_hh, gt_l = Signal(), Signal(), Signal()
+        sword = Signal(16)
         holds = Signal(G)  # holds[k]: position k of the order is src
         bitmap, mdest = Signal(64), Signal(32)
         with m.If(en):
             m.d.sync += [
-                vc.eq(vt),
-                ctxc.eq(ctxt),
-                below.eq(ctxt.beat.desc.chunk < entry.lo),
-                above.eq(ctxt.beat.desc.chunk > entry.hi),
-                sbit.eq(entry.bitmap.bit_select(src, 1)),
+                vc.eq(vr),
+                ctxc.eq(ctxr),
+                lt_h.eq(chunk[16:] < entry.lo[16:]),
+                eq_h.eq(chunk[16:] == entry.lo[16:]),
+                lt_l.eq(chunk[:16] < entry.lo[:16]),
+                gt_h.eq(chunk[16:] > entry.hi[16:]),
+                eq_hh.eq(chunk[16:] == entry.hi[16:]),
+                gt_l.eq(chunk[:16] > entry.hi[:16]),
+                sword.eq(entry.bitmap.word_select(src[4:6], 16)),
                 bitmap.eq(entry.bitmap),
                 mdest.eq(entry.mdest),
             ]
             m.d.sync += [holds[k].eq(entry.valid[k] & (entry.rank[k] == src)) for k in range(G)]
+        below = lt_h | (eq_h & lt_l)
+        above = gt_h | (eq_hh & gt_l)
+        sbit = sword.bit_select(ctxc.beat.desc.src[:4], 1)
 
         foreign = Signal()
         m.d.comb += foreign.eq(ctxc.hit & (below | above))

@@ -289,7 +289,7 @@ def estimate_paths(netlist, top, *, count=60, under=None):
     mod = d["modules"][top]
     names = {}
     for n, v in mod["netnames"].items():
-        hidden = n.startswith("$") or bool(v.get("hide_name"))
+        hidden = "$" in n or bool(v.get("hide_name"))
         for b in v["bits"]:
             if isinstance(b, int):
                 old = names.get(b)
@@ -321,7 +321,10 @@ def estimate_paths(netlist, top, *, count=60, under=None):
         elif t == "TRELLIS_FF":
             for q in bits(con, "Q"):
                 start[q] = _CLK_Q
-            ends += [(b, cname, p, _ROUTE + 0.1) for p in ("DI", "CE", "LSR", "M") for b in bits(con, p)]
+            # Named after the signal it holds (the cell's own name may be a hidden ``$`` wire's).
+            q = bits(con, "Q")
+            held = names.get(q[0], (cname, True))[0] if q else cname
+            ends += [(b, held, p, _ROUTE + 0.1) for p in ("DI", "CE", "LSR", "M") for b in bits(con, p)]
         elif t == "DP16KD":
             for p in con:
                 if p.startswith("DO"):

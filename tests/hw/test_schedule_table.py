@@ -52,7 +52,7 @@ def test_lookup(mod_stages):
     rng = np.random.default_rng(mod_stages)
     jobs, rounds = 4, 64
     dut = ScheduleTable(width=64, members=G, slots=S, jobs=jobs, rounds=rounds, mod_stages=mod_stages)
-    assert dut.latency == mod_stages + 5
+    assert dut.latency == mod_stages + 6
     table = {}
     entries = []
     for j in range(jobs - 1):  # the last entry stays disabled
