@@ -108,12 +108,14 @@ class Fanout(wiring.Component):
         m.d.sync += ipsum.eq(self.ip[16:] + self.ip[:16])
         for k in range(D):
             m.d.sync += dsum[k].eq(self.dest_ip[k][16:] + self.dest_ip[k][:16])
-        total, udpl, fwm1, lastb, hend, copies, base, msum = ([] for _ in range(8))
+        total, udpl, fwm1, fwm2, fw0, lastb, hend, copies = ([] for _ in range(8))
         csum = []  # csum[b][k]: copy k < D to destination entry k, copy D to the group
         for n in range(2):
             t = Signal(16, name=f"total{n}")
             u = Signal(16, name=f"udpl{n}")
             f = Signal(JW, name=f"fwm1_{n}")  # index of the frame's last beat
+            f2 = Signal(JW, name=f"fwm2_{n}")  # the beat before it
+            f0 = Signal(name=f"fw0_{n}")  # a frame of one beat
             lb = Signal(range(B + 1), name=f"lastb{n}")  # bytes in the frame's last beat
             h = Signal(JW + 1, name=f"hend{n}")  # output beats below this one read a payload beat
             c = Signal(range(D + 2), name=f"copies{n}")
@@ -124,6 +126,8 @@ class Fanout(wiring.Component):
                 t.eq(plen[n] + protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES),
                 u.eq(plen[n] + protocol.UDP_HEADER_BYTES),
                 f.eq(flen_m1 >> LB),
+                f2.eq((flen_m1 >> LB) - 1),
+                f0.eq((flen_m1 >> LB) == 0),
                 lb.eq(flen_m1[:LB] + 1),
                 h.eq(q + ((plen[n] + B - 1) >> LB)),
                 c.eq(self.ndest + (mdest[n] != 0)),
@@ -142,11 +146,11 @@ class Fanout(wiring.Component):
             total.append(t)
             udpl.append(u)
             fwm1.append(f)
+            fwm2.append(f2)
+            fw0.append(f0)
             lastb.append(lb)
             hend.append(h)
             copies.append(c)
-            base.append(bs)
-            msum.append(ms)
             csum.append(sums)
         # armed: full for the last _ARM + 1 cycles (so cleared at once, set _ARM cycles late).
         full_d = [Signal(2, name=f"full_d{n}") for n in range(_ARM)]
@@ -172,11 +176,13 @@ class Fanout(wiring.Component):
         cur_armed = armed.bit_select(rb, 1)
         ready = cur_armed & (cur_copies != 0)
         gen = ready & credit
+        # With no destination configured a RESULT is discarded rather than left to block the core.
+        discard = cur_armed & (cur_copies == 0)
         m.d.sync += cnt.eq(cnt + gen - (out.r_rdy & self.o.ready))
         p = Signal(JW)
         m.d.comb += p.eq(j - q)  # payload beat whose low bytes finish output beat j
         m.d.comb += [rp.addr.eq(Cat(p[:AW], rb)), rp.en.eq(1)]
-        last_j = j == Array(fwm1)[rb]
+        last_j = Signal()  # j is the frame's last beat: a register, set from the beat before
         last_copy = d + 1 >= cur_copies
 
         # Prefix for destination d.
@@ -258,10 +264,20 @@ class Fanout(wiring.Component):
             with m.Else():
                 m.d.sync += j.eq(j + 1)
 
+        # last_j for the next cycle's j and rb. A buffer's lengths settle before it is armed, and last_j is
+        # recomputed every idle cycle, so it is right by the time a frame starts.
+        with m.If(gen):
+            with m.If(last_j):
+                m.d.sync += last_j.eq(Mux(last_copy, Array(fw0)[~rb], Array(fw0)[rb]))
+            with m.Else():
+                m.d.sync += last_j.eq(j == Array(fwm2)[rb])
+        with m.Elif(discard):
+            m.d.sync += last_j.eq(j == Array(fwm1)[~rb])
+        with m.Else():
+            m.d.sync += last_j.eq(j == Array(fwm1)[rb])
+
         # Buffer occupancy: set when written, cleared after the last copy's last beat is generated.
         set_b = Mux(wr & self.i.payload.last, (Const(1, 2) << wb)[:2], 0)
-        # With no destination configured a RESULT is discarded rather than left to block the core.
-        discard = cur_armed & (cur_copies == 0)
         with m.If(discard):
             m.d.sync += rb.eq(~rb)
         clr_b = Mux((gen & last_j & last_copy) | discard, (Const(1, 2) << rb)[:2], 0)

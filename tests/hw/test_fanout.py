@@ -1,6 +1,7 @@
 """Fan-out: each RESULT payload framed once per destination exactly as ``host/frames.build_frame`` frames it
 (DF, TTL 64, id 0, valid IPv4 checksum, UDP checksum 0), plus one copy to the RESULT's group address when
-it has one (root aggregation), under random output back-pressure."""
+it has one (root aggregation), under random output back-pressure and back to back, at widths with
+several, two and one beat per frame."""
 
 import numpy as np
 import pytest
@@ -26,9 +27,10 @@ def _ip(text):
     return int.from_bytes(bytes(int(x) for x in text.split(".")), "big")
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, 512, 1024])
 @pytest.mark.parametrize("ndest", [0, 1, 3])
-def test_frames(width, ndest):
+@pytest.mark.parametrize("pressure", [(0.2, 0.4), (0.0, 0.0)])  # (input idle, output back-pressure)
+def test_frames(width, ndest, pressure):
     rng = np.random.default_rng(width + ndest)
     B = width // 8
     sizes = rng.integers(34, 32 + 64 + 1, 6)
@@ -61,7 +63,7 @@ def test_frames(width, ndest):
             ctx.set(dut.dest_ip[d], _ip(ip))
             ctx.set(dut.dest_port[d], port)
 
-    out = run_stream(dut, beats, setup=setup, idle=0.2, backpressure=0.4, seed=1)
+    out = run_stream(dut, beats, setup=setup, idle=pressure[0], backpressure=pressure[1], seed=1)
     frames, cur = [], b""
     for beat in out:
         cur += int(beat.data).to_bytes(B, "little")[: int(beat.bytes)]
