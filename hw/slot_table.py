@@ -54,7 +54,6 @@ from .layouts import (
     Desc,
     ScheduledBeat,
     drop_mask,
-    element_bytes,
     header_words,
     lowest_drop,
     payload_words,
@@ -246,6 +245,12 @@ class SlotTable(wiring.Component):
         e_gany = Signal(ngroups)
         e_gidx = Signal(data.ArrayLayout(3, ngroups))
         e_st = Signal(state_layout)
+        # The write position, the buffer address and the chunk's beat count, from D's beat alone.
+        e_wpos = Signal()
+        e_addr = Signal(len(bwp.addr))
+        e_nwords = Signal(16)
+        # The group size (the expected set's population) in two halves: per 16 ranks in D, their sum in E.
+        e_gpart = Signal(data.ArrayLayout(5, 4))
         cmp_layout = data.StructLayout(
             {
                 "tag_eq": 1,
@@ -354,6 +359,15 @@ class SlotTable(wiring.Component):
             ahead.fills_store.eq(fills_store),
         ]
 
+        # The beats of a chunk: ceil((header + count * size) / B) - PW0, one addition (the header's whole
+        # beats folded into the constant), the element size being a power of two.
+        cbytes = Signal(20)
+        cb = Const(0, 20)
+        for d in protocol.DType:
+            cb = Mux(desc.dtype == d.value, desc.count << (d.size.bit_length() - 1), cb)
+        m.d.comb += cbytes.eq(cb)
+        r_word = r.pw - PW0
+
         lowbits = Signal(8 * ngroups)
         m.d.comb += lowbits.eq(r.drops & low)
         en_e = Signal()  # stage E takes D's beat this cycle
@@ -371,70 +385,105 @@ class SlotTable(wiring.Component):
                 e_gany.eq(Cat(*[lowbits[8 * k : 8 * k + 8].any() for k in range(ngroups)])),
                 *[e_gidx[k].eq(_lowest_index(lowbits[8 * k : 8 * k + 8])) for k in range(ngroups)],
                 e_st.eq(st),
+                e_wpos.eq((r.bytes != 0) & (r.pw >= PW0) & (r_word < NW)),
+                e_addr.eq((r.slot * G + r.midx) * NW + r_word[:16]),
+                e_nwords.eq((cbytes + (protocol.HEADER_BYTES + B - 1 - PW0 * B)) >> (B.bit_length() - 1)),
+                *[e_gpart[k].eq(sum(r.expected[16 * k + j] for j in range(16))) for k in range(4)],
                 e_cmp.eq(cmp_d),
                 e_ahead.eq(ahead),
             ]
 
         # Stage E: D's comparisons, or those after the commit of the packet now in X if it was in E when
-        # this beat was in D (A's claim and completion are X's registers now); then the decision.
+        # this beat was in D (A's claim and completion are X's registers now); then the decision. Every
+        # outcome the selection can give is decided in parallel from registers (the decision, whether it
+        # claims, keeps the slot, writes, completes the chunk, evicts, asks for a re-emit) and only those
+        # single bits are chosen afterwards, so the selection and the decision do not follow each other.
         use = e_ahead.pend & xv & x.commit
-        cmp = Signal(cmp_layout)
-        with m.If(use):
+        fills_ahead = Mux(x.claim, e_ahead.fills_claim, e_ahead.fills_store)
+        seen_ahead = Mux(x.claim, e_ahead.same_src, e_ahead.seen_store)
+        # A committed and completed its chunk: the slot is done with A's tag, which is also its shadow tag.
+        cmp_done = {
+            "last_eq": e_ahead.tag_eq,
+            "state": Const(SlotState.DONE.value, 2),
+            "tag_eq": e_ahead.tag_eq,
+            "seen": seen_ahead,
+            "mismatch": e_ahead.mismatch,
+            "older": e_ahead.older,
+            "last_older": e_ahead.older,
+            "fills": fills_ahead,
+        }
+        # A committed without completing: the slot is live with A's tag, the shadow tag as it was.
+        cmp_live = {
+            "last_eq": e_cmp.last_eq,
+            "state": Const(SlotState.LIVE.value, 2),
+            "tag_eq": e_ahead.tag_eq,
+            "seen": seen_ahead,
+            "mismatch": e_ahead.mismatch,
+            "older": e_ahead.older,
+            "last_older": e_cmp.last_older,
+            "fills": fills_ahead,
+        }
+        cmp_base = {
+            f: e_cmp[f] for f in ("last_eq", "tag_eq", "seen", "mismatch", "older", "last_older", "fills")
+        }
+        cmp_base["state"] = e_cmp.state.as_value()
+
+        out_layout = data.StructLayout(
+            {
+                "dec": _Decision,
+                "claim": 1,
+                "slot_ok": 1,
+                "write_ok": 1,
+                "completes": 1,
+                "evict": 1,
+                "reemit": 1,
+            }
+        )
+
+        def decide(c):
+            o = Signal(out_layout)
+            dec = Signal(_Decision)
+            live, done = c["state"] == SlotState.LIVE.value, c["state"] == SlotState.DONE.value
+            on_live = Mux(
+                c["tag_eq"],
+                Mux(c["seen"], _Decision.DUPLICATE, Mux(c["mismatch"], _Decision.MISMATCH, _Decision.STORE)),
+                Mux(c["older"], Mux(c["last_older"], _Decision.STALE, _Decision.EVICT), _Decision.AHEAD),
+            )
+            on_done = Mux(c["tag_eq"], _Decision.DUPLICATE, Mux(c["older"], _Decision.STALE, _Decision.CLAIM))
+            m.d.comb += dec.eq(
+                Mux(c["last_eq"], _Decision.REEMIT, Mux(live, on_live, Mux(done, on_done, _Decision.CLAIM)))
+            )
+            claim = (dec == _Decision.CLAIM) | (dec == _Decision.EVICT)
+            slot_ok = claim | (dec == _Decision.STORE)
             m.d.comb += [
-                cmp.tag_eq.eq(e_ahead.tag_eq),
-                cmp.older.eq(e_ahead.older),
-                cmp.seen.eq(Mux(x.claim, e_ahead.same_src, e_ahead.seen_store)),
-                cmp.mismatch.eq(e_ahead.mismatch),
-                cmp.last_eq.eq(Mux(x.completes, e_ahead.tag_eq, e_cmp.last_eq)),
-                cmp.last_older.eq(Mux(x.completes, e_ahead.older, e_cmp.last_older)),
-                cmp.state.eq(Mux(x.completes, SlotState.DONE, SlotState.LIVE)),
-                cmp.fills.eq(Mux(x.claim, e_ahead.fills_claim, e_ahead.fills_store)),
+                o.dec.eq(dec),
+                o.claim.eq(claim),
+                o.slot_ok.eq(slot_ok),
+                o.write_ok.eq(slot_ok & ~e_hck & e_midx_ok),
+                o.completes.eq(Mux(claim, e_solo, c["fills"])),
+                o.evict.eq(dec == _Decision.EVICT),
+                o.reemit.eq(dec == _Decision.REEMIT),
             ]
-        with m.Else():
-            m.d.comb += cmp.eq(e_cmp)
+            return o
+
+        out_base, out_live, out_done = decide(cmp_base), decide(cmp_live), decide(cmp_done)
+        now = Signal(out_layout)
+        m.d.comb += now.eq(Mux(use, Mux(x.completes, out_done, out_live), out_base))
+        # After the header beat the decision held from it; whether the packet completes its chunk still
+        # comes from this beat's comparison (its last beat's, when it commits).
+        held = Signal(out_layout, init={"dec": _Decision.CLAIM, "claim": 1, "slot_ok": 1})
+        out_held = Signal(out_layout)
+        m.d.comb += [
+            out_held.eq(held),
+            out_held.completes.eq(Mux(held.claim, e_solo, Mux(use, fills_ahead, e_cmp.fills))),
+        ]
+        out = Signal(out_layout)
+        m.d.comb += out.eq(Mux(e.hc, now, out_held))
+        dec, claim, write_ok, completes = out.dec, out.claim, out.write_ok, out.completes
+        no_drop = ~e_any & out.slot_ok
         st_e = Signal(state_layout)
         m.d.comb += st_e.eq(Mux(use, x.new, e_st))
         desc = e.desc
-
-        dec_now = Signal(_Decision)
-        with m.If(cmp.last_eq):
-            m.d.comb += dec_now.eq(_Decision.REEMIT)
-        with m.Else():
-            with m.Switch(cmp.state):
-                with m.Case(SlotState.LIVE):
-                    with m.If(cmp.tag_eq):
-                        m.d.comb += dec_now.eq(
-                            Mux(
-                                cmp.seen,
-                                _Decision.DUPLICATE,
-                                Mux(cmp.mismatch, _Decision.MISMATCH, _Decision.STORE),
-                            )
-                        )
-                    with m.Else():
-                        m.d.comb += dec_now.eq(
-                            Mux(
-                                cmp.older,
-                                Mux(cmp.last_older, _Decision.STALE, _Decision.EVICT),
-                                _Decision.AHEAD,
-                            )
-                        )
-                with m.Case(SlotState.DONE):
-                    m.d.comb += dec_now.eq(
-                        Mux(cmp.tag_eq, _Decision.DUPLICATE, Mux(cmp.older, _Decision.STALE, _Decision.CLAIM))
-                    )
-                with m.Default():
-                    m.d.comb += dec_now.eq(_Decision.CLAIM)
-
-        held_dec = Signal(_Decision)
-        held_write = Signal()
-        dec = Signal(_Decision)
-        m.d.comb += dec.eq(Mux(e.hc, dec_now, held_dec))
-        claim_now = (dec_now == _Decision.CLAIM) | (dec_now == _Decision.EVICT)
-        write_ok_now = (claim_now | (dec_now == _Decision.STORE)) & ~e_hck & e_midx_ok
-        write_ok = Mux(e.hc, write_ok_now, held_write)
-        claim = (dec == _Decision.CLAIM) | (dec == _Decision.EVICT)
-        slot_ok = (dec == _Decision.CLAIM) | (dec == _Decision.EVICT) | (dec == _Decision.STORE)
-        no_drop = ~e_any & slot_ok
 
         # The slot after this contribution, and whether it completes the chunk.
         new = Signal(state_layout)
@@ -452,7 +501,6 @@ class SlotTable(wiring.Component):
             ]
         with m.Else():
             m.d.comb += [new.bitmap.eq(st_e.bitmap | e_bit), new.flags.eq(st_e.flags | desc.flags)]
-        completes = Mux(claim, e_solo, cmp.fills)
         m.d.comb += new.state.eq(Mux(completes, SlotState.DONE, SlotState.LIVE))
         with m.If(completes):
             m.d.comb += [
@@ -461,13 +509,6 @@ class SlotTable(wiring.Component):
                 new.last_round.eq(desc.round),
                 new.last_chunk.eq(desc.chunk),
             ]
-
-        size = element_bytes(desc.dtype)
-        plen = Signal(20)
-        m.d.comb += plen.eq(protocol.HEADER_BYTES + desc.count * size)
-        nwords = Signal(16)
-        m.d.comb += nwords.eq(((plen + B - 1) >> (B.bit_length() - 1)) - PW0)
-        word = e.pw - PW0
 
         low_code = Const(0, 5)
         for k in reversed(range(ngroups)):
@@ -481,8 +522,8 @@ class SlotTable(wiring.Component):
             m.d.sync += [
                 xv.eq(ev),
                 x.data.eq(e.data),
-                x.addr.eq((e.slot * G + e.midx) * NW + word[:16]),
-                x.wen.eq(write_ok & (e.bytes != 0) & (e.pw >= PW0) & (word < NW)),
+                x.addr.eq(e_addr),
+                x.wen.eq(write_ok & e_wpos),
                 x.last.eq(e.last),
                 x.hc.eq(e.hc),
                 x.slot.eq(e.slot),
@@ -490,21 +531,21 @@ class SlotTable(wiring.Component):
                 x.commit.eq(e.last & no_drop),
                 x.completes.eq(completes),
                 # A re-emit request: the duplicate code is the packet's (no lower code came with it).
-                x.reemit.eq(e.last & (dec == _Decision.REEMIT) & ~e_below_dup),
-                x.evict.eq(dec == _Decision.EVICT),
+                x.reemit.eq(e.last & out.reemit & ~e_below_dup),
+                x.evict.eq(out.evict),
                 x.dec.eq(dec),
                 x.low_any.eq(e_gany.any()),
                 x.low_code.eq(low_code),
                 x.new.eq(new),
                 x.desc.eq(desc),
-                x.g.eq(sum(e.expected[k] for k in range(64))),
-                x.nwords.eq(nwords),
+                x.g.eq(sum(e_gpart[k] for k in range(4))),
+                x.nwords.eq(e_nwords),
                 x.mdest.eq(e.mdest),
                 x.drops.eq(e.drops),
                 x.foreign.eq(e.foreign),
             ]
             with m.If(ev & e.hc):
-                m.d.sync += [held_dec.eq(dec_now), held_write.eq(write_ok_now)]
+                m.d.sync += held.eq(now)
 
         # Whether any drop code applies was decided in E; the code itself, for the counters, is formed here.
         slot_drop = Signal(32)
