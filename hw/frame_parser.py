@@ -1,13 +1,16 @@
 """Frame parser: Ethernet II / IPv4 / UDP frames in, UDP payloads out, drop codes 1-8 decided.
 
-Latency: one cycle from an input beat to the output beat it completes. The UDP payload starts at frame
-byte 42, which is not a beat boundary for any supported width, so output beat ``k`` is assembled from the
-tails and heads of input beats ``42 // B + k`` and ``42 // B + k + 1`` (``B`` = bytes per beat). Each frame
-yields exactly one payload packet, possibly a single empty beat, and its last beat carries the frame's
-drop vector (codes 1-8): checks that need the whole frame (truncation, UDP checksum) are only known at its
-end, so the payload streams on speculatively and the slot table discards it at its last beat.
+Latency: two cycles from an input beat to the output beat it completes (the second for the checksums,
+below). The UDP payload starts at frame byte 42, which is not a beat boundary for any supported width, so
+output beat ``k`` is assembled from the tails and heads of input beats ``42 // B + k`` and
+``42 // B + k + 1`` (``B`` = bytes per beat). Each frame yields exactly one payload packet, possibly a single
+empty beat, and its last beat carries the frame's drop vector (codes 1-8): checks that need the whole frame
+(truncation, UDP checksum) are only known at its end, so the payload streams on speculatively and the slot
+table discards it at its last beat. Each beat's checksum words are summed and registered, and the two
+checksums (IPv4 header, UDP) are checked from registers in the second output register, a cycle after the
+frame's last beat: every beat passes through it, so the stream keeps its order and rate.
 
-Back-pressure: one output register, and a two-beat skid buffer at the input, so ``i.ready`` is a register
+Back-pressure: two output registers, and a two-beat skid buffer at the input, so ``i.ready`` is a register
 (the ready chain of the stages after this one ends here; the skid buffer adds no latency). One input beat per
 cycle is accepted back to back across frames; the only bubble is when a frame's payload needs one more
 output beat than the frame had input beats after its header *and* the next frame is a single beat long.
@@ -33,11 +36,11 @@ def _fold1(value):
 
 def _ones_complement_ok(value, bits):
     """Whether the one's-complement sum of 16-bit words whose plain sum is ``value`` (``bits`` wide, at most
-    31) is 0xFFFF, i.e. ``value`` is a non-zero multiple of 0xFFFF. One fold leaves ``y = value mod 0xFFFF``
-    (plus a multiple of it) below ``2 * 0xFFFF``, where the only non-zero multiple is 0xFFFF itself: one
-    adder and a compare instead of folding all the way down."""
-    assert bits <= 31
-    return _fold1(value) == 0xFFFF
+    32) is 0xFFFF, i.e. ``value`` is a non-zero multiple of 0xFFFF. One fold ``lo + hi`` (``lo`` the low 16
+    bits, ``hi`` the rest) leaves a value below ``2 * 0xFFFF`` congruent to it, where the only non-zero
+    multiple is 0xFFFF itself; and ``lo + hi == 0xFFFF`` is ``lo == ~hi`` in 16 bits, so no adder at all."""
+    assert bits <= 32
+    return (value[:16] ^ value[16:bits]) == 0xFFFF
 
 
 class FrameParser(wiring.Component):
@@ -66,16 +69,21 @@ class FrameParser(wiring.Component):
         q, o = divmod(_HDR, B)
 
         j = Signal(16)  # beat index within the frame (saturates)
+        # ``j`` saturated at the largest beat index any check below names: the same compares on a few bits.
+        JS = -(-_HDR // B) + 1
+        js = Signal(range(JS + 1))
         hdr = Signal(8 * _HDR)  # header bytes captured so far
         prev = Signal(W)  # previous input beat
-        csum = Signal(17)  # running UDP sum over frame bytes [34, 14 + total length),
-        # folded once per beat: congruent modulo 0xFFFF, below 2**17
         flush = Signal()  # one more output beat owed by the previous frame
         flush_data = Signal(W)
         flush_bytes = Signal(range(B + 1))
         flush_drops = Signal(32)
 
-        en = ~self.o.valid | self.o.ready
+        # Two output registers: ``r`` takes the beat as it is formed, ``o`` a cycle later, when the two
+        # checksum verdicts of a frame's last beat are added to its drop bits (below).
+        r_v, r_p = Signal(), Signal.like(self.o.payload)
+        en_o = ~self.o.valid | self.o.ready
+        en = ~r_v | en_o
         sk_v = Signal()
         sk = Signal.like(self.i.payload)
         m.d.comb += self.i.ready.eq(~sk_v)
@@ -94,7 +102,7 @@ class FrameParser(wiring.Component):
         m.d.comb += cur.eq(hdr)
         for k in range(-(-_HDR // B)):
             lo, hi = k * B, min(_HDR, (k + 1) * B)
-            with m.If(j == k):
+            with m.If(js == k):
                 m.d.comb += cur[8 * lo : 8 * hi].eq(ib.data[: 8 * (hi - lo)])
 
         # A header field that lies wholly in beats before the one holding byte 41 is read from the
@@ -116,87 +124,151 @@ class FrameParser(wiring.Component):
         frag = be16(20)
         udp_len = be16(38)
         udp_csum = be16(40)
-        end = Signal(17)  # frame byte where the UDP payload ends
-        m.d.comb += end.eq(total + _ETH)
 
         # Where the UDP payload ends relative to this beat's first byte (``end - j * B``), clamped to
         # [-B, 2B], which keeps every comparison below exact. Where every beat that can emit output, hold
         # checksum bytes (34 on) or end a frame of 42 bytes or more comes after the beat holding the IPv4
-        # total length (W < 512), it is a register, computed on the beat before from the merged header; a
-        # shorter frame is truncated (code 1) whatever the other codes say. At W = 512 it is computed here.
-        start = Signal(17)
-        m.d.comb += start.eq(j * B)
+        # total length (W < 512), it is a register, loaded on the beat that completes the total length
+        # straight from that beat's bytes and then counted down by B a beat (``rem`` is the next beat's,
+        # unclamped); a shorter frame is truncated (code 1) whatever the other codes say. At W = 512 it is
+        # computed here.
         rel_shape = signed((2 * B).bit_length() + 1)
 
         def clamp(v):
             return Mux(v < -B, -B, Mux(v > 2 * B, 2 * B, v))[: rel_shape.width].as_signed()
 
         rel = Signal(rel_shape)
-        late_end = 34 // B > 17 // B
+        # ``rel`` against each constant in [-B, 2B), as flags: ``gt[c + B]`` is ``rel > c``. The byte masks
+        # of the checksum and the output beat's decisions are then a gate or two from registers.
+        GT = range(-B, 2 * B)
+        gt = Signal(len(GT))
+        jt = 17 // B
+        late_end = 34 // B > jt
         if late_end:
             rel_q = Signal(rel_shape)
-            nxt = Signal(signed(20))
-            m.d.comb += nxt.eq(be_bytes(cur, 16, 2) + _ETH - start - B)
+            # ``rem`` is the next beat's ``rel``, unclamped, as ``hi * B + lo``: counting down by B leaves
+            # ``lo`` alone and steps ``hi`` down by one, so the next beat's flags come from a ladder of
+            # registered facts about ``hi`` (>= 3, >= 2, 1, 0, -1; none of them: <= -2) that moves down a
+            # rung a beat, and only its top rung (``rem >= 4B``) needs a comparison of ``rem``.
+            k = B.bit_length() - 1
+            rem = Signal(signed(20))
+            lo = rem[:k]
+            n_ge3, n_ge2, n_1, n_0, n_m1 = (Signal(name=f"rem_{n}") for n in ("ge3", "ge2", "1", "0", "m1"))
+            hi_gt = {-1: n_0 | n_1 | n_ge2, 0: n_1 | n_ge2, 1: n_ge2}
+            hi_eq = {-1: n_m1, 0: n_0, 1: n_1}
+            n_low = ~(n_m1 | n_0 | n_1 | n_ge2)  # rem < -B
+            tot = Signal(18)
+            m.d.comb += tot.eq(be_bytes(Cat(hdr[: 8 * B * jt], ib.data), 16, 2))
+            first = _ETH - (jt + 1) * B  # rel of the beat after the total length's, less the total
             with m.If(accept & ~ib.last):
-                m.d.sync += rel_q.eq(clamp(nxt))
+                with m.If(js == jt):
+                    # Compared as ``tot`` against shifted constants, so no adder precedes the compares.
+                    m.d.sync += [
+                        rel_q.eq(
+                            Mux(
+                                tot < -B - first,
+                                -B,
+                                Mux(tot > 2 * B - first, 2 * B, (tot + first)[: rel_shape.width]),
+                            )
+                        ),
+                        gt.eq(Cat(*[tot > c - first for c in GT])),
+                        rem.eq(tot + (first - B)),
+                        n_ge3.eq(tot >= 4 * B - first),
+                        n_ge2.eq(tot >= 3 * B - first),
+                        n_1.eq((tot >= 2 * B - first) & (tot < 3 * B - first)),
+                        n_0.eq((tot >= B - first) & (tot < 2 * B - first)),
+                        n_m1.eq((tot >= -first) & (tot < B - first)),
+                    ]
+                with m.Else():
+                    m.d.sync += [
+                        rel_q.eq(Mux(n_ge2, 2 * B, Mux(n_low, -B, rem[: rel_shape.width]))),
+                        gt.eq(Cat(*[hi_gt[c // B] | (hi_eq[c // B] & (lo > c % B)) for c in GT])),
+                        n_ge3.eq(rem >= 4 * B),
+                        n_ge2.eq(n_ge3),
+                        n_1.eq(n_ge2 & ~n_ge3),
+                        n_0.eq(n_1),
+                        n_m1.eq(n_0),
+                    ]
+                    # Below -B the clamp no longer changes: stop there, so ``rem`` cannot wrap.
+                    with m.If(~n_low):
+                        m.d.sync += rem.eq(rem - B)
             m.d.comb += rel.eq(rel_q)
         else:
             here = Signal(signed(20))
-            m.d.comb += here.eq(end - start)
-            m.d.comb += rel.eq(clamp(here))
+            m.d.comb += here.eq(total + _ETH - j * B)
+            m.d.comb += [rel.eq(clamp(here)), gt.eq(Cat(*[rel > c for c in GT]))]
 
-        # UDP checksum contribution of this beat: big-endian 16-bit words of bytes in [34, end).
-        words = []
+        def rel_gt(c):
+            return gt[c + B]
+
+        # This beat's checksum words (big-endian 16-bit words), summed apart for the two checks: the IPv4
+        # header (bytes [14, 34)) and the UDP checksum, which covers the pseudo-header's addresses (bytes
+        # [26, 34)), its length (byte 38, counted once more below), the protocol (the accumulator's initial
+        # value) and the UDP header and payload (bytes [34, end)). Which words count is fixed by the beat's
+        # index but for the payload's end.
+        def beats_where(w, lo, hi):
+            """The beat indices at which word ``w`` of a beat lies in frame bytes ``[lo, hi)``."""
+            return [k for k in range(JS + 1) if lo <= k * B + 2 * w < hi and k < JS]
+
+        def js_in(ks):
+            return Cat(*[js == k for k in ks]).any() if ks else Const(0)
+
+        ip_words, udp_words = [], []
         for w in range(B // 2):
-            from34 = j >= -(-(34 - 2 * w) // B) if 34 - 2 * w > 0 else Const(1)
-            hi_ok = from34 & (rel > 2 * w)
-            lo_ok = from34 & (rel > 2 * w + 1)
-            words.append(
-                Cat(
-                    Mux(lo_ok, ib.data[16 * w + 8 : 16 * w + 16], 0),
-                    Mux(hi_ok, ib.data[16 * w : 16 * w + 8], 0),
+            hi_b, lo_b = ib.data[16 * w : 16 * w + 8], ib.data[16 * w + 8 : 16 * w + 16]
+            word = Cat(lo_b, hi_b)
+            if beats_where(w, 14, 34):
+                ip_words.append(Mux(js_in(beats_where(w, 14, 34)), word, 0))
+            from34 = js >= -(-(34 - 2 * w) // B) if 34 - 2 * w > 0 else Const(1)
+            pseudo = js_in(beats_where(w, 26, 34))
+            hi_ok = pseudo | (from34 & rel_gt(2 * w))
+            lo_ok = pseudo | (from34 & rel_gt(2 * w + 1))
+            ulen = js_in(beats_where(w, 38, 40))
+            udp_words.append(
+                Mux(
+                    ulen,
+                    # The UDP length counts twice (pseudo-header and UDP header) where it lies in
+                    # [34, end): one operand, twice the word, or its high byte twice (``lo_ok`` implies
+                    # ``hi_ok``), or the word once.
+                    Mux(lo_ok, Cat(Const(0, 1), word), Mux(hi_ok, Cat(lo_b, Const(0, 1), hi_b), word)),
+                    Cat(Mux(lo_ok, lo_b, 0), Mux(hi_ok, hi_b, 0)),
                 )
             )
-        beat_sum = Signal(24)
-        m.d.comb += beat_sum.eq(sum(words))
+
+        def tree(vals):
+            """A balanced adder tree: about log2(n) adders deep instead of n - 1."""
+            vals = list(vals)
+            while len(vals) > 1:
+                vals = [
+                    vals[k] + vals[k + 1] if k + 1 < len(vals) else vals[k] for k in range(0, len(vals), 2)
+                ]
+            return vals[0]
+
+        ip_b = Signal(20)  # at most 10 words
+        udp_b = Signal(24)  # at most B / 2 + 1 words (the UDP length twice)
+        m.d.comb += [ip_b.eq(tree(ip_words)), udp_b.eq(tree(udp_words))]
+        # The sums run a beat behind the input: each beat's sum is registered, and added to the running sum
+        # on the next beat. A frame's last beat leaves its two parts (the sum before it, its own) in the
+        # ``fin_`` registers, which the output stage adds and checks a cycle later.
+        ip_bq = Signal(20)
+        udp_bq = Signal(24)
+        ip_acc = Signal(20)  # the IPv4 header sum is 10 words: no fold needed
+        udp_acc = Signal(17)  # folded once per beat: congruent modulo 0xFFFF, below 2**17
+        ip_next, udp_next = Signal(20), Signal(17)
+        m.d.comb += [
+            ip_next.eq(Mux(js == 0, 0, ip_acc + ip_bq)),
+            udp_next.eq(Mux(js == 0, protocol.IPPROTO_UDP, _fold1(udp_acc + udp_bq))),
+        ]
+        fin_ip, fin_ip_b = Signal(20), Signal(20)
+        fin_udp, fin_udp_b = Signal(17), Signal(24)
+        fin_nz = Signal()  # the frame's UDP checksum field is not 0 (0: not computed)
 
         # The frame's end (this beat's bytes) and the payload's, whichever comes first, relative to ``start``.
         eff = Signal(rel_shape)
         m.d.comb += eff.eq(Mux(rel < ib.bytes, rel, ib.bytes))
-        short = (j < _HDR // B) | ((j == _HDR // B) & (ib.bytes < _HDR % B))  # frame length < 42
+        short = (js < _HDR // B) | ((js == _HDR // B) & (ib.bytes < _HDR % B))  # frame length < 42
 
-        # Drop codes 1-8, evaluated on the last beat from the merged header.
-        # Sums over header fields that are complete before the beat of byte 41 (W = 64) are taken on the
-        # beat that completes them, from the registered header and that beat's own bytes, and kept: the IPv4
-        # header check as a flag, the UDP pseudo-header sum as a number.
-        def at_beat(k):
-            return Cat(hdr[: 8 * B * k], ib.data)[: 8 * _HDR]
-
-        def pseudo_of(h):
-            return sum(be_bytes(h, n, 2) for n in (26, 28, 30, 32, 38)) + protocol.IPPROTO_UDP
-
-        def ip_ok_of(h):
-            ip_sum = Signal(20)
-            m.d.comb += ip_sum.eq(sum(be_bytes(h, 14 + 2 * n, 2) for n in range(10)))
-            return _ones_complement_ok(ip_sum, 20)
-
-        jip, jps = 33 // B, 39 // B
-        if (_HDR - 1) // B > jip:
-            ip_ok = Signal()
-            with m.If(accept & (j == jip)):
-                m.d.sync += ip_ok.eq(ip_ok_of(at_beat(jip)))
-        else:
-            ip_ok = ip_ok_of(cur)
-        late_pseudo = (_HDR - 1) // B > jps
-        udp_sum = Signal(26)
-        if late_pseudo:
-            pseudo = Signal(20)
-            with m.If(accept & (j == jps)):
-                m.d.sync += pseudo.eq(pseudo_of(at_beat(jps)))
-            m.d.comb += udp_sum.eq(csum + beat_sum + pseudo)
-        else:
-            m.d.comb += udp_sum.eq(csum + beat_sum + pseudo_of(cur))
-        udp_ok = _ones_complement_ok(udp_sum, 26)
+        # Drop codes 1-8 but the two checksums (4, 8), evaluated on the last beat from the merged header.
         drops = Signal(32)
         D = protocol.Drop
         m.d.comb += [
@@ -207,11 +279,9 @@ class FrameParser(wiring.Component):
                 | (frag & 0x3FFF).any()
                 | (total < protocol.IPV4_HEADER_BYTES + protocol.UDP_HEADER_BYTES)
             ),
-            drops[D.BAD_IP_CHECKSUM].eq(~ip_ok),
             drops[D.NOT_UDP].eq(byte(23) != protocol.IPPROTO_UDP),
             drops[D.WRONG_PORT].eq(be16(36) != self.port),
             drops[D.BAD_UDP_LENGTH].eq(udp_len != total - protocol.IPV4_HEADER_BYTES),
-            drops[D.BAD_UDP_CHECKSUM].eq((udp_csum != 0) & ~udp_ok),
         ]
 
         # Output beat k = frame bytes [(j-1)B + o, jB + o): the top B-o bytes of the previous beat and the
@@ -219,9 +289,12 @@ class FrameParser(wiring.Component):
         joined = Cat(prev[8 * o :], ib.data[: 8 * o])
         lim = Signal(rel_shape)  # end of this output beat's bytes, relative to ``start``
         m.d.comb += lim.eq(Mux(ib.last, eff, rel))
-        has_k = (j >= q + 1) & (lim > o - B)
-        k_bytes = Mux(lim >= o, B, (lim + B - o)[: len(flush_bytes)])
-        need_flush = ib.last & (j >= q) & (eff > o)
+        # The decisions from the flags: ``eff > c`` is ``rel > c`` and ``bytes > c``, and ``bytes > o - B``
+        # always holds (o < B).
+        has_k = (js >= q + 1) & rel_gt(o - B)
+        lim_ge_o = rel_gt(o - 1) & (~ib.last | (ib.bytes >= o))
+        k_bytes = Mux(lim_ge_o, B, (lim + B - o)[: len(flush_bytes)])
+        need_flush = ib.last & (js >= q) & rel_gt(o) & (ib.bytes > o)
         tail = Cat(ib.data[8 * o :], Const(0, 8 * o))
         tail_bytes = (eff - o)[: len(flush_bytes)]
 
@@ -249,14 +322,42 @@ class FrameParser(wiring.Component):
             m.d.comb += ob.drops.eq(Mux(ib.last & ~(has_k & need_flush), drops, 0))
 
         with m.If(en):
-            m.d.sync += [self.o.valid.eq(ov), self.o.payload.eq(ob)]
+            m.d.sync += [r_v.eq(ov), r_p.eq(ob)]
             with m.If(flush):
                 m.d.sync += flush.eq(0)
 
+        # The output stage: a frame's last beat gets the checksum verdicts from the ``fin_`` registers, which
+        # hold that frame's until its last beat has left ``r`` (the next frame's last beat cannot be taken
+        # earlier: it waits for a pending flush, and for ``r``).
+        late = Signal(32)
+        m.d.comb += [
+            late[D.BAD_IP_CHECKSUM].eq(~_ones_complement_ok(fin_ip + fin_ip_b, 21)),
+            late[D.BAD_UDP_CHECKSUM].eq(fin_nz & ~_ones_complement_ok(fin_udp + fin_udp_b, 25)),
+        ]
+        with m.If(en_o):
+            m.d.sync += [
+                self.o.valid.eq(r_v),
+                self.o.payload.eq(r_p),
+                self.o.payload.drops.eq(r_p.drops | Mux(r_p.last, late, 0)),
+            ]
+
         with m.If(accept):
-            m.d.sync += prev.eq(ib.data)
+            m.d.sync += [
+                prev.eq(ib.data),
+                ip_bq.eq(ip_b),
+                udp_bq.eq(udp_b),
+                ip_acc.eq(ip_next),
+                udp_acc.eq(udp_next),
+            ]
             with m.If(ib.last):
-                m.d.sync += [j.eq(0), hdr.eq(0), csum.eq(0)]
+                m.d.sync += [j.eq(0), js.eq(0), hdr.eq(0)]
+                m.d.sync += [
+                    fin_ip.eq(ip_next),
+                    fin_ip_b.eq(ip_b),
+                    fin_udp.eq(udp_next),
+                    fin_udp_b.eq(udp_b),
+                    fin_nz.eq(udp_csum != 0),
+                ]
                 with m.If(has_k & need_flush):
                     m.d.sync += [
                         flush.eq(1),
@@ -265,7 +366,9 @@ class FrameParser(wiring.Component):
                         flush_drops.eq(drops),
                     ]
             with m.Else():
-                m.d.sync += [hdr.eq(cur), csum.eq(_fold1(csum + beat_sum))]
+                m.d.sync += hdr.eq(cur)
                 with m.If(j != 0xFFFF):
                     m.d.sync += j.eq(j + 1)
+                with m.If(js != JS):
+                    m.d.sync += js.eq(js + 1)
         return m

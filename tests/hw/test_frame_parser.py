@@ -43,7 +43,7 @@ def _frames(seed, n):
     return frames
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, 128, 256, 512])
 @pytest.mark.parametrize("backpressure", [0.0, 0.4])
 def test_frames_match_host_rules(width, backpressure):
     frames = _frames(width + int(backpressure * 10), 40)
