@@ -2,11 +2,7 @@
 
 The register map is defined once, in :mod:`wanreduce.spec.regmap` (documented in ``docs/control.md``).
 Writes take effect the cycle after ``we``; reads return ``rdata`` the cycle after ``re``. Counters count
-events from the slot table's commit stage (at most one packet per cycle) and wrap at 32 bits; the
-performance counters other than ``cycles`` count their events one cycle late (registered strobes).
-
-Latency: ``rdata`` one cycle after ``re`` (the read multiplexer decodes the address in blocks of 32 words,
-see ``_BLOCK``); counters one cycle after their event, performance counters two.
+events from the slot table's commit stage (at most one packet per cycle) and wrap at 32 bits.
 
 A schedule entry is written as its low bitmap word, then its high word; the high-word write stores the
 64-bit bitmap together with the summation-order shadow (``ORDER_BASE + w``, four rank bytes per word, of
@@ -18,7 +14,7 @@ not under its drop code; ``bypassed`` counts the frames the bypass port sent (``
 ``bypass_overflow`` those too long to forward (``ev_overflow``).
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,6 +26,21 @@ __all__ = ["ControlSignature", "Control"]
 
 # log2 of the words per block of the read multiplexer.
 _BLOCK = 5
+
+
+def _distinguishing_bits(blocks):
+    """Bit positions that tell the block numbers ``blocks`` apart (greedily, the most splitting first)."""
+    groups, tell = [list(blocks)], []
+    while any(len(g) > 1 for g in groups):
+        width = max(blocks).bit_length()
+        best = max(
+            (b for b in range(width) if b not in tell),
+            key=lambda b: sum(len({(x >> b) & 1 for x in g}) for g in groups),
+        )
+        tell.append(best)
+        groups = [[x for x in g if (x >> best) & 1 == v] for g in groups for v in (0, 1)]
+        groups = [g for g in groups if g]
+    return sorted(tell)
 
 
 def _mux_tree(words, sel, bits):
@@ -148,14 +159,9 @@ class Control(wiring.Component):
         ):
             with m.If(strobe):
                 m.d.sync += named[name].eq(named[name] + 1)
-        # The performance strobes come from deep in the datapath (the reduce engine's read decision): taken
-        # into registers first, so those counters count each event one cycle later.
-        strobes = [Const(1)]
-        for strobe in (self.in_beat, self.out_beat, self.reduce_read, self.reduce_active):
-            held = Signal(name=f"{strobe.name}_r")
-            m.d.sync += held.eq(strobe)
-            strobes.append(held)
-        for sig, strobe in zip(perf, strobes, strict=True):
+        for sig, strobe in zip(
+            perf, [Const(1), self.in_beat, self.out_beat, self.reduce_read, self.reduce_active], strict=True
+        ):
             with m.If(strobe):
                 m.d.sync += sig.eq(sig + 1)
         with m.If(clear):
@@ -259,16 +265,22 @@ class Control(wiring.Component):
             values[regs.COUNTER_BASE + n] = sig
         for n, sig in enumerate(perf):
             values[regs.PERF_BASE + n] = sig
-        # The read multiplexer in blocks of 2**_BLOCK words: each block's word chosen by a mux tree on the low
-        # address bits while its high bits are compared, so the decode and the selection run side by side
-        # and meet in one AND-OR, instead of a 16-bit compare per register feeding one wide select.
-        blocks = {}
+        # The read multiplexer: the word is chosen by one mux tree on the low address bits and the few bits
+        # that tell the register blocks apart, while the rest of the address is checked beside it
+        # (``known``, a synchronous clear of rdata) instead of a 16-bit compare per register.
+        blocks = sorted({addr >> _BLOCK for addr in values})
+        tell = _distinguishing_bits(blocks)
+        index = {}
         for addr, value in values.items():
-            blocks.setdefault(addr >> _BLOCK, {})[addr & ((1 << _BLOCK) - 1)] = value
-        rnext = Const(0, 32)
-        for blk, words in sorted(blocks.items()):
-            hit = c.addr[_BLOCK:] == blk
-            rnext = rnext | Mux(hit, _mux_tree(words, c.addr[:_BLOCK], _BLOCK), 0)
+            key = (addr & ((1 << _BLOCK) - 1)) | sum(
+                ((addr >> _BLOCK >> b) & 1) << (_BLOCK + n) for n, b in enumerate(tell)
+            )
+            assert key not in index
+            index[key] = value
+        sel = Cat(c.addr[:_BLOCK], *[c.addr[_BLOCK + b] for b in tell])
+        word = _mux_tree(index, sel, len(sel))
+        known = Signal()
+        m.d.comb += known.eq(Cat(*[c.addr[_BLOCK:] == blk for blk in blocks]).any())
         with m.If(c.re):
-            m.d.sync += c.rdata.eq(rnext)
+            m.d.sync += c.rdata.eq(Mux(known, word, 0))
         return m
