@@ -9,6 +9,7 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
 
 from tests.support.fakeadd import FORMATS, fake_adder, fake_reduce
 from tests.support.streamsim import run_stream
@@ -96,3 +97,105 @@ def test_rank_order_sums(backpressure):
     got = [(int(o.data), int(o.last), int(o.slot)) for o in out]
     assert got == want
     assert releases == [c["slot"] for c in chunks]
+
+
+def _trace(dut, comps, cycles, *, hold=()):
+    """Offer ``comps`` one after the other; return the cycles each was accepted on, and per cycle the output
+    (valid, data, last, slot) and the read strobe."""
+    took, trace = [], []
+
+    async def tb(ctx):
+        pend = list(comps)
+        for c in range(cycles):
+            ctx.set(dut.o.ready, c not in hold)
+            offer = bool(pend)
+            ctx.set(dut.i.valid, offer)
+            if offer:
+                ctx.set(dut.i.payload, pend[0])
+            if offer and ctx.get(dut.i.ready):
+                took.append(c)
+            valid = ctx.get(dut.o.valid)
+            p = ctx.get(dut.o.payload)
+            trace.append(
+                (
+                    valid,
+                    int(p.data) if valid else None,
+                    int(p.last) if valid else None,
+                    int(p.slot) if valid else None,
+                    ctx.get(dut.red.read_strobe),
+                    ctx.get(dut.release),
+                )
+            )
+            await ctx.tick()
+            if took and took[-1] == c:
+                pend.pop(0)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    return took, trace
+
+
+def _chunk(slot, g, nwords, chunk, replay=0):
+    return {
+        "slot": slot,
+        "g": g,
+        "nwords": nwords,
+        "desc": {"dtype": 0, "chunk": chunk},
+        "bitmap": (1 << g) - 1,
+        "replay": replay,
+    }
+
+
+def test_latency_and_one_completion_ahead():
+    """An idle engine reads the first beat on the cycle after it accepted the completion and the sum leaves
+    ``g * K`` cycles later (plus the output FIFO's two): the figures before the timing work. While that
+    chunk is being read the engine already takes the next completion (``i.ready`` is a register, one
+    completion waits inside), and then no more until the first chunk has been dispatched."""
+    dut = Top([k * 0x1234567 for k in range(S * G * NW)])
+    K = dut.red.ring
+    assert K == 2 + 2  # the fake adders' two stages
+    g, nw = 3, 2
+    took, trace = _trace(dut, [_chunk(1, g, nw, 0), _chunk(2, 1, 1, 1), _chunk(3, 1, 1, 2)], 80)
+    t0 = took[0]
+    reads = [c for c, r in enumerate(trace) if r[4]]
+    assert reads[:2] == [t0 + 1, t0 + 2]  # beat 0 and 1 of member 0, back to back
+    assert len(reads) == g * nw + 2
+    outs = [c for c, r in enumerate(trace) if r[0]]
+    assert outs[0] == t0 + 1 + g * K + 2
+    assert took[1] == t0 + 1  # taken while chunk 0 is still being read
+    # Chunk 0's last beat is dispatched at t0 + 2, so chunk 1 is dispatched next and chunk 2 taken then.
+    assert took[2] == t0 + 3
+    assert [r[1:4] for r in trace if r[0]] == [
+        (sum(k * 0x1234567 for k in (s * G * NW + m * NW + w for m in range(gg))), int(w == n - 1), s)
+        for s, gg, n in ((1, g, nw), (2, 1, 1), (3, 1, 1))
+        for w in range(n)
+    ]
+
+
+def test_replay_reemits_the_last_result():
+    """A replay sends the slot's last sums again, as they were (from the shadow), in order behind the chunks
+    ahead of it, with the record of the chunk (its ``last`` flags and slot), and releases nothing; output
+    back-pressure in between holds the beats without losing or repeating one."""
+    init = [k * 0x10003 for k in range(S * G * NW)]  # small: the lane sums never wrap
+    dut = Top(init)
+    comps = [
+        _chunk(2, 3, NW, 7),
+        _chunk(1, 2, 2, 8),
+        _chunk(2, 1, 1, 0, replay=1),
+        _chunk(1, 1, 1, 0, replay=1),
+    ]
+    hold = set(range(20, 40))
+    took, trace = _trace(dut, comps, 200, hold=hold)
+    assert len(took) == 4
+    want = [
+        (sum(init[(s * G + m) * NW + w] for m in range(g)), int(w == n - 1), s)
+        for s, g, n in ((2, 3, NW), (1, 2, 2))
+        for w in range(n)
+    ]
+    # With ``o.ready`` low a beat stays on ``o``: count each beat on the cycle it is taken.
+    beats = [r[1:4] for c, r in enumerate(trace) if r[0] and c not in hold]
+    assert beats == want + want
+    assert sum(r[4] for r in trace) == 3 * NW + 2 * 2  # replays read no member buffer
+    assert sum(r[5] for r in trace) == 2  # one release per chunk, none for a replay
