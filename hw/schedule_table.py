@@ -22,8 +22,8 @@ are also multicast to (0 for none). A packet of a configured (job, round) whose 
 is marked ``foreign`` (not this core's work: the core's bypass forwards it) and gets an empty expected set,
 so it is never stored (code 21 unless a lower code applies).
 
-Back-pressure: all stages advance when the output register is empty or taken (``i.ready`` follows
-``o.ready`` combinationally); one beat per cycle.
+Back-pressure: all stages advance together when the output register is empty or taken; a one-beat skid
+buffer at the input makes ``i.ready`` a register (no added latency); one beat per cycle.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -122,15 +122,27 @@ class ScheduleTable(wiring.Component):
             }
         )
         en = ~self.o.valid | self.o.ready
-        m.d.comb += self.i.ready.eq(en)
+        # A skid buffer, so that ``i.ready`` is a register: the stages' common enable reaches thousands of
+        # flip-flops, and the stage in front must not wait for that net before it can advance.
+        sk_v = Signal()
+        sk = Signal.like(self.i.payload)
+        m.d.comb += self.i.ready.eq(~sk_v)
+        in_v = Signal()
+        ib = Signal.like(self.i.payload)
+        m.d.comb += [in_v.eq(sk_v | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
+        with m.If(sk_v):
+            with m.If(en):
+                m.d.sync += sk_v.eq(0)
+        with m.Elif(self.i.valid & ~en):
+            m.d.sync += [sk_v.eq(1), sk.eq(self.i.payload)]
 
         # Stage 0: the job comparisons only, registered; stage 1 picks the first match (priority, so that
         # two entries with one job id behave as the lowest one alone).
         v00, beat00 = Signal(), Signal(ParsedBeat(self.width))
         match = Signal(J)
-        desc = self.i.payload.desc
+        desc = ib.desc
         with m.If(en):
-            m.d.sync += [v00.eq(self.i.valid), beat00.eq(self.i.payload)]
+            m.d.sync += [v00.eq(in_v), beat00.eq(ib)]
             for j in range(J):
                 m.d.sync += match[j].eq((self.job_id[j] == desc.job) & (self.job_period[j] != 0))
         ctx0 = Signal(ctx_layout)

@@ -23,6 +23,7 @@ figures and the board), xcup and the report. The bench keys (``synth_ecp5_luts``
 import argparse
 import collections
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -275,6 +276,8 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
 #: Delay model of :func:`estimate_paths` (ns, ECP5 speed 8, rounded from nextpnr's timing of earlier runs):
 #: one routed net, one LUT4, a flip-flop's clock-to-out and an EBR's (no output register).
 _ROUTE, _LUT, _CLK_Q, _EBR_CLK_Q = 0.55, 0.40, 0.45, 2.9
+#: Extra routing per doubling of a net's fan-out beyond 8 sinks.
+_FANOUT = 0.3
 
 
 def estimate_paths(netlist, top, *, count=60, under=None):
@@ -301,47 +304,60 @@ def estimate_paths(netlist, top, *, count=60, under=None):
     def bits(con, p):
         return [b for b in con.get(p, []) if isinstance(b, int)]
 
+    # A net with many sinks spreads over the die: its far sinks cost more routing (a stall that enables a
+    # thousand flip-flops is the classic case), so a net's routing grows with log2 of its fan-out.
+    fanout = collections.Counter()
+    for c in mod["cells"].values():
+        for p, direction in c.get("port_directions", {}).items():
+            if direction == "input":
+                fanout.update(bits(c["connections"], p))
+    if not any(c.get("port_directions") for c in mod["cells"].values()):
+        fanout.update(b for c in mod["cells"].values() for p, v in c["connections"].items() for b in v)
+
+    def route(b):
+        return _ROUTE + _FANOUT * max(0.0, math.log2(max(fanout[b], 1) / 8))
+
     for cname, c in mod["cells"].items():
         t, con = c["type"], c["connections"]
         if t == "LUT4":
             for z in bits(con, "Z"):
-                arcs[z] += [(b, _LUT + _ROUTE) for p in "ABCD" for b in bits(con, p)]
+                arcs[z] += [(b, _LUT + route(b)) for p in "ABCD" for b in bits(con, p)]
         elif t in ("PFUMX", "L6MUX21"):
             a, b_, sel = ("ALUT", "BLUT", "C0") if t == "PFUMX" else ("D0", "D1", "SD")
             for z in bits(con, "Z"):
                 arcs[z] += [(b, 0.15) for p in (a, b_) for b in bits(con, p)]
-                arcs[z] += [(b, 0.2 + _ROUTE) for b in bits(con, sel)]
+                arcs[z] += [(b, 0.2 + route(b)) for b in bits(con, sel)]
         elif t == "CCU2C":
             ins0 = [b for p in ("A0", "B0", "C0", "D0") for b in bits(con, p)]
             ins1 = [b for p in ("A1", "B1", "C1", "D1") for b in bits(con, p)]
             cin = bits(con, "CIN")
             for port, ins, dc in (("S0", ins0, 0.25), ("S1", ins0 + ins1, 0.3), ("COUT", ins0 + ins1, 0.06)):
                 for z in bits(con, port):
-                    arcs[z] += [(b, _LUT + _ROUTE) for b in ins] + [(b, dc) for b in cin]
+                    arcs[z] += [(b, _LUT + route(b)) for b in ins] + [(b, dc) for b in cin]
         elif t == "TRELLIS_FF":
             for q in bits(con, "Q"):
                 start[q] = _CLK_Q
             # Named after the signal it holds (the cell's own name may be a hidden ``$`` wire's).
             q = bits(con, "Q")
             held = names.get(q[0], (cname, True))[0] if q else cname
-            ends += [(b, held, p, _ROUTE + 0.1) for p in ("DI", "CE", "LSR", "M") for b in bits(con, p)]
+            ends += [(b, held, p, route(b) + 0.1) for p in ("DI", "CE", "LSR", "M") for b in bits(con, p)]
         elif t == "DP16KD":
             for p in con:
                 if p.startswith("DO"):
                     for b in bits(con, p):
                         start[b] = _EBR_CLK_Q
                 elif p.startswith(("DI", "AD", "CE", "WE", "OCE", "CS")):
-                    ends += [(b, cname, p, _ROUTE + 0.2) for b in bits(con, p)]
+                    ends += [(b, cname, p, route(b) + 0.2) for b in bits(con, p)]
         elif t == "TRELLIS_DPR16X4":
             for z in bits(con, "DO"):
-                arcs[z] += [(b, 0.6 + _ROUTE) for b in bits(con, "RAD")]
-            ends += [(b, cname, p, _ROUTE + 0.2) for p in ("DI", "WAD", "WRE") for b in bits(con, p)]
+                arcs[z] += [(b, 0.6 + route(b)) for b in bits(con, "RAD")]
+            ends += [(b, cname, p, route(b) + 0.2) for p in ("DI", "WAD", "WRE") for b in bits(con, p)]
         elif t == "MULT18X18D":
             ins = [b for p in con if re.fullmatch(r"[AB]\d+", p) for b in bits(con, p)]
             for p in con:
                 if re.fullmatch(r"P\d+", p):
                     for z in bits(con, p):
-                        arcs[z] += [(b, 4.0 + _ROUTE) for b in ins]
+                        arcs[z] += [(b, 4.0 + route(b)) for b in ins]
         else:
             for p, direction in c.get("port_directions", {}).items():
                 if direction == "output":
