@@ -480,9 +480,21 @@ class SlotTable(wiring.Component):
         out = Signal(out_layout)
         m.d.comb += out.eq(Mux(e.hc, now, out_held))
         dec, claim, write_ok, completes = out.dec, out.claim, out.write_ok, out.completes
-        no_drop = ~e_any & out.slot_ok
+        # What a commit writes. Below 512 bits the header fills whole beats, so the beat that completes it
+        # carries no payload: a packet without a drop code ends on a later beat, whose beat ahead (in X) is
+        # the packet's own and commits nothing. Its commit then takes the decision held from the header
+        # beat and the state from D, all registers, and the selection above only has to reach the
+        # decision's own registers. A packet that ends on its header beat is dropped (``bad_count`` or
+        # ``truncated``) and commits nothing.
         st_e = Signal(state_layout)
-        m.d.comb += st_e.eq(Mux(use, x.new, e_st))
+        if PW0:
+            claim = held.claim
+            completes = Mux(held.claim, e_solo, e_cmp.fills)
+            no_drop = ~e.hc & ~e_any & held.slot_ok
+            m.d.comb += st_e.eq(e_st)
+        else:
+            no_drop = ~e_any & out.slot_ok
+            m.d.comb += st_e.eq(Mux(use, x.new, e_st))
         desc = e.desc
 
         # The slot after this contribution, and whether it completes the chunk.
@@ -527,7 +539,7 @@ class SlotTable(wiring.Component):
                 x.last.eq(e.last),
                 x.hc.eq(e.hc),
                 x.slot.eq(e.slot),
-                x.claim.eq(claim),
+                x.claim.eq(out.claim),  # the busy stall's, on the header beat
                 x.commit.eq(e.last & no_drop),
                 x.completes.eq(completes),
                 # A re-emit request: the duplicate code is the packet's (no lower code came with it).

@@ -93,40 +93,54 @@ def _packets(seq):
     return packets
 
 
-def _simulate(packets, stalls):
-    """Feed one-beat packets (W = 512) and return the events and the slots of the re-emit requests. With
-    ``stalls``, the completion queue refuses records and the input idles at random, so the skid buffer, the
-    stall of stage X and the forwarding of the slot state under a stall are exercised."""
-    dut = SlotTable(width=512, slots=S, members=G, slot_bytes=C)
+def _beats(packets, width):
+    """The beats of each packet at ``width``: at 512 bits one beat (header and payload); narrower, the
+    header's beats (the last of them ``hc``, the ones before it carrying the previous packet's fields, as
+    the header parser and the schedule table hand them on) and then the payload's."""
+    B = width // 8
+    prev = None
+    out = []
+    for desc, expected, midx, slot, _ in packets:
+        fields = {"desc": desc, "expected": expected, "midx": midx, "slot": slot}
+        size = 4 if desc["dtype"] == 0 else 2
+        total = 32 + desc["count"] * size
+        n = -(-total // B)
+        beats = []
+        for k in range(n):
+            hc = k == 32 // B - 1 if B < 32 else k == 0
+            before = B < 32 and k < 32 // B - 1
+            beat = dict(prev if before and prev is not None else fields)
+            beat.update(
+                {"bytes": min(B, total - k * B), "last": int(k == n - 1), "hc": int(hc), "pw": k, "drops": 0}
+            )
+            beats.append(beat)
+        out.append(beats)
+        prev = fields
+    return out
+
+
+def _simulate(packets, stalls, width=512):
+    """Feed the packets (one beat each at W = 512, several narrower) and return the events and the slots
+    of the re-emit requests. With ``stalls``, the completion queue refuses records and the input idles at
+    random, so the skid buffer, the stall of stage X and the forwarding of the slot state under a stall
+    are exercised."""
+    dut = SlotTable(width=width, slots=S, members=G, slot_bytes=C)
     events = []
     replays = []
 
     prng = np.random.default_rng(7)
 
     async def tb(ctx):
-        pending = list(packets)
+        pending = [b for beats in _beats(packets, width) for b in beats]
         offered = False
-        for _ in range(20 * len(packets)):
+        for _ in range(20 * len(pending)):
             ready = int(not stalls or prng.random() < 0.5)
             ctx.set(dut.done.ready, ready)
             # A beat once offered stays offered until taken.
             offered = bool(pending) and (offered or not stalls or prng.random() < 0.7)
             if offered:
-                desc, expected, midx, slot, _ = pending[0]
                 ctx.set(dut.i.valid, 1)
-                ctx.set(
-                    dut.i.payload,
-                    {
-                        "bytes": 64,
-                        "last": 1,
-                        "hc": 1,
-                        "pw": 0,
-                        "desc": desc,
-                        "expected": expected,
-                        "midx": midx,
-                        "slot": slot,
-                    },
-                )
+                ctx.set(dut.i.payload, pending[0])
             else:
                 ctx.set(dut.i.valid, 0)
             took = offered and ctx.get(dut.i.ready)
@@ -162,10 +176,11 @@ def _simulate(packets, stalls):
     return events, replays
 
 
+@pytest.mark.parametrize("width", [512, 64])
 @pytest.mark.parametrize("stalls", [False, True])
-def test_decisions_match_golden(stalls):
+def test_decisions_match_golden(stalls, width):
     packets = _packets(_random_traffic())
-    events, replays = _simulate(packets, stalls)
+    events, replays = _simulate(packets, stalls, width)
     assert len(events) == len(packets)
     want = [p[-1] for p in packets]
     assert events == want
@@ -176,10 +191,11 @@ def test_decisions_match_golden(stalls):
     assert sum(e[2] for e in want) >= 5 and sum(e[3] for e in want) >= 1
 
 
+@pytest.mark.parametrize("width", [512, 64])
 @pytest.mark.parametrize("stalls", [False, True])
-def test_back_to_back_groups(stalls):
+def test_back_to_back_groups(stalls, width):
     packets = _packets(_back_to_back_traffic())
-    events, replays = _simulate(packets, stalls)
+    events, replays = _simulate(packets, stalls, width)
     want = [p[-1] for p in packets]
     assert events == want
     assert sum(r for _, r, _, _ in want) == 40 and sum(e[2] for e in want) == 40
