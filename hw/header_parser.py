@@ -114,15 +114,29 @@ class HeaderParser(wiring.Component):
 
         # The sender's one-hot bit for the bitmap check: with ``src`` in an earlier beat it is registered
         # from the merged header, so the header's last beat only compares it with its own bytes.
-        src_hot = Signal(64)
+        # ``bitmap != 1 << src``. With ``src`` in an earlier beat (W = 64) the one-hot is registered from the
+        # merged header, and the bitmap's beat is compared with it both as it arrives and as the skid
+        # buffer takes it (registered there), so that the skid buffer's multiplexer comes after the
+        # comparison instead of before it.
+        bitmap_ne = Signal()
         if early("src"):
             js = beat_of("src")
-            src_hot_q = Signal(64)
+            src_hot = Signal(64)
             with m.If(pw == js):
-                m.d.sync += src_hot_q.eq(Const(1, 64) << be_field(Cat(hdr[: 8 * B * js], ib.data), "src")[:6])
-            m.d.comb += src_hot.eq(src_hot_q)
+                m.d.sync += src_hot.eq(Const(1, 64) << be_field(Cat(hdr[: 8 * B * js], ib.data), "src")[:6])
+
+            def ne_of(beat):
+                return (
+                    be_field(Cat(hdr[:split], beat.data[: 8 * protocol.HEADER_BYTES - split]), "bitmap")
+                    != src_hot
+                )
+
+            sk_ne = Signal()
+            with m.If(~sk_v & self.i.valid & ~en):
+                m.d.sync += sk_ne.eq(ne_of(self.i.payload))
+            m.d.comb += bitmap_ne.eq(Mux(sk_v, sk_ne, ne_of(self.i.payload)))
         else:
-            m.d.comb += src_hot.eq(Const(1, 64) << src[:6])
+            m.d.comb += bitmap_ne.eq(f("bitmap") != (Const(1, 64) << src[:6]))
 
         new_desc = Signal.like(held_desc)
         m.d.comb += [
@@ -146,7 +160,7 @@ class HeaderParser(wiring.Component):
             hc_drops[D.BAD_COUNT].eq(count == 0),
             hc_drops[D.RESULT_ON_INPUT].eq(kind == KindCode.RESULT.value),
             hc_drops[D.BAD_BITMAP].eq(
-                (kind == KindCode.CONTRIB.value) & ((src >= protocol.MAX_RANKS) | (f("bitmap") != src_hot))
+                (kind == KindCode.CONTRIB.value) & ((src >= protocol.MAX_RANKS) | bitmap_ne)
             ),
             hc_drops[D.TOO_LARGE].eq(too_large),
         ]
@@ -158,12 +172,18 @@ class HeaderParser(wiring.Component):
         m.d.comb += total.eq(nbytes + ib.bytes)
         # Every beat but the last is full, so the payload is shorter than the header exactly when it ends
         # before the header's last beat or in it with fewer bytes than the header has left there.
-        short = before_hb | (at_hb & (ib.bytes < protocol.HEADER_BYTES - B * (HB - 1)))
+        # ``rest``: header bytes still missing before this beat (32 - nbytes), so that the short-header check
+        # is one compare with a register. Not every beat but the last is full: the frame parser cuts the
+        # payload at the IPv4 total length and a frame's Ethernet padding leaves a partial beat before an
+        # empty last one.
+        rest = Signal(signed(19), init=protocol.HEADER_BYTES)
+        short = ib.bytes < rest
         bad_length = Signal()
         if early("count", "dtype"):
             # The payload bytes still expected from this beat on, prepared from the beat that completes
-            # ``count`` (at W = 64 before the header's last beat: a packet ending earlier is short) and
-            # counted down by B a beat, so the last beat compares its byte count with a register.
+            # ``count`` (at W = 64 before the header's last beat: a packet ending earlier, or with fewer
+            # bytes in it, is short, so the beats before it were full) and counted down by each beat's
+            # bytes, so the last beat compares its byte count with a register.
             jc = beat_of("count")
             left = Signal(signed(21))
             with m.If(accept & ~ib.last):
@@ -178,7 +198,7 @@ class HeaderParser(wiring.Component):
                         prod = Mux(t == d.value, c << (d.size.bit_length() - 1), prod)
                     m.d.sync += left.eq(protocol.HEADER_BYTES - (jc + 1) * B + prod)
                 with m.Else():
-                    m.d.sync += left.eq(left - B)
+                    m.d.sync += left.eq(left - ib.bytes)
             m.d.comb += bad_length.eq(left != ib.bytes)
         else:
             m.d.comb += bad_length.eq(total != protocol.HEADER_BYTES + desc.count * element_bytes(desc.dtype))
@@ -204,11 +224,12 @@ class HeaderParser(wiring.Component):
                     at_hb.eq(HB == 1),
                     before_hb.eq(HB > 1),
                     nbytes.eq(0),
+                    rest.eq(protocol.HEADER_BYTES),
                     hdr.eq(0),
                     held_drops.eq(0),
                 ]
             with m.Else():
-                m.d.sync += [nbytes.eq(total), hdr.eq(cur)]
+                m.d.sync += [nbytes.eq(total), rest.eq(rest - ib.bytes), hdr.eq(cur)]
                 with m.If(pw != 0xFFFF):
                     m.d.sync += [pw.eq(pw + 1), at_hb.eq(pw == HB - 2), before_hb.eq(pw < HB - 2)]
                 with m.If(hc):

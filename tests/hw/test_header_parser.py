@@ -11,10 +11,13 @@ from wanreduce.hw.header_parser import HeaderParser
 SLOT_BYTES = 64
 
 
-def _beats(payload, width):
+def _beats(payload, width, *, padded=False):
+    """The payload's beats. ``padded``: as the frame parser leaves a frame with Ethernet padding, the
+    payload's last bytes in a beat that is not the last (partial, unless the length is a multiple of the
+    beat), then an empty last beat."""
     B = width // 8
     n = max(1, -(-len(payload) // B))
-    return [
+    beats = [
         {
             "data": int.from_bytes(payload[k * B : (k + 1) * B], "little"),
             "bytes": len(payload[k * B : (k + 1) * B]),
@@ -23,6 +26,10 @@ def _beats(payload, width):
         }
         for k in range(n)
     ]
+    if padded:
+        beats[-1]["last"] = 0
+        beats.append({"data": 0, "bytes": 0, "last": 1, "drops": 0})
+    return beats
 
 
 @pytest.mark.parametrize("width", [64, 128, 256, 512])
@@ -46,7 +53,8 @@ def test_fields_and_codes(width):
             p = traffic.header_fault(rng, p, kind, slot_bytes=SLOT_BYTES, outsider=9)
         payloads.append(p)
     dut = HeaderParser(width=width, slot_bytes=SLOT_BYTES)
-    out = run_stream(dut, [b for p in payloads for b in _beats(p, width)], idle=0.2, backpressure=0.3)
+    beats = [b for k, p in enumerate(payloads) for b in _beats(p, width, padded=k % 4 == 1)]
+    out = run_stream(dut, beats, idle=0.2, backpressure=0.3)
     lasts = [b for b in out if b.last]
     assert len(lasts) == len(payloads)
     seen = set()
