@@ -5,6 +5,7 @@ several, two and one beat per frame."""
 
 import numpy as np
 import pytest
+from amaranth.sim import Simulator
 
 from tests.support.streamsim import run_stream
 from wanreduce.host.frames import build_frame
@@ -87,3 +88,34 @@ def test_frames(width, ndest, pressure):
         for mac, ip, port in DESTS[:ndest] + ([(multicast_mac(group), group, PORT)] if group else [])
     ]
     assert frames == want and len(want) == len(payloads) * ndest + 3
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_latency(width):
+    """The stated latency: three cycles of per-buffer precomputation after the payload's last beat is
+    stored, then three more (buffer read, assembly, output FIFO), so the first beat of the first frame is
+    offered six cycles after the clock edge that took the last payload beat."""
+    dut = Fanout(width=width, dests=2, max_payload=96)
+    B = width // 8
+    seen = []
+
+    async def tb(ctx):
+        ctx.set(dut.ndest, 1)
+        ctx.set(dut.o.ready, 1)
+        await ctx.tick()
+        n = -(-40 // B)
+        for k in range(n):
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, {"data": k, "bytes": B, "last": int(k == n - 1), "plen": 40, "mdest": 0})
+            assert ctx.get(dut.i.ready)
+            await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        for _ in range(12):
+            seen.append(ctx.get(dut.o.valid))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    assert seen.index(1) == 6
