@@ -182,7 +182,11 @@ class SlotTable(wiring.Component):
 
         m.submodules.state = state = memory.Memory(shape=state_layout, depth=S, init=[])
         swp = state.write_port()
-        srp = state.read_port(domain="sync", transparent_for=(swp,))
+        # Read asynchronously (LUT RAM) into a register of this table's own: its bypass of the commit being
+        # written in the same cycle is chosen from registers (a commit in X to the slot read), not from
+        # the write port's enable and address after the read address.
+        srp = state.read_port(domain="comb")
+        srd = Signal(state_layout)
 
         # After reset every slot is written empty, one per cycle (the memory's power-up contents are not
         # relied on), with the input held off meanwhile.
@@ -204,11 +208,14 @@ class SlotTable(wiring.Component):
         in_v = Signal()
         in_p = Signal.like(self.i.payload)
         m.d.comb += [in_v.eq(sk_v | self.i.valid), in_p.eq(Mux(sk_v, sk, self.i.payload))]
+        # The skid register is loaded while it is empty (its enable a register, not the stall).
         with m.If(sk_v):
             with m.If(en_d):
                 m.d.sync += sk_v.eq(0)
-        with m.Elif(self.i.valid & self.i.ready & ~en_d):
-            m.d.sync += [sk_v.eq(1), sk.eq(self.i.payload)]
+        with m.Else():
+            m.d.sync += sk.eq(self.i.payload)
+            with m.If(self.i.valid & self.i.ready & ~en_d):
+                m.d.sync += sk_v.eq(1)
 
         # Stage D. Alongside the beat, what can be known from it alone is registered here so that the
         # decision logic starts from single registers: the rank's one-hot bit, summaries of the upstream
@@ -218,10 +225,10 @@ class SlotTable(wiring.Component):
         rv = Signal()
         r = Signal.like(self.i.payload)
         r_bit = Signal(64)
-        m.d.comb += [srp.addr.eq(in_p.slot), srp.en.eq(en_d)]
+        m.d.comb += srp.addr.eq(in_p.slot)
         with m.If(en_d):
             m.d.sync += [
-                rv.eq(in_v),
+                rv.eq(in_v & ~clearing),  # the input is held off while clearing
                 r.eq(in_p),
                 r_bit.eq((Const(1, 64) << in_p.desc.src)[:64]),
             ]
@@ -302,6 +309,8 @@ class SlotTable(wiring.Component):
                 "mdest": 32,
                 "drops": 32,
                 "foreign": 1,
+                "hcclaim": 1,  # a header beat that claims its slot: it waits while the slot is busy
+                "rec": 1,  # a last beat with a record for the completion queue (a completion or a re-emit)
             }
         )
         xv = Signal()
@@ -314,7 +323,7 @@ class SlotTable(wiring.Component):
         desc = r.desc
         fwd = xv & x.commit & (x.slot == r.slot)
         st = Signal(state_layout)
-        m.d.comb += st.eq(Mux(fwd, x.new, srp.data))
+        m.d.comb += st.eq(Mux(fwd, x.new, srd))
 
         def compare(s):
             c = Signal(cmp_layout)
@@ -334,7 +343,7 @@ class SlotTable(wiring.Component):
             return c
 
         cmp_d = Signal(cmp_layout)
-        m.d.comb += cmp_d.eq(Mux(fwd, compare(x.new), compare(srp.data)))
+        m.d.comb += cmp_d.eq(Mux(fwd, compare(x.new), compare(srd)))
         # A's commit writes A's tag (a claim takes it, a store has it) and A's dtype and count (a store has
         # the slot's); its bitmap is A's bit alone (claim) or the slot's plus A's bit (store); its shadow tag
         # becomes A's tag if A completes the chunk, else stays.
@@ -345,7 +354,7 @@ class SlotTable(wiring.Component):
             Mux(
                 fwd,
                 (x.new.bitmap | e_bit | r_bit) == r.expected,
-                (srp.data.bitmap | e_bit | r_bit) == r.expected,
+                (srd.bitmap | e_bit | r_bit) == r.expected,
             )
         )
         m.d.comb += [
@@ -371,7 +380,7 @@ class SlotTable(wiring.Component):
         lowbits = Signal(8 * ngroups)
         m.d.comb += lowbits.eq(r.drops & low)
         en_e = Signal()  # stage E takes D's beat this cycle
-        m.d.comb += en_d.eq(en_e & ~clearing)
+        m.d.comb += en_d.eq(en_e)
         with m.If(en_e):
             m.d.sync += [
                 ev.eq(rv),
@@ -486,14 +495,18 @@ class SlotTable(wiring.Component):
         # beat and the state from D, all registers, and the selection above only has to reach the
         # decision's own registers. A packet that ends on its header beat is dropped (``bad_count`` or
         # ``truncated``) and commits nothing.
+        # Likewise a re-emit request: a packet that ends on its header beat there has an upstream code
+        # (below ``duplicate``), which keeps the request from being sent.
         st_e = Signal(state_layout)
         if PW0:
             claim = held.claim
             completes = Mux(held.claim, e_solo, e_cmp.fills)
             no_drop = ~e.hc & ~e_any & held.slot_ok
+            reemit = ~e.hc & held.reemit & ~e_below_dup
             m.d.comb += st_e.eq(e_st)
         else:
             no_drop = ~e_any & out.slot_ok
+            reemit = out.reemit & ~e_below_dup
             m.d.comb += st_e.eq(Mux(use, x.new, e_st))
         desc = e.desc
 
@@ -543,7 +556,9 @@ class SlotTable(wiring.Component):
                 x.commit.eq(e.last & no_drop),
                 x.completes.eq(completes),
                 # A re-emit request: the duplicate code is the packet's (no lower code came with it).
-                x.reemit.eq(e.last & out.reemit & ~e_below_dup),
+                x.reemit.eq(e.last & reemit),
+                x.hcclaim.eq(ev & e.hc & out.claim),
+                x.rec.eq(ev & e.last & ((no_drop & completes) | reemit)),
                 x.evict.eq(out.evict),
                 x.dec.eq(dec),
                 x.low_any.eq(e_gany.any()),
@@ -574,34 +589,58 @@ class SlotTable(wiring.Component):
 
         # Stage X. A claim waits while the slot's buffers are still being read by the reduce engine.
         busy = Signal(S)
-        busy_stall = xv & x.hc & x.claim & busy.bit_select(x.slot, 1)
-        commit = xv & x.commit & ~busy_stall
+        x_busy = Signal()  # the busy bit of X's slot, kept beside it so that the stall is one gate
+        busy_stall = x.hcclaim & x_busy
         # A re-emit request is a completion record with only the slot and ``replay`` meaningful.
-        reemit = xv & x.reemit
-        cd = self.done.payload
+        rec = Signal(Completion(S))
         m.d.comb += [
-            self.done.valid.eq((commit & x.completes) | reemit),
-            cd.replay.eq(x.reemit),
-            cd.slot.eq(x.slot),
-            cd.g.eq(x.g),
-            cd.nwords.eq(x.nwords),
-            cd.desc.eq(x.desc),
-            cd.desc.flags.eq(x.new.flags),
-            cd.desc.group.eq(x.new.group),
-            cd.bitmap.eq(x.new.bitmap),
-            cd.mdest.eq(x.mdest),
+            rec.replay.eq(x.reemit),
+            rec.slot.eq(x.slot),
+            rec.g.eq(x.g),
+            rec.nwords.eq(x.nwords),
+            rec.desc.eq(x.desc),
+            rec.desc.flags.eq(x.new.flags),
+            rec.desc.group.eq(x.new.group),
+            rec.bitmap.eq(x.new.bitmap),
+            rec.mdest.eq(x.mdest),
         ]
-        stall = busy_stall | (self.done.valid & ~self.done.ready)
+        # The completion output has a skid register of its own (loaded while empty, held when a record
+        # went by unaccepted), so the queue's ``ready`` does not reach the stall: X waits only when it has a
+        # record and the skid register is full, both registers.
+        sko_v = Signal()
+        sko = Signal(Completion(S))
+        rec_v = x.rec & ~busy_stall
+        m.d.comb += [
+            self.done.valid.eq(sko_v | rec_v),
+            self.done.payload.eq(Mux(sko_v, sko, rec)),
+        ]
+        with m.If(sko_v):
+            with m.If(self.done.ready):
+                m.d.sync += sko_v.eq(0)
+        with m.Else():
+            m.d.sync += sko.eq(rec)
+            with m.If(rec_v & ~self.done.ready):
+                m.d.sync += sko_v.eq(1)
+        stall = busy_stall | (x.rec & sko_v)
         go = xv & ~stall
         m.d.comb += en_x.eq(~stall)
 
-        m.d.comb += [bwp.addr.eq(x.addr), bwp.data.eq(x.data), bwp.en.eq(go & x.wen)]
+        # The buffer and state writes do not wait for the completion output: while X waits for it they
+        # write the same word again, which changes nothing, and no reader depends on their timing (the
+        # packets behind read the state before X, through the forwarding, or after it).
+        m.d.comb += [bwp.addr.eq(x.addr), bwp.data.eq(x.data), bwp.en.eq(xv & x.wen & ~busy_stall)]
+
+        # The state read of the beat entering D, with the commit written in this cycle (the packet three
+        # ahead of it) bypassed in.
+        wr_hit = xv & x.commit & ~busy_stall & (x.slot == in_p.slot)
+        with m.If(en_d):
+            m.d.sync += srd.eq(Mux(wr_hit, x.new, srp.data))
 
         # Commit.
         with m.If(clearing):
             m.d.comb += [swp.addr.eq(clear_idx), swp.data.eq(0), swp.en.eq(1)]
         with m.Else():
-            m.d.comb += [swp.addr.eq(x.slot), swp.data.eq(x.new), swp.en.eq(go & x.commit)]
+            m.d.comb += [swp.addr.eq(x.slot), swp.data.eq(x.new), swp.en.eq(xv & x.commit & ~busy_stall)]
         # The events are registered (one cycle later, all together), so the counters start from registers.
         m.d.sync += [
             self.ev_valid.eq(go & x.last),
@@ -613,11 +652,20 @@ class SlotTable(wiring.Component):
         ]
 
         # Busy: completed, and the reduce engine has not yet issued every read of it.
-        set_mask = Mux(go & x.commit & x.completes, (Const(1, S) << x.slot)[:S], 0)
+        set_mask = Mux(xv & x.commit & x.completes, (Const(1, S) << x.slot)[:S], 0)
         # The release is registered first (it comes from the reduce engine's issue logic); a slot stays busy
         # one cycle longer, which only delays a claim of it.
         rel, rel_slot = Signal(), Signal(range(S))
         m.d.sync += [rel.eq(self.release), rel_slot.eq(self.release_slot)]
         clr_mask = Mux(rel, (Const(1, S) << rel_slot)[:S], 0)
-        m.d.sync += busy.eq((busy & ~clr_mask) | set_mask)
+        # The stall only chooses whether X's completion is counted (the last gate before the register).
+        m.d.sync += busy.eq(Mux(en_x, (busy & ~clr_mask) | set_mask, busy & ~clr_mask))
+        # X's busy bit for the next cycle: that of E's slot if X takes E's beat (X's own completion counted,
+        # its commit going ahead), else of X's slot, which no completion sets while X waits. The stall only
+        # chooses between the two.
+        clr_e = rel & (rel_slot == e.slot)
+        clr_x = rel & (rel_slot == x.slot)
+        busy_e = (busy.bit_select(e.slot, 1) & ~clr_e) | (xv & x.commit & x.completes & (x.slot == e.slot))
+        busy_x = busy.bit_select(x.slot, 1) & ~clr_x
+        m.d.sync += x_busy.eq(Mux(en_x, busy_e, busy_x))
         return m
