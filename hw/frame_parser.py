@@ -80,22 +80,29 @@ class FrameParser(wiring.Component):
         flush_drops = Signal(32)
 
         # Two output registers: ``r`` takes the beat as it is formed, ``o`` a cycle later, when the two
-        # checksum verdicts of a frame's last beat are added to its drop bits (below).
+        # checksum verdicts of a frame's last beat are added to its drop bits (below). Between them a skid
+        # register ``q2`` makes ``r``'s enable a function of registers (``r`` hands its beat on whenever
+        # ``q2`` is empty), so ``o.ready`` does not run through two stages into the input handshake.
         r_v, r_p = Signal(), Signal.like(self.o.payload)
+        q2_v, q2 = Signal(), Signal.like(self.o.payload)
+        r_go = Signal(init=1)  # ~q2_v, a copy for the control path (``q2_v`` selects a wide multiplexer)
         en_o = ~self.o.valid | self.o.ready
-        en = ~r_v | en_o
+        en = ~r_v | r_go
+        # The skid buffer's state twice as well: ``sk_v`` selects the beat's data, ``nsk`` (its complement,
+        # so the two flip-flops are not merged) is ``i.ready`` and drives the handshake.
         sk_v = Signal()
+        nsk = Signal(init=1)
         sk = Signal.like(self.i.payload)
-        m.d.comb += self.i.ready.eq(~sk_v)
+        m.d.comb += self.i.ready.eq(nsk)
         in_v = Signal()
         ib = Signal.like(self.i.payload)
-        m.d.comb += [in_v.eq(sk_v | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
-        accept = in_v & en & ~(flush & ib.last)
-        with m.If(sk_v):
+        m.d.comb += [in_v.eq(~nsk | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
+        accept = in_v & en & ~(flush & Mux(nsk, self.i.payload.last, sk.last))
+        with m.If(~nsk):
             with m.If(accept):
-                m.d.sync += sk_v.eq(0)
+                m.d.sync += [sk_v.eq(0), nsk.eq(1)]
         with m.Elif(self.i.valid & ~accept):
-            m.d.sync += [sk_v.eq(1), sk.eq(self.i.payload)]
+            m.d.sync += [sk_v.eq(1), nsk.eq(0), sk.eq(self.i.payload)]
 
         # The header as it stands with this beat's bytes merged in.
         cur = Signal(8 * _HDR)
@@ -326,20 +333,23 @@ class FrameParser(wiring.Component):
             with m.If(flush):
                 m.d.sync += flush.eq(0)
 
-        # The output stage: a frame's last beat gets the checksum verdicts from the ``fin_`` registers, which
-        # hold that frame's until its last beat has left ``r`` (the next frame's last beat cannot be taken
+        # A frame's last beat gets the checksum verdicts from the ``fin_`` registers as it leaves ``r`` (for
+        # ``o`` or ``q2``): they hold that frame's until then (the next frame's last beat cannot be taken
         # earlier: it waits for a pending flush, and for ``r``).
         late = Signal(32)
         m.d.comb += [
             late[D.BAD_IP_CHECKSUM].eq(~_ones_complement_ok(fin_ip + fin_ip_b, 21)),
             late[D.BAD_UDP_CHECKSUM].eq(fin_nz & ~_ones_complement_ok(fin_udp + fin_udp_b, 25)),
         ]
+        r_out = Signal.like(self.o.payload)
+        m.d.comb += [r_out.eq(r_p), r_out.drops.eq(r_p.drops | Mux(r_p.last, late, 0))]
+        with m.If(q2_v):
+            with m.If(en_o):
+                m.d.sync += [q2_v.eq(0), r_go.eq(1)]
+        with m.Elif(r_v & ~en_o):
+            m.d.sync += [q2_v.eq(1), r_go.eq(0), q2.eq(r_out)]
         with m.If(en_o):
-            m.d.sync += [
-                self.o.valid.eq(r_v),
-                self.o.payload.eq(r_p),
-                self.o.payload.drops.eq(r_p.drops | Mux(r_p.last, late, 0)),
-            ]
+            m.d.sync += [self.o.valid.eq(q2_v | r_v), self.o.payload.eq(Mux(q2_v, q2, r_out))]
 
         with m.If(accept):
             m.d.sync += [

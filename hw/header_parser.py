@@ -60,17 +60,21 @@ class HeaderParser(wiring.Component):
         held_drops = Signal(32)
 
         en = ~self.o.valid | self.o.ready
+        # The skid buffer's state twice: ``sk_v`` selects the beat (a wide multiplexer), its complement
+        # ``nsk`` (so the two flip-flops are not merged) is ``i.ready`` and drives the handshake, so the
+        # stage before sees a register with few loads.
         sk_v = Signal()
+        nsk = Signal(init=1)
         sk = Signal.like(self.i.payload)
-        m.d.comb += self.i.ready.eq(~sk_v)
+        m.d.comb += self.i.ready.eq(nsk)
         in_v = Signal()
         ib = Signal.like(self.i.payload)
-        m.d.comb += [in_v.eq(sk_v | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
-        with m.If(sk_v):
+        m.d.comb += [in_v.eq(~nsk | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
+        with m.If(~nsk):
             with m.If(en):
-                m.d.sync += sk_v.eq(0)
+                m.d.sync += [sk_v.eq(0), nsk.eq(1)]
         with m.Elif(self.i.valid & ~en):
-            m.d.sync += [sk_v.eq(1), sk.eq(self.i.payload)]
+            m.d.sync += [sk_v.eq(1), nsk.eq(0), sk.eq(self.i.payload)]
         accept = in_v & en
 
         cur = Signal(8 * protocol.HEADER_BYTES)
@@ -132,7 +136,7 @@ class HeaderParser(wiring.Component):
                 )
 
             sk_ne = Signal()
-            with m.If(~sk_v & self.i.valid & ~en):
+            with m.If(nsk & self.i.valid & ~en):
                 m.d.sync += sk_ne.eq(ne_of(self.i.payload))
             m.d.comb += bitmap_ne.eq(Mux(sk_v, sk_ne, ne_of(self.i.payload)))
         else:
