@@ -71,7 +71,17 @@ class FrameParser(wiring.Component):
         j = Signal(16)  # beat index within the frame (saturates)
         # ``j`` saturated at the largest beat index any check below names: the same compares on a few bits.
         JS = -(-_HDR // B) + 1
-        js = Signal(range(JS + 1))
+        jh = Signal(JS + 1, init=1)  # js one-hot: every check against it is an OR of a few of these bits
+
+        def js_eq(k):
+            return jh[k]
+
+        def js_ge(k):
+            return jh[k:].any()
+
+        def js_lt(k):
+            return jh[:k].any()
+
         hdr = Signal(8 * _HDR)  # header bytes captured so far
         prev = Signal(W)  # previous input beat
         flush = Signal()  # one more output beat owed by the previous frame
@@ -89,15 +99,21 @@ class FrameParser(wiring.Component):
         en_o = ~self.o.valid | self.o.ready
         en = ~r_v | r_go
         # The skid buffer's state twice as well: ``sk_v`` selects the beat's data, ``nsk`` (its complement,
-        # so the two flip-flops are not merged) is ``i.ready`` and drives the handshake.
+        # so the two flip-flops are not merged) is ``i.ready`` and selects ``bytes`` and ``last``, which
+        # drive the handshake and the output beat's decisions.
         sk_v = Signal()
         nsk = Signal(init=1)
         sk = Signal.like(self.i.payload)
         m.d.comb += self.i.ready.eq(nsk)
         in_v = Signal()
         ib = Signal.like(self.i.payload)
-        m.d.comb += [in_v.eq(~nsk | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
-        accept = in_v & en & ~(flush & Mux(nsk, self.i.payload.last, sk.last))
+        m.d.comb += [
+            in_v.eq(~nsk | self.i.valid),
+            ib.data.eq(Mux(sk_v, sk.data, self.i.payload.data)),
+            ib.bytes.eq(Mux(nsk, self.i.payload.bytes, sk.bytes)),
+            ib.last.eq(Mux(nsk, self.i.payload.last, sk.last)),
+        ]
+        accept = in_v & en & ~(flush & ib.last)
         with m.If(~nsk):
             with m.If(accept):
                 m.d.sync += [sk_v.eq(0), nsk.eq(1)]
@@ -109,7 +125,7 @@ class FrameParser(wiring.Component):
         m.d.comb += cur.eq(hdr)
         for k in range(-(-_HDR // B)):
             lo, hi = k * B, min(_HDR, (k + 1) * B)
-            with m.If(js == k):
+            with m.If(js_eq(k)):
                 m.d.comb += cur[8 * lo : 8 * hi].eq(ib.data[: 8 * (hi - lo)])
 
         # A header field that lies wholly in beats before the one holding byte 41 is read from the
@@ -168,7 +184,7 @@ class FrameParser(wiring.Component):
             m.d.comb += tot.eq(be_bytes(Cat(hdr[: 8 * B * jt], ib.data), 16, 2))
             first = _ETH - (jt + 1) * B  # rel of the beat after the total length's, less the total
             with m.If(accept & ~ib.last):
-                with m.If(js == jt):
+                with m.If(js_eq(jt)):
                     # Compared as ``tot`` against shifted constants, so no adder precedes the compares.
                     m.d.sync += [
                         rel_q.eq(
@@ -218,7 +234,7 @@ class FrameParser(wiring.Component):
             return [k for k in range(JS + 1) if lo <= k * B + 2 * w < hi and k < JS]
 
         def js_in(ks):
-            return Cat(*[js == k for k in ks]).any() if ks else Const(0)
+            return Cat(*[js_eq(k) for k in ks]).any() if ks else Const(0)
 
         ip_words, udp_words = [], []
         for w in range(B // 2):
@@ -226,7 +242,7 @@ class FrameParser(wiring.Component):
             word = Cat(lo_b, hi_b)
             if beats_where(w, 14, 34):
                 ip_words.append(Mux(js_in(beats_where(w, 14, 34)), word, 0))
-            from34 = js >= -(-(34 - 2 * w) // B) if 34 - 2 * w > 0 else Const(1)
+            from34 = js_ge(-(-(34 - 2 * w) // B)) if 34 - 2 * w > 0 else Const(1)
             pseudo = js_in(beats_where(w, 26, 34))
             hi_ok = pseudo | (from34 & rel_gt(2 * w))
             lo_ok = pseudo | (from34 & rel_gt(2 * w + 1))
@@ -263,8 +279,8 @@ class FrameParser(wiring.Component):
         udp_acc = Signal(17)  # folded once per beat: congruent modulo 0xFFFF, below 2**17
         ip_next, udp_next = Signal(20), Signal(17)
         m.d.comb += [
-            ip_next.eq(Mux(js == 0, 0, ip_acc + ip_bq)),
-            udp_next.eq(Mux(js == 0, protocol.IPPROTO_UDP, _fold1(udp_acc + udp_bq))),
+            ip_next.eq(Mux(js_eq(0), 0, ip_acc + ip_bq)),
+            udp_next.eq(Mux(js_eq(0), protocol.IPPROTO_UDP, _fold1(udp_acc + udp_bq))),
         ]
         fin_ip, fin_ip_b = Signal(20), Signal(20)
         fin_udp, fin_udp_b = Signal(17), Signal(24)
@@ -273,7 +289,7 @@ class FrameParser(wiring.Component):
         # The frame's end (this beat's bytes) and the payload's, whichever comes first, relative to ``start``.
         eff = Signal(rel_shape)
         m.d.comb += eff.eq(Mux(rel < ib.bytes, rel, ib.bytes))
-        short = (js < _HDR // B) | ((js == _HDR // B) & (ib.bytes < _HDR % B))  # frame length < 42
+        short = js_lt(_HDR // B) | (js_eq(_HDR // B) & (ib.bytes < _HDR % B))  # frame length < 42
 
         # Drop codes 1-8 but the two checksums (4, 8), evaluated on the last beat from the merged header.
         drops = Signal(32)
@@ -298,10 +314,10 @@ class FrameParser(wiring.Component):
         m.d.comb += lim.eq(Mux(ib.last, eff, rel))
         # The decisions from the flags: ``eff > c`` is ``rel > c`` and ``bytes > c``, and ``bytes > o - B``
         # always holds (o < B).
-        has_k = (js >= q + 1) & rel_gt(o - B)
+        has_k = js_ge(q + 1) & rel_gt(o - B)
         lim_ge_o = rel_gt(o - 1) & (~ib.last | (ib.bytes >= o))
         k_bytes = Mux(lim_ge_o, B, (lim + B - o)[: len(flush_bytes)])
-        need_flush = ib.last & (js >= q) & rel_gt(o) & (ib.bytes > o)
+        need_flush = ib.last & js_ge(q) & rel_gt(o) & (ib.bytes > o)
         tail = Cat(ib.data[8 * o :], Const(0, 8 * o))
         tail_bytes = (eff - o)[: len(flush_bytes)]
 
@@ -360,7 +376,7 @@ class FrameParser(wiring.Component):
                 udp_acc.eq(udp_next),
             ]
             with m.If(ib.last):
-                m.d.sync += [j.eq(0), js.eq(0), hdr.eq(0)]
+                m.d.sync += [j.eq(0), jh.eq(1), hdr.eq(0)]
                 m.d.sync += [
                     fin_ip.eq(ip_next),
                     fin_ip_b.eq(ip_b),
@@ -379,6 +395,6 @@ class FrameParser(wiring.Component):
                 m.d.sync += hdr.eq(cur)
                 with m.If(j != 0xFFFF):
                     m.d.sync += j.eq(j + 1)
-                with m.If(js != JS):
-                    m.d.sync += js.eq(js + 1)
+                with m.If(~jh[JS]):
+                    m.d.sync += jh.eq(jh << 1)
         return m

@@ -60,6 +60,10 @@ class HeaderParser(wiring.Component):
         held_drops = Signal(32)
 
         en = ~self.o.valid | self.o.ready
+        # ``o.valid`` kept twice as well (its complement ``nov``): ``en`` enables the wide output register,
+        # ``en_c``, the same function of other flip-flops, the state updates of an accepted beat.
+        nov = Signal(init=1)
+        en_c = nov | self.o.ready
         # The skid buffer's state twice: ``sk_v`` selects the beat (a wide multiplexer), its complement
         # ``nsk`` (so the two flip-flops are not merged) is ``i.ready`` and drives the handshake, so the
         # stage before sees a register with few loads.
@@ -75,7 +79,7 @@ class HeaderParser(wiring.Component):
                 m.d.sync += [sk_v.eq(0), nsk.eq(1)]
         with m.Elif(self.i.valid & ~en):
             m.d.sync += [sk_v.eq(1), nsk.eq(0), sk.eq(self.i.payload)]
-        accept = in_v & en
+        accept = in_v & en_c
 
         cur = Signal(8 * protocol.HEADER_BYTES)
         m.d.comb += cur.eq(hdr)
@@ -107,17 +111,42 @@ class HeaderParser(wiring.Component):
             ``bitmap``): what depends on them alone can be prepared a beat ahead, from registers."""
             return all(beat_of(n) < HB - 1 for n in names)
 
-        dtype = f("dtype")
-        count = f("count")
-        kind = f("kind")
-        src = f("src")
-        # count * size > C as one comparison with a constant per element size, chosen by the dtype.
-        too_large = Cat(
-            (dtype == d.value) & (count > self.slot_bytes // d.size) for d in protocol.DType
-        ).any()
+        def checks(f):
+            """The descriptor and the header codes but ``bad_bitmap`` from field accessor ``f``, with
+            ``contrib`` (a CONTRIB) and ``src`` for the bitmap check."""
+            dtype, count, kind, src = f("dtype"), f("count"), f("kind"), f("src")
+            desc = Signal.like(held_desc)
+            m.d.comb += [
+                desc.job.eq(f("job")),
+                desc.round.eq(f("round")),
+                desc.chunk.eq(f("chunk")),
+                desc.src.eq(src[:6]),
+                desc.group.eq(f("group")),
+                desc.count.eq(count),
+                desc.dtype.eq(dtype[:2]),
+                desc.flags.eq(f("flags")[0]),
+            ]
+            drops = Signal(32)
+            m.d.comb += [
+                drops[D.BAD_MAGIC].eq(f("magic") != protocol.MAGIC),
+                drops[D.BAD_VERSION].eq(f("version") != protocol.VERSION),
+                drops[D.BAD_KIND].eq((kind != KindCode.CONTRIB.value) & (kind != KindCode.RESULT.value)),
+                drops[D.BAD_DTYPE].eq(dtype > max(d.value for d in DTypeCode)),
+                drops[D.BAD_FLAGS].eq((f("flags") & ~protocol.FLAGS_VALID & 0xFF).any()),
+                drops[D.BAD_RESERVED].eq(f("reserved") != 0),
+                drops[D.BAD_COUNT].eq(count == 0),
+                drops[D.RESULT_ON_INPUT].eq(kind == KindCode.RESULT.value),
+                # count * size > C as one comparison with a constant per element size, chosen by the dtype.
+                drops[D.TOO_LARGE].eq(
+                    Cat(
+                        (dtype == d.value) & (count > self.slot_bytes // d.size) for d in protocol.DType
+                    ).any()
+                ),
+            ]
+            return desc, drops, kind == KindCode.CONTRIB.value, src
 
-        # The sender's one-hot bit for the bitmap check: with ``src`` in an earlier beat it is registered
-        # from the merged header, so the header's last beat only compares it with its own bytes.
+        new_desc, hc_drops_nb, contrib, src = checks(f)
+
         # ``bitmap != 1 << src``. With ``src`` in an earlier beat (W = 64) the one-hot is registered from the
         # merged header, and the bitmap's beat is compared with it both as it arrives and as the skid
         # buffer takes it (registered there), so that the skid buffer's multiplexer comes after the
@@ -142,35 +171,36 @@ class HeaderParser(wiring.Component):
         else:
             m.d.comb += bitmap_ne.eq(f("bitmap") != (Const(1, 64) << src[:6]))
 
-        new_desc = Signal.like(held_desc)
-        m.d.comb += [
-            new_desc.job.eq(f("job")),
-            new_desc.round.eq(f("round")),
-            new_desc.chunk.eq(f("chunk")),
-            new_desc.src.eq(src[:6]),
-            new_desc.group.eq(f("group")),
-            new_desc.count.eq(count),
-            new_desc.dtype.eq(dtype[:2]),
-            new_desc.flags.eq(f("flags")[0]),
-        ]
         hc_drops = Signal(32)
         m.d.comb += [
-            hc_drops[D.BAD_MAGIC].eq(f("magic") != protocol.MAGIC),
-            hc_drops[D.BAD_VERSION].eq(f("version") != protocol.VERSION),
-            hc_drops[D.BAD_KIND].eq((kind != KindCode.CONTRIB.value) & (kind != KindCode.RESULT.value)),
-            hc_drops[D.BAD_DTYPE].eq(dtype > max(d.value for d in DTypeCode)),
-            hc_drops[D.BAD_FLAGS].eq((f("flags") & ~protocol.FLAGS_VALID & 0xFF).any()),
-            hc_drops[D.BAD_RESERVED].eq(f("reserved") != 0),
-            hc_drops[D.BAD_COUNT].eq(count == 0),
-            hc_drops[D.RESULT_ON_INPUT].eq(kind == KindCode.RESULT.value),
-            hc_drops[D.BAD_BITMAP].eq(
-                (kind == KindCode.CONTRIB.value) & ((src >= protocol.MAX_RANKS) | bitmap_ne)
-            ),
-            hc_drops[D.TOO_LARGE].eq(too_large),
+            hc_drops.eq(hc_drops_nb),
+            hc_drops[D.BAD_BITMAP].eq(contrib & ((src >= protocol.MAX_RANKS) | bitmap_ne)),
         ]
 
+        # Where every field but the bitmap lies in beats before the header's last (W = 64), the descriptor
+        # and those codes are taken on the beat before it, straight from that beat's bytes, into the held
+        # registers: the header's last beat and the beats after it read registers, and only the bitmap
+        # check is made on the header's last beat. (Beats before the header's last carry the held
+        # registers as before; a packet that ends before it is short, code 9, whatever they say.)
+        ahead = HB >= 2 and early(*(n for n in protocol.HEADER_LAYOUT if n != "bitmap"))
         desc = Signal.like(held_desc)
-        m.d.comb += desc.eq(Mux(hc, new_desc, held_desc))
+        if ahead:
+            at_pre = Signal(init=HB == 2)  # pw == HB - 2
+            bm_chk = Signal()  # a CONTRIB with src < 64: its bitmap is compared on the header's last beat
+            pre_desc, pre_drops, pre_contrib, pre_src = checks(
+                lambda name: be_field(Cat(hdr[: 8 * B * (HB - 2)], ib.data), name)
+            )
+            with m.If(accept & ~ib.last & at_pre):
+                m.d.sync += [
+                    held_desc.eq(pre_desc),
+                    held_drops.eq(pre_drops),
+                    held_drops[D.BAD_BITMAP].eq(pre_contrib & (pre_src >= protocol.MAX_RANKS)),
+                    bm_chk.eq(pre_contrib & (pre_src < protocol.MAX_RANKS)),
+                ]
+            bitmap_bad = at_hb & bm_chk & bitmap_ne
+            m.d.comb += desc.eq(held_desc)
+        else:
+            m.d.comb += desc.eq(Mux(hc, new_desc, held_desc))
         drops = Signal(32)
         total = Signal(17)
         m.d.comb += total.eq(nbytes + ib.bytes)
@@ -208,11 +238,17 @@ class HeaderParser(wiring.Component):
             m.d.comb += bad_length.eq(total != protocol.HEADER_BYTES + desc.count * element_bytes(desc.dtype))
         length_drops = Signal(32)
         m.d.comb += [length_drops[D.SHORT_HEADER].eq(short), length_drops[D.BAD_LENGTH].eq(bad_length)]
-        m.d.comb += drops.eq(Mux(hc, hc_drops, held_drops) | Mux(ib.last, length_drops | ib.drops, 0))
+        if ahead:
+            m.d.comb += drops.eq(
+                held_drops | (bitmap_bad << D.BAD_BITMAP) | Mux(ib.last, length_drops | ib.drops, 0)
+            )
+        else:
+            m.d.comb += drops.eq(Mux(hc, hc_drops, held_drops) | Mux(ib.last, length_drops | ib.drops, 0))
 
         with m.If(en):
             m.d.sync += [
                 self.o.valid.eq(in_v),
+                nov.eq(~in_v),
                 self.o.payload.data.eq(ib.data),
                 self.o.payload.bytes.eq(ib.bytes),
                 self.o.payload.last.eq(ib.last),
@@ -232,10 +268,18 @@ class HeaderParser(wiring.Component):
                     hdr.eq(0),
                     held_drops.eq(0),
                 ]
+                if ahead:
+                    m.d.sync += at_pre.eq(HB == 2)
             with m.Else():
                 m.d.sync += [nbytes.eq(total), rest.eq(rest - ib.bytes), hdr.eq(cur)]
                 with m.If(pw != 0xFFFF):
                     m.d.sync += [pw.eq(pw + 1), at_hb.eq(pw == HB - 2), before_hb.eq(pw < HB - 2)]
-                with m.If(hc):
-                    m.d.sync += [held_desc.eq(new_desc), held_drops.eq(hc_drops)]
+                    if ahead:
+                        m.d.sync += at_pre.eq(pw == HB - 3)
+                if ahead:
+                    with m.If(bitmap_bad):
+                        m.d.sync += held_drops[D.BAD_BITMAP].eq(1)
+                else:
+                    with m.If(hc):
+                        m.d.sync += [held_desc.eq(new_desc), held_drops.eq(hc_drops)]
         return m
