@@ -245,7 +245,7 @@ class SlotTable(wiring.Component):
         e_hck = Signal()  # a code known at the header that keeps the packet from being written
         e_below_dup = Signal()  # a code below ``duplicate``: a re-emit request is not sent
         e_midx_ok = Signal()
-        e_solo = Signal()  # the rank's bit alone completes the chunk
+        e_solo_p = Signal(4)  # the rank's bit alone completes the chunk, by lanes of 16 ranks
         # The lowest upstream code below this table's, in two halves: per group of 8 codes in D, across
         # the groups in E.
         ngroups = -(-int(D.STALE) // 8)
@@ -254,20 +254,24 @@ class SlotTable(wiring.Component):
         e_st = Signal(state_layout)
         # The write position, the buffer address and the chunk's beat count, from D's beat alone.
         e_wpos = Signal()
+        e_pay = Signal()  # a payload beat (after the header's beats)
         e_addr = Signal(len(bwp.addr))
         e_nwords = Signal(16)
         # The group size (the expected set's population) in two halves: per 16 ranks in D, their sum in E.
         e_gpart = Signal(data.ArrayLayout(5, 4))
+        # The wide comparisons are registered in parts of 16 bits (tags: job, round, chunk; bitmaps: lanes
+        # of 16 ranks) and the parts combined in E, so that no comparison is a single wide tree in D.
         cmp_layout = data.StructLayout(
             {
-                "tag_eq": 1,
-                "older": 1,
+                "tag_eq": 5,  # job, round and chunk equal, in parts (part 0: the job)
+                "lt": 1,  # (chunk, round) before the slot's
                 "seen": 1,
                 "mismatch": 1,
-                "last_eq": 1,
-                "last_older": 1,
+                "last_valid": 1,
+                "last_eq": 5,  # the shadow tag, in parts (part 0: the job)
+                "last_lt": 1,  # (chunk, round) before the shadow tag's
                 "state": SlotState,
-                "fills": 1,
+                "fills": 4,  # the expected set filled, by lanes of 16 ranks
             }
         )
         e_cmp = Signal(cmp_layout)
@@ -275,13 +279,13 @@ class SlotTable(wiring.Component):
         ahead_layout = data.StructLayout(
             {
                 "pend": 1,  # A is in the same slot
-                "tag_eq": 1,
-                "older": 1,
+                "tag_eq": 5,
+                "lt": 1,
                 "same_src": 1,
                 "seen_store": 1,
                 "mismatch": 1,
-                "fills_claim": 1,
-                "fills_store": 1,
+                "fills_claim": 4,
+                "fills_store": 4,
             }
         )
         e_ahead = Signal(ahead_layout)
@@ -309,7 +313,7 @@ class SlotTable(wiring.Component):
                 "mdest": 32,
                 "drops": 32,
                 "foreign": 1,
-                "hcclaim": 1,  # a header beat that claims its slot: it waits while the slot is busy
+                "wclaim": 1,  # a claim's first write: it waits while the slot is busy
                 "rec": 1,  # a last beat with a record for the completion queue (a completion or a re-emit)
             }
         )
@@ -321,24 +325,31 @@ class SlotTable(wiring.Component):
         # commits to the same slot: its new state (a register) is forwarded. The comparisons are made
         # against both and the choice comes after them, off the wide multiplexer of the state word.
         desc = r.desc
-        fwd = xv & x.commit & (x.slot == r.slot)
+        # Whether the packet in X commits to this beat's slot, registered as both enter (from E's decision
+        # and the slot of the beat entering D): a register, since it chooses the whole state word.
+        fwd = Signal()
         st = Signal(state_layout)
         m.d.comb += st.eq(Mux(fwd, x.new, srd))
+        tag = Cat(desc.job, desc.round, desc.chunk)
+
+        def parts(a, b, w=16):
+            return Cat(*[a[k : k + w] == b[k : k + w] for k in range(0, len(a), w)])
+
+        def lanes(v, w=16):
+            return Cat(*[v[k : k + w] == r.expected[k : k + w] for k in range(0, 64, w)])
 
         def compare(s):
             c = Signal(cmp_layout)
-            last_same_job = s.last_valid & (s.last_job == desc.job)
             m.d.comb += [
-                c.tag_eq.eq((s.job == desc.job) & (s.round == desc.round) & (s.chunk == desc.chunk)),
-                c.older.eq((s.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(s.chunk, s.round))),
-                c.seen.eq((s.bitmap & r_bit).any()),
+                c.tag_eq.eq(parts(Cat(s.job, s.round, s.chunk), tag)),
+                c.lt.eq(Cat(desc.chunk, desc.round) < Cat(s.chunk, s.round)),
+                c.seen.eq(s.bitmap.bit_select(desc.src, 1)),
                 c.mismatch.eq((s.dtype != desc.dtype) | (s.count != desc.count)),
-                c.last_eq.eq(last_same_job & (s.last_round == desc.round) & (s.last_chunk == desc.chunk)),
-                c.last_older.eq(
-                    last_same_job & (Cat(desc.chunk, desc.round) < Cat(s.last_chunk, s.last_round))
-                ),
+                c.last_valid.eq(s.last_valid),
+                c.last_eq.eq(parts(Cat(s.last_job, s.last_round, s.last_chunk), tag)),
+                c.last_lt.eq(Cat(desc.chunk, desc.round) < Cat(s.last_chunk, s.last_round)),
                 c.state.eq(s.state),
-                c.fills.eq((s.bitmap | r_bit) == r.expected),
+                c.fills.eq(lanes(s.bitmap | r_bit)),
             ]
             return c
 
@@ -349,23 +360,17 @@ class SlotTable(wiring.Component):
         # becomes A's tag if A completes the chunk, else stays.
         ed = e.desc
         ahead = Signal(ahead_layout)
-        fills_store = Signal()
-        m.d.comb += fills_store.eq(
-            Mux(
-                fwd,
-                (x.new.bitmap | e_bit | r_bit) == r.expected,
-                (srd.bitmap | e_bit | r_bit) == r.expected,
-            )
-        )
         m.d.comb += [
             ahead.pend.eq(ev & (e.slot == r.slot)),
-            ahead.tag_eq.eq((ed.job == desc.job) & (ed.round == desc.round) & (ed.chunk == desc.chunk)),
-            ahead.older.eq((ed.job == desc.job) & (Cat(desc.chunk, desc.round) < Cat(ed.chunk, ed.round))),
+            ahead.tag_eq.eq(parts(Cat(ed.job, ed.round, ed.chunk), tag)),
+            ahead.lt.eq(Cat(desc.chunk, desc.round) < Cat(ed.chunk, ed.round)),
             ahead.same_src.eq(ed.src == desc.src),
             ahead.seen_store.eq(cmp_d.seen | (ed.src == desc.src)),
             ahead.mismatch.eq((ed.dtype != desc.dtype) | (ed.count != desc.count)),
-            ahead.fills_claim.eq((e_bit | r_bit) == r.expected),
-            ahead.fills_store.eq(fills_store),
+            ahead.fills_claim.eq(lanes(e_bit | r_bit)),
+            ahead.fills_store.eq(
+                Mux(fwd, lanes(x.new.bitmap | e_bit | r_bit), lanes(srd.bitmap | e_bit | r_bit))
+            ),
         ]
 
         # The beats of a chunk: ceil((header + count * size) / B) - PW0, one addition (the header's whole
@@ -390,11 +395,12 @@ class SlotTable(wiring.Component):
                 e_hck.eq((r.drops & _HC_KNOWN).any()),
                 e_below_dup.eq((r.drops & below_dup).any()),
                 e_midx_ok.eq(r.midx < G),
-                e_solo.eq(r_bit == r.expected),
+                e_solo_p.eq(lanes(r_bit)),
                 e_gany.eq(Cat(*[lowbits[8 * k : 8 * k + 8].any() for k in range(ngroups)])),
                 *[e_gidx[k].eq(_lowest_index(lowbits[8 * k : 8 * k + 8])) for k in range(ngroups)],
                 e_st.eq(st),
                 e_wpos.eq((r.bytes != 0) & (r.pw >= PW0) & (r_word < NW)),
+                e_pay.eq(r.pw >= PW0),
                 e_addr.eq((r.slot * G + r.midx) * NW + r_word[:16]),
                 e_nwords.eq((cbytes + (protocol.HEADER_BYTES + B - 1 - PW0 * B)) >> (B.bit_length() - 1)),
                 *[e_gpart[k].eq(sum(r.expected[16 * k + j] for j in range(16))) for k in range(4)],
@@ -408,34 +414,47 @@ class SlotTable(wiring.Component):
         # claims, keeps the slot, writes, completes the chunk, evicts, asks for a re-emit) and only those
         # single bits are chosen afterwards, so the selection and the decision do not follow each other.
         use = e_ahead.pend & xv & x.commit
-        fills_ahead = Mux(x.claim, e_ahead.fills_claim, e_ahead.fills_store)
+        # D's comparisons combined from their parts.
+        e_solo = e_solo_p.all()
+        b_tag_eq, b_last_eq = e_cmp.tag_eq.all(), e_cmp.last_valid & e_cmp.last_eq.all()
+        b_older = e_cmp.tag_eq[0] & e_cmp.lt
+        b_last_older = e_cmp.last_valid & e_cmp.last_eq[0] & e_cmp.last_lt
+        b_fills = e_cmp.fills.all()
+        a_tag_eq, a_older = e_ahead.tag_eq.all(), e_ahead.tag_eq[0] & e_ahead.lt
+        fills_ahead = Mux(x.claim, e_ahead.fills_claim.all(), e_ahead.fills_store.all())
         seen_ahead = Mux(x.claim, e_ahead.same_src, e_ahead.seen_store)
         # A committed and completed its chunk: the slot is done with A's tag, which is also its shadow tag.
         cmp_done = {
-            "last_eq": e_ahead.tag_eq,
+            "last_eq": a_tag_eq,
             "state": Const(SlotState.DONE.value, 2),
-            "tag_eq": e_ahead.tag_eq,
+            "tag_eq": a_tag_eq,
             "seen": seen_ahead,
             "mismatch": e_ahead.mismatch,
-            "older": e_ahead.older,
-            "last_older": e_ahead.older,
+            "older": a_older,
+            "last_older": a_older,
             "fills": fills_ahead,
         }
         # A committed without completing: the slot is live with A's tag, the shadow tag as it was.
         cmp_live = {
-            "last_eq": e_cmp.last_eq,
+            "last_eq": b_last_eq,
             "state": Const(SlotState.LIVE.value, 2),
-            "tag_eq": e_ahead.tag_eq,
+            "tag_eq": a_tag_eq,
             "seen": seen_ahead,
             "mismatch": e_ahead.mismatch,
-            "older": e_ahead.older,
-            "last_older": e_cmp.last_older,
+            "older": a_older,
+            "last_older": b_last_older,
             "fills": fills_ahead,
         }
         cmp_base = {
-            f: e_cmp[f] for f in ("last_eq", "tag_eq", "seen", "mismatch", "older", "last_older", "fills")
+            "last_eq": b_last_eq,
+            "state": e_cmp.state.as_value(),
+            "tag_eq": b_tag_eq,
+            "seen": e_cmp.seen,
+            "mismatch": e_cmp.mismatch,
+            "older": b_older,
+            "last_older": b_last_older,
+            "fills": b_fills,
         }
-        cmp_base["state"] = e_cmp.state.as_value()
 
         out_layout = data.StructLayout(
             {
@@ -476,37 +495,58 @@ class SlotTable(wiring.Component):
             return o
 
         out_base, out_live, out_done = decide(cmp_base), decide(cmp_live), decide(cmp_done)
-        now = Signal(out_layout)
-        m.d.comb += now.eq(Mux(use, Mux(x.completes, out_done, out_live), out_base))
-        # After the header beat the decision held from it; whether the packet completes its chunk still
-        # comes from this beat's comparison (its last beat's, when it commits).
-        held = Signal(out_layout, init={"dec": _Decision.CLAIM, "claim": 1, "slot_ok": 1})
-        out_held = Signal(out_layout)
-        m.d.comb += [
-            out_held.eq(held),
-            out_held.completes.eq(Mux(held.claim, e_solo, Mux(use, fills_ahead, e_cmp.fills))),
-        ]
-        out = Signal(out_layout)
-        m.d.comb += out.eq(Mux(e.hc, now, out_held))
-        dec, claim, write_ok, completes = out.dec, out.claim, out.write_ok, out.completes
-        # What a commit writes. Below 512 bits the header fills whole beats, so the beat that completes it
-        # carries no payload: a packet without a drop code ends on a later beat, whose beat ahead (in X) is
-        # the packet's own and commits nothing. Its commit then takes the decision held from the header
-        # beat and the state from D, all registers, and the selection above only has to reach the
-        # decision's own registers. A packet that ends on its header beat is dropped (``bad_count`` or
-        # ``truncated``) and commits nothing.
-        # Likewise a re-emit request: a packet that ends on its header beat there has an upstream code
-        # (below ``duplicate``), which keeps the request from being sent.
         st_e = Signal(state_layout)
+        held_init = {"dec": _Decision.CLAIM, "claim": 1, "slot_ok": 1}
         if PW0:
-            claim = held.claim
-            completes = Mux(held.claim, e_solo, e_cmp.fills)
+            # Below 512 bits the header fills whole beats, so the beat that completes it carries no payload:
+            # a packet writes and commits on later beats, and one that ends on its header beat has an
+            # upstream code (``bad_count`` or ``bad_length``, below ``duplicate``), so it neither commits
+            # nor asks for a re-emit. The header beat only registers its decision, one per outcome of the
+            # selection, with the selection's own inputs; the beats after it choose among those registers.
+            # Their beat ahead (in X) is the packet's own, which commits nothing, so a commit takes the
+            # state from D.
+            hv_base = Signal(out_layout, init=held_init)
+            hv_live = Signal(out_layout)
+            hv_done = Signal(out_layout)
+            h_use, h_done = Signal(), Signal()
+            with m.If(en_e & ev & e.hc):
+                m.d.sync += [
+                    hv_base.eq(out_base),
+                    hv_live.eq(out_live),
+                    hv_done.eq(out_done),
+                    h_use.eq(use),
+                    h_done.eq(x.completes),
+                ]
+            held = Signal(out_layout)
+            m.d.comb += held.eq(Mux(h_use, Mux(h_done, hv_done, hv_live), hv_base))
+            out = held
+            dec, claim, write_ok = held.dec, held.claim, held.write_ok
+            completes = Mux(held.claim, e_solo, b_fills)
             no_drop = ~e.hc & ~e_any & held.slot_ok
             reemit = ~e.hc & held.reemit & ~e_below_dup
+            # A claim's first write waits while the slot is busy (the header beat writes nothing).
+            wclaim = ev & e_pay & held.claim
             m.d.comb += st_e.eq(e_st)
         else:
+            now = Signal(out_layout)
+            m.d.comb += now.eq(Mux(use, Mux(x.completes, out_done, out_live), out_base))
+            # After the header beat the decision held from it; whether the packet completes its chunk still
+            # comes from this beat's comparison (its last beat's, when it commits).
+            held = Signal(out_layout, init=held_init)
+            with m.If(en_e & ev & e.hc):
+                m.d.sync += held.eq(now)
+            out_held = Signal(out_layout)
+            m.d.comb += [
+                out_held.eq(held),
+                out_held.completes.eq(Mux(held.claim, e_solo, Mux(use, fills_ahead, b_fills))),
+            ]
+            out = Signal(out_layout)
+            m.d.comb += out.eq(Mux(e.hc, now, out_held))
+            dec, claim, write_ok, completes = out.dec, out.claim, out.write_ok, out.completes
             no_drop = ~e_any & out.slot_ok
             reemit = out.reemit & ~e_below_dup
+            # A claim waits on its header beat (which is also its first data beat) while the slot is busy.
+            wclaim = ev & e.hc & out.claim
             m.d.comb += st_e.eq(Mux(use, x.new, e_st))
         desc = e.desc
 
@@ -552,12 +592,13 @@ class SlotTable(wiring.Component):
                 x.last.eq(e.last),
                 x.hc.eq(e.hc),
                 x.slot.eq(e.slot),
-                x.claim.eq(out.claim),  # the busy stall's, on the header beat
+                x.claim.eq(out.claim),
                 x.commit.eq(e.last & no_drop),
+                fwd.eq(ev & e.last & no_drop & (e.slot == in_p.slot)),
                 x.completes.eq(completes),
                 # A re-emit request: the duplicate code is the packet's (no lower code came with it).
                 x.reemit.eq(e.last & reemit),
-                x.hcclaim.eq(ev & e.hc & out.claim),
+                x.wclaim.eq(wclaim),
                 x.rec.eq(ev & e.last & ((no_drop & completes) | reemit)),
                 x.evict.eq(out.evict),
                 x.dec.eq(dec),
@@ -571,8 +612,6 @@ class SlotTable(wiring.Component):
                 x.drops.eq(e.drops),
                 x.foreign.eq(e.foreign),
             ]
-            with m.If(ev & e.hc):
-                m.d.sync += held.eq(now)
 
         # Whether any drop code applies was decided in E; the code itself, for the counters, is formed here.
         slot_drop = Signal(32)
@@ -590,7 +629,7 @@ class SlotTable(wiring.Component):
         # Stage X. A claim waits while the slot's buffers are still being read by the reduce engine.
         busy = Signal(S)
         x_busy = Signal()  # the busy bit of X's slot, kept beside it so that the stall is one gate
-        busy_stall = x.hcclaim & x_busy
+        busy_stall = x.wclaim & x_busy
         # A re-emit request is a completion record with only the slot and ``replay`` meaningful.
         rec = Signal(Completion(S))
         m.d.comb += [
