@@ -338,8 +338,9 @@ class SlotTable(wiring.Component):
         def lanes(v, w=16):
             return Cat(*[v[k : k + w] == r.expected[k : k + w] for k in range(0, 64, w)])
 
+        # (``keep``: both comparisons are made before the choice, so ``fwd``, of large fan-out, comes last.)
         def compare(s):
-            c = Signal(cmp_layout)
+            c = Signal(cmp_layout, attrs={"keep": 1})
             m.d.comb += [
                 c.tag_eq.eq(parts(Cat(s.job, s.round, s.chunk), tag)),
                 c.lt.eq(Cat(desc.chunk, desc.round) < Cat(s.chunk, s.round)),
@@ -359,6 +360,11 @@ class SlotTable(wiring.Component):
         # the slot's); its bitmap is A's bit alone (claim) or the slot's plus A's bit (store); its shadow tag
         # becomes A's tag if A completes the chunk, else stays.
         ed = e.desc
+        fills_store_x, fills_store_m = Signal(4, attrs={"keep": 1}), Signal(4, attrs={"keep": 1})
+        m.d.comb += [
+            fills_store_x.eq(lanes(x.new.bitmap | e_bit | r_bit)),
+            fills_store_m.eq(lanes(srd.bitmap | e_bit | r_bit)),
+        ]
         ahead = Signal(ahead_layout)
         m.d.comb += [
             ahead.pend.eq(ev & (e.slot == r.slot)),
@@ -368,9 +374,7 @@ class SlotTable(wiring.Component):
             ahead.seen_store.eq(cmp_d.seen | (ed.src == desc.src)),
             ahead.mismatch.eq((ed.dtype != desc.dtype) | (ed.count != desc.count)),
             ahead.fills_claim.eq(lanes(e_bit | r_bit)),
-            ahead.fills_store.eq(
-                Mux(fwd, lanes(x.new.bitmap | e_bit | r_bit), lanes(srd.bitmap | e_bit | r_bit))
-            ),
+            ahead.fills_store.eq(Mux(fwd, fills_store_x, fills_store_m)),
         ]
 
         # The beats of a chunk: ceil((header + count * size) / B) - PW0, one addition (the header's whole
@@ -671,7 +675,10 @@ class SlotTable(wiring.Component):
 
         # The state read of the beat entering D, with the commit written in this cycle (the packet three
         # ahead of it) bypassed in.
-        wr_hit = xv & x.commit & ~busy_stall & (x.slot == in_p.slot)
+        wr = xv & x.commit & ~busy_stall
+        hit_sk, hit_i = Signal(attrs={"keep": 1}), Signal(attrs={"keep": 1})
+        m.d.comb += [hit_sk.eq(wr & (x.slot == sk.slot)), hit_i.eq(wr & (x.slot == self.i.payload.slot))]
+        wr_hit = Mux(sk_v, hit_sk, hit_i)
         with m.If(en_d):
             m.d.sync += srd.eq(Mux(wr_hit, x.new, srp.data))
 
@@ -698,13 +705,22 @@ class SlotTable(wiring.Component):
         m.d.sync += [rel.eq(self.release), rel_slot.eq(self.release_slot)]
         clr_mask = Mux(rel, (Const(1, S) << rel_slot)[:S], 0)
         # The stall only chooses whether X's completion is counted (the last gate before the register).
-        m.d.sync += busy.eq(Mux(en_x, (busy & ~clr_mask) | set_mask, busy & ~clr_mask))
+        # (``keep``: the synthesis keeps these apart, so the stall, a net of large fan-out, reaches each
+        # register through one gate.)
+        busy_go, busy_wait = Signal(S, attrs={"keep": 1}), Signal(S, attrs={"keep": 1})
+        m.d.comb += [busy_go.eq((busy & ~clr_mask) | set_mask), busy_wait.eq(busy & ~clr_mask)]
+        m.d.sync += busy.eq(Mux(en_x, busy_go, busy_wait))
         # X's busy bit for the next cycle: that of E's slot if X takes E's beat (X's own completion counted,
         # its commit going ahead), else of X's slot, which no completion sets while X waits. The stall only
         # chooses between the two.
         clr_e = rel & (rel_slot == e.slot)
         clr_x = rel & (rel_slot == x.slot)
-        busy_e = (busy.bit_select(e.slot, 1) & ~clr_e) | (xv & x.commit & x.completes & (x.slot == e.slot))
-        busy_x = busy.bit_select(x.slot, 1) & ~clr_x
+        busy_e, busy_x = Signal(attrs={"keep": 1}), Signal(attrs={"keep": 1})
+        m.d.comb += [
+            busy_e.eq(
+                (busy.bit_select(e.slot, 1) & ~clr_e) | (xv & x.commit & x.completes & (x.slot == e.slot))
+            ),
+            busy_x.eq(busy.bit_select(x.slot, 1) & ~clr_x),
+        ]
         m.d.sync += x_busy.eq(Mux(en_x, busy_e, busy_x))
         return m
