@@ -265,7 +265,7 @@ class SlotTable(wiring.Component):
             {
                 "tag_eq": 5,  # job, round and chunk equal, in parts (part 0: the job)
                 "lt": 1,  # (chunk, round) before the slot's
-                "seen": 1,
+                "seen": 4,  # the rank's bit set, by lanes of 16 ranks
                 "mismatch": 1,
                 "last_valid": 1,
                 "last_eq": 5,  # the shadow tag, in parts (part 0: the job)
@@ -282,7 +282,6 @@ class SlotTable(wiring.Component):
                 "tag_eq": 5,
                 "lt": 1,
                 "same_src": 1,
-                "seen_store": 1,
                 "mismatch": 1,
                 "fills_claim": 4,
                 "fills_store": 4,
@@ -344,7 +343,7 @@ class SlotTable(wiring.Component):
             m.d.comb += [
                 c.tag_eq.eq(parts(Cat(s.job, s.round, s.chunk), tag)),
                 c.lt.eq(Cat(desc.chunk, desc.round) < Cat(s.chunk, s.round)),
-                c.seen.eq(s.bitmap.bit_select(desc.src, 1)),
+                c.seen.eq(Cat(*[(s.bitmap[k : k + 16] & r_bit[k : k + 16]).any() for k in range(0, 64, 16)])),
                 c.mismatch.eq((s.dtype != desc.dtype) | (s.count != desc.count)),
                 c.last_valid.eq(s.last_valid),
                 c.last_eq.eq(parts(Cat(s.last_job, s.last_round, s.last_chunk), tag)),
@@ -371,7 +370,6 @@ class SlotTable(wiring.Component):
             ahead.tag_eq.eq(parts(Cat(ed.job, ed.round, ed.chunk), tag)),
             ahead.lt.eq(Cat(desc.chunk, desc.round) < Cat(ed.chunk, ed.round)),
             ahead.same_src.eq(ed.src == desc.src),
-            ahead.seen_store.eq(cmp_d.seen | (ed.src == desc.src)),
             ahead.mismatch.eq((ed.dtype != desc.dtype) | (ed.count != desc.count)),
             ahead.fills_claim.eq(lanes(e_bit | r_bit)),
             ahead.fills_store.eq(Mux(fwd, fills_store_x, fills_store_m)),
@@ -426,7 +424,8 @@ class SlotTable(wiring.Component):
         b_fills = e_cmp.fills.all()
         a_tag_eq, a_older = e_ahead.tag_eq.all(), e_ahead.tag_eq[0] & e_ahead.lt
         fills_ahead = Mux(x.claim, e_ahead.fills_claim.all(), e_ahead.fills_store.all())
-        seen_ahead = Mux(x.claim, e_ahead.same_src, e_ahead.seen_store)
+        b_seen = e_cmp.seen.any()
+        seen_ahead = Mux(x.claim, e_ahead.same_src, b_seen | e_ahead.same_src)
         # A committed and completed its chunk: the slot is done with A's tag, which is also its shadow tag.
         cmp_done = {
             "last_eq": a_tag_eq,
@@ -453,7 +452,7 @@ class SlotTable(wiring.Component):
             "last_eq": b_last_eq,
             "state": e_cmp.state.as_value(),
             "tag_eq": b_tag_eq,
-            "seen": e_cmp.seen,
+            "seen": b_seen,
             "mismatch": e_cmp.mismatch,
             "older": b_older,
             "last_older": b_last_older,
