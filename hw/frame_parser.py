@@ -95,12 +95,17 @@ class FrameParser(wiring.Component):
         # ``q2`` is empty), so ``o.ready`` does not run through two stages into the input handshake.
         r_v, r_p = Signal(), Signal.like(self.o.payload)
         q2_v, q2 = Signal(), Signal.like(self.o.payload)
-        r_go = Signal(init=1)  # ~q2_v, a copy for the control path (``q2_v`` selects a wide multiplexer)
+        # ``r``'s state and ``q2``'s kept twice (``nrv``, ``r_go``: complements, so the flip-flops are not
+        # merged): ``en`` enables the wide register ``r``, ``en_c``, the same function of the copies, the
+        # input handshake and the state updates of an accepted beat.
+        nrv = Signal(init=1)
+        r_go = Signal(init=1)
         en_o = ~self.o.valid | self.o.ready
-        en = ~r_v | r_go
+        en = ~r_v | ~q2_v
+        en_c = nrv | r_go
         # The skid buffer's state twice as well: ``sk_v`` selects the beat's data, ``nsk`` (its complement,
-        # so the two flip-flops are not merged) is ``i.ready`` and selects ``bytes`` and ``last``, which
-        # drive the handshake and the output beat's decisions.
+        # so the two flip-flops are not merged) is ``i.ready``, selects ``bytes`` (the output beat's
+        # decisions) and, for the handshake, ``last``.
         sk_v = Signal()
         nsk = Signal(init=1)
         sk = Signal.like(self.i.payload)
@@ -111,9 +116,12 @@ class FrameParser(wiring.Component):
             in_v.eq(~nsk | self.i.valid),
             ib.data.eq(Mux(sk_v, sk.data, self.i.payload.data)),
             ib.bytes.eq(Mux(nsk, self.i.payload.bytes, sk.bytes)),
-            ib.last.eq(Mux(nsk, self.i.payload.last, sk.last)),
+            ib.last.eq(Mux(sk_v, sk.last, self.i.payload.last)),
         ]
-        accept = in_v & en & ~(flush & ib.last)
+        # ``last`` once more, selected by the copy, for the handshake alone (the same function of other
+        # flip-flops, so it is not shared with the beat's many other uses of ``last``).
+        last_c = Mux(nsk, self.i.payload.last, sk.last)
+        accept = in_v & en_c & ~(flush & last_c)
         with m.If(~nsk):
             with m.If(accept):
                 m.d.sync += [sk_v.eq(0), nsk.eq(1)]
@@ -174,7 +182,7 @@ class FrameParser(wiring.Component):
             # registered facts about ``hi`` (>= 3, >= 2, 1, 0, -1; none of them: <= -2) that moves down a
             # rung a beat, and only its top rung (``rem >= 4B``) needs a comparison of ``rem``.
             k = B.bit_length() - 1
-            rem = Signal(signed(20))
+            rem = Signal(signed(24))  # counts down without stopping: 2**20 beats of one frame to wrap
             lo = rem[:k]
             n_ge3, n_ge2, n_1, n_0, n_m1 = (Signal(name=f"rem_{n}") for n in ("ge3", "ge2", "1", "0", "m1"))
             hi_gt = {-1: n_0 | n_1 | n_ge2, 0: n_1 | n_ge2, 1: n_ge2}
@@ -212,9 +220,7 @@ class FrameParser(wiring.Component):
                         n_0.eq(n_1),
                         n_m1.eq(n_0),
                     ]
-                    # Below -B the clamp no longer changes: stop there, so ``rem`` cannot wrap.
-                    with m.If(~n_low):
-                        m.d.sync += rem.eq(rem - B)
+                    m.d.sync += rem.eq(rem - B)
             m.d.comb += rel.eq(rel_q)
         else:
             here = Signal(signed(20))
@@ -345,7 +351,7 @@ class FrameParser(wiring.Component):
             m.d.comb += ob.drops.eq(Mux(ib.last & ~(has_k & need_flush), drops, 0))
 
         with m.If(en):
-            m.d.sync += [r_v.eq(ov), r_p.eq(ob)]
+            m.d.sync += [r_v.eq(ov), nrv.eq(~ov), r_p.eq(ob)]
             with m.If(flush):
                 m.d.sync += flush.eq(0)
 

@@ -73,7 +73,13 @@ class HeaderParser(wiring.Component):
         m.d.comb += self.i.ready.eq(nsk)
         in_v = Signal()
         ib = Signal.like(self.i.payload)
-        m.d.comb += [in_v.eq(~nsk | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
+        m.d.comb += [
+            in_v.eq(~nsk | self.i.valid),
+            ib.eq(Mux(sk_v, sk, self.i.payload)),
+            # ``bytes`` and ``last`` drive the handshake and the length checks: selected by the copy.
+            ib.bytes.eq(Mux(nsk, self.i.payload.bytes, sk.bytes)),
+            ib.last.eq(Mux(nsk, self.i.payload.last, sk.last)),
+        ]
         with m.If(~nsk):
             with m.If(en):
                 m.d.sync += [sk_v.eq(0), nsk.eq(1)]
@@ -186,6 +192,7 @@ class HeaderParser(wiring.Component):
         desc = Signal.like(held_desc)
         if ahead:
             at_pre = Signal(init=HB == 2)  # pw == HB - 2
+            held_bm = Signal()  # bad_bitmap, apart from the other held codes (set on two beats)
             bm_chk = Signal()  # a CONTRIB with src < 64: its bitmap is compared on the header's last beat
             pre_desc, pre_drops, pre_contrib, pre_src = checks(
                 lambda name: be_field(Cat(hdr[: 8 * B * (HB - 2)], ib.data), name)
@@ -194,10 +201,12 @@ class HeaderParser(wiring.Component):
                 m.d.sync += [
                     held_desc.eq(pre_desc),
                     held_drops.eq(pre_drops),
-                    held_drops[D.BAD_BITMAP].eq(pre_contrib & (pre_src >= protocol.MAX_RANKS)),
+                    held_bm.eq(pre_contrib & (pre_src >= protocol.MAX_RANKS)),
                     bm_chk.eq(pre_contrib & (pre_src < protocol.MAX_RANKS)),
                 ]
-            bitmap_bad = at_hb & bm_chk & bitmap_ne
+            bitmap_bad = held_bm | (at_hb & bm_chk & bitmap_ne)
+            # The held codes are not cleared at a packet's end: the beats before the header's last show none.
+            ahead_drops = Mux(before_hb, 0, held_drops | (bitmap_bad << D.BAD_BITMAP))
             m.d.comb += desc.eq(held_desc)
         else:
             m.d.comb += desc.eq(Mux(hc, new_desc, held_desc))
@@ -210,8 +219,14 @@ class HeaderParser(wiring.Component):
         # is one compare with a register. Not every beat but the last is full: the frame parser cuts the
         # payload at the IPv4 total length and a frame's Ethernet padding leaves a partial beat before an
         # empty last one.
+        # With flags of it kept beside it (``rest > B``, ``rest > 0``), ``bytes < rest`` is a compare of a
+        # few bits.
         rest = Signal(signed(19), init=protocol.HEADER_BYTES)
-        short = ib.bytes < rest
+        rest_gt_b = Signal(init=protocol.HEADER_BYTES > B)
+        rest_pos = Signal(init=1)
+        rest_next = Signal(signed(19))
+        m.d.comb += rest_next.eq(rest - ib.bytes)
+        short = rest_gt_b | (rest_pos & (ib.bytes < rest[: B.bit_length() + 1]))
         bad_length = Signal()
         if early("count", "dtype"):
             # The payload bytes still expected from this beat on, prepared from the beat that completes
@@ -239,9 +254,7 @@ class HeaderParser(wiring.Component):
         length_drops = Signal(32)
         m.d.comb += [length_drops[D.SHORT_HEADER].eq(short), length_drops[D.BAD_LENGTH].eq(bad_length)]
         if ahead:
-            m.d.comb += drops.eq(
-                held_drops | (bitmap_bad << D.BAD_BITMAP) | Mux(ib.last, length_drops | ib.drops, 0)
-            )
+            m.d.comb += drops.eq(ahead_drops | Mux(ib.last, length_drops | ib.drops, 0))
         else:
             m.d.comb += drops.eq(Mux(hc, hc_drops, held_drops) | Mux(ib.last, length_drops | ib.drops, 0))
 
@@ -265,20 +278,24 @@ class HeaderParser(wiring.Component):
                     before_hb.eq(HB > 1),
                     nbytes.eq(0),
                     rest.eq(protocol.HEADER_BYTES),
+                    rest_gt_b.eq(protocol.HEADER_BYTES > B),
+                    rest_pos.eq(1),
                     hdr.eq(0),
-                    held_drops.eq(0),
                 ]
                 if ahead:
                     m.d.sync += at_pre.eq(HB == 2)
+                else:
+                    m.d.sync += held_drops.eq(0)
             with m.Else():
-                m.d.sync += [nbytes.eq(total), rest.eq(rest - ib.bytes), hdr.eq(cur)]
+                m.d.sync += [nbytes.eq(total), rest.eq(rest_next), hdr.eq(cur)]
+                m.d.sync += [rest_gt_b.eq(rest_next > B), rest_pos.eq(rest_next > 0)]
                 with m.If(pw != 0xFFFF):
                     m.d.sync += [pw.eq(pw + 1), at_hb.eq(pw == HB - 2), before_hb.eq(pw < HB - 2)]
                     if ahead:
                         m.d.sync += at_pre.eq(pw == HB - 3)
                 if ahead:
-                    with m.If(bitmap_bad):
-                        m.d.sync += held_drops[D.BAD_BITMAP].eq(1)
+                    with m.If(at_hb):
+                        m.d.sync += held_bm.eq(bitmap_bad)
                 else:
                     with m.If(hc):
                         m.d.sync += [held_desc.eq(new_desc), held_drops.eq(hc_drops)]
