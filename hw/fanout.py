@@ -169,11 +169,15 @@ class Fanout(wiring.Component):
 
         # Read side: generator (G) then assembler (A).
         rb = Signal()
+        # A second copy of rb, held inverted so that synthesis keeps both: rb steers the wide prefix and
+        # buffer multiplexers, rbc the generator's control, so neither net reaches a hundred sinks.
+        rb_n = Signal(init=1)
+        rbc = ~rb_n
         d = Signal(range(D + 1))
         j = Signal(JW)
         av = Signal()
-        cur_copies = Array(copies)[rb]
-        cur_armed = armed.bit_select(rb, 1)
+        cur_copies = Array(copies)[rbc]
+        cur_armed = armed.bit_select(rbc, 1)
         ready = cur_armed & (cur_copies != 0)
         gen = ready & credit
         # With no destination configured a RESULT is discarded rather than left to block the core.
@@ -227,11 +231,15 @@ class Fanout(wiring.Component):
             m.d.sync += [
                 a_j.eq(j),
                 a_last.eq(last_j),
-                a_has.eq((j >= q) & (j < Array(hend)[rb])),
-                a_bytes.eq(Mux(last_j, Array(lastb)[rb], B)),
+                a_has.eq((j >= q) & (j < Array(hend)[rbc])),
+                a_bytes.eq(Mux(last_j, Array(lastb)[rbc], B)),
             ]
         m.d.sync += av.eq(gen)
-        with m.If(gen & (j == 0)):
+        # The prefix is loaded on every cycle j is 0, not only when that beat is generated: the load of the
+        # generating cycle is the one the frame uses, and the next load at j = 0 takes effect only after
+        # the frame's last beat has been assembled. So its enable (336 flip-flops) is a register.
+        j0 = Signal(init=1)
+        with m.If(j0):
             m.d.sync += prefix_reg.eq(prefix)
 
         cur = Mux(a_has, rp.data, 0)
@@ -255,10 +263,11 @@ class Fanout(wiring.Component):
 
         # Generator counters.
         with m.If(gen):
+            m.d.sync += j0.eq(last_j)
             with m.If(last_j):
                 m.d.sync += j.eq(0)
                 with m.If(last_copy):
-                    m.d.sync += [d.eq(0), rb.eq(~rb)]
+                    m.d.sync += [d.eq(0), rb.eq(~rb), rb_n.eq(rbc)]
                 with m.Else():
                     m.d.sync += d.eq(d + 1)
             with m.Else():
@@ -268,18 +277,18 @@ class Fanout(wiring.Component):
         # recomputed every idle cycle, so it is right by the time a frame starts.
         with m.If(gen):
             with m.If(last_j):
-                m.d.sync += last_j.eq(Mux(last_copy, Array(fw0)[~rb], Array(fw0)[rb]))
+                m.d.sync += last_j.eq(Mux(last_copy, Array(fw0)[rb_n], Array(fw0)[rbc]))
             with m.Else():
-                m.d.sync += last_j.eq(j == Array(fwm2)[rb])
+                m.d.sync += last_j.eq(j == Array(fwm2)[rbc])
         with m.Elif(discard):
-            m.d.sync += last_j.eq(j == Array(fwm1)[~rb])
+            m.d.sync += last_j.eq(j == Array(fwm1)[rb_n])
         with m.Else():
-            m.d.sync += last_j.eq(j == Array(fwm1)[rb])
+            m.d.sync += last_j.eq(j == Array(fwm1)[rbc])
 
         # Buffer occupancy: set when written, cleared after the last copy's last beat is generated.
         set_b = Mux(wr & self.i.payload.last, (Const(1, 2) << wb)[:2], 0)
         with m.If(discard):
-            m.d.sync += rb.eq(~rb)
-        clr_b = Mux((gen & last_j & last_copy) | discard, (Const(1, 2) << rb)[:2], 0)
+            m.d.sync += [rb.eq(~rb), rb_n.eq(rbc)]
+        clr_b = Mux((gen & last_j & last_copy) | discard, (Const(1, 2) << rbc)[:2], 0)
         m.d.sync += full.eq((full & ~clr_b) | set_b)
         return m
