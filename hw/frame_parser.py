@@ -160,9 +160,9 @@ class FrameParser(wiring.Component):
         # [-B, 2B], which keeps every comparison below exact. Where every beat that can emit output, hold
         # checksum bytes (34 on) or end a frame of 42 bytes or more comes after the beat holding the IPv4
         # total length (W < 512), it is a register, loaded on the beat that completes the total length
-        # straight from that beat's bytes and then counted down by B a beat (``rem`` is the next beat's,
-        # unclamped); a shorter frame is truncated (code 1) whatever the other codes say. At W = 512 it is
-        # computed here.
+        # straight from that beat's bytes (or on the next, from the registered header) and then counted
+        # down by B a beat (``rem`` is the next beat's, unclamped); a shorter frame is truncated (code 1)
+        # whatever the other codes say. At W = 512 it is computed here.
         rel_shape = signed((2 * B).bit_length() + 1)
 
         def clamp(v):
@@ -188,11 +188,16 @@ class FrameParser(wiring.Component):
             hi_gt = {-1: n_0 | n_1 | n_ge2, 0: n_1 | n_ge2, 1: n_ge2}
             hi_eq = {-1: n_m1, 0: n_0, 1: n_1}
             n_low = ~(n_m1 | n_0 | n_1 | n_ge2)  # rem < -B
+            # The first beat that looks at ``rel`` (checksum bytes from 34, a flush, a 42-byte frame's
+            # end): where it comes two beats after the total length's (W = 64), the load waits a beat and
+            # reads the total from the registered header instead of the input beat.
+            first_use = min(-(-(36 - B) // B), q)
+            jl = jt + 1 if first_use > jt + 1 else jt
             tot = Signal(18)
-            m.d.comb += tot.eq(be_bytes(Cat(hdr[: 8 * B * jt], ib.data), 16, 2))
-            first = _ETH - (jt + 1) * B  # rel of the beat after the total length's, less the total
+            m.d.comb += tot.eq(be_bytes(hdr if jl > jt else Cat(hdr[: 8 * B * jt], ib.data), 16, 2))
+            first = _ETH - (jl + 1) * B  # rel of the beat after the load, less the total
             with m.If(accept & ~ib.last):
-                with m.If(js_eq(jt)):
+                with m.If(js_eq(jl)):
                     # Compared as ``tot`` against shifted constants, so no adder precedes the compares.
                     m.d.sync += [
                         rel_q.eq(
@@ -239,8 +244,17 @@ class FrameParser(wiring.Component):
             """The beat indices at which word ``w`` of a beat lies in frame bytes ``[lo, hi)``."""
             return [k for k in range(JS + 1) if lo <= k * B + 2 * w < hi and k < JS]
 
+        def beat_flag(pred):
+            """A flip-flop holding ``pred(k)`` for this beat's index ``k`` (saturated at JS), set up on the
+            beat before: the byte masks then start from registers."""
+            flag = Signal(init=bool(pred(0)))
+            nxt = Cat(*[jh[k] for k in range(JS + 1) if pred(min(k + 1, JS))])
+            with m.If(accept):
+                m.d.sync += flag.eq(Mux(ib.last, bool(pred(0)), nxt.any() if len(nxt) else 0))
+            return flag
+
         def js_in(ks):
-            return Cat(*[js_eq(k) for k in ks]).any() if ks else Const(0)
+            return beat_flag(lambda k: k in ks) if ks else Const(0)
 
         ip_words, udp_words = [], []
         for w in range(B // 2):
@@ -248,7 +262,7 @@ class FrameParser(wiring.Component):
             word = Cat(lo_b, hi_b)
             if beats_where(w, 14, 34):
                 ip_words.append(Mux(js_in(beats_where(w, 14, 34)), word, 0))
-            from34 = js_ge(-(-(34 - 2 * w) // B)) if 34 - 2 * w > 0 else Const(1)
+            from34 = beat_flag(lambda k, w=w: k * B + 2 * w >= 34)
             pseudo = js_in(beats_where(w, 26, 34))
             hi_ok = pseudo | (from34 & rel_gt(2 * w))
             lo_ok = pseudo | (from34 & rel_gt(2 * w + 1))
@@ -348,7 +362,8 @@ class FrameParser(wiring.Component):
                 m.d.comb += [ob.data.eq(tail), ob.bytes.eq(tail_bytes), ob.last.eq(1)]
             with m.Elif(ib.last):
                 m.d.comb += [ob.bytes.eq(0), ob.last.eq(1)]
-            m.d.comb += ob.drops.eq(Mux(ib.last & ~(has_k & need_flush), drops, 0))
+            # Unmasked here: ``r``'s own ``last`` bit masks them on the way out.
+            m.d.comb += ob.drops.eq(drops)
 
         with m.If(en):
             m.d.sync += [r_v.eq(ov), nrv.eq(~ov), r_p.eq(ob)]
@@ -364,7 +379,7 @@ class FrameParser(wiring.Component):
             late[D.BAD_UDP_CHECKSUM].eq(fin_nz & ~_ones_complement_ok(fin_udp + fin_udp_b, 25)),
         ]
         r_out = Signal.like(self.o.payload)
-        m.d.comb += [r_out.eq(r_p), r_out.drops.eq(r_p.drops | Mux(r_p.last, late, 0))]
+        m.d.comb += [r_out.eq(r_p), r_out.drops.eq(Mux(r_p.last, r_p.drops | late, 0))]
         with m.If(q2_v):
             with m.If(en_o):
                 m.d.sync += [q2_v.eq(0), r_go.eq(1)]

@@ -192,7 +192,9 @@ class HeaderParser(wiring.Component):
         desc = Signal.like(held_desc)
         if ahead:
             at_pre = Signal(init=HB == 2)  # pw == HB - 2
-            held_bm = Signal()  # bad_bitmap, apart from the other held codes (set on two beats)
+            # bad_bitmap apart from the other held codes, in two flip-flops of one load each: src >= 64
+            # (known a beat ahead) and the bitmap's comparison (from the header's last beat on).
+            pre_bm, hc_bm = Signal(), Signal()
             bm_chk = Signal()  # a CONTRIB with src < 64: its bitmap is compared on the header's last beat
             pre_desc, pre_drops, pre_contrib, pre_src = checks(
                 lambda name: be_field(Cat(hdr[: 8 * B * (HB - 2)], ib.data), name)
@@ -201,10 +203,11 @@ class HeaderParser(wiring.Component):
                 m.d.sync += [
                     held_desc.eq(pre_desc),
                     held_drops.eq(pre_drops),
-                    held_bm.eq(pre_contrib & (pre_src >= protocol.MAX_RANKS)),
+                    pre_bm.eq(pre_contrib & (pre_src >= protocol.MAX_RANKS)),
                     bm_chk.eq(pre_contrib & (pre_src < protocol.MAX_RANKS)),
                 ]
-            bitmap_bad = held_bm | (at_hb & bm_chk & bitmap_ne)
+            bm_now = bm_chk & bitmap_ne
+            bitmap_bad = pre_bm | Mux(at_hb, bm_now, hc_bm)
             # The held codes are not cleared at a packet's end: the beats before the header's last show none.
             ahead_drops = Mux(before_hb, 0, held_drops | (bitmap_bad << D.BAD_BITMAP))
             m.d.comb += desc.eq(held_desc)
@@ -295,7 +298,7 @@ class HeaderParser(wiring.Component):
                         m.d.sync += at_pre.eq(pw == HB - 3)
                 if ahead:
                     with m.If(at_hb):
-                        m.d.sync += held_bm.eq(bitmap_bad)
+                        m.d.sync += hc_bm.eq(bm_now)
                 else:
                     with m.If(hc):
                         m.d.sync += [held_desc.eq(new_desc), held_drops.eq(hc_drops)]
