@@ -331,11 +331,30 @@ class SlotTable(wiring.Component):
         m.d.comb += st.eq(Mux(fwd, x.new, srd))
         tag = Cat(desc.job, desc.round, desc.chunk)
 
+        def all_tree(terms):
+            """The AND of ``terms`` as a tree of 4-input gates, each level ``keep``-marked: the synthesis
+            would otherwise chain them, one gate after another."""
+            terms = list(terms)
+            while len(terms) > 1:
+                level = []
+                for k in range(0, len(terms), 4):
+                    t = Signal(attrs={"keep": 1})
+                    m.d.comb += t.eq(Cat(*terms[k : k + 4]).all())
+                    level.append(t)
+                terms = level
+            return terms[0]
+
         def parts(a, b, w=16):
-            return Cat(*[a[k : k + w] == b[k : k + w] for k in range(0, len(a), w)])
+            # Two bits per first-level gate.
+            return Cat(
+                *[
+                    all_tree(a[j : j + 2] == b[j : j + 2] for j in range(k, min(k + w, len(a)), 2))
+                    for k in range(0, len(a), w)
+                ]
+            )
 
         def lanes(v, w=16):
-            return Cat(*[v[k : k + w] == r.expected[k : k + w] for k in range(0, 64, w)])
+            return Cat(*[all_tree(v[j] == r.expected[j] for j in range(k, k + w)) for k in range(0, 64, w)])
 
         # (``keep``: both comparisons are made before the choice, so ``fwd``, of large fan-out, comes last.)
         def compare(s):
@@ -388,6 +407,8 @@ class SlotTable(wiring.Component):
         m.d.comb += lowbits.eq(r.drops & low)
         en_e = Signal()  # stage E takes D's beat this cycle
         m.d.comb += en_d.eq(en_e)
+        solo = Signal(4)
+        m.d.comb += solo.eq(lanes(r_bit))  # (outside the enable: ``lanes`` adds statements)
         with m.If(en_e):
             m.d.sync += [
                 ev.eq(rv),
@@ -397,7 +418,7 @@ class SlotTable(wiring.Component):
                 e_hck.eq((r.drops & _HC_KNOWN).any()),
                 e_below_dup.eq((r.drops & below_dup).any()),
                 e_midx_ok.eq(r.midx < G),
-                e_solo_p.eq(lanes(r_bit)),
+                e_solo_p.eq(solo),
                 e_gany.eq(Cat(*[lowbits[8 * k : 8 * k + 8].any() for k in range(ngroups)])),
                 *[e_gidx[k].eq(_lowest_index(lowbits[8 * k : 8 * k + 8])) for k in range(ngroups)],
                 e_st.eq(st),
