@@ -152,14 +152,24 @@ class Fanout(wiring.Component):
             hend.append(h)
             copies.append(c)
             csum.append(sums)
-        # armed: full for the last _ARM + 1 cycles (so cleared at once, set _ARM cycles late).
-        full_d = [Signal(2, name=f"full_d{n}") for n in range(_ARM)]
+        # A buffer is armed once it has been full for the last _ARM cycles, as a register: set _ARM cycles
+        # after full, cleared one cycle after full is. That cycle is harmless: the generator has moved
+        # to the other buffer when it clears full, and cannot come back before the next cycle. ``go``: armed
+        # with copies to send; ``dis``: armed with none (the RESULT is discarded).
+        full_d = [Signal(2, name=f"full_d{n}") for n in range(_ARM - 1)]
         m.d.sync += full_d[0].eq(full)
-        for n in range(1, _ARM):
+        for n in range(1, _ARM - 1):
             m.d.sync += full_d[n].eq(full_d[n - 1])
-        armed = full
+        settled = full
         for fd in full_d:
-            armed = armed & fd
+            settled = settled & fd
+        go = Signal(2)
+        dis = Signal(2)
+        for n in range(2):
+            m.d.sync += [
+                go[n].eq(settled[n] & (copies[n] != 0)),
+                dis[n].eq(settled[n] & (copies[n] == 0)),
+            ]
 
         # Output FIFO; ``cnt`` is its level plus the beat in the assembler.
         m.submodules.fifo = out = fifo.SyncFIFOBuffered(width=Beat(W).size, depth=self.fifo_depth)
@@ -177,11 +187,10 @@ class Fanout(wiring.Component):
         j = Signal(JW)
         av = Signal()
         cur_copies = Array(copies)[rbc]
-        cur_armed = armed.bit_select(rbc, 1)
-        ready = cur_armed & (cur_copies != 0)
+        ready = go.bit_select(rbc, 1)
         gen = ready & credit
         # With no destination configured a RESULT is discarded rather than left to block the core.
-        discard = cur_armed & (cur_copies == 0)
+        discard = dis.bit_select(rbc, 1)
         m.d.sync += cnt.eq(cnt + gen - (out.r_rdy & self.o.ready))
         p = Signal(JW)
         m.d.comb += p.eq(j - q)  # payload beat whose low bytes finish output beat j
