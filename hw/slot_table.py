@@ -21,27 +21,41 @@ chunk mod 2**b) mod S``); the buffer it writes is its member index there, the se
 summation order, so the reduce engine's sum of members 0, 1, 2, ... is the schedule's order.
 
 Pipeline: a two-beat skid buffer at the input (``i.ready`` is a register, so no stall of this table
-reaches the stages before it), then three stages. D registers the beat and reads the slot state (read port
-transparent to the commit write; the new state of a commit of the same slot waiting in X is forwarded) and
-compares the packet's tag, rank and bitmap with it, and also with the state the packet in E would leave if it
-commits. E takes the comparisons that apply (those after the commit of the packet now in X, if it was in E a
-cycle before and is in the same slot) and decides. X, from registers only, writes the beat into its member
-buffer, and on the last beat commits and sends the completion. So a packet sees the commit of every packet
-before it, however close behind it is. The decision is taken on the beat that completes the header and held
-for the rest of the packet; contributions are written as they arrive because the target buffer is free by
-construction (the rank's bit is clear in a live slot of the same tag, or the slot is being claimed); codes
-that are only known at the end (1-9, 17) leave the slot state untouched.
+reaches the stages before it), then three stages. D registers the beat and the slot state read for it (the
+state memory read asynchronously into a register, with the commit written in that cycle bypassed in; the
+new state of a commit of the same slot waiting in X is forwarded) and compares the packet's tag, rank and
+bitmap with it, and also with the state the packet in E would leave if it commits; the wide comparisons are
+registered in 16-bit parts. E combines the parts, takes the comparisons that apply (those after the commit
+of the packet now in X, if it was in E a cycle before and is in the same slot) and decides. X, from
+registers only, writes the beat into its member buffer, and on the last beat commits and sends the
+completion. So a packet sees the commit of every packet before it, however close behind it is. The decision
+is taken on the beat that completes the header and held for the rest of the packet; contributions are
+written as they arrive because the target buffer is free by construction (the rank's bit is clear in a live
+slot of the same tag, or the slot is being claimed); codes that are only known at the end (1-9, 17) leave
+the slot state untouched.
+
+Below 512 bits the header fills whole beats, so the header beat carries no payload and a packet writes and
+commits only on later beats (one that ends on its header beat has an upstream code, ``bad_count`` or
+``bad_length``). There E registers, on the header beat, the decision for each outcome of the selection
+above (D's comparisons; after the commit of the packet in X, completing its chunk or not) with the
+selection's inputs, and the later beats choose among those registers: the selection and the decision are
+split over two cycles, and a commit takes the held decision and the state from D (its beat ahead in X is
+the packet's own, which commits nothing). At 512 bits, where one beat can be both, E decides and selects in
+one cycle.
 
 After reset the state memory is cleared, one slot per cycle, with ``i.ready`` low for those S cycles.
 
 Latency: three cycles from an accepted beat to its write, commit and completion in X (two more than before
 the timing work of issue #11); the events (``ev_*``) are registered and come a cycle after that; a release of
-a slot takes effect a cycle after ``release``.
-Back-pressure: X stalls only when (a) a packet would claim a done slot whose buffers the reduce engine has
-not finished reading (``busy``), or (b) a completion or a re-emit request finds the reduce engine's queue
-full (``done.ready`` low); the stall is computed from registers (the decision was registered in E) and stops
-X, E and D together (they always advance together) and the skid buffer, which then takes at most one more
-beat and drops ``i.ready``. Otherwise one beat per cycle.
+a slot takes effect a cycle after ``release``. The completion output has a one-record skid register (no
+added latency): a record the queue refuses waits there and X goes on.
+Back-pressure: X stalls only when (a) a claim's first write (below 512 bits its first payload beat, at 512
+its header beat) finds the slot done and its buffers not yet all read by the reduce engine (``busy``), or
+(b) X has a completion or a re-emit request and the output's skid register still holds a refused one. The
+stall is one gate from registers (the queue's ``done.ready`` does not reach it) and stops X, E and D together
+(they always advance together) and the skid buffer, which then takes at most one more beat and drops
+``i.ready``. While X waits for the output it writes the same buffer beat and slot state again, which changes
+nothing. Otherwise one beat per cycle.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
