@@ -109,14 +109,13 @@ class Reduce(wiring.Component):
         L = self.latency
         S = self.slots
         cd_layout = Completion(S)
-        sb_layout = data.StructLayout({"cd": cd_layout, "w": 16, "m": 7})
-        gk_shape = range(64 * K + 1)
         aw = len(self.rd.addr)
 
         # Output FIFO with reservations.
         m.submodules.fifo = out = fifo.SyncFIFOBuffered(width=ResultWord(W, S).size, depth=self.fifo_depth)
         m.d.comb += [self.o.payload.eq(out.r_data), self.o.valid.eq(out.r_rdy), out.r_en.eq(self.o.ready)]
-        pop = out.r_en & out.r_rdy
+        pop = Signal()
+        m.d.comb += pop.eq(out.r_en & out.r_rdy)
 
         # The shadow: each slot's last sums and completion record, for re-emitting its RESULT. A replay is
         # a completion of group size 1 whose beat comes from here instead of member 0's buffer (adding -0.0
@@ -128,6 +127,26 @@ class Reduce(wiring.Component):
         m.submodules.records = records = memory.Memory(shape=cd_layout, depth=S, init=[])
         rcw = records.write_port()
         rcr = records.read_port(domain="sync")
+        shaw = len(shr.addr)
+
+        # The completion records of the chunks loaded and not yet finished, in order: sums leave the ring in
+        # the order their beats entered it, so the oldest is the record of the sum leaving, and only a few
+        # bits of it have to travel round the ring.
+        CD = 1 << (K + 1).bit_length()  # more than the K + 1 chunks that can be loaded and unfinished
+        m.submodules.chunks = chunks = memory.Memory(shape=cd_layout, depth=CD, init=[])
+        ckw = chunks.write_port()
+        ckr = chunks.read_port(domain="comb")
+        ck_wp = Signal(range(CD))
+        ck_rp = Signal(range(CD))
+
+        # What travels round the ring with a beat: the passes left after this one, whether it is the chunk's
+        # last beat, its addresses (the next member's beat is ``NW`` further on), and what the ring needs of
+        # its record.
+        sb_layout = data.StructLayout(
+            {"rem": 7, "wl": 1, "addr": aw, "sh": shaw, "slot": range(S), "replay": 1, "dtype": 2}
+        )
+        # The dispatcher's own copy of the fields it needs of the chunk being dispatched.
+        cur_layout = data.StructLayout({"slot": range(S), "g": 7, "nwords": 16, "replay": 1, "dtype": 2})
 
         # Input: one completion may wait in ``nxt`` behind the chunk being dispatched, so that ``i.ready``
         # is a register (the dispatch decision never reaches the completion queue). A completion goes
@@ -135,98 +154,124 @@ class Reduce(wiring.Component):
         # the same cycle as without the buffer.
         nxt_v = Signal()
         nxt = Signal(cd_layout)
-        nxt_gk = Signal(gk_shape)  # nxt.g * K
         take = Signal()
         m.d.comb += [self.i.ready.eq(~nxt_v), take.eq(self.i.valid & ~nxt_v)]
-        i_gk = Signal(gk_shape)
-        m.d.comb += i_gk.eq(self.i.payload.g * K)
+        # ``nxt`` takes every completion taken, even one that goes straight into ``cur``: on the cycle after
+        # a load it holds the record just loaded (nothing is taken while it waits), which is where the
+        # record list below copies it from. Its conditions are registered with it.
+        n_last1, n_wl1, n_rel1 = Signal(), Signal(), Signal()
 
         # Dispatcher: the chunk whose beats are being started.
         cur_v = Signal()
-        cur = Signal(cd_layout)
+        cur = Signal(cur_layout)
         cur_w = Signal(16)
-        horizon = Signal(gk_shape)
-        cur_gk = Signal(gk_shape)  # cur.g * K
         fetch = Signal()  # the cycle after a replay was loaded: its record arrives from ``records``
-        # Registered conditions of the dispatcher, each updated from the candidates of the cycle before
-        # (load, replay record, next beat, hold), so that the dispatch decision and the read address start
-        # from registers.
+        # The time left to the last beat started (a beat may start only if it finishes after it: its g * K
+        # greater than that), kept as hq * K + hr with hr < K, so that "g * K > horizon" is "g > hq".
+        hq = Signal(7)
+        hr = Signal(range(K))
+        # Registered conditions of the dispatcher, each taken from its candidates of the cycle before (load,
+        # replay record, next beat, hold), so that the dispatch and the read address start from registers.
+        ready = Signal()  # cur may dispatch a beat now (unless a ring position continues)
+        ready_last = Signal()  # ready & cur_last
         cur_last = Signal()  # cur_w + 1 >= cur.nwords
-        cur_rel = Signal()  # this beat is the chunk's last read: (cur.g == 1) & (cur_w + 1 == cur.nwords)
+        cur_wl = Signal()  # cur_w + 1 == cur.nwords
+        cur_rel = Signal()  # a dispatch now is the chunk's last read
         cur_addr = Signal(aw)  # member 0's beat cur_w of slot cur.slot
-        cur_sh = Signal(range(S * NW))  # beat cur_w of slot cur.slot in the shadow
-        gk_gt = Signal()  # cur_gk > horizon
-        ring_empty = Signal(init=1)
-        free_nz = Signal(init=1)
+        cur_sh = Signal(shaw)  # beat cur_w of slot cur.slot in the shadow
         in_ring = Signal(range(K + 1))
+        ring_empty = Signal(init=1)
+        ring_one = Signal()
         # Room in the output FIFO not yet reserved for a sum in the ring (depth - level - beats in flight),
         # kept as a counter of its own: a dispatch reserves a place, a beat read out of the FIFO frees one.
         free = Signal(range(self.fifo_depth + 1), init=self.fifo_depth)
+        free_nz = Signal(init=self.fifo_depth != 0)
+        free_is1 = Signal(init=self.fifo_depth == 1)
 
-        # The ring position arriving at issue (O), with its conditions registered a cycle early.
-        ov, osb = Signal(), Signal(sb_layout)
-        cont = Signal()  # ov & (osb.m + 1 < osb.cd.g): the position goes round again
-        fin = Signal()  # ov & (osb.m + 1 >= osb.cd.g): its sum is done
-        o_m1 = Signal(7)  # osb.m + 1
-        o_last = Signal()  # osb.w + 1 == osb.cd.nwords
+        # The ring position arriving at issue (O), with its decisions registered a cycle early.
+        osb = Signal(sb_layout)
+        cont = Signal()  # osb.rem != 0: the position goes round again
+        fin = Signal()  # osb.rem == 0: its sum is done
+        o_rem = Signal(7)  # osb.rem - 1
         o_rel = Signal()  # its next read is the chunk's last
-        o_addr = Signal(aw)  # member osb.m + 1's beat osb.w
-        o_sh = Signal(range(S * NW))  # its place in the shadow
-        o_shw = Signal()  # fin & ~osb.cd.replay
+        o_addr = Signal(aw)  # osb.addr + NW: the next member's beat
+        o_shw = Signal()  # fin & ~osb.replay
         acc = Signal(W)  # the position's partial sum, off the adders' output registers
 
         # Issue.
-        disp = ~cont & cur_v & ~fetch & free_nz & gk_gt & (~cur.replay | ring_empty)
+        disp = Signal()
+        m.d.comb += disp.eq(~cont & ready)
         issue = cont | disp
         isb = Signal(sb_layout)
         with m.If(cont):
-            m.d.comb += [isb.eq(osb), isb.m.eq(o_m1)]
+            m.d.comb += [isb.eq(osb), isb.rem.eq(o_rem), isb.addr.eq(o_addr)]
         with m.Else():
-            m.d.comb += [isb.cd.eq(cur), isb.w.eq(cur_w), isb.m.eq(0)]
+            m.d.comb += [
+                isb.rem.eq(cur.g - 1),
+                isb.wl.eq(cur_wl),
+                isb.addr.eq(cur_addr),
+                isb.sh.eq(cur_sh),
+                isb.slot.eq(cur.slot),
+                isb.replay.eq(cur.replay),
+                isb.dtype.eq(cur.dtype),
+            ]
         m.d.comb += [
-            self.rd.addr.eq(Mux(cont, o_addr, cur_addr)),
+            self.rd.addr.eq(isb.addr),
             self.rd.en.eq(1),
-            shr.addr.eq(Mux(cont, o_sh, cur_sh)),
+            shr.addr.eq(isb.sh),
             shr.en.eq(1),
-            self.read_strobe.eq((cont & ~osb.cd.replay) | (disp & ~cur.replay)),
+            self.read_strobe.eq((cont & ~osb.replay) | (disp & ~cur.replay)),
             self.release.eq((cont & o_rel) | (disp & cur_rel)),
-            self.release_slot.eq(isb.cd.slot),
+            self.release_slot.eq(isb.slot),
             self.active.eq(cur_v | ~ring_empty),
         ]
 
-        # Finished sums go to the FIFO, in the order they were started.
+        # Finished sums go to the FIFO, in the order they were started, with their chunk's record.
         word = Signal(ResultWord(W, S))
         m.d.comb += [
+            ckr.addr.eq(ck_rp),
             word.data.eq(acc),
-            word.last.eq(o_last),
-            word.cd.eq(osb.cd),
+            word.last.eq(osb.wl),
+            word.cd.eq(ckr.data),
             out.w_data.eq(word),
             out.w_en.eq(fin),
-            shw.addr.eq(o_sh),
+            shw.addr.eq(osb.sh),
             shw.data.eq(acc),
             shw.en.eq(o_shw),
         ]
-        in_ring_n = Signal.like(in_ring)
-        free_n = Signal.like(free)
-        m.d.comb += [in_ring_n.eq(in_ring + disp - fin), free_n.eq(free - disp + pop)]
+        m.d.sync += ck_rp.eq(ck_rp + (fin & osb.wl))
+        ring_empty_hold = Mux(fin, ring_one, ring_empty)  # the ring is empty next unless a beat starts
         m.d.sync += [
-            in_ring.eq(in_ring_n),
-            ring_empty.eq(in_ring_n == 0),
-            free.eq(free_n),
-            free_nz.eq(free_n != 0),
+            in_ring.eq(in_ring + disp - fin),
+            ring_empty.eq(~disp & ring_empty_hold),
+            ring_one.eq(Mux(disp, ring_empty_hold, Mux(fin, in_ring == 2, ring_one))),
+            free.eq(free - disp + pop),
+            free_nz.eq(pop | Mux(disp, ~free_is1, free_nz)),
+            free_is1.eq(Mux(pop, Mux(disp, free_is1, ~free_nz), Mux(disp, free == 2, free_is1))),
         ]
+        free_ok = pop | Mux(disp, ~free_is1, free_nz)  # free_nz of the next cycle
 
-        # Loading the dispatcher: from ``nxt`` if it holds one, else straight from the input.
-        take_last = disp & cur_last
-        load = (~cur_v | take_last) & (nxt_v | self.i.valid)
-        src = Signal(cd_layout)
-        src_gk = Signal(gk_shape)
-        m.d.comb += [src.eq(Mux(nxt_v, nxt, self.i.payload)), src_gk.eq(Mux(nxt_v, nxt_gk, i_gk))]
+        # Loading the dispatcher: from ``nxt`` if it holds one, else straight from the input. ``load`` is
+        # formed from registers directly (``ready_last`` is ``ready & cur_last``), not from ``disp``.
+        load = Signal()
+        m.d.comb += load.eq((~cur_v | (~cont & ready_last)) & (nxt_v | self.i.valid))
+        ip = self.i.payload
         with m.If(nxt_v):
             with m.If(load):
                 m.d.sync += nxt_v.eq(0)
-        with m.Elif(take & ~load):
-            m.d.sync += [nxt_v.eq(1), nxt.eq(self.i.payload), nxt_gk.eq(i_gk)]
+        with m.Elif(take):
+            m.d.sync += [
+                nxt_v.eq(~load),
+                nxt.eq(ip),
+                n_last1.eq(ip.nwords <= 1),
+                n_wl1.eq(ip.nwords == 1),
+                n_rel1.eq((ip.g == 1) & (ip.nwords == 1) & ~ip.replay),
+            ]
+        # What the dispatcher needs of the completion it loads, chosen after the comparisons.
+        src_slot, src_g, src_replay = (Mux(nxt_v, nxt[f], ip[f]) for f in ("slot", "g", "replay"))
+        src_last = Mux(nxt_v, n_last1, ip.nwords <= 1)
+        src_wl = Mux(nxt_v, n_wl1, ip.nwords == 1)
+        src_rel = Mux(nxt_v, n_rel1, (ip.g == 1) & (ip.nwords == 1) & ~ip.replay)
 
         # Records are written as completions are taken: a replay behind a completion of its slot is loaded
         # (and reads its record) only after that completion was taken.
@@ -234,76 +279,109 @@ class Reduce(wiring.Component):
             rcw.addr.eq(self.i.payload.slot),
             rcw.data.eq(self.i.payload),
             rcw.en.eq(take & ~self.i.payload.replay),
-            rcr.addr.eq(src.slot),
+            rcr.addr.eq(src_slot),
             rcr.en.eq(1),
         ]
-        rec = rcr.data
+        rec = Signal(cd_layout)  # the replayed record, as it is summed: a group of one, a replay
+        m.d.comb += [rec.eq(rcr.data), rec.g.eq(1), rec.replay.eq(1)]
+        # A loaded record goes into the list on the next cycle (from ``nxt``), a replayed one on its fetch
+        # cycle (from ``records``); the two never meet.
+        push_r = Signal()
+        m.d.sync += push_r.eq(load & ~src_replay)
+        m.d.comb += [ckw.addr.eq(ck_wp), ckw.data.eq(Mux(push_r, nxt, rec)), ckw.en.eq(push_r | fetch)]
+        m.d.sync += ck_wp.eq(ck_wp + (push_r | fetch))
 
-        # The dispatcher's next state and its registered conditions, by case: load (a new chunk, beat 0),
-        # fetch (the replay's record, beat 0, group of one), dispatch (the next beat), hold. A load never
-        # meets a fetch (a fetch blocks dispatch, and cur is valid then).
-        hw_ = len(horizon)
-        hdec = Signal(hw_)
-        hd = Signal(hw_)
-        m.d.comb += [hdec.eq(horizon - (horizon != 0)), hd.eq(cur_gk - 1)]
+        # The horizon: set by a dispatch to g * K - 1, else counting down to 0.
+        cur_g1 = Signal(7)
+        hq_dec = Signal(7)
+        m.d.comb += [cur_g1.eq(cur.g - 1), hq_dec.eq(hq - ((hr == 0) & (hq != 0)))]
+        with m.If(disp):
+            m.d.sync += [hq.eq(cur_g1), hr.eq(K - 1)]
+        with m.Else():
+            m.d.sync += hq.eq(hq_dec)
+            with m.If(hr != 0):
+                m.d.sync += hr.eq(hr - 1)
+            with m.Elif(hq != 0):
+                m.d.sync += hr.eq(K - 1)
+
+        # Whether cur may dispatch on the next cycle (and whether that is its last beat), by case. A load
+        # never meets a fetch (a fetch blocks dispatch, and cur is valid then); after a dispatch the ring is
+        # not empty.
+        rec_last = rec.nwords <= 1
+        cur_last2 = cur_w + 2 >= cur.nwords
+        gt_g1 = Mux(nxt_v, nxt.g > cur_g1, ip.g > cur_g1)
+        gt_hq = Mux(nxt_v, nxt.g > hq_dec, ip.g > hq_dec)
+        r_load = ~src_replay & Mux(disp, gt_g1, gt_hq)
+        r_fetch = (hq_dec == 0) & ring_empty_hold
+        r_disp = ~cur_last & ~cur.replay & (cur.g > cur_g1)
+        r_hold = cur_v & (cur.g > hq_dec) & (~cur.replay | ring_empty_hold)
+        m.d.sync += [
+            ready.eq(free_ok & Mux(load, r_load, Mux(fetch, r_fetch, Mux(disp, r_disp, r_hold)))),
+            ready_last.eq(
+                free_ok
+                & Mux(
+                    load,
+                    r_load & src_last,
+                    Mux(fetch, r_fetch & rec_last, Mux(disp, r_disp & cur_last2, r_hold & cur_last)),
+                )
+            ),
+        ]
 
         def base_addr(slot):
             return (slot * G * NW)[:aw]
 
         def base_sh(slot):
-            return (slot * NW)[: len(cur_sh)]
+            return (slot * NW)[:shaw]
 
-        m.d.sync += fetch.eq(load & src.replay)
+        m.d.sync += fetch.eq(load & src_replay)
         with m.If(load):
             m.d.sync += [
                 cur_v.eq(1),
-                cur.eq(src),
+                cur.slot.eq(src_slot),
+                cur.g.eq(src_g),
+                cur.nwords.eq(Mux(nxt_v, nxt.nwords, ip.nwords)),
+                cur.replay.eq(src_replay),
+                cur.dtype.eq(Mux(nxt_v, nxt.desc.dtype, ip.desc.dtype)),
                 cur_w.eq(0),
-                cur_gk.eq(src_gk),
-                cur_last.eq(src.nwords <= 1),
-                cur_rel.eq((src.g == 1) & (src.nwords == 1) & ~src.replay),
-                cur_addr.eq(base_addr(src.slot)),
-                cur_sh.eq(base_sh(src.slot)),
-                gk_gt.eq(Mux(disp, src_gk > hd, src_gk > hdec)),
+                cur_last.eq(src_last),
+                cur_wl.eq(src_wl),
+                cur_rel.eq(src_rel),
+                cur_addr.eq(base_addr(src_slot)),
+                cur_sh.eq(base_sh(src_slot)),
             ]
         with m.Elif(fetch):
             m.d.sync += [
-                cur.eq(rec),
+                cur.slot.eq(rec.slot),
                 cur.g.eq(1),
+                cur.nwords.eq(rec.nwords),
                 cur.replay.eq(1),
-                cur_gk.eq(K),
-                cur_last.eq(rec.nwords <= 1),
+                cur.dtype.eq(rec.desc.dtype),
+                cur_last.eq(rec_last),
+                cur_wl.eq(rec.nwords == 1),
                 cur_rel.eq(0),
                 cur_addr.eq(base_addr(rec.slot)),
                 cur_sh.eq(base_sh(rec.slot)),
-                gk_gt.eq(K > hdec),
             ]
         with m.Elif(disp):
             m.d.sync += [
                 cur_w.eq(cur_w + 1),
-                cur_last.eq(cur_w + 2 >= cur.nwords),
+                cur_last.eq(cur_last2),
+                cur_wl.eq(cur_w + 2 == cur.nwords),
                 cur_rel.eq((cur.g == 1) & (cur_w + 2 == cur.nwords) & ~cur.replay),
                 cur_addr.eq(cur_addr + 1),
                 cur_sh.eq(cur_sh + 1),
-                gk_gt.eq(cur_gk > hd),
             ]
-        with m.Else():
-            m.d.sync += gk_gt.eq(cur_gk > hdec)
-        with m.If(take_last & ~load):
+        with m.If(disp & cur_last & ~load):
             m.d.sync += cur_v.eq(0)
-        with m.If(disp):
-            m.d.sync += horizon.eq(hd)
-        with m.Else():
-            m.d.sync += horizon.eq(hdec)
 
         # Ring registers: R (read data arrives), Q (operands registered off the memories), the adder stages;
         # the last of them is O, the position back at issue.
         rv, rsb, racc, rfirst = Signal(), Signal(sb_layout), Signal(W), Signal()
-        m.d.sync += [rv.eq(issue), rsb.eq(isb), racc.eq(acc), rfirst.eq(isb.m == 0)]
+        m.d.sync += [rv.eq(issue), rsb.eq(isb), racc.eq(acc), rfirst.eq(~cont)]
 
         # Q: the operands, so that the adders start from registers rather than from the memories' read
         # data (EBR clock-to-out, collision and shadow multiplexers). On a first pass a = x, b = -0.0.
-        x = Mux(rsb.cd.replay, shr.data, self.rd.data)
+        x = Mux(rsb.replay, shr.data, self.rd.data)
         qa = Signal(W)
         m.d.sync += qa.eq(Mux(rfirst, x, racc))
         qb = {}
@@ -336,27 +414,20 @@ class Reduce(wiring.Component):
             results.append(Cat(*outs))
 
         sv, ssb = rv, rsb
-        for d in range(L + 1):
-            last = d == L
-            nv = ov if last else Signal(name=f"ring_v{d}")
-            nsb = osb if last else Signal(sb_layout, name=f"ring_sb{d}")
+        for d in range(L):
+            nv, nsb = Signal(name=f"ring_v{d}"), Signal(sb_layout, name=f"ring_sb{d}")
             m.d.sync += [nv.eq(sv), nsb.eq(ssb)]
-            if last:
-                m1 = Signal(7)
-                m.d.comb += m1.eq(ssb.m + 1)
-                done = ssb.m + 1 >= ssb.cd.g
-                m.d.sync += [
-                    cont.eq(sv & ~done),
-                    fin.eq(sv & done),
-                    o_m1.eq(m1),
-                    o_last.eq(ssb.w + 1 == ssb.cd.nwords),
-                    o_rel.eq(~ssb.cd.replay & (m1 + 1 == ssb.cd.g) & (ssb.w + 1 == ssb.cd.nwords)),
-                    o_addr.eq(((ssb.cd.slot * G + m1) * NW + ssb.w)[:aw]),
-                    o_sh.eq((ssb.cd.slot * NW + ssb.w)[: len(o_sh)]),
-                    o_shw.eq(sv & done & ~ssb.cd.replay),
-                ]
             sv, ssb = nv, nsb
-        with m.Switch(osb.cd.desc.dtype):
+        m.d.sync += [
+            osb.eq(ssb),
+            cont.eq(sv & (ssb.rem != 0)),
+            fin.eq(sv & (ssb.rem == 0)),
+            o_rem.eq(ssb.rem - 1),
+            o_rel.eq(~ssb.replay & (ssb.rem == 1) & ssb.wl),
+            o_addr.eq(ssb.addr + NW),
+            o_shw.eq(sv & (ssb.rem == 0) & ~ssb.replay),
+        ]
+        with m.Switch(osb.dtype):
             for n, res in enumerate(results):
                 with m.Case(n):
                     m.d.comb += acc.eq(res)
