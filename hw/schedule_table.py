@@ -1,20 +1,20 @@
 """Schedule table: for this site's rank, the expected set, the summation order and the round bank of every
 (job, round mod P).
 
-Latency: ``mod_stages + 6`` cycles, all of them plain register stages that advance together. Stage 0
-compares the packet's job with the ``jobs`` entries (job id, period P with 0 = entry unused, bank bits b)
-and registers the matches; stage 1 takes the first match's period and bank; the next ``mod_stages`` stages
-compute ``round mod P`` by restoring division, ``32 / mod_stages`` bits per stage (P is any value from 1
-to ``rounds``, so no power-of-two shortcut applies); then the table memory (``jobs * rounds`` entries of
-the 64-bit expected bitmap and the summation order, ``members`` ranks of 6 bits with a valid bit each,
-written through the control port) is read while the chunk's slot ``((round mod P) << b | chunk mod 2**b)
-mod S`` is formed; the entry is registered as it leaves the memory (whose clock-to-out is most of a cycle
-on ECP5); the stage after compares it with the packet (stripe bounds, the sender's bitmap bit, each rank of
-the order against ``src``), and the last stage derives
+Latency: ``mod_stages + 7`` cycles, all of them plain register stages that advance together. The first stage
+registers the beat as it leaves the input's skid buffer; stage 0 compares the packet's job with the ``jobs``
+entries (job id, period P with 0 = entry unused, bank bits b) and registers the matches; stage 1 takes the
+first match's period and bank; the next ``mod_stages`` stages compute ``round mod P`` by restoring division,
+``32 / mod_stages`` bits per stage (P is any value from 1 to ``rounds``, so no power-of-two shortcut applies);
+then the table memory (``jobs * rounds`` entries of the 64-bit expected bitmap and the summation order,
+``members`` ranks of 6 bits with a valid bit each, written through the control port) is read while the chunk's
+slot ``((round mod P) << b | chunk mod 2**b) mod S`` is formed; the entry is registered as it leaves the
+memory (whose clock-to-out is most of a cycle on ECP5); the stage after compares it with the packet (stripe
+bounds, the sender's bitmap bit, each rank of the order against ``src``), and the last stage derives
 ``unexpected_src`` (code 21) and the sender's member index from those registered results: the position of
-``src`` in the summation order (the first position that holds it; ``members`` when none does, which the
-slot table never writes). Each stage is a few LUTs deep so that the table closes timing beside the rest
-of the core (issue #11): 16 modulo stages (2 round bits each) is the depth that does at W = 64 on ECP5.
+``src`` in the summation order (the first position that holds it; ``members`` when none does, which the slot
+table never writes). Each stage is a few LUTs deep so that the table closes timing beside the rest of the core
+(issue #11): 16 modulo stages (2 round bits each) is the depth that does at W = 64 on ECP5.
 
 Root aggregation: an entry also holds the chunk range ``root_lo ..= root_hi`` this site is the root of in
 that round (its stripe; ``0 ..= 2**32 - 1`` in gather mode) and ``mdest``, the group address its RESULTs
@@ -65,7 +65,7 @@ class ScheduleTable(wiring.Component):
             raise ValueError(f"The slot count must be a power of two, not {slots}.")
         self.width, self.members, self.slots, self.jobs, self.rounds = width, members, slots, jobs, rounds
         self.mod_stages = mod_stages
-        self.latency = mod_stages + 6
+        self.latency = mod_stages + 7
         super().__init__(
             {
                 "i": In(stream.Signature(ParsedBeat(width))),
@@ -133,18 +133,25 @@ class ScheduleTable(wiring.Component):
         with m.If(sk_v):
             with m.If(en):
                 m.d.sync += sk_v.eq(0)
-        with m.Elif(self.i.valid & ~en):
-            m.d.sync += [sk_v.eq(1), sk.eq(self.i.payload)]
+        with m.Else():
+            # Loaded on every cycle it is empty, so its enable is a register, not the stall.
+            m.d.sync += sk.eq(self.i.payload)
+            with m.If(self.i.valid & ~en):
+                m.d.sync += sk_v.eq(1)
 
         # Stage 0: the job comparisons only, registered; stage 1 picks the first match (priority, so that
         # two entries with one job id behave as the lowest one alone).
+        # (Stage "in" before them takes the beat out of the skid buffer's multiplexer, whose select reaches
+        # every bit of the beat: the comparisons start from a register.)
+        vin, beatin = Signal(), Signal(ParsedBeat(self.width))
+        with m.If(en):
+            m.d.sync += [vin.eq(in_v), beatin.eq(ib)]
         v00, beat00 = Signal(), Signal(ParsedBeat(self.width))
         match = Signal(J)
-        desc = ib.desc
         with m.If(en):
-            m.d.sync += [v00.eq(in_v), beat00.eq(ib)]
+            m.d.sync += [v00.eq(vin), beat00.eq(beatin)]
             for j in range(J):
-                m.d.sync += match[j].eq((self.job_id[j] == desc.job) & (self.job_period[j] != 0))
+                m.d.sync += match[j].eq((self.job_id[j] == beatin.desc.job) & (self.job_period[j] != 0))
         ctx0 = Signal(ctx_layout)
         v0 = Signal()
         hit, jidx = Const(0), Const(0, range(J))
