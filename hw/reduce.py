@@ -309,12 +309,19 @@ class Reduce(wiring.Component):
         # not empty.
         rec_last = rec.nwords <= 1
         cur_last2 = cur_w + 2 >= cur.nwords
-        gt_g1 = Mux(nxt_v, nxt.g > cur_g1, ip.g > cur_g1)
-        gt_hq = Mux(nxt_v, nxt.g > hq_dec, ip.g > hq_dec)
-        r_load = ~src_replay & Mux(disp, gt_g1, gt_hq)
-        r_fetch = (hq_dec == 0) & ring_empty_hold
-        r_disp = ~cur_last & ~cur.replay & (cur.g > cur_g1)
-        r_hold = cur_v & (cur.g > hq_dec) & (~cur.replay | ring_empty_hold)
+        # With a group size of at least one: after a dispatch the horizon is cur.g - 1, so g > it is
+        # g >= cur.g; a decrement of hq is a choice between two comparisons against hq itself.
+        hq_step = (hr == 0) & (hq != 0)
+
+        def gt_hq(g):
+            return Mux(hq_step, g >= hq, g > hq)
+
+        r_load = ~src_replay & Mux(
+            disp, Mux(nxt_v, nxt.g >= cur.g, ip.g >= cur.g), Mux(nxt_v, gt_hq(nxt.g), gt_hq(ip.g))
+        )
+        r_fetch = ((hq == 0) | ((hq == 1) & (hr == 0))) & ring_empty_hold
+        r_disp = ~cur_last & ~cur.replay
+        r_hold = cur_v & gt_hq(cur.g) & (~cur.replay | ring_empty_hold)
         m.d.sync += [
             ready.eq(free_ok & Mux(load, r_load, Mux(fetch, r_fetch, Mux(disp, r_disp, r_hold)))),
             ready_last.eq(
