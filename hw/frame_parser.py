@@ -356,12 +356,15 @@ class FrameParser(wiring.Component):
             # The beat's fields do not wait for ``accept`` (only the valid bit does): they are not looked at
             # without it, and the input handshake stays off the data path.
             m.d.comb += ov.eq(accept & (has_k | need_flush | ib.last))
+            # Without ``has_k`` a beat is only emitted if it is the last, so the selects below leave ``last``
+            # out (``tail_ok`` is ``need_flush`` but for it): it drives the handshake and many enables.
+            tail_ok = js_ge(q) & rel_gt(o) & (ib.bytes > o)
             with m.If(has_k):
                 m.d.comb += [ob.data.eq(joined), ob.bytes.eq(k_bytes), ob.last.eq(ib.last & ~need_flush)]
-            with m.Elif(need_flush):
-                m.d.comb += [ob.data.eq(tail), ob.bytes.eq(tail_bytes), ob.last.eq(1)]
-            with m.Elif(ib.last):
-                m.d.comb += [ob.bytes.eq(0), ob.last.eq(1)]
+            with m.Else():
+                m.d.comb += ob.last.eq(1)
+                with m.If(tail_ok):
+                    m.d.comb += [ob.data.eq(tail), ob.bytes.eq(tail_bytes)]
             # Unmasked here: ``r``'s own ``last`` bit masks them on the way out.
             m.d.comb += ob.drops.eq(drops)
 
