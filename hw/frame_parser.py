@@ -10,10 +10,12 @@ table discards it at its last beat. Each beat's checksum words are summed and re
 checksums (IPv4 header, UDP) are checked from registers in the second output register, a cycle after the
 frame's last beat: every beat passes through it, so the stream keeps its order and rate.
 
-Back-pressure: two output registers, and a two-beat skid buffer at the input, so ``i.ready`` is a register
-(the ready chain of the stages after this one ends here; the skid buffer adds no latency). One input beat per
-cycle is accepted back to back across frames; the only bubble is when a frame's payload needs one more
-output beat than the frame had input beats after its header *and* the next frame is a single beat long.
+Back-pressure: two output registers with a skid register between them (so the first one's enable, and the
+input handshake, are functions of registers), and a two-beat skid buffer at the input, so ``i.ready`` is a
+register (the ready chain of the stages after this one ends here; the skid buffers add no latency). One
+input beat per cycle is accepted back to back across frames; the only bubble is when a frame's payload
+needs one more output beat than the frame had input beats after its header *and* the next frame is a single
+beat long.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
