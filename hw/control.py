@@ -14,7 +14,7 @@ not under its drop code; ``bypassed`` counts the frames the bypass port sent (``
 ``bypass_overflow`` those too long to forward (``ev_overflow``).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -23,37 +23,6 @@ from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop
 from .schedule_table import BANK_BITS
 
 __all__ = ["ControlSignature", "Control"]
-
-# log2 of the words per block of the read multiplexer.
-_BLOCK = 5
-
-
-def _distinguishing_bits(blocks):
-    """Bit positions that tell the block numbers ``blocks`` apart (greedily, the most splitting first)."""
-    groups, tell = [list(blocks)], []
-    while any(len(g) > 1 for g in groups):
-        width = max(blocks).bit_length()
-        best = max(
-            (b for b in range(width) if b not in tell),
-            key=lambda b: sum(len({(x >> b) & 1 for x in g}) for g in groups),
-        )
-        tell.append(best)
-        groups = [[x for x in g if (x >> best) & 1 == v] for g in groups for v in (0, 1)]
-        groups = [g for g in groups if g]
-    return sorted(tell)
-
-
-def _mux_tree(words, sel, bits):
-    """``words[sel]`` (a dict of index to value, absent indices 0) as a binary tree of 2:1 multiplexers on
-    ``bits`` select bits, the empty subtrees pruned to 0."""
-    if not words:
-        return Const(0, 32)
-    if bits == 0:
-        return words[0]
-    half = 1 << (bits - 1)
-    lo = {k: v for k, v in words.items() if k < half}
-    hi = {k - half: v for k, v in words.items() if k >= half}
-    return Mux(sel[bits - 1], _mux_tree(hi, sel, bits - 1), _mux_tree(lo, sel, bits - 1))
 
 
 class ControlSignature(wiring.Signature):
@@ -265,22 +234,11 @@ class Control(wiring.Component):
             values[regs.COUNTER_BASE + n] = sig
         for n, sig in enumerate(perf):
             values[regs.PERF_BASE + n] = sig
-        # The read multiplexer: the word is chosen by one mux tree on the low address bits and the few bits
-        # that tell the register blocks apart, while the rest of the address is checked beside it
-        # (``known``, a synchronous clear of rdata) instead of a 16-bit compare per register.
-        blocks = sorted({addr >> _BLOCK for addr in values})
-        tell = _distinguishing_bits(blocks)
-        index = {}
-        for addr, value in values.items():
-            key = (addr & ((1 << _BLOCK) - 1)) | sum(
-                ((addr >> _BLOCK >> b) & 1) << (_BLOCK + n) for n, b in enumerate(tell)
-            )
-            assert key not in index
-            index[key] = value
-        sel = Cat(c.addr[:_BLOCK], *[c.addr[_BLOCK + b] for b in tell])
-        word = _mux_tree(index, sel, len(sel))
-        known = Signal()
-        m.d.comb += known.eq(Cat(*[c.addr[_BLOCK:] == blk for blk in blocks]).any())
         with m.If(c.re):
-            m.d.sync += c.rdata.eq(Mux(known, word, 0))
+            with m.Switch(c.addr):
+                for addr, value in values.items():
+                    with m.Case(addr):
+                        m.d.sync += c.rdata.eq(value)
+                with m.Default():
+                    m.d.sync += c.rdata.eq(0)
         return m
