@@ -38,7 +38,10 @@ last of which is the position back at issue), and shows on ``o`` two cycles late
 memories' read data is registered (Q) before the adders, and the accumulator comes straight off the
 adders' output registers instead of a register of its own, so the ring keeps its length; the dispatch
 conditions, the read addresses, the release and the ring's continue/finish decisions are registers
-computed the cycle before.
+computed the cycle before. Only a few control bits travel round the ring with a beat; the completion
+records of the chunks loaded and not yet finished wait in a small list (LUT memory) in order, and the
+record of a finished sum is the oldest there, because sums leave in the order they started. Completions
+have a group size of at least one (the slot table never sends g = 0).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
