@@ -124,20 +124,22 @@ class ScheduleTable(wiring.Component):
         en = ~self.o.valid | self.o.ready
         # A skid buffer, so that ``i.ready`` is a register: the stages' common enable reaches thousands of
         # flip-flops, and the stage in front must not wait for that net before it can advance.
-        sk_v = Signal()
+        # ``nsk``, the complement of ``sk_v`` kept as a register of its own, is ``i.ready``: ``sk_v`` selects
+        # every bit of the beat, and the stage in front should not wait for that net.
+        sk_v, nsk = Signal(), Signal(init=1)
         sk = Signal.like(self.i.payload)
-        m.d.comb += self.i.ready.eq(~sk_v)
+        m.d.comb += self.i.ready.eq(nsk)
         in_v = Signal()
         ib = Signal.like(self.i.payload)
         m.d.comb += [in_v.eq(sk_v | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
         with m.If(sk_v):
             with m.If(en):
-                m.d.sync += sk_v.eq(0)
+                m.d.sync += [sk_v.eq(0), nsk.eq(1)]
         with m.Else():
             # Loaded on every cycle it is empty, so its enable is a register, not the stall.
             m.d.sync += sk.eq(self.i.payload)
             with m.If(self.i.valid & ~en):
-                m.d.sync += sk_v.eq(1)
+                m.d.sync += [sk_v.eq(1), nsk.eq(0)]
 
         # Stage 0: the job comparisons only, registered; stage 1 picks the first match (priority, so that
         # two entries with one job id behave as the lowest one alone).

@@ -371,20 +371,21 @@ def estimate_paths(netlist, top, *, count=60, under=None):
     arrival, via = {}, {}
 
     def arrive(b0):
-        # Iterative depth-first walk: the netlists are deep enough to exhaust Python's recursion.
-        stack = [b0]
+        # Iterative depth-first walk (the netlists are deep enough to exhaust Python's recursion): a net is
+        # expanded once, its drivers first; a driver still being expanded closes a combinational loop and
+        # counts as 0 there.
+        stack, expanding = [(b0, False)], set()
         while stack:
-            b = stack[-1]
+            b, expanded = stack.pop()
             if b in arrival:
-                stack.pop()
                 continue
             if b in start:
                 arrival[b] = start[b]
-                stack.pop()
                 continue
-            todo = [s for s, _ in arcs.get(b, ()) if s not in arrival and s not in stack]
-            if todo:
-                stack.extend(todo)
+            if not expanded:
+                expanding.add(b)
+                stack.append((b, True))
+                stack += [(s, False) for s, _ in arcs.get(b, ()) if s not in arrival and s not in expanding]
                 continue
             best, by = 0.0, None
             for s, dl in arcs.get(b, ()):
@@ -392,7 +393,7 @@ def estimate_paths(netlist, top, *, count=60, under=None):
                 if a > best:
                     best, by = a, s
             arrival[b], via[b] = best, by
-            stack.pop()
+            expanding.discard(b)
         return arrival[b0]
 
     ranked = sorted(((arrive(b) + dl, b, cname, port) for b, cname, port, dl in ends), reverse=True)
