@@ -53,7 +53,7 @@ class AggregatorCore(wiring.Component):
     UDP port's reset value), ``mod_stages`` (modulo pipeline), ``adder_stages`` (FAdd stages),
     ``queue_depth`` (completions waiting for the reduce engine), ``bypass_bytes`` (the longest frame the
     bypass port forwards; 0: no bypass port, every frame not taken is dropped) and ``bypass_frames``
-    (frames between input and verdict: 64 covers one-beat frames back to back over the ~30 cycles from
+    (frames between input and verdict: 64 covers one-beat frames back to back over the ~32 cycles from
     input to the slot table's verdict). ``adder``/``formats`` replace the adder lanes in tests only.
     """
 

@@ -1,8 +1,8 @@
 """Schedule table: for this site's rank, the expected set, the summation order and the round bank of every
 (job, round mod P).
 
-Latency: ``mod_stages + 7`` cycles, all of them plain register stages that advance together. The first stage
-registers the beat as it leaves the input's skid buffer; stage 0 compares the packet's job with the ``jobs``
+Latency: ``mod_stages + 9`` cycles: ``mod_stages + 7`` register stages that never stall, then an output FIFO
+(2). The first stage registers the beat as it comes in; stage 0 compares the packet's job with the ``jobs``
 entries (job id, period P with 0 = entry unused, bank bits b) and registers the matches; stage 1 takes the
 first match's period and bank; the next ``mod_stages`` stages compute ``round mod P`` by restoring division,
 ``32 / mod_stages`` bits per stage (P is any value from 1 to ``rounds``, so no power-of-two shortcut applies);
@@ -22,12 +22,13 @@ are also multicast to (0 for none). A packet of a configured (job, round) whose 
 is marked ``foreign`` (not this core's work: the core's bypass forwards it) and gets an empty expected set,
 so it is never stored (code 21 unless a lower code applies).
 
-Back-pressure: all stages advance together when the output register is empty or taken; a one-beat skid
-buffer at the input makes ``i.ready`` a register (no added latency); one beat per cycle.
+Back-pressure: the stages never stall (a common enable would reach thousands of flip-flops); they write
+into an output FIFO of ``fifo_depth`` beats, and ``i.ready`` (a register) is high while the beats inside,
+in the stages and in the FIFO, leave it room. One beat per cycle while ``o.ready`` keeps up.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec import protocol
@@ -65,7 +66,9 @@ class ScheduleTable(wiring.Component):
             raise ValueError(f"The slot count must be a power of two, not {slots}.")
         self.width, self.members, self.slots, self.jobs, self.rounds = width, members, slots, jobs, rounds
         self.mod_stages = mod_stages
-        self.latency = mod_stages + 7
+        #: Output FIFO depth: the beats in the stages plus room to keep one beat a cycle flowing.
+        self.fifo_depth = 1 << (mod_stages + 11).bit_length()
+        self.latency = mod_stages + 9
         super().__init__(
             {
                 "i": In(stream.Signature(ParsedBeat(width))),
@@ -121,39 +124,37 @@ class ScheduleTable(wiring.Component):
                 "slot": range(S),
             }
         )
-        en = ~self.o.valid | self.o.ready
-        # A skid buffer, so that ``i.ready`` is a register: the stages' common enable reaches thousands of
-        # flip-flops, and the stage in front must not wait for that net before it can advance.
-        # ``nsk``, the complement of ``sk_v`` kept as a register of its own, is ``i.ready``: ``sk_v`` selects
-        # every bit of the beat, and the stage in front should not wait for that net.
-        sk_v, nsk = Signal(), Signal(init=1)
-        sk = Signal.like(self.i.payload)
-        m.d.comb += self.i.ready.eq(nsk)
-        in_v = Signal()
-        ib = Signal.like(self.i.payload)
-        m.d.comb += [in_v.eq(sk_v | self.i.valid), ib.eq(Mux(sk_v, sk, self.i.payload))]
-        with m.If(sk_v):
-            with m.If(en):
-                m.d.sync += [sk_v.eq(0), nsk.eq(1)]
-        with m.Else():
-            # Loaded on every cycle it is empty, so its enable is a register, not the stall.
-            m.d.sync += sk.eq(self.i.payload)
-            with m.If(self.i.valid & ~en):
-                m.d.sync += [sk_v.eq(1), nsk.eq(0)]
+        # The stages never stall: a stall would be one net enabling every register of every stage (thousands
+        # of flip-flops: nextpnr routed it in 8.7 ns on ECP5). Beats go into an output FIFO instead, and the
+        # input takes a beat only while the beats inside (in the stages and the FIFO) leave the FIFO room,
+        # counted in ``inflight``; ``i.ready`` is that count's comparison, registered.
+        out_shape = ScheduledBeat(self.width, G, S)
+        m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(width=out_shape.size, depth=self.fifo_depth)
+        inflight = Signal(range(self.fifo_depth + 1))
+        ready = Signal(init=1)
+        taken = self.i.valid & ready
+        left = out_fifo.r_rdy & self.o.ready
+        after = Signal.like(inflight)
+        m.d.comb += [after.eq(inflight + taken - left), self.i.ready.eq(ready)]
+        m.d.sync += [inflight.eq(after), ready.eq(after < self.fifo_depth)]
+        m.d.comb += [
+            self.o.valid.eq(out_fifo.r_rdy),
+            self.o.payload.eq(out_fifo.r_data),
+            out_fifo.r_en.eq(self.o.ready),
+        ]
+        in_v, ib = taken, self.i.payload
 
         # Stage 0: the job comparisons only, registered; stage 1 picks the first match (priority, so that
         # two entries with one job id behave as the lowest one alone).
-        # (Stage "in" before them takes the beat out of the skid buffer's multiplexer, whose select reaches
-        # every bit of the beat: the comparisons start from a register.)
+        # (Stage "in" before them registers the beat as it comes, so that the comparisons start from a
+        # register.)
         vin, beatin = Signal(), Signal(ParsedBeat(self.width))
-        with m.If(en):
-            m.d.sync += [vin.eq(in_v), beatin.eq(ib)]
+        m.d.sync += [vin.eq(in_v), beatin.eq(ib)]
         v00, beat00 = Signal(), Signal(ParsedBeat(self.width))
         match = Signal(J)
-        with m.If(en):
-            m.d.sync += [v00.eq(vin), beat00.eq(beatin)]
-            for j in range(J):
-                m.d.sync += match[j].eq((self.job_id[j] == beatin.desc.job) & (self.job_period[j] != 0))
+        m.d.sync += [v00.eq(vin), beat00.eq(beatin)]
+        for j in range(J):
+            m.d.sync += match[j].eq((self.job_id[j] == beatin.desc.job) & (self.job_period[j] != 0))
         ctx0 = Signal(ctx_layout)
         v0 = Signal()
         hit, jidx = Const(0), Const(0, range(J))
@@ -163,16 +164,15 @@ class ScheduleTable(wiring.Component):
             jidx = Mux(match[j], j, jidx)
             period = Mux(match[j], self.job_period[j], period)
             bank = Mux(match[j], self.job_bank[j], bank)
-        with m.If(en):
-            m.d.sync += [
-                v0.eq(v00),
-                ctx0.beat.eq(beat00),
-                ctx0.hit.eq(hit),
-                ctx0.jidx.eq(jidx),
-                ctx0.period.eq(period),
-                ctx0.bank.eq(bank),
-                ctx0.rem.eq(0),
-            ]
+        m.d.sync += [
+            v0.eq(v00),
+            ctx0.beat.eq(beat00),
+            ctx0.hit.eq(hit),
+            ctx0.jidx.eq(jidx),
+            ctx0.period.eq(period),
+            ctx0.bank.eq(bank),
+            ctx0.rem.eq(0),
+        ]
 
         # Restoring division, most significant round bit first.
         per = 32 // self.mod_stages
@@ -185,8 +185,7 @@ class ScheduleTable(wiring.Component):
                 m.d.comb += shifted.eq(Cat(prev.beat.desc.round[b], rem))
                 rem = Mux(shifted >= prev.period, shifted - prev.period, shifted)[:rbits]
             v, ctx = Signal(name=f"mod{s}_valid"), Signal(ctx_layout, name=f"mod{s}")
-            with m.If(en):
-                m.d.sync += [v.eq(prev_v), ctx.eq(prev), ctx.rem.eq(rem)]
+            m.d.sync += [v.eq(prev_v), ctx.eq(prev), ctx.rem.eq(rem)]
             prev_v, prev = v, ctx
 
         # Table read (the read port's register is this stage's data register) and the round bank's slot:
@@ -195,7 +194,6 @@ class ScheduleTable(wiring.Component):
         vt, ctxt = Signal(), Signal(ctx_layout)
         m.d.comb += [
             rp.addr.eq(Cat(prev.rem[: (R - 1).bit_length()], prev.jidx) if R > 1 else prev.jidx),
-            rp.en.eq(en),
         ]
         slot = Signal(range(S))
         if sbits:
@@ -204,13 +202,11 @@ class ScheduleTable(wiring.Component):
             m.d.comb += slot.eq(
                 Cat(*[Mux(prev.bank > k, prev.beat.desc.chunk[k], banked[k]) for k in range(sbits)])
             )
-        with m.If(en):
-            m.d.sync += [vt.eq(prev_v), ctxt.eq(prev), ctxt.slot.eq(slot)]
+        m.d.sync += [vt.eq(prev_v), ctxt.eq(prev), ctxt.slot.eq(slot)]
 
         vr, ctxr = Signal(), Signal(ctx_layout)
         entry = Signal(entry_layout)
-        with m.If(en):
-            m.d.sync += [vr.eq(vt), ctxr.eq(ctxt), entry.eq(rp.data)]
+        m.d.sync += [vr.eq(vt), ctxr.eq(ctxt), entry.eq(rp.data)]
         src = ctxr.beat.desc.src
         vc, ctxc = Signal(), Signal(ctx_layout)
         # The 32-bit stripe bounds as 16-bit halves (two short carry chains instead of one long one) and the
@@ -221,21 +217,20 @@ class ScheduleTable(wiring.Component):
         sword = Signal(16)
         holds = Signal(G)  # holds[k]: position k of the order is src
         bitmap, mdest = Signal(64), Signal(32)
-        with m.If(en):
-            m.d.sync += [
-                vc.eq(vr),
-                ctxc.eq(ctxr),
-                lt_h.eq(chunk[16:] < entry.lo[16:]),
-                eq_h.eq(chunk[16:] == entry.lo[16:]),
-                lt_l.eq(chunk[:16] < entry.lo[:16]),
-                gt_h.eq(chunk[16:] > entry.hi[16:]),
-                eq_hh.eq(chunk[16:] == entry.hi[16:]),
-                gt_l.eq(chunk[:16] > entry.hi[:16]),
-                sword.eq(entry.bitmap.word_select(src[4:6], 16)),
-                bitmap.eq(entry.bitmap),
-                mdest.eq(entry.mdest),
-            ]
-            m.d.sync += [holds[k].eq(entry.valid[k] & (entry.rank[k] == src)) for k in range(G)]
+        m.d.sync += [
+            vc.eq(vr),
+            ctxc.eq(ctxr),
+            lt_h.eq(chunk[16:] < entry.lo[16:]),
+            eq_h.eq(chunk[16:] == entry.lo[16:]),
+            lt_l.eq(chunk[:16] < entry.lo[:16]),
+            gt_h.eq(chunk[16:] > entry.hi[16:]),
+            eq_hh.eq(chunk[16:] == entry.hi[16:]),
+            gt_l.eq(chunk[:16] > entry.hi[:16]),
+            sword.eq(entry.bitmap.word_select(src[4:6], 16)),
+            bitmap.eq(entry.bitmap),
+            mdest.eq(entry.mdest),
+        ]
+        m.d.sync += [holds[k].eq(entry.valid[k] & (entry.rank[k] == src)) for k in range(G)]
         below = lt_h | (eq_h & lt_l)
         above = gt_h | (eq_hh & gt_l)
         sbit = sword.bit_select(ctxc.beat.desc.src[:4], 1)
@@ -259,21 +254,21 @@ class ScheduleTable(wiring.Component):
         m.d.comb += midx.eq(Mux(terms[0][0], terms[0][1], G))
         unexpected = ~(ctxc.hit & ~foreign & sbit)
 
-        ob = self.o.payload
-        with m.If(en):
-            m.d.sync += [
-                self.o.valid.eq(vc),
-                ob.data.eq(ctxc.beat.data),
-                ob.bytes.eq(ctxc.beat.bytes),
-                ob.last.eq(ctxc.beat.last),
-                ob.pw.eq(ctxc.beat.pw),
-                ob.hc.eq(ctxc.beat.hc),
-                ob.desc.eq(ctxc.beat.desc),
-                ob.drops.eq(ctxc.beat.drops | (unexpected << protocol.Drop.UNEXPECTED_SRC)),
-                ob.expected.eq(expected),
-                ob.midx.eq(midx),
-                ob.slot.eq(ctxc.slot),
-                ob.foreign.eq(foreign),
-                ob.mdest.eq(Mux(ctxc.hit, mdest, 0)),
-            ]
+        out_v, ob = Signal(), Signal(out_shape)
+        m.d.comb += [out_fifo.w_en.eq(out_v), out_fifo.w_data.eq(ob)]
+        m.d.sync += [
+            out_v.eq(vc),
+            ob.data.eq(ctxc.beat.data),
+            ob.bytes.eq(ctxc.beat.bytes),
+            ob.last.eq(ctxc.beat.last),
+            ob.pw.eq(ctxc.beat.pw),
+            ob.hc.eq(ctxc.beat.hc),
+            ob.desc.eq(ctxc.beat.desc),
+            ob.drops.eq(ctxc.beat.drops | (unexpected << protocol.Drop.UNEXPECTED_SRC)),
+            ob.expected.eq(expected),
+            ob.midx.eq(midx),
+            ob.slot.eq(ctxc.slot),
+            ob.foreign.eq(foreign),
+            ob.mdest.eq(Mux(ctxc.hit, mdest, 0)),
+        ]
         return m

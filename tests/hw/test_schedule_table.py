@@ -54,7 +54,7 @@ def test_lookup(mod_stages, stalls):
     rng = np.random.default_rng(mod_stages + 100 * stalls)
     jobs, rounds = 4, 64
     dut = ScheduleTable(width=64, members=G, slots=S, jobs=jobs, rounds=rounds, mod_stages=mod_stages)
-    assert dut.latency == mod_stages + 7
+    assert dut.latency == mod_stages + 9
     table = {}
     entries = []
     for j in range(jobs - 1):  # the last entry stays disabled
@@ -77,7 +77,7 @@ def test_lookup(mod_stages, stalls):
             ends = [lo, hi, max(lo - 1, 0), min(hi + 1, (1 << 32) - 1)]
             chunk = int(rng.choice([rng.integers(lo, hi + 1), *ends]))
         queries.append((job, rnd, src, chunk))
-    got = []
+    got, taken_at, out_at = [], [], []
 
     async def tb(ctx):
         for j, (job, rows, bank) in enumerate(entries):
@@ -96,7 +96,7 @@ def test_lookup(mod_stages, stalls):
             ctx.set(dut.job_period[j], len(rows))
             ctx.set(dut.job_bank[j], bank)
         pending = list(queries)
-        for _ in range(4 * len(queries) + dut.latency + 20):
+        for cycle in range(4 * len(queries) + dut.latency + 20):
             if not pending and len(got) == len(queries):
                 break
             # Back-pressure and idle input cycles, or neither: the stages must hold every beat.
@@ -112,7 +112,9 @@ def test_lookup(mod_stages, stalls):
                 )
             if offer and ctx.get(dut.i.ready):
                 pending.pop(0)
+                taken_at.append(cycle)
             if ctx.get(dut.o.valid) and ready:
+                out_at.append(cycle)
                 o = ctx.get(dut.o.payload)
                 got.append(
                     (
@@ -132,6 +134,9 @@ def test_lookup(mod_stages, stalls):
     sim.add_testbench(tb)
     sim.run()
     assert len(got) == len(queries)
+    if not stalls:  # one beat a cycle, each out exactly ``latency`` cycles after it went in
+        assert taken_at == list(range(len(queries)))
+        assert [o - t for o, t in zip(out_at, taken_at, strict=True)] == [dut.latency] * len(queries)
     hits = banked = foreigns = 0
     for (job, rnd, src, chunk), (expected, midx, unexpected, slot, foreign, mdest) in zip(
         queries, got, strict=True
