@@ -372,8 +372,14 @@ class FrameParser(wiring.Component):
 
         with m.If(en):
             m.d.sync += [r_v.eq(ov), nrv.eq(~ov), r_p.eq(ob)]
-            with m.If(flush):
-                m.d.sync += flush.eq(0)
+        # ``flush`` set by an accepted last beat that owes one, cleared when ``r`` takes the flush beat. While
+        # it is set no last beat is accepted, so the set term leaves ``flush`` (and ``accept``'s use of it)
+        # out: ``in_v & en_c`` is ``accept`` there.
+        m.d.sync += flush.eq(Mux(flush, ~en, in_v & en_c & ib.last & has_k & need_flush))
+        # The flush beat's fields are loaded on every beat while none is owed: the beat that sets ``flush``
+        # loads its own, and nothing reads them before. Their enable is then one flip-flop.
+        with m.If(~flush):
+            m.d.sync += [flush_data.eq(tail), flush_bytes.eq(tail_bytes), flush_drops.eq(drops)]
 
         # A frame's last beat gets the checksum verdicts from the ``fin_`` registers as it leaves ``r`` (for
         # ``o`` or ``q2``): they hold that frame's until then (the next frame's last beat cannot be taken
@@ -410,13 +416,6 @@ class FrameParser(wiring.Component):
                     fin_udp_b.eq(udp_b),
                     fin_nz.eq(udp_csum != 0),
                 ]
-                with m.If(has_k & need_flush):
-                    m.d.sync += [
-                        flush.eq(1),
-                        flush_data.eq(tail),
-                        flush_bytes.eq(tail_bytes),
-                        flush_drops.eq(drops),
-                    ]
             with m.Else():
                 m.d.sync += hdr.eq(cur)
                 with m.If(j != 0xFFFF):
