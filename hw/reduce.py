@@ -38,10 +38,12 @@ last of which is the position back at issue), and shows on ``o`` two cycles late
 memories' read data is registered (Q) before the adders, and the accumulator comes straight off the
 adders' output registers instead of a register of its own, so the ring keeps its length; the dispatch
 conditions, the read addresses, the release and the ring's continue/finish decisions are registers
-computed the cycle before. Only a few control bits travel round the ring with a beat; the completion
-records of the chunks loaded and not yet finished wait in a small list (LUT memory) in order, and the
-record of a finished sum is the oldest there, because sums leave in the order they started. Completions
-have a group size of at least one (the slot table never sends g = 0).
+computed the cycle before, and the horizon is kept also as the value the comparisons need on this cycle
+(``hqd``), so that "g * K > horizon" is one comparison of registers. Only a few control bits travel
+round the ring with a beat; the completion records of the chunks loaded and not yet finished wait in a
+small list (LUT memory) in order, and the record of a finished sum is the oldest there, because sums
+leave in the order they started. Completions have a group size of at least one (the slot table never
+sends g = 0).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -173,6 +175,9 @@ class Reduce(wiring.Component):
         # greater than that), kept as hq * K + hr with hr < K, so that "g * K > horizon" is "g > hq".
         hq = Signal(7)
         hr = Signal(range(K))
+        # hq as the comparisons of this cycle see it (hq less one when hr has reached 0 and hq has not),
+        # kept as a register of its own so that "g > horizon" is one carry chain from registers.
+        hqd = Signal(7)
         # Registered conditions of the dispatcher, each taken from its candidates of the cycle before (load,
         # replay record, next beat, hold), so that the dispatch and the read address start from registers.
         ready = Signal()  # cur may dispatch a beat now (unless a ring position continues)
@@ -299,9 +304,9 @@ class Reduce(wiring.Component):
         hq_dec = Signal(7)
         m.d.comb += [cur_g1.eq(cur.g - 1), hq_dec.eq(hq - ((hr == 0) & (hq != 0)))]
         with m.If(disp):
-            m.d.sync += [hq.eq(cur_g1), hr.eq(K - 1)]
+            m.d.sync += [hq.eq(cur_g1), hr.eq(K - 1), hqd.eq(cur_g1)]
         with m.Else():
-            m.d.sync += hq.eq(hq_dec)
+            m.d.sync += [hq.eq(hq_dec), hqd.eq(hqd - ((hr == 1) & (hq != 0)))]
             with m.If(hr != 0):
                 m.d.sync += hr.eq(hr - 1)
             with m.Elif(hq != 0):
@@ -312,17 +317,16 @@ class Reduce(wiring.Component):
         # not empty.
         rec_last = rec.nwords <= 1
         cur_last2 = cur_w + 2 >= cur.nwords
-        # With a group size of at least one: after a dispatch the horizon is cur.g - 1, so g > it is
-        # g >= cur.g; a decrement of hq is a choice between two comparisons against hq itself.
-        hq_step = (hr == 0) & (hq != 0)
 
+        # With a group size of at least one: after a dispatch the horizon is cur.g - 1, so g > it is
+        # g >= cur.g; otherwise "g * K > horizon" is "g > hqd".
         def gt_hq(g):
-            return Mux(hq_step, g >= hq, g > hq)
+            return g > hqd
 
         r_load = ~src_replay & Mux(
             disp, Mux(nxt_v, nxt.g >= cur.g, ip.g >= cur.g), Mux(nxt_v, gt_hq(nxt.g), gt_hq(ip.g))
         )
-        r_fetch = ((hq == 0) | ((hq == 1) & (hr == 0))) & ring_empty_hold
+        r_fetch = (hqd == 0) & ring_empty_hold
         r_disp = ~cur_last & ~cur.replay
         r_hold = cur_v & gt_hq(cur.g) & (~cur.replay | ring_empty_hold)
         m.d.sync += [
