@@ -1,7 +1,7 @@
 """Driver for the aggregator core's control port: configuration writes, counter reads.
 
 The control port is a plain word-addressed register interface (``ctl__addr`` 16 bits, ``ctl__wdata`` and
-``ctl__rdata`` 32 bits, ``ctl__we``, ``ctl__re``; read data is valid the cycle after ``re``). The map is
+``ctl__rdata`` 32 bits, ``ctl__we``, ``ctl__re``; read data is valid two cycles after ``re``). The map is
 documented in ``docs/control.md`` and defined once in :mod:`wanreduce.spec.regmap`, which the gateware
 imports too. This module turns a configuration (rank,
 schedule, destinations) into the list of ``(address, data)`` writes that load it, and a list of counter

@@ -305,7 +305,7 @@ class AXILiteBridge(wiring.Component):
     registers.
 
     ``wrap_rdata`` is read combinationally from ``wrap_addr`` (the word offset) in ``sync``; ``wrap_we``
-    strobes a write of ``wrap_wdata`` to it. The core's register reads take the control port's one-cycle
+    strobes a write of ``wrap_wdata`` to it. The core's register reads take the control port's two-cycle
     latency. One transaction is in flight at a time; reads win over writes when both are offered.
     """
 
@@ -406,7 +406,10 @@ class AXILiteBridge(wiring.Component):
                     m.next = "RESP"
                 with m.Else():
                     m.d.comb += self.ctl.re.eq(~wrap)
-                    m.next = "RDATA"
+                    m.next = "RWAIT"
+            with m.State("RWAIT"):
+                # The core's rdata comes two cycles after re.
+                m.next = "RDATA"
             with m.State("RDATA"):
                 m.d.sync += [
                     result.rdata.eq(Mux(wrap, self.wrap_rdata, self.ctl.rdata)),

@@ -195,6 +195,9 @@ class UARTBridge(wiring.Component):
                 m.next = "R_STROBE"
             with m.State("R_STROBE"):
                 m.d.comb += self.ctl.re.eq(1)
+                m.next = "R_WAIT"
+            with m.State("R_WAIT"):
+                # The core's rdata comes two cycles after re.
                 m.next = "R_DATA"
             with m.State("R_DATA"):
                 d = self.ctl.rdata

@@ -1,7 +1,8 @@
 """Control port: configuration registers, the schedule-table write path, counters and their read-out.
 
 The register map is defined once, in :mod:`wanreduce.spec.regmap` (documented in ``docs/control.md``).
-Writes take effect the cycle after ``we``; reads return ``rdata`` the cycle after ``re``. Counters count
+Writes take effect the cycle after ``we``; reads return ``rdata`` two cycles after ``re`` (the registers'
+values of the cycle after ``re``) and ``rdata`` holds until the next read returns. Counters count
 events from the slot table's commit stage (at most one packet per cycle) and wrap at 32 bits.
 
 A schedule entry is written as its low bitmap word, then its high word; the high-word write stores the
@@ -14,7 +15,7 @@ not under its drop code; ``bypassed`` counts the frames the bypass port sent (``
 ``bypass_overflow`` those too long to forward (``ev_overflow``).
 """
 
-from amaranth.hdl import Const, Module, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -24,10 +25,13 @@ from .schedule_table import BANK_BITS
 
 __all__ = ["ControlSignature", "Control"]
 
+#: log2 of the addresses per block of the read multiplexer
+_BLOCK_BITS = 5
+
 
 class ControlSignature(wiring.Signature):
     """The initiator's view of the control port: ``addr`` (16), ``wdata`` (32), ``we``, ``re``; ``rdata``
-    (32) comes back the cycle after ``re``."""
+    (32) comes back two cycles after ``re`` and holds until the next read's data."""
 
     def __init__(self):
         super().__init__(
@@ -234,11 +238,31 @@ class Control(wiring.Component):
             values[regs.COUNTER_BASE + n] = sig
         for n, sig in enumerate(perf):
             values[regs.PERF_BASE + n] = sig
-        with m.If(c.re):
-            with m.Switch(c.addr):
-                for addr, value in values.items():
-                    with m.Case(addr):
-                        m.d.sync += c.rdata.eq(value)
-                with m.Default():
-                    m.d.sync += c.rdata.eq(0)
+        # Two cycles, so that ctl.addr (hundreds of write-decode sinks) reaches only a few registers here:
+        # the first registers which block of ``1 << _BLOCK_BITS`` addresses is hit (one-hot) and, per block,
+        # a private copy of the low address bits (loaded only when the block is hit, so that synthesis
+        # keeps the copies apart and each drives one block's multiplexer); the second muxes each block by
+        # its copy and ORs the hit block in. Reads have no side effects: sampling the registers a cycle
+        # later is the only change.
+        blocks = {}
+        for addr, value in values.items():
+            blocks.setdefault(addr >> _BLOCK_BITS, {})[addr & ((1 << _BLOCK_BITS) - 1)] = value
+        re_q = Signal()
+        m.d.sync += re_q.eq(c.re)
+        word = Const(0, 32)
+        for b, entries in blocks.items():
+            hit = c.addr[_BLOCK_BITS:] == b
+            hit_q = Signal(name=f"rd_hit{b}")
+            lo_q = Signal(_BLOCK_BITS, name=f"rd_lo{b}")
+            m.d.sync += hit_q.eq(hit)
+            with m.If(hit):
+                m.d.sync += lo_q.eq(c.addr[:_BLOCK_BITS])
+            sel = Signal(32, name=f"rd_block{b}")
+            with m.Switch(lo_q):
+                for lo, value in entries.items():
+                    with m.Case(lo):
+                        m.d.comb += sel.eq(value)
+            word = word | Mux(hit_q, sel, 0)
+        with m.If(re_q):
+            m.d.sync += c.rdata.eq(word)
         return m

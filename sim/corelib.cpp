@@ -99,6 +99,7 @@ struct Core {
         top->ctl___05Fre = 1;
         tick();
         top->ctl___05Fre = 0;
+        tick();  // rdata is valid two cycles after re
         top->clk = 0;
         top->eval();
         uint32_t v = static_cast<uint32_t>(top->ctl___05Frdata);

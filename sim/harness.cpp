@@ -277,6 +277,7 @@ int main(int argc, char** argv) {
             top->ctl___05Fre = 1;
             tick();
             top->ctl___05Fre = 0;
+            tick();  // rdata is valid two cycles after re
             top->clk = 0;
             top->eval();
             ctl_reads.push_back(static_cast<uint32_t>(top->ctl___05Frdata));

@@ -12,8 +12,8 @@ DUT contract (Amaranth port names as they appear in Verilog):
 * input stream ``i__payload`` (any width up to several hundred bits), ``i__valid``, ``i__ready``;
 * output stream ``o__payload``, ``o__valid``, ``o__ready``;
 * optional control port ``ctl__addr`` (16), ``ctl__wdata`` (32), ``ctl__we``, ``ctl__re``,
-  ``ctl__rdata`` (32, valid the cycle after ``re``). Writes happen one per cycle after reset and before
-  streaming; reads happen after the output has drained, one every two cycles;
+  ``ctl__rdata`` (32, valid two cycles after ``re``). Writes happen one per cycle after reset and before
+  streaming; reads happen after the output has drained, one every three cycles;
 * optional trace output ``trace__valid``, ``trace__payload`` (up to 32 bits): each cycle of the streaming
   phase with ``trace__valid`` high is recorded, for test wrappers that bring internal events out.
 

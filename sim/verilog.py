@@ -129,7 +129,7 @@ _DESCRIPTIONS = {
     "addr": "word address of a register (docs/control.md)",
     "we": "write strobe (takes effect next cycle)",
     "re": "read strobe",
-    "ctl__rdata": "read data, valid the cycle after re",
+    "ctl__rdata": "read data, valid two cycles after re",
 }
 
 

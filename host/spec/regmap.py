@@ -2,7 +2,7 @@
 
 The gateware (:mod:`wanreduce.hw.control`) decodes these addresses and the host driver
 (:mod:`wanreduce.host.control`) writes them, so the two cannot disagree. The port is word addressed:
-``addr`` 16 bits, ``wdata``/``rdata`` 32 bits, ``we``, ``re``; read data is valid the cycle after ``re``.
+``addr`` 16 bits, ``wdata``/``rdata`` 32 bits, ``we``, ``re``; read data is valid two cycles after ``re``.
 """
 
 from .protocol import Drop

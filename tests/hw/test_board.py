@@ -59,7 +59,8 @@ def _run(commands, *, out_beats=(), ready_after=3):
             await ctx.tick()
 
     async def control(ctx):
-        # The core's control port: a write takes effect at the edge, a read answers in the next cycle.
+        # The core's control port: a write takes effect at the edge, a read answers two cycles after re. In
+        # the cycle between, rdata is the complement of the answer, so a bridge that samples early fails.
         while True:
             pending = None
             if ctx.get(dut.ctl.we):
@@ -69,6 +70,10 @@ def _run(commands, *, out_beats=(), ready_after=3):
                 pending = ctx.get(dut.ctl.addr)
             await ctx.tick()
             if pending is not None:
+                ctx.set(dut.ctl.rdata, ~regs.get(pending, 0) & 0xFFFF_FFFF)
+                assert not ctx.get(dut.ctl.re), "a read while one is in flight"
+                assert not ctx.get(dut.ctl.we), "a write while a read is in flight"
+                await ctx.tick()
                 ctx.set(dut.ctl.rdata, regs.get(pending, 0))
 
     async def core_in(ctx):

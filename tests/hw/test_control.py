@@ -36,6 +36,7 @@ def test_registers_schedule_and_counters():
             ctx.set(dut.ctl.re, 1)
             await ctx.tick()
             ctx.set(dut.ctl.re, 0)
+            await ctx.tick()
             return ctx.get(dut.ctl.rdata)
 
         # Reset: every job entry's bank is log2 S (slot = chunk mod S), the shadow holds no member.
@@ -118,7 +119,7 @@ def test_registers_schedule_and_counters():
 
 def test_read_map_every_address():
     """Every address of the read map (and the holes between) reads back what was written, its build
-    parameter or 0, one cycle after ``re``; the performance strobes are counted (a cycle late)."""
+    parameter or 0, two cycles after ``re``; the performance strobes are counted (a cycle late)."""
     jobs, rounds, dests, members = 4, 16, 2, 4
     params = {
         "width": 64,
@@ -175,14 +176,18 @@ def test_read_map_every_address():
         await ctx.tick().repeat(perf_in)
         ctx.set(dut.in_beat, 0)
         await ctx.tick()
+        prev = 0
         for addr in [*range(0x0600), 0x0800, 0x1000, 0x2000, 0x4000, 0x8000, 0x8001, 0xFFFF]:
             ctx.set(dut.ctl.addr, addr)
             ctx.set(dut.ctl.re, 1)
             await ctx.tick()
-            # rdata holds while re is low, and changes only the cycle after re.
+            # rdata holds while re is low and while the read is in flight, and changes only two cycles
+            # after re (the address is moved away at once: the first cycle must have captured it).
             ctx.set(dut.ctl.re, 0)
             ctx.set(dut.ctl.addr, regs.REG_ID)
-            got[addr] = ctx.get(dut.ctl.rdata)
+            assert ctx.get(dut.ctl.rdata) == prev
+            await ctx.tick()
+            got[addr] = prev = ctx.get(dut.ctl.rdata)
             await ctx.tick()
             assert ctx.get(dut.ctl.rdata) == got[addr]
 

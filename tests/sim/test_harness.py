@@ -46,8 +46,13 @@ class HalfAdder(wiring.Component):
         count = Signal(32)
         with m.If(self.ctl.we & (self.ctl.addr == 3)):
             m.d.sync += offset.eq(self.ctl.wdata)
-        with m.If(self.ctl.re):
-            with m.Switch(self.ctl.addr):
+        # Reads answer two cycles after re, like the core's control port: address and strobe are registered
+        # first, and rdata holds meanwhile.
+        re_q = Signal()
+        addr_q = Signal(16)
+        m.d.sync += [re_q.eq(self.ctl.re), addr_q.eq(self.ctl.addr)]
+        with m.If(re_q):
+            with m.Switch(addr_q):
                 with m.Case(3):
                     m.d.sync += self.ctl.rdata.eq(offset)
                 with m.Case(5):

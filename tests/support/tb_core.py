@@ -75,6 +75,7 @@ class TB:
         d.ctl__addr.value, d.ctl__re.value = addr, 1
         await RisingEdge(d.clk)
         d.ctl__re.value = 0
+        await RisingEdge(d.clk)  # rdata is valid two cycles after re
         await ReadOnly()
         value = d.ctl__rdata.value.to_unsigned()
         await RisingEdge(d.clk)
