@@ -308,9 +308,6 @@ class FrameParser(wiring.Component):
         fin_udp, fin_udp_b = Signal(17), Signal(24)
         fin_nz = Signal()  # the frame's UDP checksum field is not 0 (0: not computed)
 
-        # The frame's end (this beat's bytes) and the payload's, whichever comes first, relative to ``start``.
-        eff = Signal(rel_shape)
-        m.d.comb += eff.eq(Mux(rel < ib.bytes, rel, ib.bytes))
         short = js_lt(_HDR // B) | (js_eq(_HDR // B) & (ib.bytes < _HDR % B))  # frame length < 42
 
         # Drop codes 1-8 but the two checksums (4, 8), evaluated on the last beat from the merged header.
@@ -332,16 +329,23 @@ class FrameParser(wiring.Component):
         # Output beat k = frame bytes [(j-1)B + o, jB + o): the top B-o bytes of the previous beat and the
         # low o bytes of this one.
         joined = Cat(prev[8 * o :], ib.data[: 8 * o])
-        lim = Signal(rel_shape)  # end of this output beat's bytes, relative to ``start``
-        m.d.comb += lim.eq(Mux(ib.last, eff, rel))
-        # The decisions from the flags: ``eff > c`` is ``rel > c`` and ``bytes > c``, and ``bytes > o - B``
-        # always holds (o < B).
+        # The decisions from the flags: ``min(rel, bytes) > c`` is ``rel > c`` and ``bytes > c``, and
+        # ``bytes > o - B`` always holds (o < B).
         has_k = js_ge(q + 1) & rel_gt(o - B)
         lim_ge_o = rel_gt(o - 1) & (~ib.last | (ib.bytes >= o))
-        k_bytes = Mux(lim_ge_o, B, (lim + B - o)[: len(flush_bytes)])
+        # The output beat's end relative to ``start`` is ``bytes`` on a last beat where the frame ends before
+        # the payload, else ``rel``: the constant offsets are added to both beside the comparison rather than
+        # after the choice, so the adders run in parallel with it.
+        rel_lt_bytes = rel < ib.bytes
+        lim_is_bytes = ib.last & ~rel_lt_bytes
+        k_bytes = Mux(
+            lim_ge_o,
+            B,
+            Mux(lim_is_bytes, (ib.bytes + (B - o))[: len(flush_bytes)], (rel + (B - o))[: len(flush_bytes)]),
+        )
         need_flush = ib.last & js_ge(q) & rel_gt(o) & (ib.bytes > o)
         tail = Cat(ib.data[8 * o :], Const(0, 8 * o))
-        tail_bytes = (eff - o)[: len(flush_bytes)]
+        tail_bytes = Mux(rel_lt_bytes, (rel - o)[: len(flush_bytes)], (ib.bytes - o)[: len(flush_bytes)])
 
         ov, ob = Signal(), Signal.like(self.o.payload)
         # While a flush is owed, only a non-last beat can be accepted and it emits nothing (a frame's first
