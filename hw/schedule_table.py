@@ -142,14 +142,13 @@ class ScheduleTable(wiring.Component):
             self.o.payload.eq(out_fifo.r_data),
             out_fifo.r_en.eq(self.o.ready),
         ]
-        in_v, ib = taken, self.i.payload
 
         # Stage 0: the job comparisons only, registered; stage 1 picks the first match (priority, so that
         # two entries with one job id behave as the lowest one alone).
         # (Stage "in" before them registers the beat as it comes, so that the comparisons start from a
         # register.)
         vin, beatin = Signal(), Signal(ParsedBeat(self.width))
-        m.d.sync += [vin.eq(in_v), beatin.eq(ib)]
+        m.d.sync += [vin.eq(taken), beatin.eq(self.i.payload)]
         v00, beat00 = Signal(), Signal(ParsedBeat(self.width))
         match = Signal(J)
         m.d.sync += [v00.eq(vin), beat00.eq(beatin)]
