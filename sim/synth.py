@@ -676,6 +676,9 @@ def main(argv=None):
         default=None,
         help="the schedule table's modulo pipeline stages (default: the core's)",
     )
+    pe.add_argument(
+        "--name", default="ecp5_core", help="work folder under build/synth (default: ecp5_core)"
+    )
     pp = sub.add_parser("paths", help="synth_ecp5 only, paths ranked by an estimated delay (seconds, no P&R)")
     pp.add_argument("--mod-stages", type=int, default=None, help="as for ecp5 (default: the core's)")
     pp.add_argument("--count", type=int, default=40, help="endpoints to list (default: 40)")
@@ -696,7 +699,7 @@ def main(argv=None):
     try:
         overrides = {k: v for k in ("slots", "width") if (v := getattr(args, k, None)) is not None}
         if args.flow == "ecp5":
-            r = ecp5(overrides, freq=args.freq, seed=args.seed, mod_stages=args.mod_stages)
+            r = ecp5(overrides, freq=args.freq, seed=args.seed, mod_stages=args.mod_stages, name=args.name)
             print(json.dumps({k: v for k, v in r.items() if k != "config"}, indent=1))
         if args.flow == "paths":
             _, lines = paths(mod_stages=args.mod_stages, name=args.name, count=args.count, under=args.under)
