@@ -259,12 +259,16 @@ class FAdd(wiring.Component):
         a_inf = v["ea_max"] & v["fa_zero"]
         b_inf = v["eb_max"] & v["fb_zero"]
         sa, sb = v["a"][W - 1], v["b"][W - 1]
+        sig_y = comb("sig_y", Cat(y[:M], Mux(ge, v["b_nz"], v["a_nz"])), P)
         v = {
             "sig_x": comb("sig_x", Cat(x[:M], Mux(ge, v["a_nz"], v["b_nz"])), P),
-            "sig_y": comb("sig_y", Cat(y[:M], Mux(ge, v["b_nz"], v["a_nz"])), P),
+            # The first two levels of the alignment shift (by d's low two bits, one 4:1 multiplexer per
+            # bit) happen here, so step 3 only shifts by multiples of 4. Three zero bits below y keep
+            # every bit this shift moves, for the sticky bit.
+            "y1": comb("y1", Cat(Const(0, 3), sig_y) >> dcl[:2], P + 3),
             "e": comb("e", Cat(x[M] | ~Mux(ge, v["a_nz"], v["b_nz"]), x[M + 1 : M + E]), E),
             "e_m1": comb("e_m1", Mux(ge, v["ea_m1"], v["eb_m1"]), E),
-            "d": dcl,
+            "dh": dcl[2:],
             "sx": x[W - 1],
             "sy": y[W - 1],
             "nan": comb(
@@ -276,14 +280,22 @@ class FAdd(wiring.Component):
         }
         v = boundary(2, v)
 
-        # 3. Align y (shift right by d) and, in parallel, OR together its bits that fall below R.
+        # 3. Align y: the rest of the shift (by 4 * d[SH-1:2]) and, in parallel, the OR of y's bits that
+        #    fall below R.
+        y1, dh = v["y1"], v["dh"]
         span = G + (1 << SH)
-        wide = comb("wide", (Cat(Const(0, span - P), v["sig_y"]) >> v["d"]), span)
+        wide = Cat(Const(0, span - P - 3), y1)
+        for k in range(SH - 2):
+            # One 2:1 multiplexer level per bit of dh, written out so that each level is plainly a
+            # multiplexer on one select net.
+            wide = comb(f"wide{k}", Mux(dh[k], wide >> (4 << k), wide), span)
         ya = wide[span - G + 1 :]  # y's significand, G and R: G-1 bits
-        # Bit i of sig_y lands below R when d > i + 2: a thermometer code of d, made by shifting a
-        # constant so that it maps to small lookup tables rather than one comparator chain per bit.
-        below = comb("below", ~(Const((1 << (P + 2)) - 1, P + 2) << v["d"])[2 : P + 2], P)
-        sticky = comb("sticky", (v["sig_y"] & below) != 0)
+        # Bit j of y1 lands below R when j <= 4 * dh. ``dh > t`` for every t is a thermometer code of dh,
+        # made by shifting a constant so that it maps to small lookup tables rather than comparators.
+        nh = 1 << (SH - 2)
+        gt = comb("dh_gt", ~(Const((1 << nh) - 1, nh) << dh)[:nh], nh)
+        below = comb("below", Cat(Const(1, 1), *(gt[(j + 3) // 4 - 1] for j in range(1, P + 3))), P + 3)
+        sticky = comb("sticky", (y1 & below) != 0)
         v = {
             "xe": Cat(Const(0, 3), v["sig_x"]),
             "ya": Cat(sticky, ya),
@@ -321,7 +333,10 @@ class FAdd(wiring.Component):
 
         # 6. Left-shift amount: stop at exponent 1 so subnormal results keep their leading zeros.
         sh = comb("sh", Mux(v["lz"] > v["e_m1"], v["e_m1"], v["lz"]), range(G + 1))
-        v = dict(keep(v, "s", "e", "e_m1", "zero", "sign"), sh=sh)
+        # The first two levels of the left shift (by sh's low two bits) happen here, so step 7 only
+        # shifts by multiples of 4; bits pushed above G are lost either way.
+        s1 = comb("s1", (v["s"][:G] << sh[:2])[:G], G)
+        v = dict(keep(v, "s", "e", "e_m1", "zero", "sign"), sh=sh, s1=s1)
         v = boundary(6, v)
 
         # 7. Normalise: right by one on a carry (folding the lost bit into S), else left by sh. The
@@ -329,7 +344,9 @@ class FAdd(wiring.Component):
         #    decided here so that step 8 is only the rounding increment and one multiplexer.
         s, sh = v["s"], v["sh"]
         carry = s[G]
-        left = comb("left", (s[:G] << sh)[:G], G)
+        left = v["s1"]
+        for k in range(len(sh) - 2):
+            left = comb(f"left{k}", Mux(sh[k + 2], (left << (4 << k))[:G], left), G)
         right = Cat(s[1] | s[0], s[2 : G + 1])
         over = comb("over", carry & (v["e"] >= emax - 1))
         special = Signal(W, name="special")
