@@ -31,22 +31,25 @@ output never interrupts a sum in flight; it just stops new beats from starting. 
 one completion can wait inside the engine (``nxt``) behind the chunk being dispatched, so the completion
 queue in front of it holds one more in effect and its read enable never depends on the dispatch decision.
 
-Latency: 0 cycles added by the timing work of issue #11. A completion accepted by an idle engine has
-its first beat read on the next cycle; a beat's sum enters the output FIFO ``g * K`` cycles after its
+Latency: 1 cycle added by the timing work of issue #11 (the skid buffer at ``o``, so that the consumer's
+ready reaches neither the output FIFO nor the dispatch decision). A completion accepted by an idle engine
+has its first beat read on the next cycle; a beat's sum enters the output FIFO ``g * K`` cycles after its
 first read (K = L + 2 per pass: issue, read register R, operand register Q, then the L adder stages, the
-last of which is the position back at issue), and shows on ``o`` two cycles later. For the timing, the
-memories' read data is registered (Q) before the adders, and the accumulator comes straight off the
-adders' output registers instead of a register of its own, so the ring keeps its length; the dispatch
-conditions, the read addresses, the release and the ring's continue/finish decisions are registers
-computed the cycle before, and the horizon is kept also as the value the comparisons need on this cycle
-(``hqd``), so that "g * K > horizon" is one comparison of registers. Only a few control bits travel
-round the ring with a beat; the completion records of the chunks loaded and not yet finished wait in a
-small list (LUT memory) in order, and the record of a finished sum is the oldest there, because sums
-leave in the order they started. Completions have a group size of at least one (the slot table never
-sends g = 0).
+last of which is the position back at issue), and shows on ``o`` three cycles later (two through the
+FIFO, one through the skid buffer). For the timing, the memories' read data is registered (Q) before the
+adders, and the accumulator comes straight off the adders' output registers instead of a register of its
+own, so the ring keeps its length; the dispatch itself ("cur may dispatch and no position continues"),
+its conditions, the read addresses, the release and the ring's continue/finish decisions are registers
+computed the cycle before; the beats of the chunk still to dispatch are counted down (``left``), so "the
+beat after next is the last" compares one register with a constant; and the horizon is kept also as the
+value the comparisons need on this cycle (``hqd``), so that "g * K > horizon" is one comparison of
+registers. Only a few control bits travel round the ring with a beat; the completion records of the
+chunks loaded and not yet finished wait in a small list (LUT memory) in order, and the record of a
+finished sum is the oldest there, because sums leave in the order they started. Completions have a group
+size of at least one (the slot table never sends g = 0).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -118,9 +121,28 @@ class Reduce(wiring.Component):
 
         # Output FIFO with reservations.
         m.submodules.fifo = out = fifo.SyncFIFOBuffered(width=ResultWord(W, S).size, depth=self.fifo_depth)
-        m.d.comb += [self.o.payload.eq(out.r_data), self.o.valid.eq(out.r_rdy), out.r_en.eq(self.o.ready)]
+        # A skid buffer behind it: ``o`` is a register and the FIFO's read enable is one too (the spare is
+        # empty), so the consumer's ready reaches only the skid's enables, never the FIFO or the reservation
+        # counter below. With ``o.ready`` high the spare stays empty and a beat leaves every cycle.
+        # The spare's state is kept twice, computed apart so that the synthesis keeps both: ``sk_v`` selects
+        # the data, ``room`` enables the FIFO's read and the spare's capture, each driving only its own sinks.
+        # The spare copies the FIFO's output whenever it is empty, so that its enable is a register.
+        sk_v = Signal()
+        room = Signal(init=1)
+        sk = Signal(ResultWord(W, S))
         pop = Signal()
-        m.d.comb += pop.eq(out.r_en & out.r_rdy)
+        m.d.comb += [out.r_en.eq(room), pop.eq(out.r_rdy & room)]
+        with m.If(room):
+            m.d.sync += sk.eq(out.r_data)
+        with m.If(self.o.ready | ~self.o.valid):
+            m.d.sync += [
+                self.o.valid.eq(sk_v | pop),
+                self.o.payload.eq(Mux(sk_v, sk, out.r_data)),
+                sk_v.eq(0),
+                room.eq(1),
+            ]
+        with m.Else():
+            m.d.sync += [sk_v.eq(sk_v | pop), room.eq(room & ~pop)]
 
         # The shadow: each slot's last sums and completion record, for re-emitting its RESULT. A replay is
         # a completion of group size 1 whose beat comes from here instead of member 0's buffer (adding -0.0
@@ -151,7 +173,7 @@ class Reduce(wiring.Component):
             {"rem": 7, "wl": 1, "addr": aw, "sh": shaw, "slot": range(S), "replay": 1, "dtype": 2}
         )
         # The dispatcher's own copy of the fields it needs of the chunk being dispatched.
-        cur_layout = data.StructLayout({"slot": range(S), "g": 7, "nwords": 16, "replay": 1, "dtype": 2})
+        cur_layout = data.StructLayout({"slot": range(S), "g": 7, "replay": 1, "dtype": 2})
 
         # Input: one completion may wait in ``nxt`` behind the chunk being dispatched, so that ``i.ready``
         # is a register (the dispatch decision never reaches the completion queue). A completion goes
@@ -169,7 +191,9 @@ class Reduce(wiring.Component):
         # Dispatcher: the chunk whose beats are being started.
         cur_v = Signal()
         cur = Signal(cur_layout)
-        cur_w = Signal(16)
+        # The beats of cur after the one it dispatches next (nwords - 1 - its index), counted down, so that
+        # "the beat after next is the last" is a comparison of one register with a constant, not an adder.
+        left = Signal(signed(18))
         fetch = Signal()  # the cycle after a replay was loaded: its record arrives from ``records``
         # The time left to the last beat started (a beat may start only if it finishes after it: its g * K
         # greater than that), kept as hq * K + hr with hr < K, so that "g * K > horizon" is "g > hq".
@@ -180,13 +204,13 @@ class Reduce(wiring.Component):
         hqd = Signal(7)
         # Registered conditions of the dispatcher, each taken from its candidates of the cycle before (load,
         # replay record, next beat, hold), so that the dispatch and the read address start from registers.
-        ready = Signal()  # cur may dispatch a beat now (unless a ring position continues)
-        ready_last = Signal()  # ready & cur_last
-        cur_last = Signal()  # cur_w + 1 >= cur.nwords
-        cur_wl = Signal()  # cur_w + 1 == cur.nwords
+        # ``disp`` (below) is itself a register: "cur may dispatch" and "no ring position continues", both
+        # known the cycle before, so the load decision and the dispatcher's enables start from registers.
+        cur_last = Signal()  # left <= 0
+        cur_wl = Signal()  # left == 0
         cur_rel = Signal()  # a dispatch now is the chunk's last read
-        cur_addr = Signal(aw)  # member 0's beat cur_w of slot cur.slot
-        cur_sh = Signal(shaw)  # beat cur_w of slot cur.slot in the shadow
+        cur_addr = Signal(aw)  # member 0's beat of slot cur.slot that cur dispatches next
+        cur_sh = Signal(shaw)  # that beat of slot cur.slot in the shadow
         in_ring = Signal(range(K + 1))
         ring_empty = Signal(init=1)
         ring_one = Signal()
@@ -207,8 +231,7 @@ class Reduce(wiring.Component):
         acc = Signal(W)  # the position's partial sum, off the adders' output registers
 
         # Issue.
-        disp = Signal()
-        m.d.comb += disp.eq(~cont & ready)
+        disp = Signal()  # cur dispatches a beat now: cur may dispatch and no ring position continues
         issue = cont | disp
         isb = Signal(sb_layout)
         with m.If(cont):
@@ -259,10 +282,9 @@ class Reduce(wiring.Component):
         ]
         free_ok = pop | Mux(disp, ~free_is1, free_nz)  # free_nz of the next cycle
 
-        # Loading the dispatcher: from ``nxt`` if it holds one, else straight from the input. ``load`` is
-        # formed from registers directly (``ready_last`` is ``ready & cur_last``), not from ``disp``.
+        # Loading the dispatcher: from ``nxt`` if it holds one, else straight from the input; from registers.
         load = Signal()
-        m.d.comb += load.eq((~cur_v | (~cont & ready_last)) & (nxt_v | self.i.valid))
+        m.d.comb += load.eq((~cur_v | (disp & cur_last)) & (nxt_v | self.i.valid))
         ip = self.i.payload
         with m.If(nxt_v):
             with m.If(load):
@@ -316,7 +338,8 @@ class Reduce(wiring.Component):
         # never meets a fetch (a fetch blocks dispatch, and cur is valid then); after a dispatch the ring is
         # not empty.
         rec_last = rec.nwords <= 1
-        cur_last2 = cur_w + 2 >= cur.nwords
+        cur_last2 = left <= 1
+        cur_wl2 = left == 1
 
         # With a group size of at least one: after a dispatch the horizon is cur.g - 1, so g > it is
         # g >= cur.g; otherwise "g * K > horizon" is "g > hqd".
@@ -329,17 +352,16 @@ class Reduce(wiring.Component):
         r_fetch = (hqd == 0) & ring_empty_hold
         r_disp = ~cur_last & ~cur.replay
         r_hold = cur_v & gt_hq(cur.g) & (~cur.replay | ring_empty_hold)
-        m.d.sync += [
-            ready.eq(free_ok & Mux(load, r_load, Mux(fetch, r_fetch, Mux(disp, r_disp, r_hold)))),
-            ready_last.eq(
-                free_ok
-                & Mux(
-                    load,
-                    r_load & src_last,
-                    Mux(fetch, r_fetch & rec_last, Mux(disp, r_disp & cur_last2, r_hold & cur_last)),
-                )
-            ),
+        # ``cont`` of the next cycle, as its register below gets it.
+        cont_next = Signal()
+        # Both outcomes formed apart (kept so), so that ``load``, the latest and most loaded net, comes in at
+        # the last gate only.
+        d_load, d_rest = Signal(attrs={"keep": 1}), Signal(attrs={"keep": 1})
+        m.d.comb += [
+            d_load.eq(~cont_next & free_ok & r_load),
+            d_rest.eq(~cont_next & free_ok & Mux(fetch, r_fetch, Mux(disp, r_disp, r_hold))),
         ]
+        m.d.sync += disp.eq(Mux(load, d_load, d_rest))
 
         def base_addr(slot):
             return (slot * G * NW)[:aw]
@@ -353,10 +375,9 @@ class Reduce(wiring.Component):
                 cur_v.eq(1),
                 cur.slot.eq(src_slot),
                 cur.g.eq(src_g),
-                cur.nwords.eq(Mux(nxt_v, nxt.nwords, ip.nwords)),
+                left.eq(Mux(nxt_v, nxt.nwords, ip.nwords) - 1),
                 cur.replay.eq(src_replay),
                 cur.dtype.eq(Mux(nxt_v, nxt.desc.dtype, ip.desc.dtype)),
-                cur_w.eq(0),
                 cur_last.eq(src_last),
                 cur_wl.eq(src_wl),
                 cur_rel.eq(src_rel),
@@ -367,7 +388,7 @@ class Reduce(wiring.Component):
             m.d.sync += [
                 cur.slot.eq(rec.slot),
                 cur.g.eq(1),
-                cur.nwords.eq(rec.nwords),
+                left.eq(rec.nwords - 1),
                 cur.replay.eq(1),
                 cur.dtype.eq(rec.desc.dtype),
                 cur_last.eq(rec_last),
@@ -378,10 +399,10 @@ class Reduce(wiring.Component):
             ]
         with m.Elif(disp):
             m.d.sync += [
-                cur_w.eq(cur_w + 1),
+                left.eq(left - 1),
                 cur_last.eq(cur_last2),
-                cur_wl.eq(cur_w + 2 == cur.nwords),
-                cur_rel.eq((cur.g == 1) & (cur_w + 2 == cur.nwords) & ~cur.replay),
+                cur_wl.eq(cur_wl2),
+                cur_rel.eq((cur.g == 1) & cur_wl2 & ~cur.replay),
                 cur_addr.eq(cur_addr + 1),
                 cur_sh.eq(cur_sh + 1),
             ]
@@ -432,9 +453,10 @@ class Reduce(wiring.Component):
             nv, nsb = Signal(name=f"ring_v{d}"), Signal(sb_layout, name=f"ring_sb{d}")
             m.d.sync += [nv.eq(sv), nsb.eq(ssb)]
             sv, ssb = nv, nsb
+        m.d.comb += cont_next.eq(sv & (ssb.rem != 0))
         m.d.sync += [
             osb.eq(ssb),
-            cont.eq(sv & (ssb.rem != 0)),
+            cont.eq(cont_next),
             fin.eq(sv & (ssb.rem == 0)),
             o_rem.eq(ssb.rem - 1),
             o_rel.eq(~ssb.replay & (ssb.rem == 1) & ssb.wl),

@@ -88,7 +88,8 @@ class ResultBuilder(wiring.Component):
         m.d.comb += plen.eq(protocol.HEADER_BYTES + elems)
 
         en = ~self.o.valid | self.o.ready
-        header_beat = pw < PW0
+        # ``pw < PW0`` kept as a register of its own, so that ``i.ready`` is one gate from registers.
+        header_beat = Signal(init=PW0 > 0)
         m.d.comb += self.i.ready.eq(en & ~header_beat)
         ob = Signal.like(self.o.payload)
         m.d.comb += [ob.plen.eq(plen), ob.mdest.eq(ib.cd.mdest), ob.bytes.eq(B), ob.data.eq(ib.data)]
@@ -106,7 +107,7 @@ class ResultBuilder(wiring.Component):
             m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(ob)]
             with m.If(self.i.valid):
                 with m.If(~header_beat & ib.last):
-                    m.d.sync += pw.eq(0)
+                    m.d.sync += [pw.eq(0), header_beat.eq(PW0 > 0)]
                 with m.Else():
-                    m.d.sync += pw.eq(pw + 1)
+                    m.d.sync += [pw.eq(pw + 1), header_beat.eq(pw + 1 < PW0)]
         return m

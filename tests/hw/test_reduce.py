@@ -150,7 +150,8 @@ def _chunk(slot, g, nwords, chunk, replay=0):
 
 def test_latency_and_one_completion_ahead():
     """An idle engine reads the first beat on the cycle after it accepted the completion and the sum leaves
-    ``g * K`` cycles later (plus the output FIFO's two): the figures before the timing work. While that
+    ``g * K`` cycles later plus three (the output FIFO's two and the skid buffer's one, the cycle the timing
+    work added). While that
     chunk is being read the engine already takes the next completion (``i.ready`` is a register, one
     completion waits inside), and then no more until the first chunk has been dispatched."""
     dut = Top([k * 0x1234567 for k in range(S * G * NW)])
@@ -163,7 +164,7 @@ def test_latency_and_one_completion_ahead():
     assert reads[:2] == [t0 + 1, t0 + 2]  # beat 0 and 1 of member 0, back to back
     assert len(reads) == g * nw + 2
     outs = [c for c, r in enumerate(trace) if r[0]]
-    assert outs[0] == t0 + 1 + g * K + 2
+    assert outs[0] == t0 + 1 + g * K + 3
     assert took[1] == t0 + 1  # taken while chunk 0 is still being read
     # Chunk 0's last beat is dispatched at t0 + 2, so chunk 1 is dispatched next and chunk 2 taken then.
     assert took[2] == t0 + 3
