@@ -1,20 +1,21 @@
 """Schedule table: for this site's rank, the expected set, the summation order and the round bank of every
 (job, round mod P).
 
-Latency: ``mod_stages + 9`` cycles: ``mod_stages + 7`` register stages that never stall, then an output FIFO
-(2). The first stage registers the beat as it comes in; stage 0 compares the packet's job with the ``jobs``
-entries (job id, period P with 0 = entry unused, bank bits b) and registers the matches; stage 1 takes the
-first match's period and bank; the next ``mod_stages`` stages compute ``round mod P`` by restoring division,
-``32 / mod_stages`` bits per stage (P is any value from 1 to ``rounds``, so no power-of-two shortcut applies);
-then the table memory (``jobs * rounds`` entries of the 64-bit expected bitmap and the summation order,
-``members`` ranks of 6 bits with a valid bit each, written through the control port) is read while the chunk's
-slot ``((round mod P) << b | chunk mod 2**b) mod S`` is formed; the entry is registered as it leaves the
-memory (whose clock-to-out is most of a cycle on ECP5); the stage after compares it with the packet (stripe
-bounds, the sender's bitmap bit, each rank of the order against ``src``), and the last stage derives
-``unexpected_src`` (code 21) and the sender's member index from those registered results: the position of
-``src`` in the summation order (the first position that holds it; ``members`` when none does, which the slot
-table never writes). Each stage is a few LUTs deep so that the table closes timing beside the rest of the core
-(issue #11): 16 modulo stages (2 round bits each) is the depth that does at W = 64 on ECP5.
+Latency: ``mod_stages + 10`` cycles: ``mod_stages + 7`` register stages that never stall, then an output FIFO
+(3: its memory is block RAM, read into an output register). The first stage registers the beat as it comes in;
+stage 0 compares the packet's job with the ``jobs`` entries (job id, period P with 0 = entry unused, bank bits
+b) and registers the matches; stage 1 takes the first match's period and bank; the next ``mod_stages`` stages
+compute ``round mod P`` by restoring division, ``32 / mod_stages`` bits per stage (P is any value from 1 to
+``rounds``, so no power-of-two shortcut applies); then the table memory (``jobs * rounds`` entries of the
+64-bit expected bitmap and the summation order, ``members`` ranks of 6 bits with a valid bit each, written
+through the control port) is read while the chunk's slot ``((round mod P) << b | chunk mod 2**b) mod S`` is
+formed; the entry is registered as it leaves the memory (whose clock-to-out is most of a cycle on ECP5); the
+stage after compares it with the packet (stripe bounds, the sender's bitmap bit, each rank of the order
+against ``src``), and the last stage derives ``unexpected_src`` (code 21) and the sender's member index from
+those registered results: the position of ``src`` in the summation order (the first position that holds it;
+``members`` when none does, which the slot table never writes). Each stage is a few LUTs deep so that the
+table closes timing beside the rest of the core (issue #11): 16 modulo stages (2 round bits each) is the depth
+that does at W = 64 on ECP5.
 
 Root aggregation: an entry also holds the chunk range ``root_lo ..= root_hi`` this site is the root of in
 that round (its stripe; ``0 ..= 2**32 - 1`` in gather mode) and ``mdest``, the group address its RESULTs
@@ -28,7 +29,7 @@ in the stages and in the FIFO, leave it room. One beat per cycle while ``o.ready
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec import protocol
@@ -68,7 +69,7 @@ class ScheduleTable(wiring.Component):
         self.mod_stages = mod_stages
         #: Output FIFO depth: the beats in the stages plus room to keep one beat a cycle flowing.
         self.fifo_depth = 1 << (mod_stages + 11).bit_length()
-        self.latency = mod_stages + 9
+        self.latency = mod_stages + 10
         super().__init__(
             {
                 "i": In(stream.Signature(ParsedBeat(width))),
@@ -124,37 +125,86 @@ class ScheduleTable(wiring.Component):
                 "slot": range(S),
             }
         )
+        # Data registers have no reset (only the valid bits do): a reset reaching every flip-flop of a wide
+        # pipeline is one more net of thousands of sinks.
         # The stages never stall: a stall would be one net enabling every register of every stage (thousands
         # of flip-flops: nextpnr routed it in 8.7 ns on ECP5). Beats go into an output FIFO instead, and the
-        # input takes a beat only while the beats inside (in the stages and the FIFO) leave the FIFO room,
-        # counted in ``inflight``; ``i.ready`` is that count's comparison, registered.
+        # input takes a beat only while the beats inside (in the stages and the FIFO) leave the FIFO's memory
+        # room, counted in ``inflight``; ``i.ready`` is that count's comparison, registered.
         out_shape = ScheduledBeat(self.width, G, S)
-        m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(width=out_shape.size, depth=self.fifo_depth)
-        inflight = Signal(range(self.fifo_depth + 1))
+        D = self.fifo_depth
+        # The FIFO's memory is block RAM: in LUT RAM its read address reached every 4-bit cell of a 300-bit
+        # word spread over the die (8.8 ns of routing on one net, run 13). Block RAM's clock-to-out is most of
+        # a cycle, so its word goes into a register before anything looks at it: an output register and a
+        # skid register behind it, filled by reads issued on credit (at most two words issued and not yet
+        # taken), so that ``o.ready`` enables no more than those two registers and the read.
+        m.submodules.out_mem = out_mem = memory.Memory(
+            shape=out_shape.size, depth=D, init=[], attrs={"ram_style": "block"}
+        )
+        fw = out_mem.write_port()
+        fr = out_mem.read_port(domain="sync")
+        w_ptr, r_ptr = Signal(range(D)), Signal(range(D))
+        # Words in the memory, minus one: its sign bit is "empty", a register bit, not a compare.
+        count_m1 = Signal(range(-1, D), init=-1)
+        occ = Signal(range(3))  # words read and not yet taken by ``o``
+        arr_v = Signal()  # the read data holds a word issued last cycle
+        out_v, out_d = Signal(), Signal(out_shape.size, reset_less=True)
+        sk_v, sk_d = Signal(), Signal(out_shape.size, reset_less=True)
+        consume = out_v & self.o.ready
+        issue = Signal()
+        r_next = Signal.like(r_ptr)
+        cm_same, cm_less = Signal.like(count_m1), Signal.like(count_m1)
+        m.d.comb += [
+            r_next.eq(r_ptr + 1),
+            cm_same.eq(count_m1 + fw.en),
+            cm_less.eq(count_m1 + fw.en - 1),
+            issue.eq(~count_m1[-1] & ((occ != 2) | consume)),
+            fr.en.eq(issue),
+            fr.addr.eq(r_ptr),
+            fw.addr.eq(w_ptr),
+            self.o.valid.eq(out_v),
+            self.o.payload.eq(out_d),
+        ]
+        m.d.sync += [
+            w_ptr.eq(w_ptr + fw.en),  # D is a power of two: the pointers wrap
+            # Both outcomes worked out from registers; ``issue`` (which waits on ``o.ready``) only picks.
+            r_ptr.eq(Mux(issue, r_next, r_ptr)),
+            count_m1.eq(Mux(issue, cm_less, cm_same)),
+            occ.eq(occ + issue - consume),
+            arr_v.eq(issue),
+        ]
+        with m.If(arr_v):
+            m.d.sync += sk_d.eq(fr.data)
+        with m.If(~out_v | self.o.ready):
+            m.d.sync += [
+                out_v.eq(sk_v | arr_v),
+                out_d.eq(Mux(sk_v, sk_d, fr.data)),
+                sk_v.eq(sk_v & arr_v),
+            ]
+        with m.Else():
+            m.d.sync += sk_v.eq(sk_v | arr_v)
+
+        inflight = Signal(range(D + 1))
         ready = Signal(init=1)
         taken = self.i.valid & ready
-        left = out_fifo.r_rdy & self.o.ready
+        # A word leaves the count a cycle after its read is issued (``arr_v``), so that ``o.ready`` does not
+        # reach ``i.ready``; the count is then at most one high, which only makes the input more careful.
         after = Signal.like(inflight)
-        m.d.comb += [after.eq(inflight + taken - left), self.i.ready.eq(ready)]
-        m.d.sync += [inflight.eq(after), ready.eq(after < self.fifo_depth)]
-        m.d.comb += [
-            self.o.valid.eq(out_fifo.r_rdy),
-            self.o.payload.eq(out_fifo.r_data),
-            out_fifo.r_en.eq(self.o.ready),
-        ]
+        m.d.comb += [after.eq(inflight + taken - arr_v), self.i.ready.eq(ready)]
+        m.d.sync += [inflight.eq(after), ready.eq(after < D)]
 
         # Stage 0: the job comparisons only, registered; stage 1 picks the first match (priority, so that
         # two entries with one job id behave as the lowest one alone).
         # (Stage "in" before them registers the beat as it comes, so that the comparisons start from a
         # register.)
-        vin, beatin = Signal(), Signal(ParsedBeat(self.width))
+        vin, beatin = Signal(), Signal(ParsedBeat(self.width), reset_less=True)
         m.d.sync += [vin.eq(taken), beatin.eq(self.i.payload)]
-        v00, beat00 = Signal(), Signal(ParsedBeat(self.width))
-        match = Signal(J)
+        v00, beat00 = Signal(), Signal(ParsedBeat(self.width), reset_less=True)
+        match = Signal(J, reset_less=True)
         m.d.sync += [v00.eq(vin), beat00.eq(beatin)]
         for j in range(J):
             m.d.sync += match[j].eq((self.job_id[j] == beatin.desc.job) & (self.job_period[j] != 0))
-        ctx0 = Signal(ctx_layout)
+        ctx0 = Signal(ctx_layout, reset_less=True)
         v0 = Signal()
         hit, jidx = Const(0), Const(0, range(J))
         period, bank = Const(0, range(R + 1)), Const(0, BANK_BITS)
@@ -183,14 +233,14 @@ class ScheduleTable(wiring.Component):
                 shifted = Signal(rbits, name=f"mod{s}_b{b}")
                 m.d.comb += shifted.eq(Cat(prev.beat.desc.round[b], rem))
                 rem = Mux(shifted >= prev.period, shifted - prev.period, shifted)[:rbits]
-            v, ctx = Signal(name=f"mod{s}_valid"), Signal(ctx_layout, name=f"mod{s}")
+            v, ctx = Signal(name=f"mod{s}_valid"), Signal(ctx_layout, name=f"mod{s}", reset_less=True)
             m.d.sync += [v.eq(prev_v), ctx.eq(prev), ctx.rem.eq(rem)]
             prev_v, prev = v, ctx
 
         # Table read (the read port's register is this stage's data register) and the round bank's slot:
         # bit k of the slot is chunk bit k below the bank bits, else remainder bit k - b. Without a job the
         # remainder is meaningless, but the result is still an index below S.
-        vt, ctxt = Signal(), Signal(ctx_layout)
+        vt, ctxt = Signal(), Signal(ctx_layout, reset_less=True)
         m.d.comb += [
             rp.addr.eq(Cat(prev.rem[: (R - 1).bit_length()], prev.jidx) if R > 1 else prev.jidx),
         ]
@@ -203,19 +253,19 @@ class ScheduleTable(wiring.Component):
             )
         m.d.sync += [vt.eq(prev_v), ctxt.eq(prev), ctxt.slot.eq(slot)]
 
-        vr, ctxr = Signal(), Signal(ctx_layout)
-        entry = Signal(entry_layout)
+        vr, ctxr = Signal(), Signal(ctx_layout, reset_less=True)
+        entry = Signal(entry_layout, reset_less=True)
         m.d.sync += [vr.eq(vt), ctxr.eq(ctxt), entry.eq(rp.data)]
         src = ctxr.beat.desc.src
-        vc, ctxc = Signal(), Signal(ctx_layout)
+        vc, ctxc = Signal(), Signal(ctx_layout, reset_less=True)
         # The 32-bit stripe bounds as 16-bit halves (two short carry chains instead of one long one) and the
         # sender's bitmap bit as the 16-bit word that holds it: both finished in the last stage.
         chunk = ctxr.beat.desc.chunk
-        lt_h, eq_h, lt_l = Signal(), Signal(), Signal()
-        gt_h, eq_hh, gt_l = Signal(), Signal(), Signal()
-        sword = Signal(16)
-        holds = Signal(G)  # holds[k]: position k of the order is src
-        bitmap, mdest = Signal(64), Signal(32)
+        lt_h, eq_h, lt_l = (Signal(reset_less=True) for _ in range(3))
+        gt_h, eq_hh, gt_l = (Signal(reset_less=True) for _ in range(3))
+        sword = Signal(16, reset_less=True)
+        holds = Signal(G, reset_less=True)  # holds[k]: position k of the order is src
+        bitmap, mdest = Signal(64, reset_less=True), Signal(32, reset_less=True)
         m.d.sync += [
             vc.eq(vr),
             ctxc.eq(ctxr),
@@ -253,10 +303,10 @@ class ScheduleTable(wiring.Component):
         m.d.comb += midx.eq(Mux(terms[0][0], terms[0][1], G))
         unexpected = ~(ctxc.hit & ~foreign & sbit)
 
-        out_v, ob = Signal(), Signal(out_shape)
-        m.d.comb += [out_fifo.w_en.eq(out_v), out_fifo.w_data.eq(ob)]
+        ob = Signal(out_shape, reset_less=True)
+        m.d.comb += fw.data.eq(ob)
         m.d.sync += [
-            out_v.eq(vc),
+            fw.en.eq(vc),
             ob.data.eq(ctxc.beat.data),
             ob.bytes.eq(ctxc.beat.bytes),
             ob.last.eq(ctxc.beat.last),

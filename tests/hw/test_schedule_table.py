@@ -54,7 +54,7 @@ def test_lookup(mod_stages, stalls):
     rng = np.random.default_rng(mod_stages + 100 * stalls)
     jobs, rounds = 4, 64
     dut = ScheduleTable(width=64, members=G, slots=S, jobs=jobs, rounds=rounds, mod_stages=mod_stages)
-    assert dut.latency == mod_stages + 9
+    assert dut.latency == mod_stages + 10
     table = {}
     entries = []
     for j in range(jobs - 1):  # the last entry stays disabled
