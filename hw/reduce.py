@@ -30,6 +30,7 @@ Back-pressure: a beat is started only when the output FIFO has room reserved for
 output never interrupts a sum in flight; it just stops new beats from starting. ``i.ready`` is a register:
 one completion can wait inside the engine (``nxt``) behind the chunk being dispatched, so the completion
 queue in front of it holds one more in effect and its read enable never depends on the dispatch decision.
+``o`` is the output of a two-beat skid buffer behind the FIFO: ``o.ready`` reaches only its registers.
 
 Latency: 1 cycle added by the timing work of issue #11 (the skid buffer at ``o``, so that the consumer's
 ready reaches neither the output FIFO nor the dispatch decision). A completion accepted by an idle engine
@@ -127,12 +128,14 @@ class Reduce(wiring.Component):
         # The spare's state is kept twice, computed apart so that the synthesis keeps both: ``sk_v`` selects
         # the data, ``room`` enables the FIFO's read and the spare's capture, each driving only its own sinks.
         # The spare copies the FIFO's output whenever it is empty, so that its enable is a register.
+        # ``sk_cap`` is a third copy (the spare's capture enable), each copy from its own previous value.
         sk_v = Signal()
         room = Signal(init=1)
+        sk_cap = Signal(init=1)
         sk = Signal(ResultWord(W, S))
         pop = Signal()
         m.d.comb += [out.r_en.eq(room), pop.eq(out.r_rdy & room)]
-        with m.If(room):
+        with m.If(sk_cap):
             m.d.sync += sk.eq(out.r_data)
         with m.If(self.o.ready | ~self.o.valid):
             m.d.sync += [
@@ -140,9 +143,14 @@ class Reduce(wiring.Component):
                 self.o.payload.eq(Mux(sk_v, sk, out.r_data)),
                 sk_v.eq(0),
                 room.eq(1),
+                sk_cap.eq(1),
             ]
         with m.Else():
-            m.d.sync += [sk_v.eq(sk_v | pop), room.eq(room & ~pop)]
+            m.d.sync += [
+                sk_v.eq(sk_v | pop),
+                room.eq(room & ~pop),
+                sk_cap.eq(sk_cap & ~(out.r_rdy & sk_cap)),
+            ]
 
         # The shadow: each slot's last sums and completion record, for re-emitting its RESULT. A replay is
         # a completion of group size 1 whose beat comes from here instead of member 0's buffer (adding -0.0
@@ -180,6 +188,9 @@ class Reduce(wiring.Component):
         # straight into ``cur`` when ``cur`` is free or frees on this cycle, so an idle engine starts it on
         # the same cycle as without the buffer.
         nxt_v = Signal()
+        # A copy of ``nxt_v`` for the load decision alone (``nxt_v`` drives the input's ready and the
+        # choice of every field loaded), from its own previous value so that the synthesis keeps both.
+        nxt_ld = Signal()
         nxt = Signal(cd_layout)
         take = Signal()
         m.d.comb += [self.i.ready.eq(~nxt_v), take.eq(self.i.valid & ~nxt_v)]
@@ -249,7 +260,8 @@ class Reduce(wiring.Component):
         m.d.comb += [
             self.rd.addr.eq(isb.addr),
             self.rd.en.eq(1),
-            shr.addr.eq(isb.sh),
+            # Only a replay reads the shadow, and a replay (a group of one) never goes round again.
+            shr.addr.eq(cur_sh),
             shr.en.eq(1),
             self.read_strobe.eq((cont & ~osb.replay) | (disp & ~cur.replay)),
             self.release.eq((cont & o_rel) | (disp & cur_rel)),
@@ -284,7 +296,8 @@ class Reduce(wiring.Component):
 
         # Loading the dispatcher: from ``nxt`` if it holds one, else straight from the input; from registers.
         load = Signal()
-        m.d.comb += load.eq((~cur_v | (disp & cur_last)) & (nxt_v | self.i.valid))
+        m.d.comb += load.eq((~cur_v | (disp & cur_last)) & (nxt_ld | self.i.valid))
+        m.d.sync += nxt_ld.eq((nxt_ld | self.i.valid) & ~load)
         ip = self.i.payload
         with m.If(nxt_v):
             with m.If(load):
@@ -370,6 +383,15 @@ class Reduce(wiring.Component):
             return (slot * NW)[:shaw]
 
         m.d.sync += fetch.eq(load & src_replay)
+        # The flags of the beat cur dispatches next, chosen like ``disp``: everything but a load formed apart.
+        for flag, on_load, on_fetch, on_disp in (
+            (cur_last, src_last, rec_last, cur_last2),
+            (cur_wl, src_wl, rec.nwords == 1, cur_wl2),
+            (cur_rel, src_rel, 0, (cur.g == 1) & cur_wl2 & ~cur.replay),
+        ):
+            rest = Signal(name=f"{flag.name}_rest", attrs={"keep": 1})
+            m.d.comb += rest.eq(Mux(fetch, on_fetch, Mux(disp, on_disp, flag)))
+            m.d.sync += flag.eq(Mux(load, on_load, rest))
         with m.If(load):
             m.d.sync += [
                 cur_v.eq(1),
@@ -378,9 +400,6 @@ class Reduce(wiring.Component):
                 left.eq(Mux(nxt_v, nxt.nwords, ip.nwords) - 1),
                 cur.replay.eq(src_replay),
                 cur.dtype.eq(Mux(nxt_v, nxt.desc.dtype, ip.desc.dtype)),
-                cur_last.eq(src_last),
-                cur_wl.eq(src_wl),
-                cur_rel.eq(src_rel),
                 cur_addr.eq(base_addr(src_slot)),
                 cur_sh.eq(base_sh(src_slot)),
             ]
@@ -391,18 +410,12 @@ class Reduce(wiring.Component):
                 left.eq(rec.nwords - 1),
                 cur.replay.eq(1),
                 cur.dtype.eq(rec.desc.dtype),
-                cur_last.eq(rec_last),
-                cur_wl.eq(rec.nwords == 1),
-                cur_rel.eq(0),
                 cur_addr.eq(base_addr(rec.slot)),
                 cur_sh.eq(base_sh(rec.slot)),
             ]
         with m.Elif(disp):
             m.d.sync += [
                 left.eq(left - 1),
-                cur_last.eq(cur_last2),
-                cur_wl.eq(cur_wl2),
-                cur_rel.eq((cur.g == 1) & cur_wl2 & ~cur.replay),
                 cur_addr.eq(cur_addr + 1),
                 cur_sh.eq(cur_sh + 1),
             ]
@@ -452,8 +465,15 @@ class Reduce(wiring.Component):
         for d in range(L):
             nv, nsb = Signal(name=f"ring_v{d}"), Signal(sb_layout, name=f"ring_sb{d}")
             m.d.sync += [nv.eq(sv), nsb.eq(ssb)]
+            if d == L - 1:
+                # ``cont`` of the next cycle is registered here from the stage before, alongside the last
+                # stage, so that the dispatch decision sees it as a register.
+                cont_pre = Signal()
+                m.d.sync += cont_pre.eq(sv & (ssb.rem != 0))
+                m.d.comb += cont_next.eq(cont_pre)
             sv, ssb = nv, nsb
-        m.d.comb += cont_next.eq(sv & (ssb.rem != 0))
+        if L == 0:
+            m.d.comb += cont_next.eq(sv & (ssb.rem != 0))
         m.d.sync += [
             osb.eq(ssb),
             cont.eq(cont_next),
