@@ -32,7 +32,6 @@ import time
 import warnings
 from pathlib import Path
 
-from ..hw.schedule_table import ScheduleTable
 from . import toolchain
 from . import verilog as vexport
 
@@ -102,34 +101,16 @@ def _workdir(name):
 
 def _export_core(workdir, config, top, mod_stages=None):
     """Write the bare core of ``config`` (single clock) as ``workdir/<top>.v``; return the path.
-    ``mod_stages`` replaces the schedule table's modulo pipeline depth (the core's default otherwise): the
-    export has no option for it, so the core's schedule table is rebuilt with the same parameters."""
+    ``mod_stages`` replaces the schedule table's modulo pipeline depth (the export's default otherwise)."""
+    if mod_stages is not None:
+        config = {**config, "mod_stages": mod_stages}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         comp = vexport.build(kind="core", **config)
-        if mod_stages is not None:
-            old = comp.schedule
-            comp.schedule = ScheduleTable(
-                width=old.width,
-                members=old.members,
-                slots=old.slots,
-                jobs=old.jobs,
-                rounds=old.rounds,
-                mod_stages=mod_stages,
-            )
         text = toolchain.verilog_text(comp, top=top)
     path = workdir / f"{top}.v"
     path.write_text(text)
     return path
-
-
-def _default_mod_stages():
-    """The core's default modulo pipeline depth (the keyword's default of :class:`AggregatorCore`)."""
-    import inspect
-
-    from ..hw.core import AggregatorCore
-
-    return inspect.signature(AggregatorCore).parameters["mod_stages"].default
 
 
 def _signal_of(name):
@@ -260,7 +241,7 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
         "config": config,
         "request_mhz": freq,
         "seed": seed,
-        "mod_stages": mod_stages or _default_mod_stages(),
+        "mod_stages": mod_stages or vexport.DEFAULTS["mod_stages"],
         "luts": util["TRELLIS_COMB"]["used"],
         "ffs": util["TRELLIS_FF"]["used"],
         "ebr": util["DP16KD"]["used"],
@@ -676,9 +657,7 @@ def main(argv=None):
         default=None,
         help="the schedule table's modulo pipeline stages (default: the core's)",
     )
-    pe.add_argument(
-        "--name", default="ecp5_core", help="work folder under build/synth (default: ecp5_core)"
-    )
+    pe.add_argument("--name", default="ecp5_core", help="work folder under build/synth (default: ecp5_core)")
     pp = sub.add_parser("paths", help="synth_ecp5 only, paths ranked by an estimated delay (seconds, no P&R)")
     pp.add_argument("--mod-stages", type=int, default=None, help="as for ecp5 (default: the core's)")
     pp.add_argument("--count", type=int, default=40, help="endpoints to list (default: 40)")

@@ -62,6 +62,7 @@ DEFAULTS = {
     "rounds": 64,
     "entry": "frame",
     "bypass_bytes": 9216,
+    "mod_stages": 16,
 }
 #: What the top is: the AXI wrapper around the core, or the bare core.
 KINDS = ("axi", "core")
@@ -97,6 +98,7 @@ def build(*, kind="axi", ctl_domain="axil", fifo_beats=None, **config):
         rounds=c["rounds"],
         entry=c["entry"],
         bypass_bytes=c["bypass_bytes"],
+        mod_stages=c["mod_stages"],
     )
     if kind == "core":
         return core
@@ -352,6 +354,14 @@ def add_arguments(parser):
         "0 for --entry payload)",
     )
     parser.add_argument(
+        "--mod-stages",
+        type=int,
+        default=d["mod_stages"],
+        choices=(1, 2, 4, 8, 16, 32),
+        help="pipeline stages of the schedule table's round-modulo division: more stages, shorter paths, "
+        f"more flip-flops and latency (16 closes W=64 on ECP5; default: {d['mod_stages']})",
+    )
+    parser.add_argument(
         "--top",
         choices=KINDS,
         default="axi",
@@ -394,6 +404,7 @@ def options(args):
         rounds=args.rounds,
         entry=args.entry,
         bypass_bytes=args.bypass_bytes,
+        mod_stages=args.mod_stages,
     )
 
 

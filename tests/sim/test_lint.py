@@ -17,7 +17,18 @@ pytestmark = pytest.mark.rtl
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"kind": "core", "width": 64, "slots": 4, "members": 4, "chunk_bytes": 64, "entry": "payload"}],
+    [
+        {},
+        {
+            "kind": "core",
+            "width": 64,
+            "slots": 4,
+            "members": 4,
+            "chunk_bytes": 64,
+            "entry": "payload",
+            "mod_stages": 4,
+        },
+    ],
     ids=["default", "core-w64-payload"],
 )
 def test_export_lints_clean(tmp_path, options):
@@ -29,6 +40,7 @@ def test_export_lints_clean(tmp_path, options):
     for port in meta["ports"]:
         assert f"| `{port}` |" in table, f"port {port} is missing from the port table"
     assert meta["config"]["width"] == options.get("width", 512)
+    assert meta["config"]["mod_stages"] == options.get("mod_stages", 16)
 
 
 def test_lint_still_catches_faults(tmp_path):
