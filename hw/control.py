@@ -3,7 +3,11 @@
 The register map is defined once, in :mod:`wanreduce.spec.regmap` (documented in ``docs/control.md``).
 Writes take effect the cycle after ``we``; reads return ``rdata`` two cycles after ``re`` (the registers'
 values of the cycle after ``re``) and ``rdata`` holds until the next read returns. Counters count
-events from the slot table's commit stage (at most one packet per cycle) and wrap at 32 bits.
+events from the slot table's commit stage (at most one packet per cycle) and wrap at 32 bits; a write of 1
+to ``REG_CLEAR`` takes effect the cycle after the write (the counters read 0 from the second cycle after
+it on), and an event of that cycle or of the write's own cycle is not counted.
+
+Latency: writes 1 cycle (a counter clear 2), reads 2 cycles; no back-pressure (the port never stalls).
 
 A schedule entry is written as its low bitmap word, then its high word; the high-word write stores the
 64-bit bitmap together with the summation-order shadow (``ORDER_BASE + w``, four rank bytes per word, of
@@ -15,6 +19,9 @@ not under its drop code; ``bypassed`` counts the frames the bypass port sent (``
 ``bypass_overflow`` those too long to forward (``ev_overflow``).
 """
 
+import functools
+import operator
+
 from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -24,9 +31,6 @@ from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop
 from .schedule_table import BANK_BITS
 
 __all__ = ["ControlSignature", "Control"]
-
-#: log2 of the addresses per block of the read multiplexer
-_BLOCK_BITS = 5
 
 
 class ControlSignature(wiring.Signature):
@@ -113,8 +117,12 @@ class Control(wiring.Component):
             w, b = divmod(k, regs.ORDER_PER_WORD)
             m.d.comb += self.sched_order[k].eq(order[w][8 * b : 8 * b + 8])
 
-        # Events. Counters are zeroed by a write to REG_CLEAR, which wins over a same-cycle event.
-        clear = c.we & (c.addr == regs.REG_CLEAR) & c.wdata[0]
+        # Events. A write of 1 to REG_CLEAR is decoded into a register, so the net that resets every counter
+        # bit (over a thousand sinks) starts at a flip-flop instead of after the address compare: the
+        # counters are zeroed at the end of the cycle after the write, and that clear wins over an event
+        # of the same cycle.
+        clear = Signal()
+        m.d.sync += clear.eq(c.we & (c.addr == regs.REG_CLEAR) & c.wdata[0])
         named = dict(zip(regs.COUNTER_NAMES, counters, strict=True))
         with m.If(self.ev_valid):
             m.d.sync += named["frames_in"].eq(named["frames_in"] + 1)
@@ -238,31 +246,42 @@ class Control(wiring.Component):
             values[regs.COUNTER_BASE + n] = sig
         for n, sig in enumerate(perf):
             values[regs.PERF_BASE + n] = sig
-        # Two cycles, so that ctl.addr (hundreds of write-decode sinks) reaches only a few registers here:
-        # the first registers which block of ``1 << _BLOCK_BITS`` addresses is hit (one-hot) and, per block,
-        # a private copy of the low address bits (loaded only when the block is hit, so that synthesis
-        # keeps the copies apart and each drives one block's multiplexer); the second muxes each block by
-        # its copy and ORs the hit block in. Reads have no side effects: sampling the registers a cycle
-        # later is the only change.
-        blocks = {}
-        for addr, value in values.items():
-            blocks.setdefault(addr >> _BLOCK_BITS, {})[addr & ((1 << _BLOCK_BITS) - 1)] = value
+        # Two cycles. The first decodes the address into one register per readable address, each the AND
+        # of four nibble compares; the second ANDs every value with its select and ORs them all, an AND-OR
+        # tree in which no register drives more than one word's bits (a binary multiplexer's select bits
+        # would reach every value). Every node of both is a ``keep`` wire of at most four inputs, one LUT
+        # each, so that synthesis cannot trade depth for area (it had chained the sixteen-bit equalities
+        # into a ladder five LUTs deep and the OR into six levels): two LUT levels before the selects,
+        # four after. Reads have no side effects: sampling the registers a cycle later is the only change.
+        nibbles = {}
+        for addr in values:
+            for n in range(4):
+                v = (addr >> 4 * n) & 0xF
+                if (n, v) not in nibbles:
+                    nibbles[n, v] = Signal(name=f"rd_nib{n}_{v:x}", attrs={"keep": 1})
+                    m.d.comb += nibbles[n, v].eq(c.addr[4 * n : 4 * n + 4] == v)
         re_q = Signal()
         m.d.sync += re_q.eq(c.re)
-        word = Const(0, 32)
-        for b, entries in blocks.items():
-            hit = c.addr[_BLOCK_BITS:] == b
-            hit_q = Signal(name=f"rd_hit{b}")
-            lo_q = Signal(_BLOCK_BITS, name=f"rd_lo{b}")
-            m.d.sync += hit_q.eq(hit)
-            with m.If(hit):
-                m.d.sync += lo_q.eq(c.addr[:_BLOCK_BITS])
-            sel = Signal(32, name=f"rd_block{b}")
-            with m.Switch(lo_q):
-                for lo, value in entries.items():
-                    with m.Case(lo):
-                        m.d.comb += sel.eq(value)
-            word = word | Mux(hit_q, sel, 0)
+        terms = []
+        for addr, value in sorted(values.items()):
+            # No reset: a select matters only under re_q, which is reset.
+            sel = Signal(name=f"rd_sel_{addr:04x}", reset_less=True)
+            m.d.sync += sel.eq(
+                nibbles[0, addr & 0xF]
+                & nibbles[1, addr >> 4 & 0xF]
+                & nibbles[2, addr >> 8 & 0xF]
+                & nibbles[3, addr >> 12]
+            )
+            terms.append(Mux(sel, value, 0))
+        # Two select-and-value terms per LUT, then ORs of four.
+        level, fan_in = 0, 2
+        while len(terms) > 1:
+            nodes = []
+            for i in range(0, len(terms), fan_in):
+                node = Signal(32, name=f"rd_or{level}_{i // fan_in}", attrs={"keep": 1})
+                m.d.comb += node.eq(functools.reduce(operator.or_, terms[i : i + fan_in]))
+                nodes.append(node)
+            terms, level, fan_in = nodes, level + 1, 4
         with m.If(re_q):
-            m.d.sync += c.rdata.eq(word)
+            m.d.sync += c.rdata.eq(terms[0])
         return m

@@ -199,3 +199,43 @@ def test_read_map_every_address():
     assert got.pop(perf) == perf_in
     assert got.pop(regs.PERF_BASE + regs.PERF_NAMES.index("cycles")) > perf_in
     assert {a: v for a, v in got.items() if v} == {a: v for a, v in want.items() if v}
+
+
+def test_clear_takes_effect_the_cycle_after_the_write():
+    """A clear zeroes every counter at the end of the cycle after its write: an event of the write's cycle
+    or of the next is not counted, every later one is, and a clear written as 0 does nothing."""
+    dut = Control(jobs=4, rounds=16, dests=2, slots=4, members=4, params={})
+    after = 5
+    got = {}
+
+    async def tb(ctx):
+        async def read(addr):
+            ctx.set(dut.ctl.addr, addr)
+            ctx.set(dut.ctl.re, 1)
+            await ctx.tick()
+            ctx.set(dut.ctl.re, 0)
+            await ctx.tick()
+            return ctx.get(dut.ctl.rdata)
+
+        frames = regs.COUNTER_BASE + regs.COUNTER_NAMES.index("frames_in")
+        beats = regs.PERF_BASE + regs.PERF_NAMES.index("in_beats")
+        for data, key in ((0, "kept"), (1, "cleared")):
+            ctx.set(dut.ev_valid, 1)
+            ctx.set(dut.in_beat, 1)
+            await ctx.tick().repeat(3)
+            ctx.set(dut.ctl.addr, regs.REG_CLEAR)
+            ctx.set(dut.ctl.wdata, data)
+            ctx.set(dut.ctl.we, 1)
+            await ctx.tick()
+            ctx.set(dut.ctl.we, 0)
+            await ctx.tick().repeat(after)
+            ctx.set(dut.ev_valid, 0)
+            ctx.set(dut.in_beat, 0)
+            got[key] = (await read(frames), await read(beats))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    assert got["kept"] == (3 + 1 + after, 3 + 1 + after)
+    assert got["cleared"] == (after - 1, after - 1)
