@@ -106,8 +106,8 @@ class FrameParser(wiring.Component):
         en = ~r_v | ~q2_v
         en_c = nrv | r_go
         # The skid buffer's state twice as well: ``sk_v`` selects the beat's data, ``nsk`` (its complement,
-        # so the two flip-flops are not merged) is ``i.ready``, selects ``bytes`` (the output beat's
-        # decisions) and, for the handshake, ``last``.
+        # so the two flip-flops are not merged) is ``i.ready``, selects the output beat's decisions and the
+        # checksum sums (both registered beside the skid register, below) and, for the handshake, ``last``.
         sk_v = Signal()
         nsk = Signal(init=1)
         sk = Signal.like(self.i.payload)
@@ -117,17 +117,20 @@ class FrameParser(wiring.Component):
         m.d.comb += [
             in_v.eq(~nsk | self.i.valid),
             ib.data.eq(Mux(sk_v, sk.data, self.i.payload.data)),
-            ib.bytes.eq(Mux(nsk, self.i.payload.bytes, sk.bytes)),
             ib.last.eq(Mux(sk_v, sk.last, self.i.payload.last)),
         ]
         # ``last`` once more, selected by the copy, for the handshake alone (the same function of other
         # flip-flops, so it is not shared with the beat's many other uses of ``last``).
         last_c = Mux(nsk, self.i.payload.last, sk.last)
-        accept = in_v & en_c & ~(flush & last_c)
+        # ``flush`` once more for the handshake (its complement, so the two are not merged): ``flush`` itself
+        # selects the whole output beat and enables the flush beat's registers.
+        nflush = Signal(init=1)
+        accept = in_v & en_c & (nflush | ~last_c)
+        sk_load = nsk & self.i.valid & ~accept
         with m.If(~nsk):
             with m.If(accept):
                 m.d.sync += [sk_v.eq(0), nsk.eq(1)]
-        with m.Elif(self.i.valid & ~accept):
+        with m.Elif(sk_load):
             m.d.sync += [sk_v.eq(1), nsk.eq(0), sk.eq(self.i.payload)]
 
         # The header as it stands with this beat's bytes merged in.
@@ -171,6 +174,11 @@ class FrameParser(wiring.Component):
             return Mux(v < -B, -B, Mux(v > 2 * B, 2 * B, v))[: rel_shape.width].as_signed()
 
         rel = Signal(rel_shape)
+        # ``rel + B - o`` and ``rel - o`` in the bits of a byte count (the output beat's and the tail's end),
+        # registered beside ``rel`` where it is a register: the same clamped choice with shifted constants.
+        nb = len(flush_bytes)
+        relp, relm = Signal(nb), Signal(nb)
+        shifts = ((relp, B - o), (relm, -o))
         # ``rel`` against each constant in [-B, 2B), as flags: ``gt[c + B]`` is ``rel > c``. The byte masks
         # of the checksum and the output beat's decisions are then a gate or two from registers.
         GT = range(-B, 2 * B)
@@ -198,7 +206,10 @@ class FrameParser(wiring.Component):
             tot = Signal(18)
             m.d.comb += tot.eq(be_bytes(hdr if jl > jt else Cat(hdr[: 8 * B * jt], ib.data), 16, 2))
             first = _ETH - (jl + 1) * B  # rel of the beat after the load, less the total
-            with m.If(accept & ~ib.last):
+            # Updated on a frame's last beat as well (the next frame's beats up to ``jl`` do not look at
+            # ``rel``: no checksum byte, output or flush there, and a frame ending there is truncated), so
+            # the enable is ``accept`` alone.
+            with m.If(accept):
                 with m.If(js_eq(jl)):
                     # Compared as ``tot`` against shifted constants, so no adder precedes the compares.
                     m.d.sync += [
@@ -211,6 +222,16 @@ class FrameParser(wiring.Component):
                         ),
                         gt.eq(Cat(*[tot > c - first for c in GT])),
                         rem.eq(tot + (first - B)),
+                        *(
+                            r.eq(
+                                Mux(
+                                    tot < -B - first,
+                                    (-B + c) % 2**nb,
+                                    Mux(tot > 2 * B - first, (2 * B + c) % 2**nb, (tot + (first + c))[:nb]),
+                                )
+                            )
+                            for r, c in shifts
+                        ),
                         n_ge3.eq(tot >= 4 * B - first),
                         n_ge2.eq(tot >= 3 * B - first),
                         n_1.eq((tot >= 2 * B - first) & (tot < 3 * B - first)),
@@ -220,6 +241,16 @@ class FrameParser(wiring.Component):
                 with m.Else():
                     m.d.sync += [
                         rel_q.eq(Mux(n_ge2, 2 * B, Mux(n_low, -B, rem[: rel_shape.width]))),
+                        *(
+                            r.eq(
+                                Mux(
+                                    n_ge2,
+                                    (2 * B + c) % 2**nb,
+                                    Mux(n_low, (-B + c) % 2**nb, (rem[:nb] + c)[:nb]),
+                                )
+                            )
+                            for r, c in shifts
+                        ),
                         gt.eq(Cat(*[hi_gt[c // B] | (hi_eq[c // B] & (lo > c % B)) for c in GT])),
                         n_ge3.eq(rem >= 4 * B),
                         n_ge2.eq(n_ge3),
@@ -233,6 +264,7 @@ class FrameParser(wiring.Component):
             here = Signal(signed(20))
             m.d.comb += here.eq(total + _ETH - j * B)
             m.d.comb += [rel.eq(clamp(here)), gt.eq(Cat(*[rel > c for c in GT]))]
+            m.d.comb += [r.eq((rel + c)[:nb]) for r, c in shifts]
 
         def rel_gt(c):
             return gt[c + B]
@@ -246,39 +278,19 @@ class FrameParser(wiring.Component):
             """The beat indices at which word ``w`` of a beat lies in frame bytes ``[lo, hi)``."""
             return [k for k in range(JS + 1) if lo <= k * B + 2 * w < hi and k < JS]
 
-        def beat_flag(pred):
+        def beat_flag(pred, inv=False):
             """A flip-flop holding ``pred(k)`` for this beat's index ``k`` (saturated at JS), set up on the
-            beat before: the byte masks then start from registers."""
-            flag = Signal(init=bool(pred(0)))
+            beat before: the byte masks then start from registers. ``inv``: the flip-flop holds the
+            complement, so that it is not merged with the one holding ``pred`` (each masks half the words,
+            halving the fan-out)."""
+            flag = Signal(init=bool(pred(0)) ^ inv)
             nxt = Cat(*[jh[k] for k in range(JS + 1) if pred(min(k + 1, JS))])
             with m.If(accept):
-                m.d.sync += flag.eq(Mux(ib.last, bool(pred(0)), nxt.any() if len(nxt) else 0))
-            return flag
+                m.d.sync += flag.eq(Mux(ib.last, bool(pred(0)), nxt.any() if len(nxt) else 0) ^ inv)
+            return ~flag if inv else flag
 
-        def js_in(ks):
-            return beat_flag(lambda k: k in ks) if ks else Const(0)
-
-        ip_words, udp_words = [], []
-        for w in range(B // 2):
-            hi_b, lo_b = ib.data[16 * w : 16 * w + 8], ib.data[16 * w + 8 : 16 * w + 16]
-            word = Cat(lo_b, hi_b)
-            if beats_where(w, 14, 34):
-                ip_words.append(Mux(js_in(beats_where(w, 14, 34)), word, 0))
-            from34 = beat_flag(lambda k, w=w: k * B + 2 * w >= 34)
-            pseudo = js_in(beats_where(w, 26, 34))
-            hi_ok = pseudo | (from34 & rel_gt(2 * w))
-            lo_ok = pseudo | (from34 & rel_gt(2 * w + 1))
-            ulen = js_in(beats_where(w, 38, 40))
-            udp_words.append(
-                Mux(
-                    ulen,
-                    # The UDP length counts twice (pseudo-header and UDP header) where it lies in
-                    # [34, end): one operand, twice the word, or its high byte twice (``lo_ok`` implies
-                    # ``hi_ok``), or the word once.
-                    Mux(lo_ok, Cat(Const(0, 1), word), Mux(hi_ok, Cat(lo_b, Const(0, 1), hi_b), word)),
-                    Cat(Mux(lo_ok, lo_b, 0), Mux(hi_ok, hi_b, 0)),
-                )
-            )
+        def js_in(ks, inv=False):
+            return beat_flag(lambda k: k in ks, inv) if ks else Const(0)
 
         def tree(vals):
             """A balanced adder tree: about log2(n) adders deep instead of n - 1."""
@@ -289,14 +301,57 @@ class FrameParser(wiring.Component):
                 ]
             return vals[0]
 
-        ip_b = Signal(20)  # at most 10 words
-        udp_b = Signal(24)  # at most B / 2 + 1 words (the UDP length twice)
-        m.d.comb += [ip_b.eq(tree(ip_words)), udp_b.eq(tree(udp_words))]
+        # The masks are set up once; the operands are formed twice, from the input port's beat and (as the
+        # skid register takes it) from the beat going into the skid register, whose sums are registered
+        # beside it: the adder trees then start from the port or registers, and the skid buffer's choice
+        # comes after them. A beat waits in the skid register only while no beat is accepted, and every
+        # mask changes only when one is, so the sums taken as it went in are the ones it would give now.
+        masks = []
+        for w in range(B // 2):
+            inv = bool(w & 1)
+            ipm = js_in(beats_where(w, 14, 34), inv) if beats_where(w, 14, 34) else None
+            from34 = beat_flag(lambda k, w=w: k * B + 2 * w >= 34, inv)
+            pseudo = js_in(beats_where(w, 26, 34), inv)
+            hi_ok = pseudo | (from34 & rel_gt(2 * w))
+            lo_ok = pseudo | (from34 & rel_gt(2 * w + 1))
+            ulen = js_in(beats_where(w, 38, 40), inv)
+            masks.append((ipm, hi_ok, lo_ok, ulen))
+
+        def sums(data):
+            ip_words, udp_words = [], []
+            for w, (ipm, hi_ok, lo_ok, ulen) in enumerate(masks):
+                hi_b, lo_b = data[16 * w : 16 * w + 8], data[16 * w + 8 : 16 * w + 16]
+                word = Cat(lo_b, hi_b)
+                if ipm is not None:
+                    ip_words.append(Mux(ipm, word, 0))
+                udp_words.append(
+                    Mux(
+                        ulen,
+                        # The UDP length counts twice (pseudo-header and UDP header) where it lies in
+                        # [34, end): one operand, twice the word, or its high byte twice (``lo_ok`` implies
+                        # ``hi_ok``), or the word once.
+                        Mux(lo_ok, Cat(Const(0, 1), word), Mux(hi_ok, Cat(lo_b, Const(0, 1), hi_b), word)),
+                        Cat(Mux(lo_ok, lo_b, 0), Mux(hi_ok, hi_b, 0)),
+                    )
+                )
+            return tree(ip_words), tree(udp_words)
+
+        # at most 10 words (IPv4), B / 2 + 1 words (UDP: its length twice)
+        ip_i, udp_i = Signal(20), Signal(24)
+        ip_sk, udp_sk = Signal(20), Signal(24)
+        ip_t, udp_t = sums(self.i.payload.data)
+        m.d.comb += [ip_i.eq(ip_t), udp_i.eq(udp_t)]
+        with m.If(sk_load):
+            m.d.sync += [ip_sk.eq(ip_i), udp_sk.eq(udp_i)]
         # The sums run a beat behind the input: each beat's sum is registered, and added to the running sum
         # on the next beat. A frame's last beat leaves its two parts (the sum before it, its own) in the
-        # ``fin_`` registers, which the output stage adds and checks a cycle later.
-        ip_bq = Signal(20)
-        udp_bq = Signal(24)
+        # ``fin_`` registers, which the output stage adds and checks a cycle later. Both candidates of an
+        # accepted beat's sum are registered (the port's and the skid register's) with the choice, which is
+        # made where they are used: the adder trees end at registers.
+        ip_bq_i, ip_bq_s = Signal(20), Signal(20)
+        udp_bq_i, udp_bq_s = Signal(24), Signal(24)
+        bq_port = Signal()
+        ip_bq, udp_bq = Mux(bq_port, ip_bq_i, ip_bq_s), Mux(bq_port, udp_bq_i, udp_bq_s)
         ip_acc = Signal(20)  # the IPv4 header sum is 10 words: no fold needed
         udp_acc = Signal(17)  # folded once per beat: congruent modulo 0xFFFF, below 2**17
         ip_next, udp_next = Signal(20), Signal(17)
@@ -304,17 +359,63 @@ class FrameParser(wiring.Component):
             ip_next.eq(Mux(js_eq(0), 0, ip_acc + ip_bq)),
             udp_next.eq(Mux(js_eq(0), protocol.IPPROTO_UDP, _fold1(udp_acc + udp_bq))),
         ]
-        fin_ip, fin_ip_b = Signal(20), Signal(20)
-        fin_udp, fin_udp_b = Signal(17), Signal(24)
+        fin_ip, fin_ip_i, fin_ip_s = Signal(20), Signal(20), Signal(20)
+        fin_udp, fin_udp_i, fin_udp_s = Signal(17), Signal(24), Signal(24)
+        # The choice twice (``fin_nport`` the complement, so the two are not merged): one per sum.
+        fin_port, fin_nport = Signal(), Signal()
+        fin_ip_b, fin_udp_b = Mux(fin_port, fin_ip_i, fin_ip_s), Mux(fin_nport, fin_udp_s, fin_udp_i)
         fin_nz = Signal()  # the frame's UDP checksum field is not 0 (0: not computed)
 
-        short = js_lt(_HDR // B) | (js_eq(_HDR // B) & (ib.bytes < _HDR % B))  # frame length < 42
+        # Output beat k = frame bytes [(j-1)B + o, jB + o): the top B-o bytes of the previous beat and the
+        # low o bytes of this one.
+        joined = Cat(prev[8 * o :], ib.data[: 8 * o])
+        has_k = js_ge(q + 1) & rel_gt(o - B)
+        tail = Cat(ib.data[8 * o :], Const(0, 8 * o))
+
+        def decide(nbytes, last):
+            """The decisions that depend on the beat's byte count ``nbytes`` and ``last``."""
+            short = js_lt(_HDR // B) | (js_eq(_HDR // B) & (nbytes < _HDR % B))  # frame length < 42
+            # From the flags: ``min(rel, bytes) > c`` is ``rel > c`` and ``bytes > c``, and ``bytes > o - B``
+            # always holds (o < B).
+            lim_ge_o = rel_gt(o - 1) & (~last | (nbytes >= o))
+            # The output beat's end relative to ``start`` is ``bytes`` on a last beat where the frame ends
+            # before the payload, else ``rel``: the constant offsets are added to both beside the comparison
+            # rather than after the choice, so the adders run in parallel with it.
+            rel_lt_bytes = rel < nbytes
+            lim_is_bytes = last & ~rel_lt_bytes
+            tail_ok = js_ge(q) & rel_gt(o) & (nbytes > o)
+            return {
+                "trunc": short | ((ethertype == protocol.ETHERTYPE_IPV4) & (rel > nbytes)),
+                "k_bytes": Mux(
+                    lim_ge_o,
+                    B,
+                    Mux(lim_is_bytes, (nbytes + (B - o))[:nb], relp),
+                ),
+                "tail_ok": tail_ok,
+                "need_flush": last & tail_ok,
+                "tail_bytes": Mux(rel_lt_bytes, relm, (nbytes - o)[:nb]),
+            }
+
+        # Taken, like the checksum sums, from the input port's beat and registered beside the skid register
+        # as it takes the beat, so that the skid buffer's choice comes after them.
+        dec_i = decide(self.i.payload.bytes, self.i.payload.last)
+        dec = {}
+        for name, v in dec_i.items():
+            width = nb if name.endswith("bytes") else 1
+            now, held = Signal(width, name=f"dec_{name}"), Signal(width, name=f"sk_{name}")
+            m.d.comb += now.eq(v)
+            with m.If(sk_load):
+                m.d.sync += held.eq(now)
+            dec[name] = Mux(nsk, now, held)
+        k_bytes, tail_ok, need_flush, tail_bytes = (
+            dec[n] for n in ("k_bytes", "tail_ok", "need_flush", "tail_bytes")
+        )
 
         # Drop codes 1-8 but the two checksums (4, 8), evaluated on the last beat from the merged header.
         drops = Signal(32)
         D = protocol.Drop
         m.d.comb += [
-            drops[D.TRUNCATED].eq(short | ((ethertype == protocol.ETHERTYPE_IPV4) & (rel > ib.bytes))),
+            drops[D.TRUNCATED].eq(dec["trunc"]),
             drops[D.NOT_IPV4].eq(ethertype != protocol.ETHERTYPE_IPV4),
             drops[D.BAD_IP_HEADER].eq(
                 (byte(14) != 0x45)
@@ -325,27 +426,6 @@ class FrameParser(wiring.Component):
             drops[D.WRONG_PORT].eq(be16(36) != self.port),
             drops[D.BAD_UDP_LENGTH].eq(udp_len != total - protocol.IPV4_HEADER_BYTES),
         ]
-
-        # Output beat k = frame bytes [(j-1)B + o, jB + o): the top B-o bytes of the previous beat and the
-        # low o bytes of this one.
-        joined = Cat(prev[8 * o :], ib.data[: 8 * o])
-        # The decisions from the flags: ``min(rel, bytes) > c`` is ``rel > c`` and ``bytes > c``, and
-        # ``bytes > o - B`` always holds (o < B).
-        has_k = js_ge(q + 1) & rel_gt(o - B)
-        lim_ge_o = rel_gt(o - 1) & (~ib.last | (ib.bytes >= o))
-        # The output beat's end relative to ``start`` is ``bytes`` on a last beat where the frame ends before
-        # the payload, else ``rel``: the constant offsets are added to both beside the comparison rather than
-        # after the choice, so the adders run in parallel with it.
-        rel_lt_bytes = rel < ib.bytes
-        lim_is_bytes = ib.last & ~rel_lt_bytes
-        k_bytes = Mux(
-            lim_ge_o,
-            B,
-            Mux(lim_is_bytes, (ib.bytes + (B - o))[: len(flush_bytes)], (rel + (B - o))[: len(flush_bytes)]),
-        )
-        need_flush = ib.last & js_ge(q) & rel_gt(o) & (ib.bytes > o)
-        tail = Cat(ib.data[8 * o :], Const(0, 8 * o))
-        tail_bytes = Mux(rel_lt_bytes, (rel - o)[: len(flush_bytes)], (ib.bytes - o)[: len(flush_bytes)])
 
         ov, ob = Signal(), Signal.like(self.o.payload)
         # While a flush is owed, only a non-last beat can be accepted and it emits nothing (a frame's first
@@ -364,7 +444,6 @@ class FrameParser(wiring.Component):
             m.d.comb += ov.eq(accept & (has_k | need_flush | ib.last))
             # Without ``has_k`` a beat is only emitted if it is the last, so the selects below leave ``last``
             # out (``tail_ok`` is ``need_flush`` but for it): it drives the handshake and many enables.
-            tail_ok = js_ge(q) & rel_gt(o) & (ib.bytes > o)
             with m.If(has_k):
                 m.d.comb += [ob.data.eq(joined), ob.bytes.eq(k_bytes), ob.last.eq(ib.last & ~need_flush)]
             with m.Else():
@@ -379,7 +458,8 @@ class FrameParser(wiring.Component):
         # ``flush`` set by an accepted last beat that owes one, cleared when ``r`` takes the flush beat. While
         # it is set no last beat is accepted, so the set term leaves ``flush`` (and ``accept``'s use of it)
         # out: ``in_v & en_c`` is ``accept`` there.
-        m.d.sync += flush.eq(Mux(flush, ~en, in_v & en_c & ib.last & has_k & need_flush))
+        flush_nxt = Mux(flush, ~en, in_v & en_c & ib.last & has_k & need_flush)
+        m.d.sync += [flush.eq(flush_nxt), nflush.eq(~flush_nxt)]
         # The flush beat's fields are loaded on every beat while none is owed: the beat that sets ``flush``
         # loads its own, and nothing reads them before. Their enable is then one flip-flop.
         with m.If(~flush):
@@ -406,8 +486,11 @@ class FrameParser(wiring.Component):
         with m.If(accept):
             m.d.sync += [
                 prev.eq(ib.data),
-                ip_bq.eq(ip_b),
-                udp_bq.eq(udp_b),
+                ip_bq_i.eq(ip_i),
+                ip_bq_s.eq(ip_sk),
+                udp_bq_i.eq(udp_i),
+                udp_bq_s.eq(udp_sk),
+                bq_port.eq(nsk),
                 ip_acc.eq(ip_next),
                 udp_acc.eq(udp_next),
             ]
@@ -415,9 +498,13 @@ class FrameParser(wiring.Component):
                 m.d.sync += [j.eq(0), jh.eq(1), hdr.eq(0)]
                 m.d.sync += [
                     fin_ip.eq(ip_next),
-                    fin_ip_b.eq(ip_b),
+                    fin_ip_i.eq(ip_i),
+                    fin_ip_s.eq(ip_sk),
                     fin_udp.eq(udp_next),
-                    fin_udp_b.eq(udp_b),
+                    fin_udp_i.eq(udp_i),
+                    fin_udp_s.eq(udp_sk),
+                    fin_port.eq(nsk),
+                    fin_nport.eq(sk_v),
                     fin_nz.eq(udp_csum != 0),
                 ]
             with m.Else():

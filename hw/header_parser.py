@@ -80,10 +80,15 @@ class HeaderParser(wiring.Component):
             ib.bytes.eq(Mux(nsk, self.i.payload.bytes, sk.bytes)),
             ib.last.eq(Mux(nsk, self.i.payload.last, sk.last)),
         ]
+        # A beat goes into the skid register only on a cycle that accepts none, and waits there while none
+        # is accepted; every register the checks below read changes only when a beat is accepted, so what is
+        # worked out from a beat as the skid register takes it holds when the beat leaves it. Values taken so
+        # (``sk_``) let the skid buffer's choice come after the logic instead of before it.
+        sk_load = nsk & self.i.valid & ~en
         with m.If(~nsk):
             with m.If(en):
                 m.d.sync += [sk_v.eq(0), nsk.eq(1)]
-        with m.Elif(self.i.valid & ~en):
+        with m.Elif(sk_load):
             m.d.sync += [sk_v.eq(1), nsk.eq(0), sk.eq(self.i.payload)]
         accept = in_v & en_c
 
@@ -196,15 +201,36 @@ class HeaderParser(wiring.Component):
             # (known a beat ahead) and the bitmap's comparison (from the header's last beat on).
             pre_bm, hc_bm = Signal(), Signal()
             bm_chk = Signal()  # a CONTRIB with src < 64: its bitmap is compared on the header's last beat
-            pre_desc, pre_drops, pre_contrib, pre_src = checks(
-                lambda name: be_field(Cat(hdr[: 8 * B * (HB - 2)], ib.data), name)
+            # The descriptor (fields alone, no logic) from the beat; the codes from the input port's beat,
+            # and as the skid register took its beat (above).
+            pre_desc = checks(lambda name: be_field(Cat(hdr[: 8 * B * (HB - 2)], ib.data), name))[0]
+            _, pre_drops_i, pre_contrib, pre_src = checks(
+                lambda name: be_field(Cat(hdr[: 8 * B * (HB - 2)], self.i.payload.data), name)
             )
-            with m.If(accept & ~ib.last & at_pre):
+            pre_i = Signal(34)
+            pre_sk = Signal(34)
+            m.d.comb += pre_i.eq(
+                Cat(
+                    pre_drops_i,
+                    pre_contrib & (pre_src >= protocol.MAX_RANKS),
+                    pre_contrib & (pre_src < protocol.MAX_RANKS),
+                )
+            )
+            with m.If(sk_load):
+                m.d.sync += pre_sk.eq(pre_i)
+            pre = Mux(nsk, pre_i, pre_sk)
+            # The enable of the held registers (``accept & ~ib.last & at_pre``) the same way: the beat's
+            # part taken from the port or as the skid register took the beat, the output's after.
+            go_i = self.i.valid & ~self.i.payload.last & at_pre
+            go_sk = Signal()
+            with m.If(sk_load):
+                m.d.sync += go_sk.eq(go_i)
+            with m.If(Mux(nsk, go_i, go_sk) & en_c):
                 m.d.sync += [
                     held_desc.eq(pre_desc),
-                    held_drops.eq(pre_drops),
-                    pre_bm.eq(pre_contrib & (pre_src >= protocol.MAX_RANKS)),
-                    bm_chk.eq(pre_contrib & (pre_src < protocol.MAX_RANKS)),
+                    held_drops.eq(pre[:32]),
+                    pre_bm.eq(pre[32]),
+                    bm_chk.eq(pre[33]),
                 ]
             bm_now = bm_chk & bitmap_ne
             bitmap_bad = pre_bm | Mux(at_hb, bm_now, hc_bm)
@@ -238,16 +264,40 @@ class HeaderParser(wiring.Component):
             # bytes, so the last beat compares its byte count with a register.
             jc = beat_of("count")
             left = Signal(signed(21))
+            # ``pw == jc`` (and ``pw == jd`` below) as flags kept beside ``pw``, like ``at_hb``.
+            at_jc = Signal(init=jc == 0)
+            with m.If(accept):
+                with m.If(ib.last):
+                    m.d.sync += at_jc.eq(jc == 0)
+                with m.Elif(pw != 0xFFFF):
+                    m.d.sync += at_jc.eq(pw == jc - 1)
+            dts = list(protocol.DType)
+            now = Cat(hdr[: 8 * B * jc], ib.data)
+            if beat_of("dtype") < jc:
+                # The dtype is known a beat or more ahead: its one-hot is registered on the beat that
+                # completes it, so the product below starts from registers.
+                jd = beat_of("dtype")
+                dt_hot = Signal(len(dts))
+                at_jd = Signal(init=jd == 0)
+                with m.If(accept):
+                    with m.If(ib.last):
+                        m.d.sync += at_jd.eq(jd == 0)
+                    with m.Elif(pw != 0xFFFF):
+                        m.d.sync += at_jd.eq(pw == jd - 1)
+                with m.If(accept & at_jd):
+                    t = be_field(Cat(hdr[: 8 * B * jd], ib.data), "dtype")
+                    m.d.sync += dt_hot.eq(Cat(t == d.value for d in dts))
+            else:
+                dt_hot = Cat(be_field(now, "dtype") == d.value for d in dts)
             with m.If(accept & ~ib.last):
-                with m.If(pw == jc):
+                with m.If(at_jc):
                     # This beat completes ``count``: its bytes come straight from the beat (no merge
                     # multiplexer), and count * size is a shift chosen by the dtype (sizes are powers of 2).
-                    now = Cat(hdr[: 8 * B * jc], ib.data)
-                    c, t = be_field(now, "count"), be_field(now, "dtype")
+                    c = be_field(now, "count")
                     prod = Const(0, 19)
-                    for d in protocol.DType:
+                    for k, d in enumerate(dts):
                         assert d.size & (d.size - 1) == 0
-                        prod = Mux(t == d.value, c << (d.size.bit_length() - 1), prod)
+                        prod = prod | Mux(dt_hot[k], c << (d.size.bit_length() - 1), 0)
                     m.d.sync += left.eq(protocol.HEADER_BYTES - (jc + 1) * B + prod)
                 with m.Else():
                     m.d.sync += left.eq(left - ib.bytes)
