@@ -33,6 +33,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec import protocol
+from .fifo import BlockFIFO
 from .layouts import ParsedBeat, ScheduledBeat
 
 __all__ = ["ScheduleTable", "BANK_BITS"]
@@ -133,64 +134,20 @@ class ScheduleTable(wiring.Component):
         # room, counted in ``inflight``; ``i.ready`` is that count's comparison, registered.
         out_shape = ScheduledBeat(self.width, G, S)
         D = self.fifo_depth
-        # The FIFO's memory is block RAM: in LUT RAM its read address reached every 4-bit cell of a 300-bit
-        # word spread over the die (8.8 ns of routing on one net, run 13). Block RAM's clock-to-out is most of
-        # a cycle, so its word goes into a register before anything looks at it: an output register and a
-        # skid register behind it, filled by reads issued on credit (at most two words issued and not yet
-        # taken), so that ``o.ready`` enables no more than those two registers and the read.
-        m.submodules.out_mem = out_mem = memory.Memory(
-            shape=out_shape.size, depth=D, init=[], attrs={"ram_style": "block"}
-        )
-        fw = out_mem.write_port()
-        fr = out_mem.read_port(domain="sync")
-        w_ptr, r_ptr = Signal(range(D)), Signal(range(D))
-        # Words in the memory, minus one: its sign bit is "empty", a register bit, not a compare.
-        count_m1 = Signal(range(-1, D), init=-1)
-        occ = Signal(range(3))  # words read and not yet taken by ``o``
-        arr_v = Signal()  # the read data holds a word issued last cycle
-        out_v, out_d = Signal(), Signal(out_shape.size, reset_less=True)
-        sk_v, sk_d = Signal(), Signal(out_shape.size, reset_less=True)
-        consume = out_v & self.o.ready
-        issue = Signal()
-        r_next = Signal.like(r_ptr)
-        cm_same, cm_less = Signal.like(count_m1), Signal.like(count_m1)
-        m.d.comb += [
-            r_next.eq(r_ptr + 1),
-            cm_same.eq(count_m1 + fw.en),
-            cm_less.eq(count_m1 + fw.en - 1),
-            issue.eq(~count_m1[-1] & ((occ != 2) | consume)),
-            fr.en.eq(issue),
-            fr.addr.eq(r_ptr),
-            fw.addr.eq(w_ptr),
-            self.o.valid.eq(out_v),
-            self.o.payload.eq(out_d),
-        ]
-        m.d.sync += [
-            w_ptr.eq(w_ptr + fw.en),  # D is a power of two: the pointers wrap
-            # Both outcomes worked out from registers; ``issue`` (which waits on ``o.ready``) only picks.
-            r_ptr.eq(Mux(issue, r_next, r_ptr)),
-            count_m1.eq(Mux(issue, cm_less, cm_same)),
-            occ.eq(occ + issue - consume),
-            arr_v.eq(issue),
-        ]
-        with m.If(arr_v):
-            m.d.sync += sk_d.eq(fr.data)
-        with m.If(~out_v | self.o.ready):
-            m.d.sync += [
-                out_v.eq(sk_v | arr_v),
-                out_d.eq(Mux(sk_v, sk_d, fr.data)),
-                sk_v.eq(sk_v & arr_v),
-            ]
-        with m.Else():
-            m.d.sync += sk_v.eq(sk_v | arr_v)
-
+        # The FIFO's memory is block RAM, read into registers (``BlockFIFO``): in LUT RAM its read address
+        # reached every 4-bit cell of a 300-bit word spread over the die (8.8 ns of routing on one net).
+        m.submodules.out_fifo = out_fifo = BlockFIFO(width=out_shape.size, depth=D)
+        wiring.connect(m, wiring.flipped(self.o), out_fifo.o)
+        fw_en, fw_data = out_fifo.w_en, out_fifo.w_data
         inflight = Signal(range(D + 1))
         ready = Signal(init=1)
         taken = self.i.valid & ready
-        # A word leaves the count a cycle after its read is issued (``arr_v``), so that ``o.ready`` does not
-        # reach ``i.ready``; the count is then at most one high, which only makes the input more careful.
+        # A word leaves the count a cycle after it leaves the memory, so that ``o.ready`` does not reach
+        # ``i.ready``; the count is then at most one high, which only makes the input more careful.
+        left = Signal()
+        m.d.sync += left.eq(out_fifo.r_en)
         after = Signal.like(inflight)
-        m.d.comb += [after.eq(inflight + taken - arr_v), self.i.ready.eq(ready)]
+        m.d.comb += [after.eq(inflight + taken - left), self.i.ready.eq(ready)]
         m.d.sync += [inflight.eq(after), ready.eq(after < D)]
 
         # Stage 0: the job comparisons only, registered; stage 1 picks the first match (priority, so that
@@ -304,9 +261,9 @@ class ScheduleTable(wiring.Component):
         unexpected = ~(ctxc.hit & ~foreign & sbit)
 
         ob = Signal(out_shape, reset_less=True)
-        m.d.comb += fw.data.eq(ob)
+        m.d.comb += fw_data.eq(ob)
         m.d.sync += [
-            fw.en.eq(vc),
+            fw_en.eq(vc),
             ob.data.eq(ctxc.beat.data),
             ob.bytes.eq(ctxc.beat.bytes),
             ob.last.eq(ctxc.beat.last),
