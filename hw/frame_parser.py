@@ -369,7 +369,8 @@ class FrameParser(wiring.Component):
         # Output beat k = frame bytes [(j-1)B + o, jB + o): the top B-o bytes of the previous beat and the
         # low o bytes of this one.
         joined = Cat(prev[8 * o :], ib.data[: 8 * o])
-        has_k = js_ge(q + 1) & rel_gt(o - B)
+        has_k = beat_flag(lambda k: k >= q + 1) & rel_gt(o - B)
+        ge_q = beat_flag(lambda k: k >= q)
         tail = Cat(ib.data[8 * o :], Const(0, 8 * o))
 
         def decide(nbytes, last):
@@ -383,7 +384,7 @@ class FrameParser(wiring.Component):
             # rather than after the choice, so the adders run in parallel with it.
             rel_lt_bytes = rel < nbytes
             lim_is_bytes = last & ~rel_lt_bytes
-            tail_ok = js_ge(q) & rel_gt(o) & (nbytes > o)
+            tail_ok = ge_q & rel_gt(o) & (nbytes > o)
             return {
                 "trunc": short | ((ethertype == protocol.ETHERTYPE_IPV4) & (rel > nbytes)),
                 "k_bytes": Mux(
@@ -399,7 +400,7 @@ class FrameParser(wiring.Component):
         # Taken, like the checksum sums, from the input port's beat and registered beside the skid register
         # as it takes the beat, so that the skid buffer's choice comes after them.
         dec_i = decide(self.i.payload.bytes, self.i.payload.last)
-        dec = {}
+        dec, dec_now, dec_held = {}, {}, {}
         for name, v in dec_i.items():
             width = nb if name.endswith("bytes") else 1
             now, held = Signal(width, name=f"dec_{name}"), Signal(width, name=f"sk_{name}")
@@ -407,6 +408,7 @@ class FrameParser(wiring.Component):
             with m.If(sk_load):
                 m.d.sync += held.eq(now)
             dec[name] = Mux(nsk, now, held)
+            dec_now[name], dec_held[name] = now, held
         k_bytes, tail_ok, need_flush, tail_bytes = (
             dec[n] for n in ("k_bytes", "tail_ok", "need_flush", "tail_bytes")
         )
@@ -441,7 +443,8 @@ class FrameParser(wiring.Component):
         with m.Else():
             # The beat's fields do not wait for ``accept`` (only the valid bit does): they are not looked at
             # without it, and the input handshake stays off the data path.
-            m.d.comb += ov.eq(accept & (has_k | need_flush | ib.last))
+            # (``need_flush`` implies ``last``.)
+            m.d.comb += ov.eq(accept & (has_k | ib.last))
             # Without ``has_k`` a beat is only emitted if it is the last, so the selects below leave ``last``
             # out (``tail_ok`` is ``need_flush`` but for it): it drives the handshake and many enables.
             with m.If(has_k):
@@ -458,7 +461,10 @@ class FrameParser(wiring.Component):
         # ``flush`` set by an accepted last beat that owes one, cleared when ``r`` takes the flush beat. While
         # it is set no last beat is accepted, so the set term leaves ``flush`` (and ``accept``'s use of it)
         # out: ``in_v & en_c`` is ``accept`` there.
-        flush_nxt = Mux(flush, ~en, in_v & en_c & ib.last & has_k & need_flush)
+        # (``in_v & ib.last & need_flush`` is ``need_flush`` with the port's valid bit: ``need_flush`` implies
+        # ``last``, and the skid register holds a valid beat.)
+        flush_set = en_c & has_k & Mux(nsk, self.i.valid & dec_now["need_flush"], dec_held["need_flush"])
+        flush_nxt = Mux(flush, ~en, flush_set)
         m.d.sync += [flush.eq(flush_nxt), nflush.eq(~flush_nxt)]
         # The flush beat's fields are loaded on every beat while none is owed: the beat that sets ``flush``
         # loads its own, and nothing reads them before. Their enable is then one flip-flop.
