@@ -12,8 +12,10 @@ frame's last beat: every beat passes through it, so the stream keeps its order a
 
 Back-pressure: two output registers with a skid register between them (so the first one's enable, and the
 input handshake, are functions of registers), and a two-beat skid buffer at the input, so ``i.ready`` is a
-register (the ready chain of the stages after this one ends here; the skid buffers add no latency). One
-input beat per cycle is accepted back to back across frames; the only bubble is when a frame's payload
+register (the ready chain of the stages after this one ends here; the skid buffers add no latency). What
+the input skid buffer's beat decides (its checksum sums, its byte-count decisions) is worked out from the
+input port and registered beside the skid register as it takes a beat, so the skid buffer's choice comes
+after that logic rather than before it. One input beat per cycle is accepted back to back across frames; the only bubble is when a frame's payload
 needs one more output beat than the frame had input beats after its header *and* the next frame is a single
 beat long.
 """

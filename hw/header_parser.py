@@ -9,7 +9,9 @@ applies the precedence rule (lowest code wins) there. In a packet shorter than t
 the codes above ``short_header`` (9) are not meaningful: that code, the lowest of this parser's, decides.
 
 Back-pressure: a two-beat skid buffer at the input makes ``i.ready`` a register (so the ready chain of the
-stages after this one ends here); one beat per cycle. The skid buffer adds no latency.
+stages after this one ends here); one beat per cycle. The skid buffer adds no latency. The codes taken a
+beat ahead and the bitmap comparison are worked out from the input port and registered beside the skid
+register as it takes a beat, so the skid buffer's choice comes after them.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -169,16 +171,24 @@ class HeaderParser(wiring.Component):
             with m.If(pw == js):
                 m.d.sync += src_hot.eq(Const(1, 64) << be_field(Cat(hdr[: 8 * B * js], ib.data), "src")[:6])
 
-            def ne_of(beat):
-                return (
-                    be_field(Cat(hdr[:split], beat.data[: 8 * protocol.HEADER_BYTES - split]), "bitmap")
-                    != src_hot
-                )
+            # The comparison as a tree of byte-wide parts (``keep``: the synthesis otherwise merges it with
+            # the logic after it into a deeper chain).
+            diff = (
+                be_field(Cat(hdr[:split], self.i.payload.data[: 8 * protocol.HEADER_BYTES - split]), "bitmap")
+                ^ src_hot
+            )
+            parts = []
+            for k in range(0, 64, 8):
+                part = Signal(name=f"bm_ne{k // 8}", attrs={"keep": 1})
+                m.d.comb += part.eq(diff[k : k + 8].any())
+                parts.append(part)
+            ne_i = Signal()
+            m.d.comb += ne_i.eq(Cat(*parts).any())
 
             sk_ne = Signal()
-            with m.If(nsk & self.i.valid & ~en):
-                m.d.sync += sk_ne.eq(ne_of(self.i.payload))
-            m.d.comb += bitmap_ne.eq(Mux(sk_v, sk_ne, ne_of(self.i.payload)))
+            with m.If(sk_load):
+                m.d.sync += sk_ne.eq(ne_i)
+            m.d.comb += bitmap_ne.eq(Mux(sk_v, sk_ne, ne_i))
         else:
             m.d.comb += bitmap_ne.eq(f("bitmap") != (Const(1, 64) << src[:6]))
 
@@ -255,6 +265,14 @@ class HeaderParser(wiring.Component):
         rest_pos = Signal(init=1)
         rest_next = Signal(signed(19))
         m.d.comb += rest_next.eq(rest - ib.bytes)
+        # Its next flags from the port's byte count, and as the skid register took its beat.
+        rest_i = Signal(signed(19))
+        m.d.comb += rest_i.eq(rest - self.i.payload.bytes)
+        rest_f_i, rest_f_sk = Signal(2), Signal(2)
+        m.d.comb += rest_f_i.eq(Cat(rest_i > B, rest_i > 0))
+        with m.If(sk_load):
+            m.d.sync += rest_f_sk.eq(rest_f_i)
+        rest_f = Mux(nsk, rest_f_i, rest_f_sk)
         short = rest_gt_b | (rest_pos & (ib.bytes < rest[: B.bit_length() + 1]))
         bad_length = Signal()
         if early("count", "dtype"):
@@ -341,7 +359,7 @@ class HeaderParser(wiring.Component):
                     m.d.sync += held_drops.eq(0)
             with m.Else():
                 m.d.sync += [nbytes.eq(total), rest.eq(rest_next), hdr.eq(cur)]
-                m.d.sync += [rest_gt_b.eq(rest_next > B), rest_pos.eq(rest_next > 0)]
+                m.d.sync += [rest_gt_b.eq(rest_f[0]), rest_pos.eq(rest_f[1])]
                 with m.If(pw != 0xFFFF):
                     m.d.sync += [pw.eq(pw + 1), at_hb.eq(pw == HB - 2), before_hb.eq(pw < HB - 2)]
                     if ahead:
