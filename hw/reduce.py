@@ -356,11 +356,16 @@ class Reduce(wiring.Component):
 
         # With a group size of at least one: after a dispatch the horizon is cur.g - 1, so g > it is
         # g >= cur.g; otherwise "g * K > horizon" is "g > hqd".
+        # Each comparison as the borrow of a subtraction (both sides below 128), which maps to a carry chain
+        # where the synthesis otherwise builds a few levels of LUTs.
+        def lt(a, b):
+            return (a.as_unsigned() - b.as_unsigned())[7]
+
         def gt_hq(g):
-            return g > hqd
+            return lt(hqd, g)
 
         r_load = ~src_replay & Mux(
-            disp, Mux(nxt_v, nxt.g >= cur.g, ip.g >= cur.g), Mux(nxt_v, gt_hq(nxt.g), gt_hq(ip.g))
+            disp, Mux(nxt_v, ~lt(nxt.g, cur.g), ~lt(ip.g, cur.g)), Mux(nxt_v, gt_hq(nxt.g), gt_hq(ip.g))
         )
         r_fetch = (hqd == 0) & ring_empty_hold
         r_disp = ~cur_last & ~cur.replay
