@@ -12,12 +12,12 @@ frame's last beat: every beat passes through it, so the stream keeps its order a
 
 Back-pressure: two output registers with a skid register between them (so the first one's enable, and the
 input handshake, are functions of registers), and a two-beat skid buffer at the input, so ``i.ready`` is a
-register (the ready chain of the stages after this one ends here; the skid buffers add no latency). What
-the input skid buffer's beat decides (its checksum sums, its byte-count decisions) is worked out from the
-input port and registered beside the skid register as it takes a beat, so the skid buffer's choice comes
-after that logic rather than before it. One input beat per cycle is accepted back to back across frames; the only bubble is when a frame's payload
-needs one more output beat than the frame had input beats after its header *and* the next frame is a single
-beat long.
+register (the ready chain of the stages after this one ends here; the skid buffers add no latency). What the
+input skid buffer's beat decides (its checksum sums, its byte-count decisions) is worked out from the input
+port and registered beside the skid register as it takes a beat, so the skid buffer's choice comes after that
+logic rather than before it. One input beat per cycle is accepted back to back across frames; the only bubble
+is when a frame's payload needs one more output beat than the frame had input beats after its header *and* the
+next frame is a single beat long.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -286,9 +286,13 @@ class FrameParser(wiring.Component):
             complement, so that it is not merged with the one holding ``pred`` (each masks half the words,
             halving the fan-out)."""
             flag = Signal(init=bool(pred(0)) ^ inv)
-            nxt = Cat(*[jh[k] for k in range(JS + 1) if pred(min(k + 1, JS))])
+            ks = [k for k in range(JS + 1) if pred(min(k + 1, JS))]
+            # The next index's part kept apart (``keep``: the synthesis otherwise chains the flags' ORs
+            # behind ``last``), so ``last`` is one gate from the flip-flop.
+            nxt = Signal(name="flag_nxt_" + "_".join(map(str, ks)), attrs={"keep": 1})
+            m.d.comb += nxt.eq(Cat(*[jh[k] for k in ks]).any() if ks else 0)
             with m.If(accept):
-                m.d.sync += flag.eq(Mux(ib.last, bool(pred(0)), nxt.any() if len(nxt) else 0) ^ inv)
+                m.d.sync += flag.eq(Mux(ib.last, bool(pred(0)), nxt) ^ inv)
             return ~flag if inv else flag
 
         def js_in(ks, inv=False):
