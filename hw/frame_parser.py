@@ -471,10 +471,12 @@ class FrameParser(wiring.Component):
         # ``last``, and the skid register holds a valid beat.)
         flush_set = en_c & has_k & Mux(nsk, self.i.valid & dec_now["need_flush"], dec_held["need_flush"])
         flush_nxt = Mux(flush, ~en, flush_set)
-        m.d.sync += [flush.eq(flush_nxt), nflush.eq(~flush_nxt)]
+        # ``flush`` a third time, for the flush beat's load enables: its own feedback, so it is not merged.
+        flush_e = Signal()
+        m.d.sync += [flush.eq(flush_nxt), nflush.eq(~flush_nxt), flush_e.eq(Mux(flush_e, ~en, flush_set))]
         # The flush beat's fields are loaded on every beat while none is owed: the beat that sets ``flush``
         # loads its own, and nothing reads them before. Their enable is then one flip-flop.
-        with m.If(~flush):
+        with m.If(~flush_e):
             m.d.sync += [flush_data.eq(tail), flush_bytes.eq(tail_bytes), flush_drops.eq(drops)]
 
         # A frame's last beat gets the checksum verdicts from the ``fin_`` registers as it leaves ``r`` (for

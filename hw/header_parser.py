@@ -177,13 +177,21 @@ class HeaderParser(wiring.Component):
                 be_field(Cat(hdr[:split], self.i.payload.data[: 8 * protocol.HEADER_BYTES - split]), "bitmap")
                 ^ src_hot
             )
+            # Two bits a leaf (one LUT each), then ORs of four: every level kept.
             parts = []
-            for k in range(0, 64, 8):
-                part = Signal(name=f"bm_ne{k // 8}", attrs={"keep": 1})
-                m.d.comb += part.eq(diff[k : k + 8].any())
-                parts.append(part)
-            ne_i = Signal()
-            m.d.comb += ne_i.eq(Cat(*parts).any())
+            for k in range(0, 64, 2):
+                leaf = Signal(name=f"bm_leaf{k // 2}", attrs={"keep": 1})
+                m.d.comb += leaf.eq(diff[k : k + 2].any())
+                parts.append(leaf)
+            level = 0
+            while len(parts) > 1:
+                nxt = []
+                for k in range(0, len(parts), 4):
+                    part = Signal(name=f"bm_ne{level}_{k // 4}", attrs={"keep": 1})
+                    m.d.comb += part.eq(Cat(*parts[k : k + 4]).any())
+                    nxt.append(part)
+                parts, level = nxt, level + 1
+            ne_i = parts[0]
 
             sk_ne = Signal()
             with m.If(sk_load):
