@@ -388,11 +388,14 @@ class FrameParser(wiring.Component):
             # The output beat's end relative to ``start`` is ``bytes`` on a last beat where the frame ends
             # before the payload, else ``rel``: the constant offsets are added to both beside the comparison
             # rather than after the choice, so the adders run in parallel with it.
-            rel_lt_bytes = rel < nbytes
+            # ``rel`` against the byte count as a selection among the registered flags (``bytes`` is at most
+            # B): a small multiplexer instead of a subtraction.
+            rel_lt_bytes = ~Cat(*(rel_gt(v - 1) for v in range(B + 1))).bit_select(nbytes, 1)
+            rel_gt_bytes = Cat(*(rel_gt(v) for v in range(B + 1))).bit_select(nbytes, 1)
             lim_is_bytes = last & ~rel_lt_bytes
             tail_ok = ge_q & rel_gt(o) & (nbytes > o)
             return {
-                "trunc": short | ((ethertype == protocol.ETHERTYPE_IPV4) & (rel > nbytes)),
+                "trunc": short | ((ethertype == protocol.ETHERTYPE_IPV4) & rel_gt_bytes),
                 "k_bytes": Mux(
                     lim_ge_o,
                     B,
