@@ -203,9 +203,10 @@ def _synth_ecp5_core(config, name, mod_stages):
     return wd, top, t_yosys
 
 
-def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
+def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None, tmg_ripup=False):
     """Synthesise, place and route the core of ``config`` (default :data:`ECP5_CONFIG`); return figures.
-    ``mod_stages``: the schedule table's modulo pipeline depth (None: the core's default)."""
+    ``mod_stages``: the schedule table's modulo pipeline depth (None: the core's default); ``tmg_ripup``:
+    nextpnr's timing-driven rip-up in the router (re-routes the critical nets)."""
     config = {**ECP5_CONFIG, **(config or {})}
     t0 = time.perf_counter()
     wd, top, t_yosys = _synth_ecp5_core(config, name, mod_stages)
@@ -224,6 +225,7 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
             str(seed),
             "--router",
             "router2",
+            *(["--tmg-ripup"] if tmg_ripup else []),
             "--report",
             "report.json",
         ],
@@ -241,6 +243,7 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None):
         "config": config,
         "request_mhz": freq,
         "seed": seed,
+        "tmg_ripup": tmg_ripup,
         "mod_stages": mod_stages or vexport.DEFAULTS["mod_stages"],
         "luts": util["TRELLIS_COMB"]["used"],
         "ffs": util["TRELLIS_FF"]["used"],
@@ -658,6 +661,11 @@ def main(argv=None):
         help="the schedule table's modulo pipeline stages (default: the core's)",
     )
     pe.add_argument("--name", default="ecp5_core", help="work folder under build/synth (default: ecp5_core)")
+    pe.add_argument(
+        "--tmg-ripup",
+        action="store_true",
+        help="nextpnr's timing-driven rip-up in the router: re-route the critical nets (default: off)",
+    )
     pp = sub.add_parser("paths", help="synth_ecp5 only, paths ranked by an estimated delay (seconds, no P&R)")
     pp.add_argument("--mod-stages", type=int, default=None, help="as for ecp5 (default: the core's)")
     pp.add_argument("--count", type=int, default=40, help="endpoints to list (default: 40)")
@@ -678,7 +686,14 @@ def main(argv=None):
     try:
         overrides = {k: v for k in ("slots", "width") if (v := getattr(args, k, None)) is not None}
         if args.flow == "ecp5":
-            r = ecp5(overrides, freq=args.freq, seed=args.seed, mod_stages=args.mod_stages, name=args.name)
+            r = ecp5(
+                overrides,
+                freq=args.freq,
+                seed=args.seed,
+                mod_stages=args.mod_stages,
+                name=args.name,
+                tmg_ripup=args.tmg_ripup,
+            )
             print(json.dumps({k: v for k, v in r.items() if k != "config"}, indent=1))
         if args.flow == "paths":
             _, lines = paths(mod_stages=args.mod_stages, name=args.name, count=args.count, under=args.under)
