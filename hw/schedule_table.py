@@ -135,7 +135,7 @@ class ScheduleTable(wiring.Component):
         out_shape = ScheduledBeat(self.width, G, S)
         D = self.fifo_depth
         # The FIFO's memory is block RAM, read into registers (``BlockFIFO``): in LUT RAM its read address
-        # reached every 4-bit cell of a 300-bit word spread over the die (8.8 ns of routing on one net).
+        # reached every 4-bit cell of a 345-bit word spread over the die (8.8 ns of routing on one net).
         m.submodules.out_fifo = out_fifo = BlockFIFO(width=out_shape.size, depth=D)
         wiring.connect(m, wiring.flipped(self.o), out_fifo.o)
         fw_en, fw_data = out_fifo.w_en, out_fifo.w_data
