@@ -92,3 +92,12 @@ def test_parameters_refused(kw, msg):
             BlockFIFO(**kw)
         del exc
         gc.collect()
+
+
+def test_memory_marked_for_block_ram():
+    # The point of the FIFO is its memory in block RAM: the synthesis tools read this attribute (Yosys
+    # ``memory_libmap``, Vivado, Quartus alike).
+    from amaranth.back import verilog
+
+    text = verilog.convert(BlockFIFO(width=40, depth=32))
+    assert '(* ram_style = "block" *)' in text
