@@ -290,13 +290,18 @@ class HeaderParser(wiring.Component):
             # bytes, so the last beat compares its byte count with a register.
             jc = beat_of("count")
             left = Signal(signed(21))
-            # ``pw == jc`` (and ``pw == jd`` below) as flags kept beside ``pw``, like ``at_hb``.
-            at_jc = Signal(init=jc == 0)
-            with m.If(accept):
-                with m.If(ib.last):
-                    m.d.sync += at_jc.eq(jc == 0)
-                with m.Elif(pw != 0xFFFF):
-                    m.d.sync += at_jc.eq(pw == jc - 1)
+
+            def at_beat(j, name):
+                """``pw == j`` as a flag kept beside ``pw``, like ``at_hb``."""
+                flag = Signal(init=j == 0, name=name)
+                with m.If(accept):
+                    with m.If(ib.last):
+                        m.d.sync += flag.eq(j == 0)
+                    with m.Elif(pw != 0xFFFF):
+                        m.d.sync += flag.eq(pw == j - 1)
+                return flag
+
+            at_jc = at_beat(jc, "at_jc")
             dts = list(protocol.DType)
             now = Cat(hdr[: 8 * B * jc], ib.data)
             if beat_of("dtype") < jc:
@@ -304,12 +309,7 @@ class HeaderParser(wiring.Component):
                 # completes it, so the product below starts from registers.
                 jd = beat_of("dtype")
                 dt_hot = Signal(len(dts))
-                at_jd = Signal(init=jd == 0)
-                with m.If(accept):
-                    with m.If(ib.last):
-                        m.d.sync += at_jd.eq(jd == 0)
-                    with m.Elif(pw != 0xFFFF):
-                        m.d.sync += at_jd.eq(pw == jd - 1)
+                at_jd = at_beat(jd, "at_jd")
                 with m.If(accept & at_jd):
                     t = be_field(Cat(hdr[: 8 * B * jd], ib.data), "dtype")
                     m.d.sync += dt_hot.eq(Cat(t == d.value for d in dts))

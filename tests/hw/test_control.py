@@ -11,6 +11,16 @@ from wanreduce.spec import regmap as regs
 G = 6
 
 
+async def _read(ctx, dut, addr):
+    """One register read of the control port: ``rdata`` is valid two cycles after ``re``."""
+    ctx.set(dut.ctl.addr, addr)
+    ctx.set(dut.ctl.re, 1)
+    await ctx.tick()
+    ctx.set(dut.ctl.re, 0)
+    await ctx.tick()
+    return ctx.get(dut.ctl.rdata)
+
+
 def test_registers_schedule_and_counters():
     dut = Control(jobs=4, rounds=64, dests=2, slots=8, members=G, params={"width": 64, "slots": 8})
     seen = []
@@ -32,12 +42,7 @@ def test_registers_schedule_and_counters():
             ctx.set(dut.ctl.we, 0)
 
         async def read(addr):
-            ctx.set(dut.ctl.addr, addr)
-            ctx.set(dut.ctl.re, 1)
-            await ctx.tick()
-            ctx.set(dut.ctl.re, 0)
-            await ctx.tick()
-            return ctx.get(dut.ctl.rdata)
+            return await _read(ctx, dut, addr)
 
         # Reset: every job entry's bank is log2 S (slot = chunk mod S), the shadow holds no member.
         assert [await read(regs.JOB_BASE + regs.JOB_STRIDE * j + regs.JOB_BANK_OFFSET) for j in range(4)] == [
@@ -210,12 +215,7 @@ def test_clear_takes_effect_the_cycle_after_the_write():
 
     async def tb(ctx):
         async def read(addr):
-            ctx.set(dut.ctl.addr, addr)
-            ctx.set(dut.ctl.re, 1)
-            await ctx.tick()
-            ctx.set(dut.ctl.re, 0)
-            await ctx.tick()
-            return ctx.get(dut.ctl.rdata)
+            return await _read(ctx, dut, addr)
 
         frames = regs.COUNTER_BASE + regs.COUNTER_NAMES.index("frames_in")
         beats = regs.PERF_BASE + regs.PERF_NAMES.index("in_beats")
