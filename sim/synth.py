@@ -95,6 +95,8 @@ def _run(cmd, *, cwd, log, what):
 
 
 def _workdir(name):
+    if not name or Path(name).name != name or name in (".", ".."):
+        raise ValueError(f"the work folder must be a plain folder name under build/synth, not {name!r}")
     d = toolchain.build_root() / "synth" / name
     d.mkdir(parents=True, exist_ok=True)
     return d

@@ -82,3 +82,10 @@ def test_carry_chain_and_memory_read(tmp_path):
     assert ranked["core.sum"] == pytest.approx(synth._EBR_CLK_Q + lut + 2 * 0.06 + 0.3 + end, abs=0.01)
     assert ranked["core.t"] == pytest.approx(synth._CLK_Q + 3 * lut + end, abs=0.01)
     assert ranked["core.sum"] > ranked["core.t"]
+
+
+def test_work_folder_outside_build_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        synth.main(["paths", "--name", "../elsewhere"])
+    assert exc.value.code == 2
+    assert "plain folder name" in capsys.readouterr().err
