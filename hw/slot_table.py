@@ -559,7 +559,32 @@ class SlotTable(wiring.Component):
             m.d.comb += held.eq(Mux(h_use, Mux(h_done, hv_done, hv_live), hv_base))
             out = held
             dec, claim, write_ok = held.dec, held.claim, held.write_ok
-            completes = Mux(held.claim, e_solo, b_fills)
+            # Whether the packet claims chooses some 150 bits of X's new state. One net to all of them was
+            # the critical path of placements that spread X's register across the die, so the choice is
+            # made four times, each copy for one part of the state, from registers of its own: complements
+            # of the others', which synthesis cannot merge (it merges identical flip-flops, ``keep`` or not).
+            hc_n = Signal(3, init=0b110)  # ~claim of hv_base, hv_live, hv_done
+            h_use_n, h_done_n = Signal(init=1), Signal(init=1)
+            with m.If(en_e & ev & e.hc):
+                m.d.sync += [
+                    hc_n.eq(~Cat(out_base.claim, out_live.claim, out_done.claim)),
+                    h_use_n.eq(~use),
+                    h_done_n.eq(~x.completes),
+                ]
+            claims = []
+            for k in range(4):
+                # Copy k takes each input in the polarity given by one bit of k: no two copies share all.
+                u = h_use if k & 1 else ~h_use_n
+                d = h_done if k & 2 else ~h_done_n
+                cb, cl, cd = (
+                    hv_base.claim if k & 1 else ~hc_n[0],
+                    hv_live.claim if k & 2 else ~hc_n[1],
+                    hv_done.claim if k & 1 else ~hc_n[2],
+                )
+                c = Signal(name=f"claim_{k}")
+                m.d.comb += c.eq(Mux(u, Mux(d, cd, cl), cb))
+                claims.append(c)
+            completes = Mux(claims[3], e_solo, b_fills)
             no_drop = ~e.hc & ~e_any & held.slot_ok
             reemit = ~e.hc & held.reemit & ~e_below_dup
             # A claim's first write waits while the slot is busy (the header beat writes nothing).
@@ -581,6 +606,7 @@ class SlotTable(wiring.Component):
             out = Signal(out_layout)
             m.d.comb += out.eq(Mux(e.hc, now, out_held))
             dec, claim, write_ok, completes = out.dec, out.claim, out.write_ok, out.completes
+            claims = [claim] * 4
             no_drop = ~e_any & out.slot_ok
             reemit = out.reemit & ~e_below_dup
             # A claim waits on its header beat (which is also its first data beat) while the slot is busy.
@@ -591,19 +617,21 @@ class SlotTable(wiring.Component):
         # The slot after this contribution, and whether it completes the chunk.
         new = Signal(state_layout)
         m.d.comb += new.eq(st_e)  # the shadow tag stays unless this packet completes a chunk
-        with m.If(claim):
+        with m.If(claims[2]):
             m.d.comb += [
                 new.job.eq(desc.job),
                 new.round.eq(desc.round),
                 new.chunk.eq(desc.chunk),
-                new.bitmap.eq(e_bit),
                 new.dtype.eq(desc.dtype),
                 new.count.eq(desc.count),
                 new.group.eq(desc.group),
                 new.flags.eq(desc.flags),
             ]
         with m.Else():
-            m.d.comb += [new.bitmap.eq(st_e.bitmap | e_bit), new.flags.eq(st_e.flags | desc.flags)]
+            m.d.comb += new.flags.eq(st_e.flags | desc.flags)
+        m.d.comb += new.bitmap.eq(
+            Cat(*[e_bit[k : k + 32] | Mux(claims[k // 32], 0, st_e.bitmap[k : k + 32]) for k in (0, 32)])
+        )
         m.d.comb += new.state.eq(Mux(completes, SlotState.DONE, SlotState.LIVE))
         with m.If(completes):
             m.d.comb += [

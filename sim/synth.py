@@ -734,6 +734,8 @@ def main(argv=None):
     pb = sub.add_parser("bitstream", help="a board top to a bitstream (amaranth-boards + YoWASP)")
     pb.add_argument("--board", default="ecpix5_85", help="board name (default: ecpix5_85)")
     pb.add_argument("--freq", type=float, default=None, help="core clock in MHz (default: the board's)")
+    pb.add_argument("--seed", type=int, default=1, help="placement seed (default: 1)")
+    pb.add_argument("--name", default=None, help="work folder under build/synth (default: bitstream_<board>)")
     sub.add_parser("report", help="write build/synth.md from the results present")
     sub.add_parser(
         "all",
@@ -770,7 +772,9 @@ def main(argv=None):
             r = xcup(overrides if args.flow == "xcup" else None)
             print(json.dumps({k: v for k, v in r.items() if k not in ("config", "cells")}, indent=1))
         if args.flow == "bitstream":
-            r = bitstream(args.board, freq=args.freq)
+            r = bitstream(
+                args.board, freq=args.freq, seed=args.seed, out_dir=_workdir(args.name) if args.name else None
+            )
             r = {k: v for k, v in r.items() if k not in ("deepest_logic",)}
             print(json.dumps(r, indent=1, default=str))
         if args.flow in ("report", "all"):
