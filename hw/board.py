@@ -173,14 +173,33 @@ class UARTBridge(wiring.Component):
         txbuf = Signal(8 * (B + 1))
         txn = Signal(range(B + 2))
         m.d.comb += [utx.i.payload.eq(txbuf[:8]), utx.i.valid.eq(txn != 0)]
-        with m.If(utx.i.valid & utx.i.ready):
+        # An answer is loaded into ``txbuf`` the cycle after the command decides it, from registers only:
+        # a one-hot kind, a constant byte, the output beat taken (``obeat``, loaded straight from the core's
+        # payload) or the control port's ``rdata`` (which holds until the next read). At the core's clock
+        # the shift register's select, decoded from the command state, was the board's critical path.
+        ld_const, ld_rdata, ld_beat = Signal(), Signal(), Signal()
+        ld_byte = Signal(8)
+        ld_n = Signal(range(B + 2))
+        obeat = Signal(8 * (B + 1))
+        m.d.sync += [ld_const.eq(0), ld_rdata.eq(0), ld_beat.eq(0)]
+        d = self.ctl.rdata
+        with m.If(ld_const):
+            m.d.sync += [txbuf.eq(ld_byte), txn.eq(ld_n)]
+        with m.Elif(ld_rdata):
+            m.d.sync += [txbuf.eq(Cat(d[24:32], d[16:24], d[8:16], d[:8])), txn.eq(ld_n)]
+        with m.Elif(ld_beat):
+            m.d.sync += [txbuf.eq(obeat), txn.eq(ld_n)]
+        with m.Elif(utx.i.valid & utx.i.ready):
             m.d.sync += [txbuf.eq(txbuf >> 8), txn.eq(txn - 1)]
+
+        def answer(byte):
+            return [ld_const.eq(1), ld_byte.eq(byte), ld_n.eq(1)]
 
         m.d.comb += [self.ctl.addr.eq(args[32:48]), self.ctl.wdata.eq(args[:32]), self.o.payload.eq(beat)]
         byte = urx.data
         with m.FSM():
             with m.State("CMD"):
-                with m.If(urx.valid & (txn == 0)):
+                with m.If(urx.valid & (txn == 0) & ~ld_const & ~ld_rdata & ~ld_beat):
                     m.d.sync += count.eq(0)
                     with m.Switch(byte):
                         with m.Case(ord("W")):
@@ -192,7 +211,7 @@ class UARTBridge(wiring.Component):
                         with m.Case(ord("O")):
                             m.next = "O_TAKE"
                         with m.Default():
-                            m.d.sync += [txbuf.eq(_NAK), txn.eq(1)]
+                            m.d.sync += answer(_NAK)
             for name, nargs, nxt in (("W_ARGS", 6, "W_DO"), ("R_ARGS", 2, "R_DO")):
                 with m.State(name):
                     with m.If(urx.valid):
@@ -201,7 +220,7 @@ class UARTBridge(wiring.Component):
                             m.next = nxt
             with m.State("W_DO"):
                 m.d.comb += self.ctl.we.eq(1)
-                m.d.sync += [txbuf.eq(_ACK), txn.eq(1)]
+                m.d.sync += answer(_ACK)
                 m.next = "CMD"
             with m.State("R_DO"):
                 # After two argument bytes the address sits in args[0:16]; move it up for ctl.addr.
@@ -214,15 +233,14 @@ class UARTBridge(wiring.Component):
                 # The core's rdata comes two cycles after re.
                 m.next = "R_DATA"
             with m.State("R_DATA"):
-                d = self.ctl.rdata
-                m.d.sync += [txbuf.eq(Cat(d[24:32], d[16:24], d[8:16], d[:8])), txn.eq(4)]
+                m.d.sync += [ld_rdata.eq(1), ld_n.eq(4)]
                 m.next = "CMD"
             with m.State("I_HDR"):
                 with m.If(urx.valid):
                     n = byte[:7]
                     m.d.sync += [beat.bytes.eq(n), beat.last.eq(byte[7]), beat.data.eq(0), count.eq(0)]
                     with m.If((n > B) | ((n == 0) & ~byte[7])):
-                        m.d.sync += [txbuf.eq(_NAK), txn.eq(1)]
+                        m.d.sync += answer(_NAK)
                         m.next = "CMD"
                     with m.Elif(n == 0):
                         m.next = "I_PUSH"
@@ -240,7 +258,7 @@ class UARTBridge(wiring.Component):
             with m.State("I_PUSH"):
                 m.d.comb += self.o.valid.eq(1)
                 with m.If(self.o.ready):
-                    m.d.sync += [txbuf.eq(_ACK), txn.eq(1)]
+                    m.d.sync += answer(_ACK)
                     m.next = "CMD"
             with m.State("O_TAKE"):
                 with m.If(self.i.valid):
@@ -248,9 +266,9 @@ class UARTBridge(wiring.Component):
                     p = self.i.payload
                     hdr = Signal(8)
                     m.d.comb += hdr.eq(p.bytes | (p.last << 7))
-                    m.d.sync += [txbuf.eq(Cat(hdr, p.data)), txn.eq(p.bytes + 1)]
+                    m.d.sync += [obeat.eq(Cat(hdr, p.data)), ld_beat.eq(1), ld_n.eq(p.bytes + 1)]
                 with m.Else():
-                    m.d.sync += [txbuf.eq(_NONE), txn.eq(1)]
+                    m.d.sync += answer(_NONE)
                 m.next = "CMD"
         return m
 
