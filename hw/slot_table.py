@@ -215,6 +215,8 @@ class SlotTable(wiring.Component):
         # one gate from one.
         en_d = Signal()  # stage D takes a beat this cycle
         en_x = Signal()  # stage X takes D's beat this cycle
+        en_e = Signal()  # stage E takes D's beat this cycle (= en_x, its copy)
+        en_xd = Signal()  # = en_x, the copy for X's data and buffer address
 
         sk_v = Signal()
         sk = Signal.like(self.i.payload)
@@ -419,8 +421,6 @@ class SlotTable(wiring.Component):
 
         lowbits = Signal(8 * ngroups)
         m.d.comb += lowbits.eq(r.drops & low)
-        en_e = Signal()  # stage E takes D's beat this cycle
-        m.d.comb += en_d.eq(en_e)
         solo = Signal(4)
         m.d.comb += solo.eq(lanes(r_bit))  # (outside the enable: ``lanes`` adds statements)
         with m.If(en_e):
@@ -646,14 +646,18 @@ class SlotTable(wiring.Component):
             low_code = Mux(e_gany[k], Cat(e_gidx[k], Const(k, 2)), low_code)
 
         # E -> X.
-        # D, E and X advance together (a bubble ahead of a stalled X is not filled): one stall signal,
-        # not a chain of enables through the stages, reaches every register of the table.
-        m.d.comb += en_e.eq(en_x)
+        # D, E and X advance together (a bubble ahead of a stalled X is not filled): one stall, formed
+        # from four registers, not a chain of enables through the stages (``en_d``, ``en_e``, ``en_x`` and
+        # ``en_xd`` are its copies, below).
+        wclaim_n, rec_n = Signal(init=1), Signal(init=1)  # ~x.wclaim, ~x.rec
+        with m.If(en_xd):
+            m.d.sync += [x.data.eq(e.data), x.addr.eq(e_addr)]
         with m.If(en_x):
+            rec_next = ev & e.last & ((no_drop & completes) | reemit)
             m.d.sync += [
                 xv.eq(ev),
-                x.data.eq(e.data),
-                x.addr.eq(e_addr),
+                wclaim_n.eq(~wclaim),
+                rec_n.eq(~rec_next),
                 x.wen.eq(write_ok & e_wpos),
                 x.last.eq(e.last),
                 x.hc.eq(e.hc),
@@ -665,7 +669,7 @@ class SlotTable(wiring.Component):
                 # A re-emit request: the duplicate code is the packet's (no lower code came with it).
                 x.reemit.eq(e.last & reemit),
                 x.wclaim.eq(wclaim),
-                x.rec.eq(ev & e.last & ((no_drop & completes) | reemit)),
+                x.rec.eq(rec_next),
                 x.evict.eq(out.evict),
                 x.dec.eq(dec),
                 x.low_any.eq(e_gany.any()),
@@ -695,6 +699,7 @@ class SlotTable(wiring.Component):
         # Stage X. A claim waits while the slot's buffers are still being read by the reduce engine.
         busy = Signal(S)
         x_busy = Signal()  # the busy bit of X's slot, kept beside it so that the stall is one gate
+        x_busy_n = Signal(init=1)  # ~x_busy
         busy_stall = x.wclaim & x_busy
         # A re-emit request is a completion record with only the slot and ``replay`` meaningful.
         rec = Signal(Completion(S))
@@ -719,16 +724,26 @@ class SlotTable(wiring.Component):
             self.done.valid.eq(sko_v | rec_v),
             self.done.payload.eq(Mux(sko_v, sko, rec)),
         ]
+        sko_n = Signal(init=1)  # ~sko_v
         with m.If(sko_v):
             with m.If(self.done.ready):
-                m.d.sync += sko_v.eq(0)
+                m.d.sync += [sko_v.eq(0), sko_n.eq(1)]
         with m.Else():
             m.d.sync += sko.eq(rec)
             with m.If(rec_v & ~self.done.ready):
-                m.d.sync += sko_v.eq(1)
+                m.d.sync += [sko_v.eq(1), sko_n.eq(0)]
         stall = busy_stall | (x.rec & sko_v)
         go = xv & ~stall
-        m.d.comb += en_x.eq(~stall)
+        # The stall's four registers are also kept in the other polarity (synthesis does not merge a
+        # flip-flop with its complement), and each enable is formed from its own mix of the two: four nets
+        # of a few hundred flip-flops each, where one net to every register of the table was the critical
+        # path of a placement that spread the table 60 columns wide (issue #11).
+        for k, en in ((3, en_x), (0, en_e), (1, en_d), (2, en_xd)):
+            wc = x.wclaim if k & 1 else ~wclaim_n
+            xb = x_busy if k & 2 else ~x_busy_n
+            rc = x.rec if k & 2 else ~rec_n
+            sv = sko_v if k & 1 else ~sko_n
+            m.d.comb += en.eq(~((wc & xb) | (rc & sv)))
 
         # The buffer and state writes do not wait for the completion output: while X waits for it they
         # write the same word again, which changes nothing, and no reader depends on their timing (the
@@ -784,5 +799,5 @@ class SlotTable(wiring.Component):
             ),
             busy_x.eq(busy.bit_select(x.slot, 1) & ~clr_x),
         ]
-        m.d.sync += x_busy.eq(Mux(en_x, busy_e, busy_x))
+        m.d.sync += [x_busy.eq(Mux(en_x, busy_e, busy_x)), x_busy_n.eq(~Mux(en_x, busy_e, busy_x))]
         return m
