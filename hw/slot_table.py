@@ -194,13 +194,21 @@ class SlotTable(wiring.Component):
         brp = buffers.read_port(domain="sync")
         wiring.connect(m, wiring.flipped(self.rd), brp)
 
-        m.submodules.state = state = memory.Memory(shape=state_layout, depth=S, init=[])
-        swp = state.write_port()
+        # The state word is kept in two memories of half its bits each, read at two copies of the address:
+        # one read address reaching every LUT-RAM cell of the word was a critical net of the W = 64 core on
+        # ECP5 (5 to 8.8 ns of routing, issue #11). Both are written alike.
+        sw = state_layout.size
+        halves = [(0, sw // 2), (sw // 2, sw)]
+        m.submodules.state_lo = state_lo = memory.Memory(shape=sw // 2, depth=S, init=[])
+        m.submodules.state_hi = state_hi = memory.Memory(shape=sw - sw // 2, depth=S, init=[])
+        swps = [state_lo.write_port(), state_hi.write_port()]
         # Read asynchronously (LUT RAM) into a register of this table's own: its bypass of the commit being
         # written in the same cycle is chosen from registers (a commit in X to the slot read), not from
         # the write port's enable and address after the read address.
-        srp = state.read_port(domain="comb")
+        srps = [state_lo.read_port(domain="comb"), state_hi.read_port(domain="comb")]
         srd = Signal(state_layout)
+        srp_data = Signal(sw)
+        m.d.comb += srp_data.eq(Cat(srps[0].data, srps[1].data))
 
         # After reset every slot is written empty, one per cycle (the memory's power-up contents are not
         # relied on), with the input held off meanwhile.
@@ -225,13 +233,14 @@ class SlotTable(wiring.Component):
         in_p = Signal.like(self.i.payload)
         m.d.comb += [in_v.eq(sk_v | self.i.valid), in_p.eq(Mux(sk_v, sk, self.i.payload))]
         # The skid register is loaded while it is empty (its enable a register, not the stall).
+        sk_n = Signal(init=1)  # always ~sk_v: a copy for the second state-read address (below)
         with m.If(sk_v):
             with m.If(en_d):
-                m.d.sync += sk_v.eq(0)
+                m.d.sync += [sk_v.eq(0), sk_n.eq(1)]
         with m.Else():
             m.d.sync += sk.eq(self.i.payload)
             with m.If(self.i.valid & self.i.ready & ~en_d):
-                m.d.sync += sk_v.eq(1)
+                m.d.sync += [sk_v.eq(1), sk_n.eq(0)]
 
         # Stage D. Alongside the beat, what can be known from it alone is registered here so that the
         # decision logic starts from single registers: the rank's one-hot bit, summaries of the upstream
@@ -241,7 +250,12 @@ class SlotTable(wiring.Component):
         rv = Signal()
         r = Signal.like(self.i.payload)
         r_bit = Signal(64)
-        m.d.comb += srp.addr.eq(in_p.slot)
+        # The two address copies: the skid state kept in both polarities (a flip-flop and its complement
+        # are not merged by the synthesis) and each copy chosen from its own, so neither drives both halves.
+        m.d.comb += [
+            srps[0].addr.eq(Mux(sk_v, sk.slot, self.i.payload.slot)),
+            srps[1].addr.eq(Mux(sk_n, self.i.payload.slot, sk.slot)),
+        ]
         with m.If(en_d):
             m.d.sync += [
                 rv.eq(in_v & ~clearing),  # the input is held off while clearing
@@ -757,13 +771,20 @@ class SlotTable(wiring.Component):
         m.d.comb += [hit_sk.eq(wr & (x.slot == sk.slot)), hit_i.eq(wr & (x.slot == self.i.payload.slot))]
         wr_hit = Mux(sk_v, hit_sk, hit_i)
         with m.If(en_d):
-            m.d.sync += srd.eq(Mux(wr_hit, x.new, srp.data))
+            m.d.sync += srd.eq(Mux(wr_hit, x.new, srp_data))
 
         # Commit.
         with m.If(clearing):
-            m.d.comb += [swp.addr.eq(clear_idx), swp.data.eq(0), swp.en.eq(1)]
+            m.d.comb += [p.addr.eq(clear_idx) for p in swps]
+            m.d.comb += [p.data.eq(0) for p in swps]
+            m.d.comb += [p.en.eq(1) for p in swps]
         with m.Else():
-            m.d.comb += [swp.addr.eq(x.slot), swp.data.eq(x.new), swp.en.eq(xv & x.commit & ~busy_stall)]
+            for p, (lo, hi) in zip(swps, halves, strict=True):
+                m.d.comb += [
+                    p.addr.eq(x.slot),
+                    p.data.eq(x.new.as_value()[lo:hi]),
+                    p.en.eq(xv & x.commit & ~busy_stall),
+                ]
         # The events are registered (one cycle later, all together), so the counters start from registers.
         m.d.sync += [
             self.ev_valid.eq(go & x.last),
