@@ -435,15 +435,24 @@ class Reduce(wiring.Component):
         # Q: the operands, so that the adders start from registers rather than from the memories' read
         # data (EBR clock-to-out, collision and shadow multiplexers). On a first pass a = x, b = -0.0.
         x = Mux(rsb.replay, shr.data, self.rd.data)
-        qa = Signal(W)
-        m.d.sync += qa.eq(Mux(rfirst, x, racc))
-        qb = {}
-        for fmt in self.formats:
+        # Each format's bank of lanes has operand registers of its own, placed beside it: one register per
+        # bit reaching the three banks was the critical path of the W = 64 core on ECP5 (4 ns of routing
+        # on one net, issue #11). Synthesis merges flip-flops with the same input, so the copies differ in
+        # form: bank 1's are kept complemented, bank 2's first-pass choice reads a complemented copy of
+        # ``rfirst``; each bank reads its own back in true polarity.
+        rfirst_n = Signal(init=1)  # ~rfirst
+        m.d.sync += rfirst_n.eq(cont)
+        qa, qb = [], []
+        for n, fmt in enumerate(self.formats):
             fw = fmt.width
-            if fw not in qb:
-                qb[fw] = Signal(W, name=f"qb{fw}")
-                neg_zero = Const(sum(1 << (k * fw + fw - 1) for k in range(W // fw)), W)
-                m.d.sync += qb[fw].eq(Mux(rfirst, neg_zero, x))
+            neg_zero = Const(sum(1 << (k * fw + fw - 1) for k in range(W // fw)), W)
+            first = ~rfirst_n if n % 3 == 2 else rfirst
+            inv = n % 3 == 1
+            a_r, b_r = Signal(W, name=f"qa{n}"), Signal(W, name=f"qb{n}")
+            a_v, b_v = Mux(first, x, racc), Mux(first, neg_zero, x)
+            m.d.sync += [a_r.eq(~a_v if inv else a_v), b_r.eq(~b_v if inv else b_v)]
+            qa.append(~a_r if inv else a_r)
+            qb.append(~b_r if inv else b_r)
 
         # Adders: every format's lanes see the same beat; the dtype picks one bank's result.
         results = []
@@ -454,8 +463,8 @@ class Reduce(wiring.Component):
                 add = self.adder(fmt, self.stages)
                 m.submodules[f"add_{n}_{k}"] = add
                 m.d.comb += [
-                    add.a.eq(qa[k * fw : (k + 1) * fw]),
-                    add.b.eq(qb[fw][k * fw : (k + 1) * fw]),
+                    add.a.eq(qa[n][k * fw : (k + 1) * fw]),
+                    add.b.eq(qb[n][k * fw : (k + 1) * fw]),
                     add.en.eq(1),
                 ]
                 s = add.s
