@@ -552,7 +552,13 @@ BOARD_SEEDS = (1, 2, 3, 4)
 def _board_build(hwboard, board, *, freq, seed, wd):
     """One board build in ``wd``; return its figures (the core clock's Fmax, the critical path ...)."""
     t0 = time.perf_counter()
-    info = hwboard.build(board, build_dir=wd, seed=seed, **({"freq_mhz": freq} if freq else {}))
+    try:
+        info = hwboard.build(board, build_dir=wd, seed=seed, **({"freq_mhz": freq} if freq else {}))
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(
+            f"the board build (seed {seed}) failed with exit {exc.returncode}; see {wd}/*.rpt (Yosys) and "
+            f"{wd}/*.tim (nextpnr)"
+        ) from None
     name = info["name"]
     bit = wd / f"{name}.bit"
     if not bit.exists():

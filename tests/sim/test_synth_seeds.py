@@ -116,3 +116,19 @@ def test_bad_seed_list_is_refused_in_one_line(capsys, bad):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--seeds" in err and "non-negative integers" in err
+
+
+def test_failed_board_build_is_one_line(build, monkeypatch, capsys):
+    import subprocess
+
+    from wanreduce.hw import board
+
+    def broken(*args, **kwargs):
+        raise subprocess.CalledProcessError(1, ["sh", "build_wanreduce_board.sh"])
+
+    monkeypatch.setattr(board, "build", broken)
+    with pytest.raises(SystemExit) as exc:
+        synth.main(["bitstream", "--seeds", "3"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "board build (seed 3) failed with exit 1" in err[0]
