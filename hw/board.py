@@ -417,6 +417,10 @@ def build(board="ecpix5_85", *, build_dir, freq_mhz=BOARD_MHZ, baud=115200, seed
         build_dir=str(build_dir),
         do_program=False,
         nextpnr_opts=f"--router router2 --timing-allow-fail --seed {seed} --report {name}.report.json",
+        # The design goes through Verilog before synthesis, as the bare-core flow's does: Yosys 0.70 fails
+        # an assertion (ABC_OPS_REINTEGRATE, rtlil.cc:3091) mapping this design read from RTLIL, and maps
+        # the same design read from Verilog.
+        script_after_read=f"write_verilog -norename {name}.v; design -reset; read_verilog {name}.v",
     )
     clki, fb, op, fout = top.pll
     return {
