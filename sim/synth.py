@@ -695,6 +695,13 @@ def _mhz(r):
     return f"{r['fmax_mhz']:.2f} MHz ({ok} the {r['request_mhz']:g} MHz request)"
 
 
+def _seeds_text(r):
+    seeds = r.get("seeds") or [r["seed"]]
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return f"seeds {', '.join(map(str, seeds))} (Fmax their median; the other figures seed {r['seed']}'s)"
+
+
 def _config_line(c):
     return (
         f"W={c['width']}, S={c['slots']} slots, G_max={c['members']}, C={c['chunk_bytes']} B, "
@@ -719,7 +726,7 @@ def report(out=None):
             "## ECP5 (LFE5UM5G-85F, CABGA554, speed 8)",
             "",
             f"Configuration: {_config_line(r['config'])}. Flow: {r['flow']}, clock request "
-            f"{r['request_mhz']} MHz, seed {r['seed']}, schedule-table modulo stages "
+            f"{r['request_mhz']} MHz, {_seeds_text(r)}, schedule-table modulo stages "
             f"{r.get('mod_stages', '(core default)')}; source {r.get('source') or 'not recorded'}.",
             "",
             "| figure | value |",
@@ -749,10 +756,12 @@ def report(out=None):
             r = json.loads(f.read_text())
             cp = r.get("critical_path") or {}
             router = "router2, timing rip-up" if r.get("tmg_ripup") else "router2"
+            seeds = r.get("seeds") or [r["seed"]]
+            median = "median " if len(seeds) > 1 else ""
             lines.append(
-                f"| {f.parent.name} | {r.get('source') or '?'} | {r['seed']} | {router} | {r['luts']:,} | "
-                f"{r['ffs']:,} | "
-                f"{r['ebr']} | {_mhz(r)} | `{cp.get('from', '?')}` → `{cp.get('to', '?')}`, "
+                f"| {f.parent.name} | {r.get('source') or '?'} | {', '.join(map(str, seeds))} | "
+                f"{router} | {r['luts']:,} | {r['ffs']:,} | "
+                f"{r['ebr']} | {median}{_mhz(r)} | `{cp.get('from', '?')}` → `{cp.get('to', '?')}`, "
                 f"{cp.get('logic_ns', 0):.2f} + {cp.get('routing_ns', 0):.2f} ns |"
             )
         lines.append("")

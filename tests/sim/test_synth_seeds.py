@@ -63,6 +63,8 @@ def test_ecp5_reports_the_median_and_every_seed(build, monkeypatch, fmaxes, medi
     text = synth.report().read_text()
     for f in fmaxes.values():
         assert f"{f:.2f} MHz" in text
+    if len(fmaxes) > 1:
+        assert f"seeds {', '.join(map(str, fmaxes))} (Fmax their median" in text
 
 
 def test_board_build_stops_at_the_first_seed_that_meets_the_request(build, monkeypatch):
