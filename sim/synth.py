@@ -208,6 +208,14 @@ def _synth_ecp5_core(config, name, mod_stages):
     return wd, top, t_yosys
 
 
+def _checked_seeds(seeds):
+    """``seeds`` without repeats, in order; a ValueError unless they are non-negative integers."""
+    seeds = list(dict.fromkeys(seeds))
+    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
+        raise ValueError(f"the placement seeds must be non-negative integers, not {seeds!r}")
+    return seeds
+
+
 #: Placement seeds of the bare-core figure: one placement is one sample (on the same netlist, seeds have
 #: landed 25 MHz apart), so ``make synth`` places three and reports their median.
 ECP5_SEEDS = (1, 2, 3)
@@ -251,9 +259,7 @@ def ecp5(config=None, *, freq=125, seeds=(1,), name="ecp5_core", mod_stages=None
     seed of ``seeds`` (``jobs`` at a time); return the figures, with ``fmax_mhz`` the median over the seeds
     and every seed's Fmax and critical path beside it. ``mod_stages``: the schedule table's modulo pipeline
     depth (None: the core's default); ``tmg_ripup``: nextpnr's timing-driven rip-up in the router."""
-    seeds = list(dict.fromkeys(seeds))
-    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
-        raise ValueError(f"the placement seeds must be non-negative integers, not {seeds!r}")
+    seeds = _checked_seeds(seeds)
     config = {**ECP5_CONFIG, **(config or {})}
     t0 = time.perf_counter()
     wd, top, t_yosys = _synth_ecp5_core(config, name, mod_stages)
@@ -585,9 +591,7 @@ def bitstream(board="ecpix5_85", *, freq=None, seeds=BOARD_SEEDS, out_dir=None):
     ``<work folder>/wanreduce_board.bit``; return its figures (as :func:`ecp5`'s) with every try's Fmax."""
     from ..hw import board as hwboard
 
-    seeds = list(dict.fromkeys(seeds))
-    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
-        raise ValueError(f"the placement seeds must be non-negative integers, not {seeds!r}")
+    seeds = _checked_seeds(seeds)
     wd = Path(out_dir) if out_dir else _workdir(f"bitstream_{board}")
     t0 = time.perf_counter()
     tries = {}
