@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements/ci.lock
-# Two workers on two cores; RTL builds are cached and shared read-only between them (wanreduce.sim.runner).
+# Two workers on two cores; RTL builds are cached and shared read-only between them (sim/verilator/runner.py).
 PYTEST_WORKERS ?= 2
 BOARD ?= ecpix5_85
 
@@ -37,10 +37,10 @@ verilog: $(STAMP)
 
 # Whole-core synthesis (ECP5 W=64 place and route, UltraScale+ W=512 estimate) and build/synth.md.
 synth: $(STAMP)
-	$(PY) -m wanreduce.sim.synth all
+	$(PY) -m wanreduce.sim.synth.flow all
 
 bitstream: $(STAMP)
-	$(PY) -m wanreduce.sim.synth bitstream --board $(BOARD)
+	$(PY) -m wanreduce.sim.synth.flow bitstream --board $(BOARD)
 
 bench: $(STAMP)
 	$(PY) -m wanreduce.sim.bench --out build/bench.json $(if $(BENCH),--only $(BENCH))
@@ -58,8 +58,8 @@ train: $(STAMP)
 	$(VENV)/bin/wanreduce train --force
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check hw host sim tests
-	$(VENV)/bin/ruff format --check hw host sim tests
+	$(VENV)/bin/ruff check spec hw host sim cli tests
+	$(VENV)/bin/ruff format --check spec hw host sim cli tests
 
 lock: $(STAMP)
 	$(PY) requirements/freeze.py > requirements/ci.lock

@@ -26,9 +26,10 @@ asking for the chunk, and may lack theirs; at most once per timeout, the hold-of
 :data:`RETRIES` retries the run stops with :class:`SiteTimeout`, naming the missing sites and the round.
 The aggregators' shadow RESULTs and evictions (``docs/PROTOCOL.md``) make every retransmission safe.
 
-The aggregator of each site is pluggable: :class:`GoldenSite` (the golden model, here), the Verilated core
-(:mod:`wanreduce.sim.cosim`), or :class:`CountingSite` (timing only, no data: the pacing model the emitter
-uses). An aggregator takes ``feed(t, msgs)`` and returns ``[(t_out, msg), ...]`` for the RESULTs it emits to
+The aggregator of each site is pluggable: :class:`GoldenSite` (the golden model, here), the Verilated
+core (:mod:`wanreduce.sim.verify.cosim`), or :class:`CountingSite` (timing only, no data: the pacing model
+the emitter uses). An aggregator takes ``feed(t, msgs)`` and returns ``[(t_out, msg), ...]`` for the
+RESULTs it emits to
 its own site's hosts.
 """
 

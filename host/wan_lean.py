@@ -28,7 +28,7 @@ and its site's host group as destination; every frame for the site enters it: th
 stripes, the other roots' RESULTs (which it forwards to the hosts on its bypass port) and, with
 ``background``, frames that are not wanreduce at all (seeded sizes and times), which must come out of
 the bypass port unchanged and in order. ``sites`` builds the aggregators from one configuration per site
-(default: the golden model; :func:`wanreduce.sim.cosim.inline_sites` gives Verilated cores).
+(default: the golden model; :func:`wanreduce.sim.verify.cosim.inline_sites` gives Verilated cores).
 
 The building blocks (message type, chunk count, RESULT parsing, frame layout) are those of
 :mod:`wanreduce.host.wan`.

@@ -24,7 +24,8 @@ anything else                              ``0x15``
 =========================================  =====================================================
 
 (``n`` is the beat's byte count, at most W/8.) :func:`build` runs amaranth-boards' flow (Yosys, nextpnr
-with the board's LPF, ecppack) with the YoWASP tools; ``python -m wanreduce.sim.synth bitstream`` calls it.
+with the board's LPF, ecppack) with the YoWASP tools;
+``wanreduce synth bitstream`` calls it.
 """
 
 import os

@@ -21,7 +21,7 @@ import numpy as np
 from ...host.golden import Destination
 from ...host.protocol import UDP_PORT, DType
 from ...spec import addressing
-from ._support import test_support
+from ..verify import traffic
 
 __all__ = ["run", "line_rate", "reduce_rate"]
 
@@ -31,9 +31,8 @@ CLOCK_HZ = 322e6
 
 def line_rate(*, n_frames=10_000, sources=8, slots=16, seed=0, sim=None):
     """(beats per cycle, Gbit/s at 322 MHz, slot bytes) for the line-rate workload."""
-    from ..agg_driver import CoreSim, packets_to_beats
+    from ..verilator.agg_driver import CoreSim, packets_to_beats
 
-    traffic = test_support("traffic")
     if sim is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -108,7 +107,7 @@ def _reduce_top(words, members, slots):
 def reduce_rate(*, g, nwords, n_chunks=1500, harness=None, slots=16, members=9, words=17):
     """Member-buffer beats read per cycle by the reduce engine fed ``n_chunks`` completions back to back."""
     from ...hw.layouts import Completion
-    from ..harness import Harness
+    from ..verilator.harness import Harness
 
     if harness is None:
         with warnings.catch_warnings():
@@ -142,7 +141,7 @@ def run():
     rates, gbps = [], []
     sim = None
     for seed in range(3):
-        from ..agg_driver import CoreSim
+        from ..verilator.agg_driver import CoreSim
 
         if sim is None:
             with warnings.catch_warnings():

@@ -31,8 +31,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...hw.fadd import FAdd, FloatFormat
-from .. import fadd_check as fc
-from .. import toolchain
+from ..verify import fadd_check as fc
+from ..verilator import toolchain
 
 __all__ = ["run", "synth", "volume"]
 

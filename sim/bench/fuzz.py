@@ -1,6 +1,7 @@
 """Fuzzing the aggregator core at volume (issue #12): random and mutated frames through the Verilated core
 at W = 64 and 512, frame and payload entry, each frame's drop code against the independent classifier and
-every RESULT against the golden aggregator (:mod:`wanreduce.sim.fuzz` has the generator and the checks).
+every RESULT against the golden aggregator (:mod:`wanreduce.sim.verify.fuzz` has the generator and the
+checks).
 
 * ``fuzz_frames``: inputs sent in all (the fuzz phases plus the recovery traffic after each);
   ``fuzz_violations``: failed checks in all, frame disagreements counted one per frame; must be 0.
@@ -10,7 +11,7 @@ every RESULT against the golden aggregator (:mod:`wanreduce.sim.fuzz` has the ge
   found with no newer tag left for the job: a chunk at the top of the round range completed there),
   ``fuzz_max_stall_*`` (longest run of cycles
   with ``i.ready`` low while a beat was offered) and ``fuzz_ready_bound_*`` (the bound derived from the
-  design, :func:`wanreduce.sim.fuzz.ready_bound`).
+  design, :func:`wanreduce.sim.verify.fuzz.ready_bound`).
 
 Each configuration runs ``SEEDS`` seeded runs of ``FRAMES_PER_RUN`` fuzz frames, with 0 %, 10 % and 30 %
 idle cycles between input beats. Details of any violation go to stderr.
@@ -19,7 +20,7 @@ idle cycles between input beats. Details of any violation go to stderr.
 import sys
 import warnings
 
-from ..fuzz import FuzzReport, FuzzSim, run_fuzz
+from ..verify.fuzz import FuzzReport, FuzzSim, run_fuzz
 
 __all__ = ["run", "CONFIGS"]
 

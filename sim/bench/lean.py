@@ -98,7 +98,7 @@ def run():
 
 
 def _rtl(topo):
-    from wanreduce.sim.cosim import CLOCK_HZ, inline_sites
+    from wanreduce.sim.verify.cosim import CLOCK_HZ, inline_sites
 
     tensor, chunk, memory = 256 << 10, 1024, 256 << 10
     params = CostParams(

@@ -1,4 +1,4 @@
-"""Whole-core synthesis figures (:mod:`wanreduce.sim.synth`), and the Markdown report ``build/synth.md``.
+"""Whole-core synthesis figures (:mod:`wanreduce.sim.synth.flow`), and the Markdown report ``build/synth.md``.
 
 * ``synth_ecp5_luts``, ``synth_ecp5_ffs``, ``synth_ecp5_ebr``, ``synth_ecp5_fmax_mhz``: the bare ECP5-sized
   core (W = 64, 4 slots, G_max = 4, 256-byte chunks, 2 destinations, 4 jobs × 16 rounds, one clock, every
@@ -17,7 +17,7 @@ Each flow takes minutes (the ECP5 placement most of all); ``make synth`` runs th
 the bench.
 """
 
-from .. import synth
+from ..synth import flow as synth
 
 __all__ = ["run"]
 

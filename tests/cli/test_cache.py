@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from wanreduce.cli import cache as cache_cli
-from wanreduce.sim import runner, toolchain
+from wanreduce.sim.verilator import runner, toolchain
 
 
 def cache_command(capsys, *argv):

@@ -24,7 +24,7 @@ def wheel(tmp_path_factory):
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
-    for name in ("host", "hw", "sim"):
+    for name in ("spec", "hw", "host", "sim", "cli"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("wheel")
     r = subprocess.run(
@@ -115,11 +115,12 @@ def test_non_editable_install_runs_from_anywhere(wheel, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(target), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     env.pop("WANREDUCE_BUILD_DIR", None)
     probe = (
-        "import json, sys, wanreduce.cli, wanreduce.sim.toolchain as t, wanreduce.sim.runner as r\n"
+        "import json, sys, wanreduce.cli\n"
+        "import wanreduce.sim.verilator.toolchain as t, wanreduce.sim.verilator.runner as r\n"
         "from importlib import resources\n"
         "code = wanreduce.cli.main(['schedule', '--time-limit', '0.5', '--sites', 'AMS,LON,NYC,SIN'])\n"
         "print(json.dumps({'code': code, 'file': wanreduce.cli.__file__, 'cache': str(r.cache_dir()),\n"
-        "  'build': str(t.build_root()), 'harness': resources.files('wanreduce.sim').joinpath(\n"
+        "  'build': str(t.build_root()), 'harness': resources.files('wanreduce.sim.verilator').joinpath(\n"
         "  'harness.cpp').is_file()}))\n"
     )
     r = subprocess.run([sys.executable, "-c", probe], cwd=work, env=env, capture_output=True, text=True)

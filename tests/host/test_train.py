@@ -224,7 +224,7 @@ def _core_aggregator(sim):
 def test_sync_through_the_rtl_core_matches_the_fast_path():
     import warnings
 
-    from wanreduce.sim.agg_driver import CoreSim
+    from wanreduce.sim.verilator.agg_driver import CoreSim
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

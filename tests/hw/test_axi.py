@@ -26,7 +26,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer, with_timeout
 
-from wanreduce.sim import runner
+from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
 
@@ -122,10 +122,10 @@ def _garbage_frames(rng, width):
 async def axi_frames_match_golden(dut, idle, backpressure):
     from cocotbext.axi import AxiStreamFrame
 
-    from tests.support import traffic
     from tests.support.tb_core import DESTS
     from wanreduce.host import control
     from wanreduce.host.golden import GoldenAggregator
+    from wanreduce.sim.verify import traffic
 
     p = runner.params()
     width, nb = p["width"], p["width"] // 8

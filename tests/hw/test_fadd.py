@@ -6,7 +6,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from wanreduce.hw.fadd import FAdd, FAddLanes, FloatFormat, common_stages
-from wanreduce.sim import fadd_check as fc
+from wanreduce.sim.verify import fadd_check as fc
 
 FORMATS = [FloatFormat.FP32, FloatFormat.FP16, FloatFormat.BF16]
 IDS = [f.name for f in FORMATS]

@@ -11,8 +11,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from wanreduce.hw.fadd import FAddLanes, FloatFormat
-from wanreduce.sim import fadd_check as fc
-from wanreduce.sim import runner
+from wanreduce.sim.verify import fadd_check as fc
+from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
 

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from tests.support import traffic
 from tests.support.streamsim import run_stream
 from wanreduce.host.frames import parse_frame
 from wanreduce.host.protocol import UDP_PORT
 from wanreduce.hw.frame_parser import FrameParser
+from wanreduce.sim.verify import traffic
 
 
 def _beats(frame, width):

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from tests.support import traffic
 from tests.support.streamsim import run_stream
 from wanreduce.host.validate import check_payload
 from wanreduce.hw.header_parser import HeaderParser
+from wanreduce.sim.verify import traffic
 
 SLOT_BYTES = 64
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from tests.support import traffic
 from wanreduce.host.golden import GoldenAggregator
 from wanreduce.host.protocol import Drop
 from wanreduce.hw.slot_table import SlotTable
+from wanreduce.sim.verify import traffic
 
 S, G, C = 4, 4, 64
 

@@ -14,10 +14,10 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.support import traffic
 from wanreduce.host import control
 from wanreduce.host import frames as fr
 from wanreduce.host.golden import Destination, GoldenAggregator, RootEntry, expected_order
+from wanreduce.sim.verify import traffic
 
 W, S, G, C, BYPASS = 64, 8, 4, 256, 1536
 MAC, IP = "02:57:52:01:00:03", "10.87.83.3"
@@ -26,7 +26,7 @@ DESTS = [Destination("02:57:52:00:00:03", "239.87.83.3", 47000)]
 
 @pytest.fixture(scope="module")
 def rtl():
-    from wanreduce.sim.cosim import RtlCores
+    from wanreduce.sim.verify.cosim import RtlCores
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -14,7 +14,7 @@ import warnings
 
 import pytest
 
-from wanreduce.sim import runner
+from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
 

@@ -9,9 +9,9 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.support import traffic
 from wanreduce.host import control
 from wanreduce.host.golden import Destination, GoldenAggregator
+from wanreduce.sim.verify import traffic
 from wanreduce.spec import regmap
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]
@@ -23,7 +23,7 @@ S, G, C = 8, 5, 128
 
 def _run(sim, packets, *, rank, jobs, bank_bits, seed):
     """Load the configuration through the control port, stream the packets, read the counters back."""
-    from wanreduce.sim.agg_driver import beats_to_packets, packets_to_beats
+    from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
 
     core = sim.core
     writes = control.config_writes(
@@ -58,7 +58,7 @@ def _run(sim, packets, *, rank, jobs, bank_bits, seed):
 @pytest.mark.parametrize("width", [64, 128, 256, 512])
 @pytest.mark.parametrize("entry", ["frame", "payload"])
 def test_volume(width, entry):
-    from wanreduce.sim.agg_driver import CoreSim
+    from wanreduce.sim.verilator.agg_driver import CoreSim
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -10,7 +10,7 @@ import pytest
 from wanreduce.host import wan
 from wanreduce.host.reference import run_reference
 from wanreduce.host.topology import load_topology
-from wanreduce.sim.cosim import RtlCores
+from wanreduce.sim.verify.cosim import RtlCores
 from wanreduce.spec.schedfile import schedule_from_obj
 
 pytestmark = pytest.mark.rtl

@@ -36,7 +36,7 @@ def test_three_sites_bit_exact_under_faults(aggregator, seed):
     )
     topo = load_topology("nine-city", sites=list(schedule.sites))
     if aggregator == "rtl":
-        from wanreduce.sim.cosim import RtlCores
+        from wanreduce.sim.verify.cosim import RtlCores
 
         cores = RtlCores(count=3, width=64, slots=256, members=3, slot_bytes=1024, dests=1)
         sites = cores.sites(schedule, bank_bits=2)

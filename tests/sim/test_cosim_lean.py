@@ -24,7 +24,7 @@ TENSOR, CHUNK, MEMORY = 256 << 10, 1024, 256 << 10
 
 @pytest.fixture(scope="module")
 def run():
-    from wanreduce.sim.cosim import inline_sites
+    from wanreduce.sim.verify.cosim import inline_sites
 
     topo = load_topology("nine-city")
     params = CostParams(

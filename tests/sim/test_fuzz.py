@@ -14,8 +14,8 @@ import pytest
 
 from wanreduce.host.frames import build_frame
 from wanreduce.host.golden import GoldenAggregator
-from wanreduce.sim import fuzz
-from wanreduce.sim.fuzz_classify import CODES, Classifier, frame_code, payload_code
+from wanreduce.sim.verify import fuzz
+from wanreduce.sim.verify.fuzz_classify import CODES, Classifier, frame_code, payload_code
 from wanreduce.spec.protocol import Drop
 
 

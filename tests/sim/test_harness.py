@@ -7,7 +7,7 @@ from amaranth import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from wanreduce.sim.harness import Harness, HarnessTimeout, from_beats, to_beats
+from wanreduce.sim.verilator.harness import Harness, HarnessTimeout, from_beats, to_beats
 
 pytestmark = pytest.mark.rtl
 

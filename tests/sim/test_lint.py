@@ -1,4 +1,4 @@
-"""``verilator --lint-only -Wall`` of the exported Verilog, with the waivers of ``sim/lint_waiver.vlt``.
+"""``verilator --lint-only -Wall`` of the exported Verilog, with the waivers of ``sim/synth/lint_waiver.vlt``.
 
 The default build (``make verilog``: the AXI top at W = 512) and a small bare core with payload entry and
 one clock must lint clean; hand-written faults (a latch, an implicit net, a combinational loop) must still
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from wanreduce.sim import verilog
+from wanreduce.sim.synth import verilog
 
 pytestmark = pytest.mark.rtl
 

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-from wanreduce.sim import runner
+from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
 

@@ -1,4 +1,4 @@
-"""The path estimate of ``python -m wanreduce.sim.synth paths`` on hand-made ECP5 netlists: arrival times
+"""The path estimate of ``python -m wanreduce.sim.synth.flow paths`` on hand-made ECP5 netlists: arrival times
 add up along the deepest chain, carry hops cost little, an EBR read starts late, and endpoints come out
 worst first, one per signal, named after what their flip-flop holds."""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from wanreduce.sim import synth
+from wanreduce.sim.synth import flow as synth
 
 
 def _netlist(tmp_path, cells, netnames):

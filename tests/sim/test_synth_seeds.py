@@ -1,4 +1,5 @@
-"""Seed sweeps of ``python -m wanreduce.sim.synth``: the bare core's Fmax is the median over its seeds with
+"""Seed sweeps of ``python -m wanreduce.sim.synth.flow``: the bare core's Fmax is the median over its seeds
+with
 every seed's figure kept, a board build stops at the first seed that meets its request and keeps that
 bitstream, and a bad seed list is refused in one line. The tools themselves are replaced by fakes that
 return nextpnr-shaped reports, so these run in seconds."""
@@ -7,7 +8,7 @@ import json
 
 import pytest
 
-from wanreduce.sim import synth
+from wanreduce.sim.synth import flow as synth
 
 UTIL = {
     "TRELLIS_COMB": {"used": 100, "available": 83640},

@@ -2,7 +2,7 @@
 
 import pytest
 
-from wanreduce.sim import verilog
+from wanreduce.sim.synth import verilog
 
 
 @pytest.mark.parametrize("mod_stages", [4, 16])

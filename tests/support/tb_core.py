@@ -1,14 +1,15 @@
 """cocotb testbench of the aggregator core against the golden aggregator.
 
 The pytest side (``tests/sim/test_core_cocotb.py``) builds :class:`~wanreduce.hw.core.AggregatorCore` and
-passes its configuration through :func:`wanreduce.sim.runner.params`. Each test makes a host-model workload
-(:func:`wanreduce.sim.traffic.scenario`: several jobs, rounds and chunks from G sites merged in
+passes its configuration through :func:`wanreduce.sim.verilator.runner.params`. Each test makes a
+host-model workload
+(:func:`wanreduce.sim.verify.traffic.scenario`: several jobs, rounds and chunks from G sites merged in
 random WAN order, duplicates, stale rounds, senders ahead of the window, every kind of malformed packet),
 loads the configuration through the control port, streams the packets in with random idle cycles while
 the output sees random back-pressure, and checks every output packet byte for byte and every counter
 against :class:`~wanreduce.host.golden.GoldenAggregator` fed the same packets in the same order. The
 parameters ``ordered`` and ``bank_bits`` make the workload's groups summation orders that are not
-ascending and its jobs use round banks (:func:`tests.support.traffic.scenario`).
+ascending and its jobs use round banks (:func:`wanreduce.sim.verify.traffic.scenario`).
 
 ``core_sums_in_schedule_order`` feeds the same three contributions to three (job, round) entries that
 list the same members in three orders, values chosen so that each order rounds differently: the three
@@ -24,11 +25,10 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
 
 from wanreduce.host import control
 from wanreduce.host.golden import Destination, GoldenAggregator
-from wanreduce.sim import runner
-from wanreduce.sim.agg_driver import beats_to_packets, packets_to_beats
+from wanreduce.sim.verify import traffic
+from wanreduce.sim.verilator import runner
+from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
 from wanreduce.spec import regmap
-
-from . import traffic
 
 __all__ = ["TB"]
 

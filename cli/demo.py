@@ -39,7 +39,7 @@ from ..host.schedule import optimize, plan_to_schedule
 from ..host.topology import load_topology
 from ..host.units import format_seconds, format_size, parse_size
 from ..hw.layouts import WIDTHS
-from ..sim.cosim import CLOCK_HZ, RtlCores, inline_sites
+from ..sim.verify.cosim import CLOCK_HZ, RtlCores, inline_sites
 from ..spec.errors import WanreduceError
 from ..spec.protocol import Drop, DType
 from ._common import int_in

@@ -12,13 +12,14 @@ infinities and NaNs. Everything derives from one seeded ``numpy.random.Generator
 
 import numpy as np
 
-from wanreduce.host import frames as fr
-from wanreduce.host.golden import GoldenAggregator, expected_order
-from wanreduce.host.protocol import (
+from ...host import frames as fr
+from ...host.golden import GoldenAggregator, expected_order
+from ...host.protocol import (
     FLAG_LAST,
     HEADER_BYTES,
     HEADER_DTYPE,
     MAGIC,
+    MAX_RANKS,
     UDP_PORT,
     VERSION,
     DType,
@@ -26,6 +27,7 @@ from wanreduce.host.protocol import (
     bits_dtype,
     np_dtype,
 )
+from ...spec import addressing
 
 __all__ = ["contrib", "random_elements", "scenario", "frame_of", "HEADER_FAULTS", "FRAME_FAULTS"]
 
@@ -138,14 +140,17 @@ def header_fault(rng, payload, kind, *, slot_bytes, outsider):
     return bytes(p)
 
 
+_GROUP = addressing.contrib_group_ip(job=0, round=0, group=0, period=1)
+
+
 def frame_of(payload, *, src, port=UDP_PORT, udp_checksum=True):
     """A CONTRIB frame as ``wanreduce pack`` makes them (PROTOCOL.md host-made frames)."""
     return fr.build_frame(
         payload,
-        src_mac=f"02:57:52:00:00:{src & 0xFF:02x}",
-        dst_mac="01:00:5e:57:52:00",
-        src_ip=f"10.87.82.{src & 0xFF}",
-        dst_ip="239.87.82.0",
+        src_mac=addressing.host_mac(src % MAX_RANKS),
+        dst_mac=addressing.multicast_mac(_GROUP),
+        src_ip=addressing.host_ip(src % MAX_RANKS),
+        dst_ip=_GROUP,
         sport=port,
         dport=port,
         udp_checksum=udp_checksum,

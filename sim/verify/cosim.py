@@ -26,17 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..host import control
-from ..host.frames import parse_frame
-from ..host.golden import Destination, RootEntry
-from ..host.packet import decode_headers
-from ..host.protocol import HEADER_BYTES, Kind
-from ..host.wan import result_msg
-from ..hw.core import AggregatorCore
-from ..spec import addressing
-from ..spec.protocol import UDP_PORT
-from . import runner, toolchain
-from .agg_driver import beats_to_packets, packets_to_beats
+from ...host import control
+from ...host.frames import parse_frame
+from ...host.golden import Destination, RootEntry
+from ...host.packet import decode_headers
+from ...host.protocol import HEADER_BYTES, Kind
+from ...host.wan import result_msg
+from ...hw.core import AggregatorCore
+from ...spec import addressing
+from ...spec.protocol import UDP_PORT
+from ..verilator import runner, toolchain
+from ..verilator.agg_driver import beats_to_packets, packets_to_beats
 
 __all__ = ["RtlCores", "RtlSite", "RtlInlineSite", "inline_sites", "CLOCK_HZ"]
 

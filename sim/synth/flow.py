@@ -14,7 +14,7 @@ Flows (each in its own folder under ``build/synth/``, with every tool log kept):
   nextpnr with the board's LPF, ecppack), all from the YoWASP packages.
 * :func:`report`: the Markdown report ``build/synth.md`` from the results JSON of the runs above.
 
-``python -m wanreduce.sim.synth ecp5|xcup|bitstream|report`` runs one; ``make synth`` (``all``) runs the
+``python -m wanreduce.sim.synth.flow ecp5|xcup|bitstream|report`` runs one; ``make synth`` (``all``) runs the
 bare ECP5 core (the figure the 125 MHz goal of issue #11 is judged by), the ECPIX-5 board build (the same core
 inside the board top, at the board's clock, to a bitstream), xcup and the report. The bench keys
 (``synth_ecp5_luts`` ..., ``synth_board_*``, ``synth_xcup_*``) come from :mod:`wanreduce.sim.bench.synth`,
@@ -35,7 +35,7 @@ import time
 import warnings
 from pathlib import Path
 
-from . import toolchain
+from ..verilator import toolchain
 from . import verilog as vexport
 
 __all__ = [
@@ -589,7 +589,7 @@ def bitstream(board="ecpix5_85", *, freq=None, seeds=BOARD_SEEDS, out_dir=None):
     seeds of ``seeds`` in order until one meets the core clock's request (each build in ``seed_<n>/`` of
     the work folder); keep that build's bitstream, or the fastest one's if none meets it, as
     ``<work folder>/wanreduce_board.bit``; return its figures (as :func:`ecp5`'s) with every try's Fmax."""
-    from ..hw import board as hwboard
+    from ...hw import board as hwboard
 
     seeds = _checked_seeds(seeds)
     wd = Path(out_dir) if out_dir else _workdir(f"bitstream_{board}")
@@ -676,7 +676,7 @@ def _path_lines(r):
 def _source_rev():
     """The git commit of the checkout the gateware was exported from (``+changes`` if the tree differs from
     it), or None outside a git checkout: so that every figure names the code it belongs to."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "--short=7", "HEAD"], cwd=root, capture_output=True, text=True, check=True
@@ -720,7 +720,7 @@ def report(out=None):
     lines = [
         "# Whole-core synthesis and timing",
         "",
-        "Written by `python -m wanreduce.sim.synth report` (`make synth`) from `build/synth/*/result.json`.",
+        "Written by `wanreduce synth report` (`make synth`) from `build/synth/*/result.json`.",
         "",
     ]
     e = root / "ecp5_core" / "result.json"
@@ -830,7 +830,9 @@ def _seed_list(text):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m wanreduce.sim.synth", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m wanreduce.sim.synth.flow", description=__doc__.split("\n\n")[0]
+    )
     sub = p.add_subparsers(dest="flow", required=True)
     pe = sub.add_parser("ecp5", help="the W=64 core through synth_ecp5 + nextpnr-ecp5")
     pe.add_argument("--freq", type=float, default=125, help="clock request in MHz (default: 125)")

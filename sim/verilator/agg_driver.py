@@ -1,13 +1,14 @@
 """Frames and payloads to and from the aggregator core's beats, and a runner on the C++ harness.
 
-Beat record (what :mod:`wanreduce.sim.harness` streams): the core's ``Beat`` payload as a little-endian
+Beat record (what :mod:`wanreduce.sim.verilator.harness` streams): the core's ``Beat`` payload as a
+little-endian
 integer: ``W`` data bits (frame byte ``k`` of the beat in bits ``8k..8k+7``), then ``bytes`` (valid bytes
 in this beat, ``B`` except on the last beat of a packet), then ``last``. For every supported width that is
 ``B + 1`` bytes per record: ``B`` data bytes and one byte holding ``bytes | last << bits(bytes)``.
 
 API::
 
-    from wanreduce.sim.agg_driver import CoreSim, packets_to_beats, beats_to_packets
+    from wanreduce.sim.verilator.agg_driver import CoreSim, packets_to_beats, beats_to_packets
     sim = CoreSim(width=64, slots=4, members=4, slot_bytes=64, dests=2, entry="frame")   # builds (cached)
     res = sim.run(frames, rank=0, jobs={0: [0b111]}, destinations=[...], mac=..., ip=..., port=UDP_PORT,
                   idle_prob=0.0, backpressure_prob=0.0, seed=0)
@@ -18,11 +19,11 @@ import dataclasses
 
 import numpy as np
 
-from ..host import control
-from ..host.protocol import UDP_PORT
-from ..hw.core import AggregatorCore
-from ..hw.layouts import Beat
-from ..spec import regmap
+from ...host import control
+from ...host.protocol import UDP_PORT
+from ...hw.core import AggregatorCore
+from ...hw.layouts import Beat
+from ...spec import regmap
 from .harness import Harness
 
 __all__ = ["packets_to_beats", "beats_to_packets", "CoreSim", "CoreResult", "TOP"]

@@ -3,7 +3,8 @@
 cocotb manages about 30k cycles/s; this harness runs the DUT in a tight C++ loop (several million
 cycles/s for a small DUT) reading input beats from a file and writing output beats to one, which is what
 volume checks (a million adder operations, ten thousand packets) need. Handshake *behaviour* is better
-checked with cocotb (:mod:`wanreduce.sim.runner`); the harness checks *data*, with optional random idles
+checked with cocotb (:mod:`wanreduce.sim.verilator.runner`); the harness checks *data*, with optional
+random idles
 and back-pressure to shake out beat loss or duplication.
 
 DUT contract (Amaranth port names as they appear in Verilog):
@@ -22,7 +23,7 @@ Record format (files and numpy arrays): one beat = the payload as a little-endia
 
 API::
 
-    from wanreduce.sim.harness import Harness, to_beats, from_beats
+    from wanreduce.sim.verilator.harness import Harness, to_beats, from_beats
     h = Harness(component, top="dut")             # or Harness(verilog_text, top="dut"); builds once (cached)
     h.in_width, h.out_width, h.in_bytes, h.out_bytes, h.has_ctl, h.has_trace
     out, stats = h.run(beats,                     # np.uint8 array (N, h.in_bytes), or bytes

@@ -1,8 +1,10 @@
 """Run cocotb testbenches on Verilator from pytest, building each design once per session.
 
-A design is an Amaranth ``wiring.Component`` (converted with :func:`wanreduce.sim.toolchain.verilog_text`)
+A design is an Amaranth ``wiring.Component`` (converted with
+:func:`wanreduce.sim.verilator.toolchain.verilog_text`)
 or Verilog text. Its build lives in ``<cache>/sim/<kind>-<hash>/`` (``<cache>`` is
-:func:`wanreduce.sim.toolchain.cache_root`, the user cache folder or ``$WANREDUCE_BUILD_DIR``) where the
+:func:`wanreduce.sim.verilator.toolchain.cache_root`, the user cache folder or ``$WANREDUCE_BUILD_DIR``)
+where the
 hash covers the Verilog text, the build arguments and the Verilator version, so the build is shared
 read-only by every test (and every pytest-xdist worker: a file lock makes the second worker wait for the
 first and then reuse its result) and survives between sessions. Each test runs in its own directory,
@@ -13,7 +15,7 @@ failure message and traceback (read from the results XML), not a bare ``SystemEx
 
 API::
 
-    from wanreduce.sim import runner
+    from wanreduce.sim.verilator import runner
 
     # in the pytest test:
     def test_thing():
@@ -27,7 +29,8 @@ API::
 
 :func:`build` alone returns a :class:`Build` (paths, top, ports) when a test wants to run several cocotb
 modules on one build. :func:`cached_build` is the locking/caching primitive, also used by
-:mod:`wanreduce.sim.harness`. Inside ``with runner.build_progress(callback):`` a build that is not cached
+:mod:`wanreduce.sim.verilator.harness`. Inside ``with runner.build_progress(callback):`` a build that is
+not cached
 yet calls ``callback(text)`` when it starts and when it ends (the command line prints those on stderr);
 :func:`cache_dir` and :func:`clear_cache` are what ``wanreduce cache`` uses.
 """

@@ -9,7 +9,7 @@ it again is free.
 
 API::
 
-    from wanreduce.sim import toolchain
+    from wanreduce.sim.verilator import toolchain
     toolchain.setup()                         # idempotent; returns VERILATOR_ROOT as a Path
     text = toolchain.verilog_text(component, top="fadd_lanes")
     path = toolchain.convert(component, top="fadd_lanes", out_dir="build/verilog")   # -> .../fadd_lanes.v
@@ -17,7 +17,7 @@ API::
     toolchain.build_root()                    # scratch products: <checkout>/build, or $WANREDUCE_BUILD_DIR
     toolchain.parse_ports(text, top="fadd_lanes")   # {"i__payload": ("input", 100), ...}
 
-Where builds go. Verilated models are cached (:func:`wanreduce.sim.runner.cached_build`) under
+Where builds go. Verilated models are cached (:func:`wanreduce.sim.verilator.runner.cached_build`) under
 :func:`cache_root`: ``$WANREDUCE_BUILD_DIR`` when set, else the user cache folder,
 ``$XDG_CACHE_HOME/wanreduce`` or ``~/.cache/wanreduce``; so an installed (non-editable) wanreduce never
 writes into its own package, and every checkout of one user shares the builds. ``wanreduce cache --clear``
@@ -125,7 +125,7 @@ def build_root():
     env = os.environ.get(BUILD_DIR_ENV)
     if env:
         return Path(env).expanduser().resolve()
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file():
         return checkout / "build"
     return cache_root()

@@ -17,7 +17,7 @@ What a run does (:func:`run_fuzz`):
 The checks, each counted as a violation when it fails: the run ends (no hang: every input beat accepted and
 the output quiet before ``max_cycles``); the longest stretch of ``i.ready`` low while a beat is offered
 stays within :func:`ready_bound`; the core reports one event per frame and each frame's drop code (or
-"stored") and completion agree with :class:`~wanreduce.sim.fuzz_classify.Classifier`, frame for frame;
+"stored") and completion agree with :class:`~wanreduce.sim.verify.fuzz_classify.Classifier`, frame for frame;
 every counter equals the classifier's tally and the golden aggregator's, and the counters add up to the
 frames in; the RESULTs equal the golden aggregator's (the golden model is the reference for sums, the
 classifier for drop codes).
@@ -42,17 +42,17 @@ from amaranth.hdl import Cat, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host import control
-from ..host.frames import build_frame, ones_complement_sum
-from ..host.golden import Destination, GoldenAggregator
-from ..hw.control import ControlSignature
-from ..hw.core import AggregatorCore
-from ..hw.layouts import Beat
-from ..spec import addressing
-from ..spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERSION, Kind
-from .agg_driver import beats_to_packets, packets_to_beats
+from ...host import control
+from ...host.frames import build_frame, ones_complement_sum
+from ...host.golden import Destination, GoldenAggregator
+from ...hw.control import ControlSignature
+from ...hw.core import AggregatorCore
+from ...hw.layouts import Beat
+from ...spec import addressing
+from ...spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERSION, Kind
+from ..verilator.agg_driver import beats_to_packets, packets_to_beats
+from ..verilator.harness import Harness
 from .fuzz_classify import CODES, Classifier
-from .harness import Harness
 
 __all__ = [
     "TracedCore",

@@ -3,7 +3,7 @@
 import os
 
 from ..host.units import format_size
-from ..sim import runner, toolchain
+from ..sim.verilator import runner, toolchain
 from ..spec.errors import WanreduceError
 
 __all__ = ["register", "run"]

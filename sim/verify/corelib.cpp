@@ -1,6 +1,6 @@
 // Several instances of one Verilated aggregator core in one process, driven through a C API (ctypes).
 //
-// The co-simulation (wanreduce.sim.cosim) owns the clock of the WAN; each core here is a Verilated model
+// The co-simulation (wanreduce.sim.verify.cosim) owns the clock of the WAN; each core here is a Verilated model
 // with its own VerilatedContext, its own queue of input beats and its own cycle counter. The caller pushes
 // the beats of frames that arrived, runs the core until the input is consumed and the output has stayed
 // quiet for `drain` cycles, and takes the output beats with the cycle on which each left. Between bursts an

@@ -1,6 +1,6 @@
 // Stream harness for a Verilated DUT: beats from a file into `i`, beats from `o` into a file.
 //
-// Compiled once per DUT by wanreduce.sim.harness (which passes IN_BITS, OUT_BITS, HAS_RST and HAS_CTL on
+// Compiled once per DUT by wanreduce.sim.verilator.harness (which passes IN_BITS, OUT_BITS, HAS_RST and HAS_CTL on
 // the command line) and driven from Python. The DUT is built with `--prefix Vtop`, so the class name never
 // depends on the design. Ports: clk, [rst], i__payload/i__valid/i__ready, o__payload/o__valid/o__ready,
 // and optionally ctl__addr(16)/ctl__wdata(32)/ctl__we/ctl__re/ctl__rdata(32) and a trace output

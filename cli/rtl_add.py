@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from ..hw.fadd import FloatFormat
-from ..sim import fadd_check
-from ..sim.harness import HarnessError
-from ..sim.runner import build_progress
+from ..sim.verify import fadd_check
+from ..sim.verilator.harness import HarnessError
+from ..sim.verilator.runner import build_progress
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option, int_in, load_npy, progress
 

@@ -29,8 +29,8 @@ from ..host.pcap import read_pcap, write_pcap
 from ..host.protocol import MAGIC, MAX_RANKS, UDP_PORT, Drop, Kind
 from ..host.validate import check_payload
 from ..host.wan_lean import root_entries
-from ..sim.agg_driver import CoreSim
-from ..sim.runner import build_progress
+from ..sim.verilator.agg_driver import CoreSim
+from ..sim.verilator.runner import build_progress
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
@@ -373,7 +373,7 @@ def _replay_inline(frames, geometry, args, *, rank, jobs, dests, mac, ip, note):
     """The frames through an in-line core (the co-simulation's build, with a bypass port): returns the
     RESULT frames, the counters and the forwarded frames."""
     from ..host import control
-    from ..sim.cosim import RtlCores
+    from ..sim.verify.cosim import RtlCores
 
     with build_progress(note):
         cores = RtlCores(count=1, **geometry, port=args.port, bypass_bytes=args.bypass_bytes)

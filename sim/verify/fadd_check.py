@@ -3,7 +3,7 @@
 Used by the tests (``tests/hw/test_fadd*.py``), ``wanreduce rtl-add`` and ``make bench``.
 
 * :func:`lanes_add` runs operand bit patterns through :class:`~wanreduce.hw.fadd.FAddLanes` in the C++
-  harness (:mod:`wanreduce.sim.harness`) and returns the RTL's sum bit patterns, never numpy's.
+  harness (:mod:`wanreduce.sim.verilator.harness`) and returns the RTL's sum bit patterns, never numpy's.
 * :func:`reference_add` is the oracle: numpy float32 / float16 and ml_dtypes bfloat16 addition, which
   round once from an exact (fp32) or exactly representable (fp16 and bf16 in fp32) sum, so they are
   correctly rounded IEEE-754 results.
@@ -15,7 +15,7 @@ Used by the tests (``tests/hw/test_fadd*.py``), ``wanreduce rtl-add`` and ``make
 
 import numpy as np
 
-from ..hw.fadd import FAddLanes
+from ...hw.fadd import FAddLanes
 
 __all__ = [
     "bits_dtype",
@@ -54,7 +54,7 @@ def float_dtype(fmt):
 
 
 def _harness(fmt, width, stages, opt):
-    from .harness import Harness
+    from ..verilator.harness import Harness
 
     key = (fmt.name, width, stages, opt)
     if key not in _harnesses:

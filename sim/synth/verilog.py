@@ -8,7 +8,7 @@ AXI4-Stream data ports, AXI4-Lite control on clock ``axil_clk``) or the bare cor
 packed ``{last, bytes, data}`` beats and the ``ctl`` bus of ``docs/control.md``).
 
 :func:`blocks` gives every pipeline stage on its own (``--blocks``: ``DIR/<name>.v`` each), for synthesising
-one stage. ``python -m wanreduce.sim.verilog`` is the same as ``wanreduce verilog`` without the CLI's
+one stage. ``python -m wanreduce.sim.synth.verilog`` is the same as ``wanreduce verilog`` without the CLI's
 output-file checks.
 """
 
@@ -19,20 +19,20 @@ import sys
 import warnings
 from pathlib import Path
 
-from ..hw import fadd
-from ..hw.axi import AXIL_ADDR_BITS, WRAP_BASE, WRAP_REGS, AXIAggregator
-from ..hw.control import Control
-from ..hw.core import AggregatorCore
-from ..hw.fanout import Fanout
-from ..hw.frame_parser import FrameParser
-from ..hw.header_parser import HeaderParser
-from ..hw.layouts import WIDTHS, payload_words
-from ..hw.reduce import Reduce
-from ..hw.result_builder import ResultBuilder
-from ..hw.schedule_table import ScheduleTable
-from ..hw.slot_table import SlotTable
-from ..spec.protocol import HEADER_BYTES
-from . import toolchain
+from ...hw import fadd
+from ...hw.axi import AXIL_ADDR_BITS, WRAP_BASE, WRAP_REGS, AXIAggregator
+from ...hw.control import Control
+from ...hw.core import AggregatorCore
+from ...hw.fanout import Fanout
+from ...hw.frame_parser import FrameParser
+from ...hw.header_parser import HeaderParser
+from ...hw.layouts import WIDTHS, payload_words
+from ...hw.reduce import Reduce
+from ...hw.result_builder import ResultBuilder
+from ...hw.schedule_table import ScheduleTable
+from ...hw.slot_table import SlotTable
+from ...spec.protocol import HEADER_BYTES
+from ..verilator import toolchain
 
 __all__ = [
     "DEFAULTS",
@@ -296,7 +296,7 @@ def write_blocks(out_dir, width, **config):
 
 
 def add_arguments(parser):
-    """The build options, shared by ``wanreduce verilog`` and ``python -m wanreduce.sim.verilog``."""
+    """The build options, shared by ``wanreduce verilog`` and ``python -m wanreduce.sim.synth.verilog``."""
     d = DEFAULTS
     parser.add_argument(
         "--width",
@@ -410,7 +410,7 @@ def options(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m wanreduce.sim.verilog",
+        prog="python -m wanreduce.sim.synth.verilog",
         description="Write the configurable top as Verilog, JSON, port table.",
     )
     parser.add_argument(

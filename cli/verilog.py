@@ -1,14 +1,14 @@
 """``wanreduce verilog``: the aggregator as one self-contained Verilog file for a vendor flow.
 
 Writes ``DIR/<top>.v``, ``DIR/<top>.json`` (the build parameters and what they imply) and ``DIR/<top>.md``
-(the port table) for the configuration given by the options (:mod:`wanreduce.sim.verilog`); ``--blocks``
+(the port table) for the configuration given by the options (:mod:`wanreduce.sim.synth.verilog`); ``--blocks``
 adds every pipeline stage on its own. ``docs/vendor.md`` takes it from there into Vivado, Quartus or the
 open ECP5 flow.
 """
 
 from pathlib import Path
 
-from ..sim import verilog
+from ..sim.synth import verilog
 from ..spec.errors import WanreduceError
 
 __all__ = ["register", "run"]
