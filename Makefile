@@ -37,22 +37,22 @@ verilog: $(STAMP)
 
 # Whole-core synthesis (ECP5 W=64 place and route, UltraScale+ W=512 estimate) and build/synth.md.
 synth: $(STAMP)
-	$(PY) -m wanreduce.sim.synth.flow all
+	$(VENV)/bin/wanreduce synth all
 
 bitstream: $(STAMP)
-	$(PY) -m wanreduce.sim.synth.flow bitstream --board $(BOARD)
+	$(VENV)/bin/wanreduce synth bitstream --board $(BOARD)
 
 bench: $(STAMP)
 	$(PY) -m wanreduce.sim.bench --out build/bench.json $(if $(BENCH),--only $(BENCH))
 
 demo: $(STAMP)
-	$(VENV)/bin/wanreduce demo
+	$(VENV)/bin/wanreduce demo -o build/demo.json --force
 
 demo-faults: $(STAMP)
-	$(VENV)/bin/wanreduce demo --loss 0.01 --dup 0.01 --reorder --corrupt 0.001 --json build/demo_faults.json
+	$(VENV)/bin/wanreduce demo --loss 0.01 --dup 0.01 --reorder --corrupt 0.001 -o build/demo_faults.json --force
 
 demo-root: $(STAMP)
-	$(VENV)/bin/wanreduce demo --mode root --memory 256KiB --json build/demo_root.json
+	$(VENV)/bin/wanreduce demo --mode root --memory 256KiB -o build/demo_root.json --force
 
 train: $(STAMP)
 	$(VENV)/bin/wanreduce train --force

@@ -28,6 +28,7 @@ COMMANDS = [
     "wanreduce.cli.unpack",
     "wanreduce.cli.verify",
     "wanreduce.cli.verilog",
+    "wanreduce.cli.synth",
     "wanreduce.cli.cache",
     "wanreduce.cli.train",
 ]

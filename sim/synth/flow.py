@@ -14,14 +14,13 @@ Flows (each in its own folder under ``build/synth/``, with every tool log kept):
   nextpnr with the board's LPF, ecppack), all from the YoWASP packages.
 * :func:`report`: the Markdown report ``build/synth.md`` from the results JSON of the runs above.
 
-``python -m wanreduce.sim.synth.flow ecp5|xcup|bitstream|report`` runs one; ``make synth`` (``all``) runs the
+``wanreduce synth ecp5|xcup|bitstream|report`` runs one; ``make synth`` (``all``) runs the
 bare ECP5 core (the figure the 125 MHz goal of issue #11 is judged by), the ECPIX-5 board build (the same core
 inside the board top, at the board's clock, to a bitstream), xcup and the report. The bench keys
 (``synth_ecp5_luts`` ..., ``synth_board_*``, ``synth_xcup_*``) come from :mod:`wanreduce.sim.bench.synth`,
 the same way.
 """
 
-import argparse
 import collections
 import concurrent.futures
 import json
@@ -48,7 +47,7 @@ __all__ = [
     "xcup",
     "bitstream",
     "report",
-    "main",
+    "workdir",
 ]
 
 #: The ECP5-sized core: W = 64 (8 Gbit/s at 125 MHz, for 1G/2.5G/5G board Ethernet), 4 slots of groups of
@@ -96,7 +95,7 @@ def _run(cmd, *, cwd, log, what):
     return time.perf_counter() - t0
 
 
-def _workdir(name):
+def workdir(name):
     if not name or Path(name).name != name or name in (".", ".."):
         raise ValueError(f"the work folder must be a plain folder name under build/synth, not {name!r}")
     d = toolchain.build_root() / "synth" / name
@@ -189,7 +188,7 @@ def _deepest_logic(wd, top):
 def _synth_ecp5_core(config, name, mod_stages):
     """Export the bare core of ``config`` into ``build/synth/<name>`` and map it with ``synth_ecp5``; return
     the folder, the top's name and Yosys's seconds."""
-    wd = _workdir(name)
+    wd = workdir(name)
     top = "wanreduce_core"
     _export_core(wd, config, top, mod_stages=mod_stages)
     t_yosys = _run(
@@ -506,7 +505,7 @@ def _stat_cells(text):
 def xcup(config=None, *, name="xcup_core"):
     """Synthesise the core of ``config`` (default :data:`XCUP_CONFIG`) for UltraScale+; return figures."""
     config = {**XCUP_CONFIG, **(config or {})}
-    wd = _workdir(name)
+    wd = workdir(name)
     top = "wanreduce_core"
     t0 = time.perf_counter()
     _export_core(wd, config, top)
@@ -592,7 +591,7 @@ def bitstream(board="ecpix5_85", *, freq=None, seeds=BOARD_SEEDS, out_dir=None):
     from ...hw import board as hwboard
 
     seeds = _checked_seeds(seeds)
-    wd = Path(out_dir) if out_dir else _workdir(f"bitstream_{board}")
+    wd = Path(out_dir) if out_dir else workdir(f"bitstream_{board}")
     t0 = time.perf_counter()
     tries = {}
     for seed in seeds:
@@ -817,116 +816,3 @@ def report(out=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     return out
-
-
-def _seed_list(text):
-    try:
-        seeds = [int(t) for t in text.split(",")]
-    except ValueError:
-        seeds = []
-    if not seeds or min(seeds) < 0:
-        raise argparse.ArgumentTypeError(f"expected non-negative integers separated by commas, not {text!r}")
-    return tuple(seeds)
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(
-        prog="python -m wanreduce.sim.synth.flow", description=__doc__.split("\n\n")[0]
-    )
-    sub = p.add_subparsers(dest="flow", required=True)
-    pe = sub.add_parser("ecp5", help="the W=64 core through synth_ecp5 + nextpnr-ecp5")
-    pe.add_argument("--freq", type=float, default=125, help="clock request in MHz (default: 125)")
-    pe.add_argument(
-        "--seeds",
-        type=_seed_list,
-        default=ECP5_SEEDS,
-        help="placement seeds, comma-separated: nextpnr runs once per seed, two at a time, and Fmax is "
-        f"their median (default: {','.join(map(str, ECP5_SEEDS))})",
-    )
-    pe.add_argument(
-        "--mod-stages",
-        type=int,
-        default=None,
-        help="the schedule table's modulo pipeline stages (default: the core's)",
-    )
-    pe.add_argument("--name", default="ecp5_core", help="work folder under build/synth (default: ecp5_core)")
-    pe.add_argument(
-        "--tmg-ripup",
-        action="store_true",
-        help="nextpnr's timing-driven rip-up in the router: re-route the critical nets (default: off)",
-    )
-    pp = sub.add_parser("paths", help="synth_ecp5 only, paths ranked by an estimated delay (seconds, no P&R)")
-    pp.add_argument("--mod-stages", type=int, default=None, help="as for ecp5 (default: the core's)")
-    pp.add_argument("--count", type=int, default=40, help="endpoints to list (default: 40)")
-    pp.add_argument("--under", default=None, help="only endpoints whose name starts so, e.g. frame.")
-    pp.add_argument(
-        "--name", default="paths_core", help="work folder under build/synth (default: paths_core)"
-    )
-    px = sub.add_parser("xcup", help="the full W=512 core through synth_xilinx -family xcup")
-    for q in (pe, px):
-        q.add_argument("--slots", type=int, default=None, help="override the configuration's slot count")
-        q.add_argument("--width", type=int, default=None, help="override the configuration's width")
-    pb = sub.add_parser("bitstream", help="a board top to a bitstream (amaranth-boards + YoWASP)")
-    pb.add_argument("--board", default="ecpix5_85", help="board name (default: ecpix5_85)")
-    pb.add_argument("--freq", type=float, default=None, help="core clock in MHz (default: the board's)")
-    pb.add_argument(
-        "--seeds",
-        type=_seed_list,
-        default=BOARD_SEEDS,
-        help="placement seeds to try in order until one meets the clock request; the bitstream kept is that "
-        f"seed's, or the fastest's (default: {','.join(map(str, BOARD_SEEDS))})",
-    )
-    pb.add_argument("--name", default=None, help="work folder under build/synth (default: bitstream_<board>)")
-    sub.add_parser("report", help="write build/synth.md from the results present")
-    sub.add_parser(
-        "all",
-        help="the bare ECP5 core, the ECPIX-5 board build, xcup and report, one after the other (make synth)",
-    )
-    args = p.parse_args(argv)
-    try:
-        overrides = {k: v for k in ("slots", "width") if (v := getattr(args, k, None)) is not None}
-        if args.flow == "ecp5":
-            r = ecp5(
-                overrides,
-                freq=args.freq,
-                seeds=args.seeds,
-                mod_stages=args.mod_stages,
-                name=args.name,
-                tmg_ripup=args.tmg_ripup,
-            )
-            print(json.dumps({k: v for k, v in r.items() if k != "config"}, indent=1))
-        if args.flow == "paths":
-            _, lines = paths(mod_stages=args.mod_stages, name=args.name, count=args.count, under=args.under)
-            print("\n".join(lines))
-        if args.flow == "all":
-            r = ecp5(seeds=ECP5_SEEDS)
-            print(json.dumps({k: v for k, v in r.items() if k not in ("config", "deepest_logic")}, indent=1))
-            r = bitstream("ecpix5_85")
-            print(
-                json.dumps(
-                    {k: v for k, v in r.items() if k not in ("config", "deepest_logic")},
-                    indent=1,
-                    default=str,
-                )
-            )
-        if args.flow in ("xcup", "all"):
-            r = xcup(overrides if args.flow == "xcup" else None)
-            print(json.dumps({k: v for k, v in r.items() if k not in ("config", "cells")}, indent=1))
-        if args.flow == "bitstream":
-            r = bitstream(
-                args.board,
-                freq=args.freq,
-                seeds=args.seeds,
-                out_dir=_workdir(args.name) if args.name else None,
-            )
-            r = {k: v for k, v in r.items() if k not in ("deepest_logic",)}
-            print(json.dumps(r, indent=1, default=str))
-        if args.flow in ("report", "all"):
-            print(report())
-    except (RuntimeError, ValueError) as exc:
-        p.exit(2, f"{p.prog}: error: {exc}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

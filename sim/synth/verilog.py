@@ -8,14 +8,11 @@ AXI4-Stream data ports, AXI4-Lite control on clock ``axil_clk``) or the bare cor
 packed ``{last, bytes, data}`` beats and the ``ctl`` bus of ``docs/control.md``).
 
 :func:`blocks` gives every pipeline stage on its own (``--blocks``: ``DIR/<name>.v`` each), for synthesising
-one stage. ``python -m wanreduce.sim.synth.verilog`` is the same as ``wanreduce verilog`` without the CLI's
-output-file checks.
+one stage.
 """
 
-import argparse
 import hashlib
 import json
-import sys
 import warnings
 from pathlib import Path
 
@@ -46,7 +43,6 @@ __all__ = [
     "port_table",
     "add_arguments",
     "options",
-    "main",
 ]
 
 #: The default build: W = 512 for a 100G MAC, groups of up to 9, 1 KiB chunks, 64 slots (612 KiB of
@@ -296,7 +292,7 @@ def write_blocks(out_dir, width, **config):
 
 
 def add_arguments(parser):
-    """The build options, shared by ``wanreduce verilog`` and ``python -m wanreduce.sim.synth.verilog``."""
+    """The build options, of ``wanreduce verilog``."""
     d = DEFAULTS
     parser.add_argument(
         "--width",
@@ -406,28 +402,3 @@ def options(args):
         bypass_bytes=args.bypass_bytes,
         mod_stages=args.mod_stages,
     )
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m wanreduce.sim.synth.verilog",
-        description="Write the configurable top as Verilog, JSON, port table.",
-    )
-    parser.add_argument(
-        "-o", "--out", default="build/verilog", help="output directory (default: build/verilog)"
-    )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        paths = export(args.out, **options(args))
-        if args.blocks:
-            paths = {**paths, "blocks": write_blocks(args.out, args.width)}
-    except ValueError as exc:
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
-    for p in paths.values():
-        print(*(p if isinstance(p, list) else [p]), sep="\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -33,7 +33,7 @@ def test_demo_on_the_golden_model(capsys, tmp_path):
         "8192",
         "--time-limit",
         "1",
-        "--json",
+        "-o",
         str(path),
     )
     assert code == 0 and "demo: PASS" in out, out + err
@@ -46,7 +46,7 @@ def test_demo_on_the_rtl(capsys, tmp_path):
     # 32768 elements make the optimizer pick the 3x3 grid: W=64 cores of 256 slots of 3 member buffers, the
     # build tests/sim/test_cosim.py uses too.
     path = tmp_path / "demo.json"
-    code, out, err = _run(capsys, "demo", "--elements", "32768", "--time-limit", "1", "--json", str(path))
+    code, out, err = _run(capsys, "demo", "--elements", "32768", "--time-limit", "1", "-o", str(path))
     assert code == 0 and "demo: PASS" in out, out + err
     _check(json.loads(path.read_text()), "rtl")
 
@@ -77,7 +77,7 @@ def test_demo_root_mode_on_the_golden_model(capsys, tmp_path):
         "1",
         "--background",
         "10",
-        "--json",
+        "-o",
         str(path),
     )
     assert code == 0 and "demo: PASS" in out, out + err

@@ -32,7 +32,7 @@ def test_demo_with_every_fault_is_bit_exact_and_reports_the_recovery(capsys, tmp
         "0.01",
         "--seed",
         "3",
-        "--json",
+        "-o",
         str(path),
     )
     assert code == 0 and "demo: PASS" in out, out + err
@@ -48,10 +48,10 @@ def test_demo_with_every_fault_is_bit_exact_and_reports_the_recovery(capsys, tmp
 
 def test_demo_kill_names_the_site_and_round(capsys, tmp_path):
     path = tmp_path / "demo.json"
-    code, out, err = _run(capsys, *BASE, "--kill", "SEO@0", "--json", str(path))
+    code, out, err = _run(capsys, *BASE, "--kill", "SEO@0", "-o", str(path))
     assert code == 1 and "demo: FAIL" in out
     (line,) = [x for x in err.splitlines() if "missing" in x]
-    assert line.startswith("demo: round 0: site SEO (rank 6) missing")
+    assert line.startswith("wanreduce demo: round 0: site SEO (rank 6) missing")
     report = json.loads(path.read_text())
     assert report["pass"] is False and report["missing_sites"] == ["SEO"] and report["timeout_round"] == 0
 
@@ -63,3 +63,25 @@ def test_demo_fault_options_are_checked(capsys):
     assert code == 2 and "SITE@ROUND" in err
     code, _, err = _run(capsys, *BASE, "--loss", "1")
     assert code == 2 and "--loss must be in [0, 1)" in err
+
+
+def test_demo_report_is_never_replaced_without_force(capsys, tmp_path):
+    path = tmp_path / "demo.json"
+    path.write_text("mine\n")
+    argv = ("demo", "--aggregator", "golden", "--elements", "4096", "--time-limit", "1", "-o", str(path))
+    code, _, err = _run(capsys, *argv)
+    assert code == 2 and "already exists" in err and err.count("\n") == 1
+    assert path.read_text() == "mine\n"
+    code, _, err = _run(capsys, *argv[:-2], "-o", str(tmp_path))
+    assert code == 2 and "is a directory" in err
+    code, out, _ = _run(capsys, *argv, "--force", "--json")
+    assert code == 0 and json.loads(out)["pass"] is True
+    assert json.loads(path.read_text()) == json.loads(out)
+
+
+def test_demo_never_builds_more_slots_than_one_period_uses(capsys):
+    # 1 PiB of aggregator memory would be 2**36 slots; one period of 16 chunks needs far fewer.
+    code, out, _ = _run(capsys, *BASE, "--memory", "1PiB", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["pass"] is True
+    assert report["slots"] <= 16 * len(report["schedule"])

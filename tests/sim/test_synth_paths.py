@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from wanreduce.cli import main as cli_main
 from wanreduce.sim.synth import flow as synth
 
 
@@ -85,7 +86,5 @@ def test_carry_chain_and_memory_read(tmp_path):
 
 
 def test_work_folder_outside_build_refused(capsys):
-    with pytest.raises(SystemExit) as exc:
-        synth.main(["paths", "--name", "../elsewhere"])
-    assert exc.value.code == 2
+    assert cli_main(["synth", "paths", "--name", "../elsewhere"]) == 2
     assert "plain folder name" in capsys.readouterr().err

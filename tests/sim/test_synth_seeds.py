@@ -1,4 +1,4 @@
-"""Seed sweeps of ``python -m wanreduce.sim.synth.flow``: the bare core's Fmax is the median over its seeds
+"""Seed sweeps of ``wanreduce synth``: the bare core's Fmax is the median over its seeds
 with
 every seed's figure kept, a board build stops at the first seed that meets its request and keeps that
 bitstream, and a bad seed list is refused in one line. The tools themselves are replaced by fakes that
@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from wanreduce.cli import main as cli_main
 from wanreduce.sim.synth import flow as synth
 
 UTIL = {
@@ -115,7 +116,7 @@ def test_board_build_stops_at_the_first_seed_that_meets_the_request(build, monke
 @pytest.mark.parametrize("bad", ["", "1,x", "-1", "1,,2"])
 def test_bad_seed_list_is_refused_in_one_line(capsys, bad):
     with pytest.raises(SystemExit) as exc:
-        synth.main(["ecp5", "--seeds", bad])
+        cli_main(["synth", "ecp5", "--seeds", bad])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--seeds" in err and "non-negative integers" in err
@@ -130,8 +131,6 @@ def test_failed_board_build_is_one_line(build, monkeypatch, capsys):
         raise subprocess.CalledProcessError(1, ["sh", "build_wanreduce_board.sh"])
 
     monkeypatch.setattr(board, "build", broken)
-    with pytest.raises(SystemExit) as exc:
-        synth.main(["bitstream", "--seeds", "3"])
-    assert exc.value.code == 2
+    assert cli_main(["synth", "bitstream", "--seeds", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "board build (seed 3) failed with exit 1" in err[0]
