@@ -7,9 +7,12 @@ CONTRIB headers carry; job 0 if none) and the RESULT destinations. Every frame t
 OUT.pcap; its counters (the drop-rule names, ``results`` and ``frames_in``) go to OUT.json.
 
 The chunk size C and the slot count S come from the options or, when those are not given, from the
-schedule file's ``params`` (``chunk_bytes``; ``memory_bytes`` = S x G x C, S rounded down to a power of
-two). Like ``inspect``, the command exits 1 when the core dropped frames, after naming each reason; for
-``unexpected_src`` it prints what the schedule makes this rank expect in each round concerned.
+schedule file's ``params`` (``chunk_bytes``; ``memory_bytes`` holds S slots of G member buffers and a
+shadow RESULT, the gateware's memory rule, :func:`wanreduce.host.pacing.aggregator_slots`). In a gather
+schedule the slots are shared by the period's rounds as round banks (PROTOCOL.md), as the site's control
+port would load them. Exit status: 0 when the core dropped nothing, 1 when it dropped frames (after naming
+each reason; for ``unexpected_src`` it prints what the schedule makes this rank expect in each round
+concerned), 2 for bad input.
 
 For a root-mode schedule (a ``lean`` section) the core is loaded as the site's control port would be:
 in the rounds where the rank roots a stripe, its stripe and the group's RESULT address with the group.
@@ -23,8 +26,10 @@ import os
 import sys
 import time
 
+from ..host import wan
 from ..host.frames import parse_frame, parse_ip, parse_mac
 from ..host.golden import Destination
+from ..host.pacing import aggregator_slots
 from ..host.pcap import read_pcap, write_pcap
 from ..host.protocol import MAGIC, MAX_RANKS, UDP_PORT, Drop, Kind
 from ..host.validate import check_payload
@@ -47,7 +52,9 @@ __all__ = [
 ]
 
 MAX_JOBS = 64
-MAX_SLOTS = 1 << 16
+#: The largest slot table simulated here: Verilator's model of a larger one takes minutes to build and
+#: gigabytes to hold, and one period of a capture this tool can replay never needs more.
+MAX_SLOTS = 1 << 12
 MAX_SLOT_BYTES = 65504
 #: Frames above which the co-simulation announces itself on stderr (about 10 s of harness time).
 LONG_REPLAY_FRAMES = 20_000
@@ -106,8 +113,8 @@ def register(sub):
         "--slots",
         type=int_in(1, MAX_SLOTS, "--slots"),
         default=None,
-        help="reorder-buffer slots S, a power of two (default: the largest that fits the "
-        "schedule file's params.memory_bytes, S x G x C <= memory)",
+        help=f"reorder-buffer slots S, a power of two up to {MAX_SLOTS} (default: the most that the "
+        "schedule file's params.memory_bytes holds, each G member buffers and a shadow RESULT)",
     )
     p.add_argument(
         "--chunk-bytes",
@@ -174,8 +181,9 @@ def register(sub):
     p.set_defaults(func=run)
 
 
-def core_geometry(schedule, *, slots, chunk_bytes, members, source="the schedule"):
-    """``(slots, chunk_bytes)``: the options' values, or what the schedule file's params imply."""
+def core_geometry(schedule, *, slots, chunk_bytes, members, width=64, source="the schedule"):
+    """``(slots, chunk_bytes)``: the options' values, or what the schedule file's params imply (the slots
+    that ``memory_bytes`` holds by the gateware's rule, at most :data:`MAX_SLOTS`)."""
     params = schedule.params
     if chunk_bytes is None:
         chunk_bytes = params.get("chunk_bytes")
@@ -197,13 +205,13 @@ def core_geometry(schedule, *, slots, chunk_bytes, members, source="the schedule
             raise WanreduceError(f"give --slots: {source} has no params.memory_bytes")
         if not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0:
             raise WanreduceError(f"{source}: params.memory_bytes {memory!r} is not a positive whole number")
-        fit = memory // (members * chunk_bytes)
+        fit = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=members, width=width)
         if fit < 1:
             raise WanreduceError(
-                f"{source}: params.memory_bytes {memory} holds no slot of {members} x "
-                f"{chunk_bytes} bytes; give --slots"
+                f"{source}: params.memory_bytes {memory} holds no slot of {members} member buffers and a "
+                f"shadow RESULT of {chunk_bytes} bytes; give --slots"
             )
-        slots = 1 << min(fit.bit_length() - 1, MAX_SLOTS.bit_length() - 1)
+        slots = min(fit, MAX_SLOTS)
     return slots, chunk_bytes
 
 
@@ -269,8 +277,21 @@ def run(args):
     if schedule.period > 64:
         raise WanreduceError(f"the schedule's period of {schedule.period} rounds exceeds the core's 64")
     slots, chunk_bytes = core_geometry(
-        schedule, slots=args.slots, chunk_bytes=args.chunk_bytes, members=members, source=str(args.schedule)
+        schedule,
+        slots=args.slots,
+        chunk_bytes=args.chunk_bytes,
+        members=members,
+        width=args.width,
+        source=str(args.schedule),
     )
+    bank_bits = None
+    if schedule.lean is None:
+        bank_bits, bank_slots = wan.bank_layout(slots, schedule.period)
+        if bank_bits is None:
+            raise WanreduceError(
+                f"{slots} slots cannot hold one slot for each of the schedule's {schedule.period} rounds; "
+                "give more --slots"
+            )
     frames = read_pcap(args.input)
     rank = args.rank
     mac = parse_mac(args.mac if args.mac else addressing.aggregator_mac(rank))
@@ -313,11 +334,29 @@ def run(args):
             sim = CoreSim(**geometry, entry="frame", port=args.port)
         if len(frames) > LONG_REPLAY_FRAMES:
             note(f"simulating {len(frames)} frames through the core")
-        result = sim.run(frames, rank=rank, jobs=jobs, destinations=dests, mac=mac, ip=ip, port=args.port)
+        result = sim.run(
+            frames,
+            rank=rank,
+            jobs=jobs,
+            destinations=dests,
+            mac=mac,
+            ip=ip,
+            port=args.port,
+            bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits),
+        )
         packets, counters, forwarded = result.packets, result.counters, []
     else:
         packets, counters, forwarded = _replay_inline(
-            frames, geometry, args, rank=rank, jobs=jobs, dests=dests, mac=mac, ip=ip, note=note
+            frames,
+            geometry,
+            args,
+            rank=rank,
+            jobs=jobs,
+            dests=dests,
+            mac=mac,
+            ip=ip,
+            note=note,
+            bank_bits=bank_bits,
         )
     if len(frames) > LONG_REPLAY_FRAMES:
         note(f"simulated in {time.perf_counter() - t0:.1f} s")
@@ -369,7 +408,7 @@ def run(args):
     return 0
 
 
-def _replay_inline(frames, geometry, args, *, rank, jobs, dests, mac, ip, note):
+def _replay_inline(frames, geometry, args, *, rank, jobs, dests, mac, ip, note, bank_bits):
     """The frames through an in-line core (the co-simulation's build, with a bypass port): returns the
     RESULT frames, the counters and the forwarded frames."""
     from ..host import control
@@ -390,6 +429,7 @@ def _replay_inline(frames, geometry, args, *, rank, jobs, dests, mac, ip, note):
         members=c.members,
         max_dests=c.dests,
         slots=c.slots,
+        bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits),
         bypass=True,
     )
     cores.configure(0, writes)

@@ -59,7 +59,9 @@ class RtlCores:
         self.params = dict(params)
         self.core = AggregatorCore(**params)
         self.width = params["width"]
-        text = runner.design_verilog(self.core, top="agg_core")
+        text = runner.design_verilog(
+            self.core, top="agg_core", key=("AggregatorCore", sorted(params.items()))
+        )
         ports = toolchain.parse_ports(text, top="agg_core")
         in_bits, out_bits = ports["i__payload"][1], ports["o__payload"][1]
         defines = f"-DIN_BITS={in_bits} -DOUT_BITS={out_bits}"

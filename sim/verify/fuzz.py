@@ -121,7 +121,9 @@ class FuzzSim:
         self.top = TracedCore(**self.params)
         self.core = self.top.core
         self.width, self.entry = width, entry
-        self.harness = Harness(self.top, top=f"agg_fuzz_w{width}_{entry}")
+        self.harness = Harness(
+            self.top, top=f"agg_fuzz_w{width}_{entry}", key=("TracedCore", sorted(self.params.items()))
+        )
 
 
 @dataclasses.dataclass

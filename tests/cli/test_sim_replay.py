@@ -20,7 +20,7 @@ SCHEDULE = {
     "sites": ["AMS", "BAR", "FRA", "LAX", "LON", "NYC"],
     "rounds": [{"groups": [[0, 2, 4], [1, 3, 5]]}, {"groups": [[0, 1], [2, 3], [4, 5]]}],
     # 4 slots of 3 members x 128 bytes: what the replay below builds when it takes the sizes from here
-    "params": {"chunk_bytes": 128, "memory_bytes": 4 * 3 * 128 + 100},
+    "params": {"chunk_bytes": 128, "memory_bytes": 4 * 4 * 128 + 100},
     "metrics": {},
 }
 
@@ -47,6 +47,10 @@ def files(tmp_path):
                     elems_bits=traffic.random_elements(rng, dtype, 20 + chunk),
                 )
                 frames.append(traffic.frame_of(p, src=src))
+    # Round 1 starts before round 0 ends, as the window lets it: round 0's chunks 0 and 1 (frames 0-5),
+    # round 1's chunks 0 and 1 (9-12), then chunk 2 of both rounds at once (6, 7, 13, 14, 8). Chunk 2 of
+    # rounds 0 and 1 share slot 2 of a table without round banks; with two banks they do not.
+    frames = [frames[i] for i in (0, 1, 2, 3, 4, 5, 9, 10, 11, 12, 6, 7, 13, 14, 8)] + frames[15:]
     frames.insert(4, frames[1])  # a duplicate
     frames.insert(7, frames[2][:30])  # a truncated frame
     # rank 1 is not in rank 2's group of round 0 ({0,2,4}): unexpected_src
@@ -101,6 +105,7 @@ def test_replay_matches_golden(files, capsys, monkeypatch):
         slots=4,
         members=3,
         slot_bytes=128,
+        bank_bits={0: 1},  # 4 slots in 2 round banks, as the control port loads them for a 2-round period
         mac="02:57:52:01:00:02",
         ip="10.87.83.2",
         destinations=[
@@ -194,14 +199,20 @@ def test_core_geometry_from_the_schedule():
     # options win over the file; the slot count is rounded down to a power of two
     assert core_geometry(sched, slots=2, chunk_bytes=None, members=3) == (2, 128)
     assert core_geometry(sched, slots=None, chunk_bytes=64, members=3) == (8, 64)
-    assert core_geometry(sched, slots=None, chunk_bytes=128, members=2) == (4, 128)  # 6.4 slots -> 4
+    assert core_geometry(sched, slots=None, chunk_bytes=128, members=2) == (4, 128)  # 5.6 slots -> 4
+    # the gateware's rule: G member buffers and a shadow RESULT per slot, in whole beats
+    assert core_geometry(sched, slots=None, chunk_bytes=128, members=4) == (2, 128)  # 3.4 slots -> 2
+    huge = schedule_from_obj({**SCHEDULE, "params": {"chunk_bytes": 1024, "memory_bytes": 1 << 36}})
+    assert core_geometry(huge, slots=None, chunk_bytes=None, members=3) == (4096, 1024)
     bare = schedule_from_obj({**SCHEDULE, "params": {}})
     with pytest.raises(WanreduceError, match="give --chunk-bytes: s.json has no params.chunk_bytes"):
         core_geometry(bare, slots=4, chunk_bytes=None, members=3, source="s.json")
     with pytest.raises(WanreduceError, match="give --slots: s.json has no params.memory_bytes"):
         core_geometry(bare, slots=None, chunk_bytes=64, members=3, source="s.json")
     small = schedule_from_obj({**SCHEDULE, "params": {"chunk_bytes": 1024, "memory_bytes": 2048}})
-    with pytest.raises(WanreduceError, match="holds no slot of 3 x 1024 bytes"):
+    with pytest.raises(
+        WanreduceError, match="holds no slot of 3 member buffers and a shadow RESULT of 1024 bytes"
+    ):
         core_geometry(small, slots=None, chunk_bytes=None, members=3)
     odd = schedule_from_obj({**SCHEDULE, "params": {"chunk_bytes": 1022, "memory_bytes": 1 << 20}})
     with pytest.raises(WanreduceError, match="not a multiple of 4"):
@@ -245,7 +256,7 @@ LEAN = {
     "version": 3,
     "sites": ["AMS", "BAR", "FRA", "LAX", "LON", "NYC"],
     "rounds": [{"groups": [[0, 2, 4], [1, 3, 5]]}],
-    "params": {"chunk_bytes": 128, "memory_bytes": 4 * 3 * 128},
+    "params": {"chunk_bytes": 128, "memory_bytes": 4 * 4 * 128},
     "metrics": {},
     "lean": {
         "mode": "root",
