@@ -50,7 +50,8 @@ __all__ = [
     "emit_sites",
 ]
 
-_ACCEPTED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+# float64 is numpy's default: it is rounded to the wire dtype directly, as `pack` does (never through fp32).
+_ACCEPTED = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def _rank_key(key):
@@ -104,7 +105,7 @@ def load_grads(path, schedule):
             arr = arr.view(ml_dtypes.bfloat16)
         if arr.dtype.newbyteorder("=") not in _ACCEPTED:
             raise WanreduceError(
-                f"{path}: array {key!r} is {arr.dtype}; gradients must be float32, float16 or bfloat16"
+                f"{path}: array {key!r} is {arr.dtype}; gradients must be float64, float32, float16 or bfloat16"
             )
         if arr.size == 0:
             raise WanreduceError(f"{path}: array {key!r} is empty")

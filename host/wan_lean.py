@@ -256,9 +256,12 @@ def simulate_lean(
         for members, lg in zip(schedule.rounds[r % period], lr["groups"], strict=True):
             total = sum(st["chunks"] for st in lg["stripes"])
             if lg["stripes"] and total != n_chunks:
+                planned = schedule.params.get("tensor_bytes")
                 raise WanreduceError(
-                    f"round {r}: the stripes cover {total} chunks but the tensor has "
-                    f"{n_chunks} of {chunk_elems} elements"
+                    f"this root-mode schedule was planned for {total} chunks per site"
+                    + (f" ({planned} bytes)" if planned else "")
+                    + f", but the tensor has {n_chunks} chunks of {chunk_elems} elements; rerun "
+                    "`wanreduce schedule --tensor-bytes` with the tensor's size, or `--mode gather`"
                 )
             grp.append((tuple(members), lg["stripes"]))
         plan.append(grp)

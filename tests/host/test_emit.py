@@ -72,6 +72,31 @@ def test_grads_bfloat16_survives_npz(tmp_path):
     assert np.array_equal(got[5].view(np.uint16), g[5].view(np.uint16))
 
 
+def test_grads_float64_are_rounded_to_the_wire_dtype_once(tmp_path):
+    # numpy's default dtype is accepted, as `pack` accepts it; the emitter rounds it straight to fp16
+    rng = np.random.default_rng(3)
+    g64 = [rng.standard_normal(40) for _ in range(9)]
+    path = tmp_path / "g.npz"
+    np.savez(path, **{f"rank{i}": a for i, a in enumerate(g64)})
+    got = load_grads(path, ROTATING)
+    assert got[4].dtype == np.float64 and np.array_equal(got[4], g64[4])
+    em = emit_site(
+        ROTATING,
+        got,
+        rank=4,
+        dtype=DType.FP16,
+        one_way_s=load_topology("nine-city").one_way_s,
+        gbps=100,
+        bank_slots=bank_slots_of(ROTATING),
+        chunk_elems=16,
+        rounds=1,
+    )
+    values = []
+    for frame in sorted(em.frames, key=lambda f: decode_payload(decode_frame(f)[3])[0]["chunk"]):
+        values += decode_payload(decode_frame(frame)[3])[1]
+    assert np.array_equal(np.array(values, np.float16), g64[4].astype(np.float16))
+
+
 @pytest.mark.parametrize(
     "arrays, message",
     [
