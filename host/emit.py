@@ -105,7 +105,8 @@ def load_grads(path, schedule):
             arr = arr.view(ml_dtypes.bfloat16)
         if arr.dtype.newbyteorder("=") not in _ACCEPTED:
             raise WanreduceError(
-                f"{path}: array {key!r} is {arr.dtype}; gradients must be float64, float32, float16 or bfloat16"
+                f"{path}: array {key!r} is {arr.dtype}; gradients must be float64, float32, float16 or "
+                "bfloat16"
             )
         if arr.size == 0:
             raise WanreduceError(f"{path}: array {key!r} is empty")
