@@ -186,7 +186,7 @@ def export(out_dir, *, kind="axi", top=None, ctl_domain="axil", fifo_beats=None,
         warnings.simplefilter("ignore")
         component = build(kind=kind, ctl_domain=ctl_domain, fifo_beats=fifo_beats, **c)
         key = ("export", kind, ctl_domain, fifo_beats, sorted(c.items()))
-        text = toolchain.verilog_text(component, top=top, key=key)
+        text = toolchain.verilog_text(component, top=top, key=key, sources=(__file__,))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     vpath, jpath, mpath = (out_dir / f"{top}{ext}" for ext in (".v", ".json", ".md"))

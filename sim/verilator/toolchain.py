@@ -171,14 +171,15 @@ def _mark_used(component, seen=None):
             _mark_used(value, seen)
 
 
-def verilog_text(component, *, top, key=None):
+def verilog_text(component, *, top, key=None, sources=()):
     """Return the Verilog text of an Amaranth ``wiring.Component`` with top module name ``top``.
 
     Source locations are left out so that the text (and so the build cache key) only changes when the
     logic does, not when an unrelated line moves. Converting a whole core takes Amaranth seconds to tens
     of seconds, so a caller that knows what determines the design passes ``key`` (its class name and
     parameters, as a ``repr``-stable value): the text is then kept in the build cache under that key and
-    :func:`gateware_digest`, and converted again only when either changes.
+    :func:`gateware_digest` (with ``sources``, the files of whatever assembled the component outside
+    ``wanreduce.hw``), and converted again only when either changes.
     """
     from amaranth.back import verilog
 
@@ -186,7 +187,7 @@ def verilog_text(component, *, top, key=None):
         raise ValueError(f"Top module name {top!r} is not a plain Verilog identifier.")
     if key is None:
         return verilog.convert(component, name=top, emit_src=False)
-    digest = gateware_digest(inspect.getsourcefile(type(component)))
+    digest = gateware_digest(inspect.getsourcefile(type(component)), *sources)
     name = hashlib.sha256(f"{top}\0{key!r}\0{digest}".encode()).hexdigest()[:24]
     path = cache_root() / "sim" / "verilog" / f"{top}-{name}.v"
     if path.is_file():
