@@ -8,7 +8,9 @@ The top of the import order (spec <- hw <- host <- sim <- cli). Each module list
 import argparse
 import importlib
 import importlib.metadata
+import os
 import sys
+from pathlib import Path
 
 from ..spec.errors import WanreduceError
 
@@ -49,7 +51,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser():
+def _command_of(module):
+    return module.rsplit(".", 1)[1].replace("_", "-")
+
+
+def build_parser(commands=None):
+    """The parser of ``wanreduce``, with the subcommands of ``commands`` (module names; default: all)."""
     parser = _Parser(
         prog="wanreduce",
         description="FPGA in-network aggregation for training across continents: packet tools, "
@@ -57,14 +64,27 @@ def build_parser():
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in COMMANDS if commands is None else commands:
         importlib.import_module(name).register(sub)
     return parser
 
 
+def _parser_for(argv):
+    """Only the named command's module is imported (the others pull in Amaranth, the simulators, torch),
+    so that ``wanreduce cache --path`` answers at once; the full parser for help and errors."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    wanted = [m for m in COMMANDS if _command_of(m) == first]
+    if wanted and argv and argv[0] == first:
+        return build_parser(wanted)
+    return build_parser()
+
+
 def main(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        print(f"wanreduce {version()}")
+        return 0
+    args = _parser_for(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except WanreduceError as exc:
@@ -76,6 +96,21 @@ def main(argv=None):
     except BrokenPipeError:
         # `wanreduce inspect big.pcap | head` must not print a traceback.
         return 0
+    except Exception as exc:
+        # A bug, not bad input: one line and its own exit status, so a script can tell the two apart;
+        # the traceback is there for whoever reports it.
+        if os.environ.get("WANREDUCE_DEBUG"):
+            raise
+        where = exc.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        at = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where else ""
+        print(
+            f"wanreduce {args.command}: internal error: {type(exc).__name__}: {exc}{at} (a bug: rerun with "
+            "WANREDUCE_DEBUG=1 for the traceback and report it)",
+            file=sys.stderr,
+        )
+        return 3
 
 
 if __name__ == "__main__":

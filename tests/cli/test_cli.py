@@ -272,3 +272,31 @@ def test_inspect_json(capsys, tmp_path, tensor):
     assert first["ok"] and (first["kind"], first["round"], first["src"]) == ("CONTRIB", 7, 1)
     assert first["count"] == 500 and first["bitmap"] == 2 and not first["last"]
     assert doc["frames"][1] == {"index": 1, "ok": False, "drop": "truncated", "rule": 2}
+
+
+def test_a_bug_is_one_line_and_exit_3(capsys, monkeypatch):
+    from wanreduce.cli import cache
+
+    def broken(args):
+        raise ValueError("something the code did not expect")
+
+    monkeypatch.setattr(cache, "run", broken)  # registered when main builds the parser
+    monkeypatch.delenv("WANREDUCE_DEBUG", raising=False)
+    code = main(["cache", "--path"])
+    err = capsys.readouterr().err
+    assert code == 3 and err.count("\n") == 1
+    assert "internal error: ValueError: something the code did not expect" in err and "WANREDUCE_DEBUG" in err
+
+
+def test_version_and_one_command_need_no_other_command(capsys):
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, wanreduce.cli as c\n"
+        "c.main(['cache', '--path'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('amaranth', 'torch', 'scapy', 'cocotb'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+    assert main(["--version"]) == 0 and capsys.readouterr().out.startswith("wanreduce ")
