@@ -6,10 +6,14 @@ adds every pipeline stage on its own. ``docs/vendor.md`` takes it from there int
 open ECP5 flow.
 """
 
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 from ..sim.synth import verilog
 from ..spec.errors import WanreduceError
+from ._common import Outputs, add_force_option
 
 __all__ = ["register", "run"]
 
@@ -25,13 +29,27 @@ def register(sub):
     )
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="output directory (created if missing)")
     verilog.add_arguments(p)
+    add_force_option(p, "files in DIR that exist")
     p.set_defaults(func=run)
 
 
-def run(args):
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise WanreduceError(f"{out}: exists and is not a directory")
+# IEEE 1364-2005 and 1800-2017 reserved words: a module of that name would be escaped, not found.
+_KEYWORDS = set(
+    """always and assign automatic begin buf bufif0 bufif1 case casex casez cell cmos config deassign default
+    defparam design disable edge else end endcase endconfig endfunction endgenerate endmodule endprimitive
+    endspecify endtable endtask event for force forever fork function generate genvar highz0 highz1 if
+    ifnone incdir include initial inout input instance integer join large liblist library localparam
+    macromodule medium module nand negedge nmos nor noshowcancelled not notif0 notif1 or output parameter
+    pmos posedge primitive pull0 pull1 pulldown pullup pulsestyle_onevent pulsestyle_ondetect rcmos real
+    realtime reg release repeat rnmos rpmos rtran rtranif0 rtranif1 scalared showcancelled signed small
+    specify specparam strong0 strong1 supply0 supply1 table task time tran tranif0 tranif1 tri tri0 tri1
+    triand trior trireg unsigned use uwire vectored wait wand weak0 weak1 while wire wor xnor xor logic bit
+    byte int shortint longint interface endinterface package endpackage class endclass program endprogram
+    typedef struct union enum string void return break continue import export""".split()
+)
+
+
+def _check(args):
     limits = (
         ("--slots", args.slots, 1, 1 << 16),
         ("--members", args.members, 1, 64),
@@ -43,22 +61,50 @@ def run(args):
     for name, value, lo, hi in limits:
         if not lo <= value <= hi:
             raise WanreduceError(f"{name} must be in {lo}..{hi}, not {value}")
-    try:
-        paths = verilog.export(out, **verilog.options(args))
-        if args.blocks:
-            paths["blocks"] = verilog.write_blocks(
-                out,
-                args.width,
-                slots=args.slots,
-                members=args.members,
-                chunk_bytes=args.chunk_bytes,
-                dests=args.dests,
-                jobs=args.jobs,
-                rounds=args.rounds,
-            )
-    except ValueError as exc:
-        raise WanreduceError(str(exc)) from None
-    for value in paths.values():
-        for p in value if isinstance(value, list) else [value]:
-            print(p)
+    if args.name is not None:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.name):
+            raise WanreduceError(f"--name {args.name!r} is not a plain Verilog identifier")
+        if args.name in _KEYWORDS:
+            raise WanreduceError(f"--name {args.name!r} is a Verilog keyword; pick another name")
+    if args.top != "axi":
+        for flag, given in (("--single-clock", args.single_clock), ("--fifo-beats", args.fifo_beats)):
+            if given:
+                raise WanreduceError(f"{flag} only applies to --top axi")
+
+
+def run(args):
+    _check(args)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise WanreduceError(f"{out}: exists and is not a directory")
+    options = verilog.options(args)
+    top = args.name or verilog.TOP_NAMES[args.top]
+    names = [f"{top}{ext}" for ext in (".v", ".json", ".md")]
+    block_config = dict(
+        slots=args.slots,
+        members=args.members,
+        chunk_bytes=args.chunk_bytes,
+        dests=args.dests,
+        jobs=args.jobs,
+        rounds=args.rounds,
+    )
+    if args.blocks:
+        names += [f"{name}.v" for name in verilog.block_names()]
+    # Every output is checked before the conversion (a minute at W=512), and written only when all exist.
+    outs = Outputs(force=args.force)
+    finals = [outs.add(out / name, "-o") for name in names]
+    with tempfile.TemporaryDirectory(
+        prefix=".wanreduce-verilog-", dir=out.parent if out.exists() else None
+    ) as tmp:
+        try:
+            verilog.export(tmp, **options)
+            if args.blocks:
+                verilog.write_blocks(tmp, args.width, **block_config)
+        except ValueError as exc:
+            raise WanreduceError(str(exc)) from None
+        with outs.commit():
+            for final in finals:
+                shutil.copyfile(Path(tmp) / final.name, outs.temp(final))
+    for final in finals:
+        print(final)
     return 0

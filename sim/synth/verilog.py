@@ -279,7 +279,30 @@ def blocks(width, **config):
     )
     for entry in ("frame", "payload"):
         out[f"agg_core_{entry}"] = build(kind="core", **{**d, "entry": entry})
+    assert tuple(out) == _BLOCK_NAMES
     return out
+
+
+_BLOCK_NAMES = (
+    "frame_parser",
+    "header_parser",
+    "schedule_table",
+    "slot_table",
+    "result_builder",
+    "fanout",
+    "control",
+    "fadd_lanes_fp32",
+    "fadd_lanes_fp16",
+    "fadd_lanes_bf16",
+    "reduce",
+    "agg_core_frame",
+    "agg_core_payload",
+)
+
+
+def block_names():
+    """The names :func:`blocks` and :func:`write_blocks` use, without building anything."""
+    return list(_BLOCK_NAMES)
 
 
 def write_blocks(out_dir, width, **config):

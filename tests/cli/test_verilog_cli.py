@@ -1,0 +1,49 @@
+"""``wanreduce verilog``: outputs checked before the conversion, written whole or not at all, never over a
+file without --force; options that cannot apply are refused before any work."""
+
+import json
+
+import pytest
+
+from wanreduce.cli import main
+
+SMALL = ["--top", "core", "--width", "64", "--slots", "4", "--members", "2", "--chunk-bytes", "64"]
+
+
+def _run(capsys, *argv):
+    code = main(["verilog", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.rtl
+def test_writes_the_core_and_never_replaces_a_file(capsys, tmp_path):
+    code, out, _ = _run(capsys, "-o", str(tmp_path), *SMALL)
+    assert code == 0
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["wanreduce_core.json", "wanreduce_core.md", "wanreduce_core.v"]
+    assert json.loads((tmp_path / "wanreduce_core.json").read_text())["config"]["slots"] == 4
+    (tmp_path / "wanreduce_core.md").write_text("my notes\n")
+    code, _, err = _run(capsys, "-o", str(tmp_path), *SMALL)
+    assert code == 2 and "already exists; pass --force" in err and err.count("\n") == 1
+    assert (tmp_path / "wanreduce_core.md").read_text() == "my notes\n"
+    code, _, _ = _run(capsys, "-o", str(tmp_path), *SMALL, "--force")
+    assert code == 0 and (tmp_path / "wanreduce_core.md").read_text().startswith("#")
+    assert sorted(p.name for p in tmp_path.iterdir()) == files  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--name", "module"], "is a Verilog keyword"),
+        (["--name", "9top"], "not a plain Verilog identifier"),
+        (["--single-clock"], "--single-clock only applies to --top axi"),
+        (["--fifo-beats", "64"], "--fifo-beats only applies to --top axi"),
+        (["--slots", "0"], "--slots must be in"),
+    ],
+)
+def test_refused_before_any_work(capsys, tmp_path, extra, message):
+    out = tmp_path / "v"
+    code, _, err = _run(capsys, "-o", str(out), *SMALL, *extra)
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not out.exists()
