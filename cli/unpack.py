@@ -12,7 +12,7 @@ import io
 import numpy as np
 
 from ..host.protocol import MAX_RANKS
-from ..host.replay import collect_results, read_pcap_timed, udp_payloads
+from ..host.replay import collect_results, read_pcap_timed, result_payloads
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option, int_in
 
@@ -80,9 +80,11 @@ def run(args):
     outs = Outputs(force=args.force, inputs=[args.input])
     path = outs.add(args.output, "-o")
     _, frames = read_pcap_timed(args.input)
-    sets, ignored = collect_results(udp_payloads(frames, source=args.input), source=args.input)
+    payloads, not_udp = result_payloads(frames)
+    sets, ignored = collect_results(payloads, source=args.input)
+    ignored += not_udp
     if not sets:
-        raise WanreduceError(f"{args.input}: holds no RESULT frames ({ignored} other wanreduce frames)")
+        raise WanreduceError(f"{args.input}: holds no RESULT frames ({ignored} other frames)")
     sets = _pick(sets, "site", args.rank, "--rank", "site")
     sets = _pick(sets, "job", args.job, "--job", "job")
     (chosen,) = _pick(sets, "round", args.round, "--round", "round")

@@ -28,12 +28,23 @@ import numpy as np
 
 from ..spec.errors import WanreduceError
 from .frames import build_frame, parse_frame
-from .packet import Payloads, unpack_payloads
+from .packet import Payloads, decode_headers, unpack_payloads
 from .pcap import LINKTYPE_ETHERNET, read_pcap
-from .protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, VERSION, DType, Kind, bits_dtype, np_dtype
+from .protocol import (
+    FLAG_LAST,
+    FRAME_OVERHEAD,
+    HEADER_BYTES,
+    MAGIC,
+    VERSION,
+    DType,
+    Kind,
+    bits_dtype,
+    np_dtype,
+)
 from .reference import ordered_sum, run_reference
 
 __all__ = [
+    "result_payloads",
     "read_pcap_timed",
     "write_pcap_timed",
     "udp_datagram",
@@ -355,22 +366,32 @@ class ResultSet:
     chunks: int
 
 
+def result_payloads(frames):
+    """The UDP payloads of the frames that carry one (anything else in a capture: ARP, TCP, ICMP, ... is
+    not for us), and how many frames carried none."""
+    payloads = [udp_datagram(f) for f in frames]
+    return [p for p in payloads if p is not None], sum(p is None for p in payloads)
+
+
 def collect_results(payloads, *, source="capture"):
     """RESULT payloads → ``(sets, ignored)``: a :class:`ResultSet` per (site, job, round), and how many
-    payloads were not RESULTs.
+    payloads were not RESULTs (other wanreduce packets, or not wanreduce packets at all).
 
     A RESULT repeated with the same bytes (one frame per destination) counts once; the same chunk with
-    different bytes, chunks that disagree on group or bitmap, or a gap in the chunks is an error.
+    different bytes, chunks that disagree on group or bitmap, or a missing chunk (a gap, or no chunk with
+    the LAST flag at the end) is an error naming the chunks.
     """
     keyed = {}
     ignored = 0
-    for i, p in enumerate(payloads):
-        _header_check(p, i, source)
+    for p in payloads:
+        if len(p) < HEADER_BYTES or int.from_bytes(p[0:2], "big") != MAGIC or p[2] != VERSION:
+            ignored += 1
+            continue
         if p[3] != Kind.RESULT:
             ignored += 1
             continue
-        site, job = int.from_bytes(p[16:18], "big"), int.from_bytes(p[6:8], "big")
-        rnd, chunk = int.from_bytes(p[8:12], "big"), int.from_bytes(p[12:16], "big")
+        h = decode_headers(np.frombuffer(p[:HEADER_BYTES], np.uint8))[0]
+        site, job, rnd, chunk = int(h["src"]), int(h["job"]), int(h["round"]), int(h["chunk"])
         chunks = keyed.setdefault((site, job, rnd), {})
         if chunk in chunks and chunks[chunk] != bytes(p):
             raise WanreduceError(
@@ -380,13 +401,20 @@ def collect_results(payloads, *, source="capture"):
     sets = []
     for (site, job, rnd), chunks in sorted(keyed.items()):
         ordered = [chunks[c] for c in sorted(chunks)]
-        groups = {int.from_bytes(p[18:20], "big") for p in ordered}
-        bitmaps = {int.from_bytes(p[24:32], "big") for p in ordered}
+        headers = decode_headers(np.stack([np.frombuffer(p[:HEADER_BYTES], np.uint8) for p in ordered]))
         where = f"{source}: site {site}'s RESULTs of job {job} round {rnd}"
-        if len(groups) != 1 or len(bitmaps) != 1:
+        if len(set(headers["group"].tolist())) != 1 or len(set(headers["bitmap"].tolist())) != 1:
             raise WanreduceError(f"{where} disagree on the group or the contributors")
-        if min(chunks) != 0:
-            raise WanreduceError(f"{where} start at chunk {min(chunks)}, not 0")
+        last = max(chunks)
+        missing = sorted(set(range(last + 1)) - set(chunks))
+        if missing:
+            shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+            raise WanreduceError(f"{where} lack chunk{'s' if len(missing) > 1 else ''} {shown} (lost?)")
+        if not int(headers["flags"][-1]) & FLAG_LAST:
+            raise WanreduceError(
+                f"{where} end at chunk {last} without the LAST flag: chunk {last + 1} onward is missing "
+                "(lost?)"
+            )
         try:
             values, headers = unpack_payloads(Payloads.from_list(ordered))
         except WanreduceError as exc:
@@ -397,8 +425,8 @@ def collect_results(payloads, *, source="capture"):
                 dtype=DType(int(headers["dtype"][0])),
                 job=job,
                 round=rnd,
-                group=groups.pop(),
-                bitmap=bitmaps.pop(),
+                group=int(headers["group"][0]),
+                bitmap=int(headers["bitmap"][0]),
                 values=values,
                 chunks=len(ordered),
             )

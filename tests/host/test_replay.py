@@ -21,6 +21,7 @@ from wanreduce.host.replay import (
     datagram_frames,
     parse_udp_url,
     read_pcap_timed,
+    result_payloads,
     send_datagrams,
     sources,
     udp_datagram,
@@ -196,19 +197,38 @@ def test_receiver_gives_up_after_its_timeout():
 
 
 def test_collect_results_deduplicates_and_refuses_conflicts():
-    r = [payload(kind=1, chunk=c, src=4, group=1, bitmap=0b10110, elems=[float(c)] * 3) for c in range(3)]
-    sets, ignored = collect_results([r[2], r[0], r[0], payload(), r[1], r[1]])
-    assert ignored == 1 and len(sets) == 1
+    r = [
+        payload(kind=1, chunk=c, src=4, group=1, bitmap=0b10110, elems=[float(c)] * 3, flags=int(c == 2))
+        for c in range(3)
+    ]
+    dns = b"\x12\x34\x01\x00" + bytes(40)  # another protocol's datagram in the same capture
+    sets, ignored = collect_results([r[2], r[0], r[0], payload(), dns, r[1], r[1]])
+    assert ignored == 2 and len(sets) == 1
     (s,) = sets
     assert (s.site, s.round, s.group, s.bitmap, s.chunks, s.dtype) == (4, 0, 1, 0b10110, 3, DType.FP32)
     assert s.values.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     other = payload(kind=1, chunk=1, src=4, group=1, bitmap=0b10110, elems=[9.0] * 3)
     with pytest.raises(WanreduceError, match="two different RESULTs for job 0 round 0 chunk 1"):
         collect_results(r + [other])
-    with pytest.raises(WanreduceError, match="misses a chunk"):
+    with pytest.raises(WanreduceError, match="round 0 lack chunk 1 "):
         collect_results([r[0], r[2]])
-    with pytest.raises(WanreduceError, match="start at chunk 1"):
+    with pytest.raises(WanreduceError, match="round 0 lack chunk 0 "):
         collect_results([r[1], r[2]])
+    # the last chunk lost: the LAST flag is missing, never a silently short tensor
+    with pytest.raises(
+        WanreduceError, match="end at chunk 1 without the LAST flag: chunk 2 onward is missing"
+    ):
+        collect_results([r[0], r[1]])
+
+
+def test_results_among_other_traffic():
+    r = [
+        payload(kind=1, chunk=c, src=4, group=1, bitmap=0b10, elems=[1.0], flags=int(c == 1))
+        for c in range(2)
+    ]
+    arp = bytes.fromhex("ffffffffffff020000000001" + "0806") + bytes(28)
+    payloads, not_udp = result_payloads([frame(r[0]), arp, frame(r[1])])
+    assert not_udp == 1 and payloads == r
 
 
 SCHEDULE = schedule_from_obj(
