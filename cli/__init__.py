@@ -10,9 +10,10 @@ import importlib
 import importlib.metadata
 import os
 import sys
+import warnings
 from pathlib import Path
 
-from ..spec.errors import WanreduceError
+from ..spec.errors import WanreduceError, WanreduceWarning
 
 __all__ = ["main", "build_parser", "version", "COMMANDS"]
 
@@ -79,6 +80,18 @@ def _parser_for(argv):
     return build_parser()
 
 
+def _one_line(command, show):
+    """Warnings about the user's input are one line on stderr, like errors; others as Python shows them."""
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, WanreduceWarning):
+            print(f"wanreduce {command}: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--version"]:
@@ -86,7 +99,9 @@ def main(argv=None):
         return 0
     args = _parser_for(argv).parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line(args.command, warnings.showwarning)
+            return int(args.func(args) or 0)
     except WanreduceError as exc:
         print(f"wanreduce {args.command}: error: {exc}", file=sys.stderr)
         return 2

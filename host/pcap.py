@@ -6,8 +6,9 @@ traceback, and so large captures stream without building a Python object per lay
 
 import os
 import struct
+import warnings
 
-from ..spec.errors import WanreduceError
+from ..spec.errors import WanreduceError, WanreduceWarning
 
 __all__ = ["read_pcap", "write_pcap", "LINKTYPE_ETHERNET"]
 
@@ -40,21 +41,36 @@ def read_pcap(path):
     endian, _ = _MAGICS[data[:4]]
     linktype = struct.unpack(endian + "I", data[20:24])[0] & 0xFFFF
     if linktype != LINKTYPE_ETHERNET:
-        raise WanreduceError(f"{path}: link type {linktype} is not Ethernet (1)")
+        hint = (
+            " (a capture of `-i any`: capture on one interface, tcpdump -i IFACE)" if linktype == 113 else ""
+        )
+        raise WanreduceError(f"{path}: link type {linktype} is not Ethernet (1){hint}")
     frames, pos, index = [], 24, 0
     rec = struct.Struct(endian + "IIII")
     while pos < len(data):
+        # A capture cut short (a tcpdump killed mid-write) keeps its complete records, as tcpdump and
+        # Wireshark read it; the user hears how much was lost.
         if pos + 16 > len(data):
-            raise WanreduceError(f"{path}: truncated: record {index} header is cut short at byte {pos}")
+            _truncated(path, index, f"its header is cut short at byte {pos}")
+            break
         _, _, incl, orig = rec.unpack_from(data, pos)
+        if pos + 16 + incl > len(data):
+            _truncated(path, index, f"it needs {incl} bytes, {len(data) - pos - 16} are left")
+            break
         pos += 16
-        if pos + incl > len(data):
-            left = len(data) - pos
-            raise WanreduceError(f"{path}: truncated: record {index} needs {incl} bytes, {left} left")
         frames.append(data[pos : pos + incl])
         pos += incl
         index += 1
     return frames
+
+
+def _truncated(path, index, what):
+    warnings.warn(
+        f"{path}: truncated: record {index} is incomplete ({what}); read the {index} complete records "
+        "before it",
+        WanreduceWarning,
+        stacklevel=3,
+    )
 
 
 def write_pcap(path, frames, *, overwrite=True, protect=()):

@@ -99,8 +99,11 @@ def test_inspect_truncated_pcap(capsys, tmp_path, tensor):
     run(capsys, "pack", str(tensor), "-o", str(out), "--rank", "1")
     data = out.read_bytes()
     out.write_bytes(data[:-5])
-    code, _, err = run(capsys, "inspect", str(out))
-    assert code == 2 and "truncated: record 3" in err
+    code, text, err = run(capsys, "inspect", str(out))
+    # the complete records are read, as tcpdump reads a capture cut short, and the loss is one warning line
+    (line,) = err.strip().splitlines()
+    assert line.startswith("wanreduce inspect: warning:") and "truncated: record 3 is incomplete" in line
+    assert code == 0 and "3 frames" in text
 
 
 def test_inspect_wrong_port_and_non_udp(capsys, tmp_path):
