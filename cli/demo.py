@@ -160,32 +160,6 @@ def _non_negative(what):
     return convert
 
 
-def _probability(what):
-    def convert(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a probability, not {text!r}") from None
-        if not 0.0 <= value < 1.0:
-            raise argparse.ArgumentTypeError(f"{what} must be in [0, 1), not {text}")
-        return value
-
-    return convert
-
-
-def _non_negative(what):
-    def convert(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
-        if not 0.0 <= value < 1e6:
-            raise argparse.ArgumentTypeError(f"{what} must be at least 0, not {text}")
-        return value
-
-    return convert
-
-
 def run(args):
     memory = parse_size(args.memory, what="--memory")
     outs = Outputs(force=args.force, inputs=[args.topology])

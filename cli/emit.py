@@ -17,6 +17,7 @@ from ..host.packet import MAX_COUNT
 from ..host.protocol import MAX_RANKS, DType
 from ..host.replay import parse_udp_url, send_datagrams, udp_datagram, write_pcap_timed
 from ..host.topology import EMBEDDED
+from ..host.units import format_seconds
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
 from ._common import Outputs, add_force_option, int_in
@@ -199,7 +200,7 @@ def run(args):
         )
         if em.frames:
             what += (
-                f", last frame at {em.times[-1] * 1e3:.3f} ms of the pacing model "
+                f", last frame at {format_seconds(em.times[-1])} of the pacing model "
                 f"({gbps[em.rank]:g} Gbit/s over {topo.name})"
             )
         lines.append(what)

@@ -35,6 +35,9 @@ MODES = {"auto": ("gather", "root"), "gather": ("gather",), "root": ("root",)}
 
 DEFAULT_OUT = os.path.join("build", "schedule.json")
 
+#: Jitter beyond a minute is no WAN's: a typo, which would give a period of centuries.
+MAX_JITTER_MS = 60_000
+
 
 def add_model_arguments(p, *, memory_help=None):
     """Options shared by ``schedule`` and ``sweep``: the topology and every cost-model parameter."""
@@ -134,8 +137,10 @@ def add_mode_arguments(p):
 def modes_from_args(args):
     """``(jitter_s, modes)`` from ``--jitter-ms`` and ``--mode``."""
     jitter_ms = number(args.jitter_ms, "--jitter-ms", positive=False)
-    if jitter_ms < 0:
-        raise WanreduceError(f"--jitter-ms must not be negative, got {args.jitter_ms}")
+    if not 0 <= jitter_ms <= MAX_JITTER_MS:
+        raise WanreduceError(
+            f"--jitter-ms must be in 0..{MAX_JITTER_MS} (a WAN's one-way jitter), got {args.jitter_ms}"
+        )
     return jitter_ms / 1e3, MODES[args.mode]
 
 

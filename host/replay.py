@@ -256,6 +256,8 @@ def send_datagrams(payloads, times, address, *, speed=1.0, clock=time.perf_count
     try:
         infos = socket.getaddrinfo(address[0], address[1], socket.AF_INET, socket.SOCK_DGRAM)
     except socket.gaierror as exc:
+        if ":" in address[0]:
+            raise WanreduceError(f"{address[0]} is an IPv6 address; replay sends IPv4 only") from None
         raise WanreduceError(f"cannot resolve {address[0]}: {exc.strerror}") from None
     late = np.zeros(n)
     sent_bytes = 0

@@ -75,7 +75,7 @@ def test_schedule_mode_gather_and_json(capsys, tmp_path):
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--jitter-ms", "-1"], "--jitter-ms must not be negative"),
+        (["--jitter-ms", "-1"], "--jitter-ms must be in 0..60000"),
         (["--jitter-ms", "x"], "--jitter-ms must be a number"),
         (["--mode", "fast"], "--mode"),
     ],
