@@ -39,6 +39,7 @@ __all__ = [
     "print_json",
     "jsonable",
     "progress",
+    "same_file",
 ]
 
 
@@ -98,7 +99,7 @@ def load_npy(path, *, void16_as_bf16=False):
     return arr
 
 
-def _same_file(a, b):
+def same_file(a, b):
     a, b = os.fspath(a), os.fspath(b)
     if os.path.abspath(a) == os.path.abspath(b):
         return True
@@ -138,10 +139,10 @@ class Outputs:
         """
         path = Path(path)
         for src in self.inputs:
-            if _same_file(path, src):
+            if same_file(path, src):
                 raise WanreduceError(f"{what} {path} is also an input file; choose another output")
         for other, other_what in self._paths.items():
-            if _same_file(path, other):
+            if same_file(path, other):
                 raise WanreduceError(f"{what} and {other_what} both name {path}; choose two files")
         if path.is_dir():
             raise WanreduceError(f"{what} {path} is a directory; name a file")

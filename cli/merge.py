@@ -6,13 +6,15 @@ arriving at the same instant keep the order of the inputs on the command line). 
 the CONTRIBs of R's own groups are kept: what R's multicast subscriptions deliver.
 """
 
+import warnings
+
 import numpy as np
 
 from ..host.protocol import Kind
 from ..host.replay import arrival_order, read_pcap_timed, sources, udp_datagram, write_pcap_timed
-from ..spec.errors import WanreduceError
+from ..spec.errors import WanreduceError, WanreduceWarning
 from ..spec.schedfile import group_of, load_schedule
-from ._common import Outputs, add_force_option
+from ._common import Outputs, add_force_option, same_file
 from .replay import add_site_options, wan_and_rank
 
 __all__ = ["register", "run"]
@@ -42,7 +44,14 @@ def run(args):
     schedule = load_schedule(args.schedule) if args.schedule is not None else None
     all_times, all_frames, all_srcs = [], [], []
     dropped = 0
+    seen = []
     for name in args.inputs:
+        twin = next((s for s in seen if same_file(s, name)), None)
+        if twin is not None:
+            warnings.warn(
+                f"{name} is {twin} again: its frames are merged twice", WanreduceWarning, stacklevel=1
+            )
+        seen.append(name)
         times, frames = read_pcap_timed(name)
         payloads = [udp_datagram(f) for f in frames]
         bad = next((i for i, d in enumerate(payloads) if d is None), None)

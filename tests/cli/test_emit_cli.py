@@ -176,6 +176,15 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     assert code == 0, err
     # rank 4 is in a 3-member group in each of 3 rounds: 3 * 3 sites * 3 chunks reach it, 54 are others'
     assert "27 frames from 9 captures" in text and "54 CONTRIBs of other groups left out" in text
+    # the same capture twice is merged twice, but not without a word
+    code, _, err = run(
+        capsys, "merge", pcaps[0], pcaps[0], "--wan", "nine-city", "--rank", 4, "-o", tmp / "twice.pcap"
+    )
+    assert (
+        code == 0
+        and err.strip()
+        == f"wanreduce merge: warning: {pcaps[0]} is {pcaps[0]} again: its frames are merged twice"
+    )
     times, frames = read_pcap_timed(merged)
     assert np.all(np.diff(times) >= 0)
     schedule = load_schedule(sched)
