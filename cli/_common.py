@@ -131,12 +131,17 @@ class Outputs:
         self._paths = {}  # final Path -> option name
         self._temps = {}  # final Path -> temporary Path
 
-    def add(self, path, what):
+    def add(self, path, what, *, default=None):
         """Check ``path`` (the value of option ``what``) and return it as a :class:`Path`.
 
-        Creates missing parent folders. Raises :class:`WanreduceError` when the path is an input, is named
-        by another output, is a directory, exists without ``force``, or cannot be written.
+        ``path`` None means the option was not given: ``default`` is used, a file under ``build/`` that is
+        the command's own scratch and is replaced without ``--force`` (so a second run is not refused); a
+        path the user names is never replaced without it. Creates missing parent folders. Raises
+        :class:`WanreduceError` when the path is an input, is named by another output, is a directory,
+        exists without ``force``, or cannot be written.
         """
+        scratch = path is None
+        path = default if scratch else path
         path = Path(path)
         for src in self.inputs:
             if same_file(path, src):
@@ -146,7 +151,7 @@ class Outputs:
                 raise WanreduceError(f"{what} and {other_what} both name {path}; choose two files")
         if path.is_dir():
             raise WanreduceError(f"{what} {path} is a directory; name a file")
-        if path.exists() and not self.force:
+        if path.exists() and not (self.force or scratch):
             raise WanreduceError(f"{what} {path} already exists; pass --force to replace it")
         parent = path.parent
         try:

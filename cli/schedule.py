@@ -210,9 +210,10 @@ def register(subparsers):
     p.add_argument(
         "-o",
         "--output",
-        default=DEFAULT_OUT,
+        default=None,
         metavar="FILE.json",
-        help=f"schedule file to write (default: {DEFAULT_OUT})",
+        help=f"schedule file to write; a FILE that exists needs --force (default: {DEFAULT_OUT}, replaced "
+        "each run)",
     )
     add_force_option(p, "FILE.json")
     add_json_option(p)
@@ -266,7 +267,7 @@ def run(args):
         )
     jitter_s, modes = modes_from_args(args)
     outs = Outputs(force=args.force, inputs=[args.topology] if os.path.exists(args.topology) else [])
-    out = outs.add(args.output, "--output")
+    out = outs.add(args.output, "--output", default=DEFAULT_OUT)
     t0 = time.perf_counter()
     if args.time_limit > SLOW_SEARCH_S:
         progress("schedule", f"searching {topo.n} sites for up to {args.time_limit:g} s (--time-limit)")

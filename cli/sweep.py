@@ -79,9 +79,10 @@ def register(subparsers):
     p.add_argument(
         "-o",
         "--output",
-        default=DEFAULT_PLOT,
+        default=None,
         metavar="FIGURE",
-        help=f"figure to write, .png, .svg or .pdf by its extension (default: {DEFAULT_PLOT})",
+        help="figure to write, .png, .svg or .pdf by its extension; a FIGURE that exists needs --force "
+        f"(default: {DEFAULT_PLOT}, replaced each run)",
     )
     p.add_argument(
         "--csv",
@@ -324,14 +325,14 @@ def run(args):
     tensors = parse_size_range(args.tensor_range, what="--tensor-range", steps_per_doubling=0.5)
     if len(memories) > 200:
         raise WanreduceError(f"--memory {args.memory} gives {len(memories)} points; at most 200")
-    if os.path.splitext(args.output)[1].lower() not in FIGURE_FORMATS:
+    if args.output is not None and os.path.splitext(args.output)[1].lower() not in FIGURE_FORMATS:
         raise WanreduceError(f"--output {args.output!r} must be a .png, .svg or .pdf file")
     if args.csv is not None and not args.csv.lower().endswith(".csv"):
         raise WanreduceError(f"--csv {args.csv!r} must be a .csv file")
     topo = topology_from_args(args)
     params = params_from_args(args, memory=memories[0])
     outs = Outputs(force=args.force, inputs=[args.topology] if os.path.exists(args.topology) else [])
-    figure = outs.add(args.output, "--output")
+    figure = outs.add(args.output, "--output", default=DEFAULT_PLOT)
     table = outs.add(args.csv, "--csv") if args.csv is not None else None
 
     per_point = min(2.0, args.time_limit / max(1, len(memories)))

@@ -245,3 +245,26 @@ def test_outputs_unit(tmp_path):
     o.add(a, "--a")
     with pytest.raises(WanreduceError, match="--d and --a both name"):
         o.add(tmp_path / "x" / ".." / "x" / "a.txt", "--d")
+
+
+def test_a_default_output_does_not_block_a_second_run(capsys, tmp_path, monkeypatch):
+    # without -o, schedule writes build/schedule.json, its own scratch: a second run replaces it; a file
+    # the user names is still kept without --force
+    monkeypatch.chdir(tmp_path)
+    argv = ["schedule", "--time-limit", "0.2", "--sites", "AMS,LON,NYC", "--mode", "gather"]
+    assert main(argv) == 0 and main([*argv, "--memory", "2MiB"]) == 0
+    assert json.loads((tmp_path / "build" / "schedule.json").read_text())["params"]["memory_bytes"] == 2 << 20
+    mine = tmp_path / "mine.json"
+    mine.write_text("{}\n")
+    capsys.readouterr()
+    assert main([*argv, "-o", str(mine)]) == 2 and "already exists" in capsys.readouterr().err
+    assert mine.read_text() == "{}\n"
+
+
+def test_outputs_default_unit(tmp_path):
+    scratch = tmp_path / "build" / "x.json"
+    scratch.parent.mkdir()
+    scratch.write_text("old")
+    assert Outputs().add(None, "-o", default=scratch) == scratch
+    with pytest.raises(WanreduceError, match="already exists"):
+        Outputs().add(scratch, "-o")
