@@ -8,6 +8,7 @@ harness, never by numpy. ``--check`` additionally compares them with numpy / ml_
 import time
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from ..hw.fadd import FloatFormat
@@ -33,7 +34,7 @@ def register(sub):
     )
     p.add_argument("input", metavar="IN.npy", help="(N, 2) operand bit patterns (read only, never written)")
     p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns")
-    p.add_argument("--dtype", choices=_DTYPES, required=True, help="floating-point format (required)")
+    p.add_argument("--dtype", choices=_DTYPES, default="fp32", help="floating-point format (default: fp32)")
     p.add_argument(
         "--width",
         type=int_in(32, 2048, "--width"),
@@ -58,12 +59,22 @@ def register(sub):
 
 
 def _operands(path, fmt):
-    arr = load_npy(path)
+    """The (N, 2) operand pairs as bit patterns: an array of the format's own float type is taken as it is
+    (its bits, not a rounding of them), an array of bit patterns as well."""
+    arr = load_npy(path, void16_as_bf16=True)
     want = np.dtype(np.uint32) if fmt.width == 32 else np.dtype(np.uint16)
+    own = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
     if arr.ndim != 2 or arr.shape[1] != 2:
         raise WanreduceError(f"{path}: expected an (N, 2) array of operand pairs, not shape {arr.shape}")
+    if len(arr) == 0:
+        raise WanreduceError(f"{path}: holds no operand pairs")
+    if arr.dtype == own[fmt.name.lower()]:
+        return arr.view(want)
     if arr.dtype != want:
-        raise WanreduceError(f"{path}: {fmt.name} operands must be {want.name} bit patterns, not {arr.dtype}")
+        raise WanreduceError(
+            f"{path}: {fmt.name} operands must be {own[fmt.name.lower()].name} values or {want.name} bit "
+            f"patterns, not {arr.dtype} (convert with .astype(...) or .view({want.name}))"
+        )
     return arr
 
 

@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 from scapy.utils import rdpcap
@@ -303,3 +304,22 @@ def test_version_and_one_command_need_no_other_command(capsys):
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
     assert main(["--version"]) == 0 and capsys.readouterr().out.startswith("wanreduce ")
+
+
+def test_rtl_add_operands_are_checked_before_the_rtl(capsys, tmp_path):
+    from wanreduce.cli.rtl_add import _operands
+    from wanreduce.hw.fadd import FloatFormat
+
+    pairs = np.array([[1.5, 2.25], [-0.0, 3.0]], np.float32)
+    np.save(tmp_path / "f32.npy", pairs)
+    got = _operands(tmp_path / "f32.npy", FloatFormat.FP32)
+    assert got.dtype == np.uint32 and np.array_equal(got, pairs.view(np.uint32))  # the bits, not a rounding
+    np.save(tmp_path / "bf.npy", pairs.astype(ml_dtypes.bfloat16))
+    assert np.array_equal(
+        _operands(tmp_path / "bf.npy", FloatFormat.BF16), pairs.astype(ml_dtypes.bfloat16).view(np.uint16)
+    )
+    np.save(tmp_path / "empty.npy", np.zeros((0, 2), np.uint32))
+    np.save(tmp_path / "f64.npy", pairs.astype(np.float64))
+    for name, message in (("empty", "holds no operand pairs"), ("f64", ".view(uint32)")):
+        code, _, err = run(capsys, "rtl-add", str(tmp_path / f"{name}.npy"), str(tmp_path / "out.npy"))
+        assert code == 2 and message in err and err.count("\n") == 1
