@@ -1,10 +1,12 @@
 """``wanreduce cache``: where the Verilator build cache is, how big it is, and emptying it."""
 
 import os
+import time
 
 from ..host.units import format_size
 from ..sim.verilator import runner, toolchain
 from ..spec.errors import WanreduceError
+from ._common import int_in
 
 __all__ = ["register", "run"]
 
@@ -22,6 +24,13 @@ def register(sub):
     what.add_argument("--path", action="store_true", help="print only the cache folder (for scripts)")
     what.add_argument(
         "--clear", action="store_true", help="remove every cached build; the next run rebuilds what it needs"
+    )
+    what.add_argument("--list", action="store_true", help="list every build with its size and last use")
+    what.add_argument(
+        "--prune",
+        type=int_in(0, 36500, "--prune"),
+        metavar="DAYS",
+        help="remove the builds not used for DAYS days",
     )
     p.set_defaults(func=run)
 
@@ -49,7 +58,16 @@ def run(args):
             raise WanreduceError(f"cannot empty {folder} ({exc.strerror}: {exc.filename})") from None
         print(f"removed {n} cached build{'s' if n != 1 else ''} from {folder}")
         return 0
+    if args.prune is not None:
+        n = runner.prune_cache(args.prune)
+        print(f"removed {n} cached build{'s' if n != 1 else ''} unused for {args.prune} days from {folder}")
+        return 0
     builds = runner.cached_builds()
+    if args.list:
+        rows = sorted(((b / ".done").stat().st_mtime, b) for b in builds)
+        for used, b in reversed(rows):
+            stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(used))
+            print(f"{stamp}  {format_size(_size(b)):>10}  {b.name}")
     size = _size(folder) if folder.is_dir() else 0
     print(f"{folder}: {len(builds)} cached build{'s' if len(builds) != 1 else ''}, {format_size(size)}")
     return 0

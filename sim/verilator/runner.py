@@ -62,6 +62,7 @@ __all__ = [
     "cache_dir",
     "cached_builds",
     "clear_cache",
+    "prune_cache",
 ]
 
 #: Environment variable carrying the JSON-encoded test parameters into the cocotb process.
@@ -142,6 +143,26 @@ def _locked(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _touch(path):
+    """Mark a cached product as used now (``wanreduce cache --prune`` removes what is long unused)."""
+    with contextlib.suppress(OSError):  # a read-only cache still serves builds
+        os.utime(path)
+
+
+def prune_cache(days):
+    """Remove the builds and converted Verilog not used for ``days`` days; return how many builds went."""
+    limit = time.time() - days * 86400
+    gone = 0
+    for build in cached_builds():
+        if (build / ".done").stat().st_mtime < limit:
+            shutil.rmtree(build, ignore_errors=True)
+            gone += 1
+    for text in (cache_dir() / "verilog").glob("*.v"):
+        if text.stat().st_mtime < limit:
+            text.unlink(missing_ok=True)
+    return gone
+
+
 def cached_build(kind, key_parts, build_fn):
     """Return ``build/sim/<kind>-<hash>/``, calling ``build_fn(dir)`` first if nobody has built it yet.
 
@@ -163,6 +184,7 @@ def cached_build(kind, key_parts, build_fn):
     out = root / f"{kind}-{h.hexdigest()[:16]}"
     stamp = out / ".done"
     if stamp.exists():  # checked every time: `wanreduce cache --clear` may have emptied the cache
+        _touch(stamp)
         return out
     with _locked(root / f".{out.name}.lock"):
         if not stamp.exists():

@@ -26,6 +26,7 @@ writes into its own package, and every checkout of one user shares the builds. `
 :func:`build_root`.
 """
 
+import contextlib
 import hashlib
 import importlib.metadata
 import inspect
@@ -192,6 +193,8 @@ def verilog_text(component, *, top, key=None, sources=()):
     path = cache_root() / "sim" / "verilog" / f"{top}-{name}.v"
     if path.is_file():
         _mark_used(component)
+        with contextlib.suppress(OSError):
+            os.utime(path)  # its last use, for `wanreduce cache --prune`
         return path.read_text()
     text = verilog.convert(component, name=top, emit_src=False)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -76,3 +76,23 @@ def test_cached_build_reports_progress_once_and_cache_clear_empties(clean_env, m
     assert out.strip() == f"removed 1 cached build from {tmp / 'bd' / 'sim'}"
     code, out = cache_command(capsys, "--clear")
     assert out.strip() == f"removed 0 cached builds from {tmp / 'bd' / 'sim'}"
+
+
+def test_cache_lists_builds_by_last_use_and_prunes_the_unused(clean_env, monkeypatch, capsys):
+    import os
+    import time
+
+    tmp = clean_env
+    monkeypatch.setenv("WANREDUCE_BUILD_DIR", str(tmp / "bd"))
+    old = runner.cached_build("unit", ["old"], lambda out: (out / "m").write_text("x"))
+    new = runner.cached_build("unit", ["new"], lambda out: (out / "m").write_text("y" * 5000))
+    month_ago = time.time() - 30 * 86400
+    os.utime(old / ".done", (month_ago, month_ago))
+    code, out = cache_command(capsys, "--list")
+    *lines, total = out.strip().splitlines()
+    assert code == 0 and [line.split()[-1] for line in lines] == [new.name, old.name]  # most recent first
+    assert total.endswith("2 cached builds, 4.89KiB")
+    runner.cached_build("unit", ["new"], lambda out: None)  # a use refreshes it
+    code, out = cache_command(capsys, "--prune", "7")
+    assert code == 0 and out.startswith("removed 1 cached build unused for 7 days")
+    assert not old.exists() and new.exists()
