@@ -9,6 +9,7 @@ aggregator instead, at the schedule's send offsets and pacing interval.
 """
 
 import argparse
+import os
 
 import numpy as np
 
@@ -53,11 +54,19 @@ def add_wan_option(p, *, default_help):
 
 
 def wan_of(args, schedule):
-    """The topology of ``--wan`` (default: the schedule's params.topology if embedded, else nine-city)."""
+    """The topology of ``--wan``; by default the one the schedule was made for (its params.topology: an
+    embedded name, or a CSV that still exists at that path), else nine-city."""
     name = args.wan
+    recorded = schedule.params.get("topology")
     if name is None:
-        name = schedule.params.get("topology") if schedule.params.get("topology") in EMBEDDED else "nine-city"
-    return topology_for(name, schedule.sites)
+        usable = isinstance(recorded, str) and (recorded in EMBEDDED or os.path.isfile(recorded))
+        name = recorded if usable else "nine-city"
+    try:
+        return topology_for(name, schedule.sites)
+    except WanreduceError as exc:
+        if args.wan is None and isinstance(recorded, str) and recorded != name:
+            raise WanreduceError(f"{exc}; the schedule was made for {recorded}: give it with --wan") from None
+        raise
 
 
 def add_speed_options(p):

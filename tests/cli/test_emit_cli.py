@@ -318,3 +318,29 @@ def test_replay_merge_unpack_verify_bad_inputs(capsys, files):
         capsys, "verify", pcap, "--grads", short, "--schedule", sched, match="no gradients for BAR"
     )
     assert not (tmp / "u.npy").exists() and not (tmp / "m.pcap").exists()
+
+
+def test_emit_takes_the_schedules_own_csv_topology(capsys, tmp_path):
+    csv = tmp_path / "four.csv"
+    pairs = [("AAA", "BBB", 20), ("AAA", "CCC", 40), ("AAA", "DDD", 60), ("BBB", "CCC", 30)]
+    pairs += [("BBB", "DDD", 50), ("CCC", "DDD", 25)]
+    csv.write_text("City1,City2,Latency\n" + "".join(f"{a},{b},{ms}\n" for a, b, ms in pairs))
+    sched = tmp_path / "s4.json"
+    sched.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "sites": ["AAA", "BBB", "CCC", "DDD"],
+                "rounds": [{"groups": [[0, 1], [2, 3]]}, {"groups": [[0, 2], [1, 3]]}],
+                "params": {"topology": str(csv), "chunk_bytes": 64, "memory_bytes": 1 << 16},
+            }
+        )
+    )
+    npz = tmp_path / "g.npz"
+    np.savez(npz, **{f"rank{i}": np.ones(64, np.float32) for i in range(4)})
+    argv = ["emit", "--schedule", sched, "--grads", npz, "--rank", 0]
+    code, text, err = run(capsys, *argv, "-o", tmp_path / "e.pcap")
+    assert code == 0 and "four" in text, err
+    csv.rename(tmp_path / "moved.csv")
+    code, _, err = run(capsys, *argv, "-o", tmp_path / "f.pcap")
+    assert code == 2 and "give it with --wan" in err and err.count("\n") == 1
