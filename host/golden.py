@@ -23,6 +23,7 @@ import dataclasses
 import numpy as np
 
 from ..spec import addressing
+from ..spec.core import bank_slot
 from ..spec.protocol import forwarded
 from ..spec.regmap import COUNTER_NAMES
 from .frames import build_frame, parse_frame, parse_ip, parse_mac
@@ -214,8 +215,9 @@ class GoldenAggregator:
         """The slot of a chunk: its round's bank, then the chunk within the bank (PROTOCOL.md)."""
         period = self.jobs.get(job)
         bits = self.bank_bits.get(job, len(self.slots).bit_length() - 1)
-        rem = round_ % len(period) if period else 0
-        return ((rem << bits) | (chunk & ((1 << bits) - 1))) % len(self.slots)
+        return bank_slot(
+            round_, chunk, period=len(period) if period else 1, bank_bits=bits, slots=len(self.slots)
+        )
 
     def _drop(self, reason, frame=None, foreign=False):
         if self.bypass and frame is not None and forwarded(reason, foreign):

@@ -11,7 +11,8 @@ import dataclasses
 
 import numpy as np
 
-from ..hw.layouts import payload_words
+from ..spec.core import member_buffer_bytes as _member_buffer_bytes
+from ..spec.core import slots_for_memory
 from ..spec.protocol import WIRE_OVERHEAD, DType
 from .wan import bank_layout, simulate
 
@@ -29,17 +30,15 @@ class Timeline:
 
 
 def member_buffer_bytes(chunk_bytes, width=DEFAULT_WIDTH):
-    """Bytes of one member buffer in the gateware: whole beats of header + chunk, less header-only beats."""
-    return payload_words(width, chunk_bytes) * width // 8
+    """Bytes of one member buffer in the gateware (:func:`wanreduce.spec.core.member_buffer_bytes`)."""
+    return _member_buffer_bytes(chunk_bytes, width)
 
 
 def aggregator_slots(memory_bytes, *, chunk_bytes, members, width=DEFAULT_WIDTH):
     """Slots S (a power of two, as the gateware builds them) that ``memory_bytes`` holds with ``members``
-    member buffers each plus one buffer for the slot's shadow RESULT (the last RESULT it completed, sent again
-    when a CONTRIB for that chunk comes back, docs/PROTOCOL.md); 0 when not even one fits."""
-    per_slot = (members + 1) * member_buffer_bytes(chunk_bytes, width)
-    fit = int(memory_bytes) // per_slot
-    return 1 << (fit.bit_length() - 1) if fit else 0
+    member buffers each plus one for the slot's shadow RESULT (:func:`wanreduce.spec.core.slots_for_memory`);
+    0 when not even one fits."""
+    return slots_for_memory(memory_bytes, members=members, chunk_bytes=chunk_bytes, width=width)
 
 
 def bank_slots_for(*, memory_bytes, chunk_bytes, members, period, width=DEFAULT_WIDTH):

@@ -41,6 +41,7 @@ import math
 import numpy as np
 
 from ..spec import addressing
+from ..spec.core import bank_slot
 from ..spec.errors import WanreduceError
 from ..spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
 from .frames import build_frame, parse_frame
@@ -371,7 +372,7 @@ def simulate_lean(
                 members = plan[msg.round][msg.group][0]
                 if f[30:34] == host_group[q]:  # the copy for q's own hosts
                     emitted += 1
-                    slot = (((msg.round % period) << bits) | (msg.chunk & (bank - 1))) % slots
+                    slot = bank_slot(msg.round, msg.chunk, period=period, bank_bits=bits, slots=slots)
                     if live[q].get(slot) == (msg.round, msg.chunk):
                         del live[q][slot]
                     seen.pop((q, msg.round, msg.chunk), None)
@@ -433,7 +434,7 @@ def simulate_lean(
             ingress[q] += len(frame) if frame is not None else frame_bytes
             key = (q, r, c)
             got = seen.get(key)
-            slot = (((r % period) << bits) | (c & (bank - 1))) % slots
+            slot = bank_slot(r, c, period=period, bank_bits=bits, slots=slots)
             if got is None:
                 got = seen[key] = set()
                 if slot in live[q]:

@@ -10,6 +10,7 @@ from amaranth.hdl import Cat, Const, Mux
 from amaranth.lib import data, enum
 
 from ..spec import protocol
+from ..spec.core import WIDTHS, header_words, payload_words
 
 __all__ = [
     "KindCode",
@@ -34,9 +35,6 @@ __all__ = [
     "check_width",
     "element_bytes",
 ]
-
-#: Beat widths the datapath is built for: whole header words, and 8-byte lanes of every dtype.
-WIDTHS = (64, 128, 256, 512)
 
 
 def check_width(width):
@@ -111,17 +109,6 @@ def lowest_drop(vector):
     for d in sorted(protocol.Drop, reverse=True):
         code = Mux(vector[int(d)], int(d), code)
     return code
-
-
-def header_words(width):
-    """Whole beats taken by the 32-byte header alone: they are not stored in the member buffers."""
-    return protocol.HEADER_BYTES // (width // 8)
-
-
-def payload_words(width, slot_bytes):
-    """Beats of one member buffer: the payload beats of the largest contribution, minus header_words."""
-    nbytes = width // 8
-    return -(-(protocol.HEADER_BYTES + slot_bytes) // nbytes) - header_words(width)
 
 
 def _nbytes_shape(width):
