@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 
+from ..host.packet import header_of
 from ..host.protocol import Kind
 from ..host.replay import arrival_order, read_pcap_timed, sources, udp_datagram, write_pcap_timed
 from ..spec.errors import WanreduceError, WanreduceWarning
@@ -81,8 +82,8 @@ def run(args):
 
 def _delivered(schedule, rank, payload):
     """A CONTRIB reaches ``rank``'s aggregator only when it is for ``rank``'s group in that round."""
-    if payload[3] != Kind.CONTRIB:
+    h = header_of(payload)
+    if h["kind"] != Kind.CONTRIB:
         return True
-    rnd, group = int.from_bytes(payload[8:12], "big"), int.from_bytes(payload[18:20], "big")
-    gid, _ = group_of(schedule, rank, rnd)
-    return gid == group
+    gid, _ = group_of(schedule, rank, int(h["round"]))
+    return gid == h["group"]

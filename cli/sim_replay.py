@@ -30,8 +30,9 @@ from ..host import wan
 from ..host.frames import parse_frame, parse_ip, parse_mac
 from ..host.golden import Destination
 from ..host.pacing import aggregator_slots
+from ..host.packet import header_of
 from ..host.pcap import read_pcap, write_pcap
-from ..host.protocol import MAGIC, MAX_RANKS, UDP_PORT, Drop, Kind
+from ..host.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..host.validate import check_payload
 from ..host.wan_lean import root_entries
 from ..sim.verilator.agg_driver import CoreSim
@@ -80,12 +81,11 @@ def jobs_in_frames(frames, port):
     """Job ids of the frames that look like wanreduce CONTRIBs to ``port`` (sorted), in first-seen order."""
     jobs = []
     for f in frames:
-        if len(f) < 42 + 32 or f[12:14] != b"\x08\x00" or int.from_bytes(f[36:38], "big") != port:
+        payload, info, _ = parse_frame(f, port=port)
+        h = header_of(payload) if info is not None and info.dport == port else None
+        if h is None or h["kind"] != Kind.CONTRIB:
             continue
-        p = f[42:]
-        if int.from_bytes(p[0:2], "big") != MAGIC or p[3] != Kind.CONTRIB:
-            continue
-        job = int.from_bytes(p[6:8], "big")
+        job = int(h["job"])
         if job not in jobs:
             jobs.append(job)
     return jobs

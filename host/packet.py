@@ -26,6 +26,7 @@ __all__ = [
     "Payloads",
     "encode_headers",
     "decode_headers",
+    "header_of",
     "pack_tensor",
     "unpack_payloads",
     "to_wire_bits",
@@ -74,6 +75,15 @@ def encode_headers(n, **fields):
     for name, value in fields.items():
         h[name] = value
     return h
+
+
+def header_of(payload):
+    """The header of one UDP payload as a structured scalar (fields by name), or None when the payload
+    is not a wanreduce packet of this version (too short, another magic or version)."""
+    if len(payload) < HEADER_BYTES:
+        return None
+    h = decode_headers(np.frombuffer(bytes(payload[:HEADER_BYTES]), np.uint8))[0]
+    return h if h["magic"] == MAGIC and h["version"] == VERSION else None
 
 
 def decode_headers(block):

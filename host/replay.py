@@ -28,13 +28,12 @@ import numpy as np
 
 from ..spec.errors import WanreduceError
 from .frames import build_frame, parse_frame
-from .packet import Payloads, decode_headers, unpack_payloads
+from .packet import Payloads, decode_headers, header_of, unpack_payloads
 from .pcap import LINKTYPE_ETHERNET, read_pcap
 from .protocol import (
     FLAG_LAST,
     FRAME_OVERHEAD,
     HEADER_BYTES,
-    MAGIC,
     VERSION,
     DType,
     Kind,
@@ -156,17 +155,14 @@ def udp_datagram(frame):
     return bytes(frame[udp + 8 : udp + length])
 
 
-def _header_check(payload, i, source):
-    if len(payload) < HEADER_BYTES or int.from_bytes(payload[0:2], "big") != MAGIC or payload[2] != VERSION:
-        raise WanreduceError(f"{source}: frame {i} is not a wanreduce v{VERSION} packet")
-
-
 def sources(payloads, *, source="capture"):
     """The header ``src`` of every payload (the sending site for a CONTRIB, the aggregator's for a RESULT)."""
     out = np.empty(len(payloads), dtype=np.int64)
     for i, p in enumerate(payloads):
-        _header_check(p, i, source)
-        out[i] = int.from_bytes(p[16:18], "big")
+        h = header_of(p)
+        if h is None:
+            raise WanreduceError(f"{source}: frame {i} is not a wanreduce v{VERSION} packet")
+        out[i] = int(h["src"])
     return out
 
 
@@ -386,13 +382,10 @@ def collect_results(payloads, *, source="capture"):
     keyed = {}
     ignored = 0
     for p in payloads:
-        if len(p) < HEADER_BYTES or int.from_bytes(p[0:2], "big") != MAGIC or p[2] != VERSION:
+        h = header_of(p)
+        if h is None or h["kind"] != Kind.RESULT:
             ignored += 1
             continue
-        if p[3] != Kind.RESULT:
-            ignored += 1
-            continue
-        h = decode_headers(np.frombuffer(p[:HEADER_BYTES], np.uint8))[0]
         site, job, rnd, chunk = int(h["src"]), int(h["job"]), int(h["round"]), int(h["chunk"])
         chunks = keyed.setdefault((site, job, rnd), {})
         if chunk in chunks and chunks[chunk] != bytes(p):
