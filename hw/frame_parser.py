@@ -253,7 +253,17 @@ class FrameParser(wiring.Component):
                             )
                             for r, c in shifts
                         ),
-                        gt.eq(Cat(*[hi_gt[c // B] | (hi_eq[c // B] & (lo > c % B)) for c in GT])),
+                        # (``lo > B - 1`` never holds: left out rather than compared.)
+                        gt.eq(
+                            Cat(
+                                *[
+                                    hi_gt[c // B] | (hi_eq[c // B] & (lo > c % B))
+                                    if c % B < B - 1
+                                    else hi_gt[c // B]
+                                    for c in GT
+                                ]
+                            )
+                        ),
                         n_ge3.eq(rem >= 4 * B),
                         n_ge2.eq(n_ge3),
                         n_1.eq(n_ge2 & ~n_ge3),

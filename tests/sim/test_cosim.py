@@ -1,7 +1,7 @@
 """The end-to-end co-simulation on the RTL: three Verilated cores, two rounds, a simulated WAN.
 
 The cores are the demo's build (W=64, 256 slots of 3 member buffers, 1 KiB chunks), so a checkout that ran
-`make demo` reuses the build. Round banks of 4 slots make 24 chunks take several windows per round.
+`make demo` reuses the build. Round banks of 4 slots make 12 chunks take three windows per round.
 """
 
 import numpy as np
@@ -28,7 +28,7 @@ def test_three_sites_two_rounds_on_the_rtl():
     cores = RtlCores(count=3, width=64, slots=256, members=3, slot_bytes=1024, dests=1)
     sites = cores.sites(schedule, bank_bits=2)
     rng = np.random.default_rng(11)
-    elements = 24 * 256
+    elements = 12 * 256
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(3)]
     run = wan.simulate(
         schedule,
@@ -49,8 +49,8 @@ def test_three_sites_two_rounds_on_the_rtl():
         c = cores.counters(s)
         drops = {k: v for k, v in c.items() if v and k not in ("frames_in", "results")}
         assert drops == {}, f"site {s} dropped {drops}"
-        # site 2 waits in rounds 0 and 2: it aggregates 24 chunks in each of rounds 1 and 3
-        assert c["results"] == (2 if s == 2 else 4) * 24
+        # site 2 waits in rounds 0 and 2: it aggregates 12 chunks in each of rounds 1 and 3
+        assert c["results"] == (2 if s == 2 else 4) * 12
     # the same run on the golden model gives the same bits and the same times to the cycle's precision
     golden = [
         wan.GoldenSite(schedule, s, slots=256, members=3, slot_bytes=1024, bank_bits=2) for s in range(3)
