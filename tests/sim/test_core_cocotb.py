@@ -1,7 +1,7 @@
 """The aggregator core on Verilator (cocotb) against the golden aggregator, at W = 64 and 512.
 
 Each run is four cocotb tests (idle gaps on/off × output back-pressure on/off) over a host-model workload
-of a few hundred packets: several jobs, rounds and chunks in random WAN order, duplicates, stale rounds,
+of 160 packets: several jobs, rounds and chunks in random WAN order, duplicates, stale rounds,
 senders ahead of the window and every kind of malformed frame or payload. The frame-entry runs give the
 groups as summation orders that are not ascending and put the jobs' rounds in round banks smaller than the
 slot table (bank bits 1 and 0 of log2 S = 2); the payload-entry run keeps ascending orders and the reset
@@ -22,20 +22,22 @@ CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "jobs": 4, "rounds": 64}
 
 
 def _core(width, entry):
+    """The core and its cache key (its class and parameters)."""
     from wanreduce.hw.core import AggregatorCore
 
+    params = dict(
+        width=width,
+        slots=CONFIG["slots"],
+        members=CONFIG["members"],
+        slot_bytes=CONFIG["slot_bytes"],
+        dests=2,
+        jobs=CONFIG["jobs"],
+        rounds=CONFIG["rounds"],
+        entry=entry,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AggregatorCore(
-            width=width,
-            slots=CONFIG["slots"],
-            members=CONFIG["members"],
-            slot_bytes=CONFIG["slot_bytes"],
-            dests=2,
-            jobs=CONFIG["jobs"],
-            rounds=CONFIG["rounds"],
-            entry=entry,
-        )
+        return AggregatorCore(**params), ("AggregatorCore", sorted(params.items()))
 
 
 @pytest.mark.parametrize(
@@ -46,10 +48,11 @@ def test_core_matches_golden(width, entry, ordered, bank_bits):
     params = {
         "width": width,
         "entry": entry,
-        "n_packets": 250,
+        "n_packets": 160,
         "seed": width,
         "ordered": ordered,
         "bank_bits": bank_bits,
         **CONFIG,
     }
-    runner.run(_core(width, entry), top=f"agg_core_{entry}", module="tests.support.tb_core", params=params)
+    core, key = _core(width, entry)
+    runner.run(core, top=f"agg_core_{entry}", module="tests.support.tb_core", params=params, key=key)

@@ -1,9 +1,9 @@
 """``verilator --lint-only -Wall`` of the exported Verilog, with the waivers of ``sim/synth/lint_waiver.vlt``.
 
 The default build (``make verilog``: the AXI top at W = 512, in ``make test-all``), the AXI top at W = 64
-and a small bare core with payload entry and one clock must lint clean; hand-written faults (a latch, an implicit net, a combinational loop) must still
-fail, so the waivers cannot have switched the lint off altogether. The default build takes about 45 s of
-CPU (35 s of it Amaranth's conversion).
+and a small bare core with payload entry and one clock must lint clean; hand-written faults (a latch, an
+implicit net, a combinational loop) must still fail, so the waivers cannot have switched the lint off
+altogether.
 """
 
 import json
