@@ -142,6 +142,10 @@ class Outputs:
         """
         scratch = path is None
         path = default if scratch else path
+        if str(path) == "-":
+            raise WanreduceError(
+                f"{what} -: this output cannot go to stdout; name a file (--json prints the result)"
+            )
         path = Path(path)
         for src in self.inputs:
             if same_file(path, src):

@@ -268,3 +268,8 @@ def test_outputs_default_unit(tmp_path):
     assert Outputs().add(None, "-o", default=scratch) == scratch
     with pytest.raises(WanreduceError, match="already exists"):
         Outputs().add(scratch, "-o")
+
+
+def test_dash_is_not_a_file_name():
+    with pytest.raises(WanreduceError, match="cannot go to stdout"):
+        Outputs().add("-", "-o")
