@@ -21,7 +21,6 @@ Root aggregation (:func:`wanreduce.host.wan_lean.simulate_lean`) uses in-line co
 """
 
 import ctypes
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -77,44 +76,18 @@ class RtlCores:
                     f"building the Verilated core (W={self.width}, {params['slots']} slots); "
                     "this happens once per configuration"
                 )
-            (out / "agg_core.v").write_text(text)
-            cmd = [
-                str(toolchain.verilator_root() / "bin" / "verilator"),
-                "--cc",
-                "--exe",
-                "--build",
-                "-j",
-                "2",
-                "-O3",
-                "--x-assign",
-                "fast",
-                "--x-initial",
-                "fast",
-                "--noassert",
-                *runner._BASE_ARGS,
-                "--top-module",
-                "agg_core",
-                "--prefix",
-                "Vtop",
-                "-Mdir",
-                str(out / "obj"),
-                "-o",
-                "libcores.so",
-                "-CFLAGS",
-                f"-fPIC {defines}",
-                "-LDFLAGS",
-                "-shared",
-                "-MAKEFLAGS",
-                "OPT_FAST=-O1 OPT_GLOBAL=-O1 OPT_SLOW=-O0",
-                str(toolchain.WAIVER),
-                str(out / "agg_core.v"),
-                str(_SOURCE),
-            ]
-            proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
-            (out / "build.log").write_text(proc.stdout + proc.stderr)
-            if proc.returncode != 0:
-                log = (proc.stdout + proc.stderr)[-3000:]
-                raise RuntimeError(f"Building the co-simulation cores failed:\n{log}")
+            toolchain.build_cpp(
+                out,
+                top="agg_core",
+                verilog=text,
+                driver=_SOURCE,
+                output="libcores.so",
+                cflags=f"-fPIC {defines}",
+                ldflags="-shared",
+                jobs=2,
+                opt="-O1",
+                slow_opt="-O0",
+            )
 
         toolchain.setup()
         self.dir = runner.cached_build("corelib", ["agg_core", text, source, defines], do_build)

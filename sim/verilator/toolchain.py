@@ -47,6 +47,8 @@ __all__ = [
     "convert",
     "parse_ports",
     "WAIVER",
+    "BASE_ARGS",
+    "build_cpp",
 ]
 
 #: Verilator control file applied to every Amaranth design: Amaranth's Verilog is correct but not lint
@@ -135,6 +137,36 @@ def build_root():
     if (checkout / "pyproject.toml").is_file():
         return checkout / "build"
     return cache_root()
+
+
+#: Verilator's lint is for hand-written RTL; Amaranth's output trips it harmlessly (see waiver.vlt).
+BASE_ARGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style")
+
+
+def build_cpp(
+    out, *, top, verilog, driver, output, cflags="", ldflags=None, jobs=1, opt="-O2", slow_opt="-O1"
+):
+    """Verilate ``verilog`` (the text of module ``top``) with the C++ ``driver`` into ``out/obj/<output>``:
+    an executable, or a shared library when ``ldflags`` is ``"-shared"``. The model's class is ``Vtop``
+    whatever the module is called, so one driver serves every design. Raises RuntimeError with the log's
+    tail when the build fails; the whole log is ``out/build.log``."""
+    import subprocess
+
+    out = Path(out)
+    vfile = out / f"{top}.v"
+    vfile.write_text(verilog)
+    cmd = [str(verilator_root() / "bin" / "verilator"), "--cc", "--exe", "--build", "-j", str(jobs), "-O3"]
+    cmd += ["--x-assign", "fast", "--x-initial", "fast", "--noassert", *BASE_ARGS]
+    cmd += ["--top-module", top, "--prefix", "Vtop", "-Mdir", str(out / "obj"), "-o", output]
+    cmd += ["-CFLAGS", cflags] if cflags else []
+    cmd += ["-LDFLAGS", ldflags] if ldflags else []
+    cmd += ["-MAKEFLAGS", f"OPT_FAST={opt} OPT_GLOBAL={opt} OPT_SLOW={slow_opt}"]
+    cmd += [str(WAIVER), str(vfile), str(driver)]
+    proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
+    (out / "build.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"Building {output} for {top} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return out / "obj" / output
 
 
 def gateware_digest(*extra_files):
