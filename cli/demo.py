@@ -6,7 +6,7 @@ member buffers and a shadow RESULT, one bank per round), and runs one period of 
 every site multicasts its seeded random tensor chunk by chunk under the self-clocked window, each core
 aggregates what the WAN delivers in the order it arrives, and every site's hosts apply their RESULTs. It
 then checks that every site holds, bit for bit, what a numpy model of the same schedule computes, that all
-sites hold the same bits, that nothing was dropped, and that the simulated period is within 10% of the
+sites hold the same bits, that nothing was dropped, and that the simulated period is within 0.5 % of the
 cost model's.
 
 With ``--loss``, ``--dup``, ``--reorder``, ``--corrupt`` or ``--kill`` the WAN misbehaves (seeded by
@@ -18,7 +18,7 @@ one-line error naming it and the round, and the demo exit 1.
 With ``--mode root`` it runs root aggregation instead (docs/lean.md): the best root-mode plan (stripes,
 roots, send offsets) for the memory, one in-line core per site with a bypass port, ``--background``
 frames of other traffic mixed into every site's input, ``--jitter-ms`` of WAN jitter. The checks: every
-site equal to the numpy model and to each other, the simulated time within 10% of the model's, each
+site equal to the numpy model and to each other, the simulated time within 2 % of the model's, each
 root's peak slot memory at most 1.1x the model's, no drop anywhere, and every background frame out of its
 site's bypass port unchanged and in order.
 """
@@ -39,6 +39,7 @@ from ..host.schedule import optimize, plan_to_schedule
 from ..host.topology import load_topology
 from ..host.units import format_seconds, format_size, parse_size
 from ..hw.layouts import WIDTHS
+from ..sim import figures
 from ..sim.verify.cosim import CLOCK_HZ, RtlCores, inline_sites
 from ..spec.errors import WanreduceError
 from ..spec.protocol import Drop, DType
@@ -46,12 +47,22 @@ from ._common import int_in
 
 __all__ = ["register", "run"]
 
-#: Largest relative difference between the simulated and the modelled period that passes.
-TOLERANCE = 0.10
+#: Largest relative difference between the simulated and the modelled period that passes (README.md states
+#: these bounds; the tests hold the demo to them).
+TOLERANCE = 0.005
+#: The same for root mode, whose senders' jitter the model covers with a margin.
+ROOT_TOLERANCE = 0.02
+#: What the demo's figures depend on, by aggregator (the CLI module itself holds the run's logic).
+_SOURCES = {
+    "rtl": ("spec", "hw", "host", "sim/verilator", "sim/verify", "cli/demo.py"),
+    "golden": ("spec", "host", "cli/demo.py"),
+}
+_PARSER = None
 
 
 def register(sub):
-    p = sub.add_parser(
+    global _PARSER
+    p = _PARSER = sub.add_parser(
         "demo",
         help="all sites synchronise on the RTL under the optimised schedule",
         description=__doc__.split("\n\n")[1].replace("\n", " "),
@@ -215,6 +226,10 @@ def _progress(msg):
 
 
 def run(args):
+    # The figures' provenance is of the code as it was when the run started.
+    args._provenance = figures.provenance(
+        _SOURCES[args.aggregator], _command(args), output=None if args.json == "-" else args.json
+    )
     memory = parse_size(args.memory, what="--memory")
     dtype = DType.from_label(args.dtype)
     topo = load_topology(args.topology)
@@ -289,7 +304,13 @@ def run(args):
     else:
         sites = [
             wan.GoldenSite(
-                schedule, s, slots=slots, members=gmax, slot_bytes=chunk_bytes, bank_bits=bank_bits
+                schedule,
+                s,
+                slots=slots,
+                members=gmax,
+                slot_bytes=chunk_bytes,
+                bank_bits=bank_bits,
+                datapath=wan.Datapath(width=args.width, clock_hz=CLOCK_HZ),
             )
             for s in range(topo.n)
         ]
@@ -442,6 +463,8 @@ def run(args):
         **recovery,
         "pass": ok,
     }
+    prefix = "demo_faults" if faulty else "demo"
+    _record(args, report, prefix, _gather_figures(report, topo, schedule, faulty))
     _write(args.json, report)
     print("demo: PASS" if ok else "demo: FAIL")
     return 0 if ok else 1
@@ -455,6 +478,61 @@ def _faults_json(args):
         "corrupt": args.corrupt,
         "kill": args.kill,
     }
+
+
+def _gather_figures(report, topo, schedule, faulty):
+    text = " then ".join(
+        " ".join("{" + ",".join(topo.sites[i] for i in g) + "}" for g in rnd) for rnd in schedule.rounds
+    )
+    out = {k: report[k] for k in ("sim_time_s", "model_time_s", "sim_vs_model", "exact", "distinct_results")}
+    out.update(
+        max_abs_err=report["max_abs_err_vs_numpy"],
+        drops=sum(report["drops"].values()),
+        construction=report["construction"],
+        schedule=text,
+        wall_s=report["wall_s"],
+    )
+    if faulty:
+        for k in ("retransmits", "duplicates_dropped", "corrupt_dropped", "results_reemitted"):
+            out[k] = report[k]
+        out["fault_free_time_s"] = report["fault_free_time_s"]
+    return out
+
+
+def _command(args):
+    """The command line that repeats this run: ``wanreduce demo`` and every option not at its default."""
+    argv = ["wanreduce", "demo"]
+    for action in _PARSER._actions if _PARSER else ():
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction):
+            argv.append(flag)
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _record(args, report, prefix, values):
+    """Put the run's figures, with their provenance (:mod:`wanreduce.sim.figures`), into the report."""
+    if args.aggregator != "rtl":
+        prefix += f"_{args.aggregator}"
+    named = {f"{prefix}_{k}": v for k, v in values.items()}
+    notes = {
+        name: "wall clock of one run"
+        if name.endswith("_wall_s")
+        else f"one deterministic run (seed {args.seed})"
+        for name in named
+    }
+    report["figures"] = figures.records(
+        named,
+        prov=args._provenance,
+        notes=notes,
+        runs={name: 1 for name in named},
+    )
 
 
 def _write(where, report):
@@ -550,7 +628,14 @@ def _run_root(args, topo, model, params, memory, dtype, chunk_bytes):
         f"drops: {drops or 'none'}; other traffic forwarded unchanged: {bypass_ok}; peak slot memory "
         f"{peak_ratio:.2f}x the model's"
     )
-    ok = exact and distinct == 1 and not drops and abs(rel) <= TOLERANCE and bypass_ok and peak_ratio <= 1.1
+    ok = (
+        exact
+        and distinct == 1
+        and not drops
+        and abs(rel) <= ROOT_TOLERANCE
+        and bypass_ok
+        and peak_ratio <= 1.1
+    )
     report = {
         "mode": "root",
         "sites": list(topo.sites),
@@ -578,6 +663,19 @@ def _run_root(args, topo, model, params, memory, dtype, chunk_bytes):
         "wall_s": wall,
         "pass": ok,
     }
+    roots = ", ".join(dict.fromkeys(st["root"] for st in report["stripes"]))
+    _record(
+        args,
+        report,
+        "demo_root",
+        {
+            **{k: report[k] for k in ("sim_time_s", "model_time_s", "sim_vs_model", "exact")},
+            **{k: report[k] for k in ("distinct_results", "peak_slot_ratio", "background_unchanged")},
+            "drops": sum(drops.values()),
+            "roots": roots,
+            "wall_s": wall,
+        },
+    )
     _write(args.json, report)
     print("demo: PASS" if ok else "demo: FAIL")
     return 0 if ok else 1

@@ -24,7 +24,12 @@ def register(sub):
         action="store_true",
         help="refresh: do not run anything, take the stale figures from their producers' last output files",
     )
-    p.add_argument("--only", default=None, help="refresh: only the commands that contain this text")
+    p.add_argument(
+        "--only",
+        default="",
+        help="refresh: only the commands that contain one of these comma-separated texts "
+        "(e.g. 'wanreduce demo,--only model')",
+    )
     p.set_defaults(func=run)
 
 
@@ -37,7 +42,8 @@ def run(args):
             )
             return 0
         if args.action == "refresh":
-            ran, failed = figures.refresh(run=not args.no_run, only=args.only)
+            only = [part for part in args.only.split(",") if part]
+            ran, failed = figures.refresh(run=not args.no_run, only=only)
             for cmd in failed:
                 print(f"figures: failed: {cmd}", file=sys.stderr)
             print(f"figures: ran {len(ran)} command(s), {len(failed)} failed")
@@ -48,7 +54,9 @@ def run(args):
     for line in problems:
         print(line)
     if problems:
-        print(f"figures: {len(problems)} problem(s)")
+        stale = sum(line.startswith("  stale: ") for line in problems)
+        regions = sum(not line.startswith(("  stale: ", "refresh with: ")) for line in problems)
+        print(f"figures: {stale} stale figure(s), {regions} region(s) not current")
         return 1
     print("figures: every quoted figure is current and every region rendered")
     return 0

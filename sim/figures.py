@@ -166,12 +166,26 @@ def unit_of(name):
     return ""
 
 
-def records(values, *, sources, command, output=None, units=None, notes=None, runs=None, root=ROOT):
+def records(
+    values,
+    *,
+    sources=None,
+    command=None,
+    output=None,
+    units=None,
+    notes=None,
+    runs=None,
+    prov=None,
+    root=ROOT,
+):
     """Records (``status`` ok) for ``values`` (name to number, bool or text) of one run.
 
-    ``units``, ``notes`` and ``runs`` map names to a unit (default from the name's suffix), a sentence on
-    how the figure was obtained, and how many differing runs it summarises (1: one deterministic run)."""
-    prov = provenance(sources, command, output=output, root=root)
+    ``prov`` is :func:`provenance` taken when the run started (so the digest is of the code that ran);
+    without it, it is taken now from ``sources``, ``command`` and ``output``. ``units``, ``notes`` and
+    ``runs`` map names to a unit (default from the name's suffix), a sentence on how the figure was
+    obtained, and how many differing runs it summarises (1: one deterministic run)."""
+    if prov is None:
+        prov = provenance(sources, command, output=output, root=root)
     out = {}
     for name, value in values.items():
         if isinstance(value, bool):
@@ -285,15 +299,29 @@ def _doc_files(root):
     return files
 
 
-def _rendered(text, data, path):
-    def sub(m):
-        name = m.group(1)
-        if name not in data["regions"]:
-            raise FiguresError(f"{path}: region {name} has no template in {FIGURES_FILE}")
-        body = render_text(data["regions"][name], data["figures"], name)
-        return f"<!-- figures: {name} -->{body}<!-- /figures -->"
+_FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 
-    return _REGION.sub(sub, text)
+
+def _regions(text):
+    """The region matches of a Markdown text, leaving out those inside fenced code blocks (examples)."""
+    fences = [m.span() for m in _FENCE.finditer(text)]
+    return [m for m in _REGION.finditer(text) if not any(a <= m.start() < b for a, b in fences)]
+
+
+def _rendered(text, data, path):
+    out, pos = [], 0
+    for m in _regions(text):
+        out += [text[pos : m.start()], _sub(m, data, path)]
+        pos = m.end()
+    return "".join(out) + text[pos:]
+
+
+def _sub(m, data, path):
+    name = m.group(1)
+    if name not in data["regions"]:
+        raise FiguresError(f"{path}: region {name} has no template in {FIGURES_FILE}")
+    body = render_text(data["regions"][name], data["figures"], name)
+    return f"<!-- figures: {name} -->{body}<!-- /figures -->"
 
 
 def render(root=ROOT, data=None):
@@ -316,7 +344,7 @@ def region_problems(root=ROOT, data=None):
     for path in _doc_files(root):
         rel = path.relative_to(root)
         text = path.read_text()
-        for m in _REGION.finditer(text):
+        for m in _regions(text):
             name = m.group(1)
             if name not in data["regions"]:
                 problems.append(f"{rel}: region {name} has no template in {FIGURES_FILE}")
@@ -334,7 +362,7 @@ def region_problems(root=ROOT, data=None):
 def used_regions(root=ROOT):
     names = set()
     for path in _doc_files(root):
-        names.update(m.group(1) for m in _REGION.finditer(path.read_text()))
+        names.update(m.group(1) for m in _regions(path.read_text()))
     return names
 
 
@@ -356,8 +384,10 @@ def stale(root=ROOT, data=None):
         missing = [k for k in REQUIRED if k not in rec]
         if missing:
             out[name] = f"record lacks {', '.join(missing)}"
+        elif rec.get("status", "ok") == "stale":
+            out[name] = f"recorded from an earlier run at {rec['commit']}, not repeated since"
         elif rec.get("status", "ok") != "ok":
-            out[name] = rec["status"] + (f" ({rec['note']})" if rec.get("note") else "")
+            out[name] = rec["status"] + (f": {rec['note']}" if rec.get("note") else "")
         else:
             key = tuple(rec.get("sources") or ())
             if key not in digests:
@@ -370,17 +400,21 @@ def stale(root=ROOT, data=None):
 def check(root=ROOT):
     """Lines describing every problem (stale figures with their refresh command, regions not current)."""
     data = load(root)
-    lines = []
+    by_command = {}
     for name, why in stale(root, data).items():
         cmd = data["figures"].get(name, {}).get("command", "(no command recorded)")
-        lines.append(f"stale: {name}: {why}; refresh: {cmd}")
+        by_command.setdefault(cmd, []).append(f"  stale: {name}: {why}")
+    lines = []
+    for cmd, names in by_command.items():
+        lines += [f"refresh with: {cmd}", *names]
     lines.extend(region_problems(root, data))
     return lines
 
 
-def refresh(root=ROOT, *, run=True, only=None, log=print):
-    """Rerun the command of every stale quoted figure (each command once), take the quoted figures from
-    its output file, and render. Returns (commands run, commands that failed)."""
+def refresh(root=ROOT, *, run=True, only=(), log=print):
+    """Rerun the command of every stale quoted figure (each command once; with ``only``, those commands
+    that contain one of its strings), take the quoted figures from its output file, and render. Returns
+    (commands run, commands that failed)."""
     data = load(root)
     todo = {}
     for name in stale(root, data):
@@ -391,7 +425,7 @@ def refresh(root=ROOT, *, run=True, only=None, log=print):
         todo.setdefault((rec["command"], rec["output"]), []).append(name)
     ran, failed = [], []
     for (command, output), names in todo.items():
-        if only and only not in command:
+        if only and not any(part in command for part in only):
             continue
         if run:
             log(f"figures: {command}  (for {', '.join(names)})")

@@ -58,6 +58,9 @@ def main(argv=None):
         module = None
         try:
             module = importlib.import_module(f"wanreduce.sim.bench.{name}")
+            sources = getattr(module, "SOURCES", DEFAULT_SOURCES)
+            # Taken before the run: the digest is of the code that produced the figures.
+            prov = recorded.provenance(sources, command_of(name), output=args.out)
             result = module.run()
         except Exception as exc:  # one broken bench must not hide the others' figures
             failed.append(name)
@@ -77,9 +80,7 @@ def main(argv=None):
             args.out,
             recorded.records(
                 result,
-                sources=getattr(module, "SOURCES", DEFAULT_SOURCES),
-                command=command_of(name),
-                output=args.out,
+                prov=prov,
                 units=getattr(module, "UNITS", None),
                 notes=getattr(module, "NOTES", None),
                 runs=getattr(module, "RUNS", None),
