@@ -29,7 +29,7 @@ from wanreduce.host.topology import load_topology
 
 __all__ = ["run", "SOURCES", "NOTES"]
 
-SOURCES = ("spec", "host")
+SOURCES = ("spec", "host", "sim/bench/model.py")
 MB42 = 42_000_000
 POINTS = {
     "8mib_1mib": (8 << 20, 1 << 20),

@@ -20,7 +20,7 @@ from ..verify.ratebound import metro_cores, rate_bound
 
 __all__ = ["run", "SOURCES", "NOTES", "RUNS"]
 
-SOURCES = ("spec", "hw", "host", "sim/verilator", "sim/verify")
+SOURCES = ("spec", "hw", "host", "sim/verilator", "sim/verify", "sim/bench/ratebound.py")
 
 
 def run():
