@@ -416,6 +416,15 @@ def refresh(root=ROOT, *, run=True, only=(), log=print):
     that contain one of its strings), take the quoted figures from its output file, and render. Returns
     (commands run, commands that failed)."""
     data = load(root)
+    # A figure quoted for the first time: take its record from any output file a recorded figure names.
+    outputs = {r.get("output") for r in data["figures"].values() if r.get("output")}
+    for name, why in stale(root, data).items():
+        if why == "not recorded":
+            for out in sorted(outputs):
+                rec = read_output(Path(root) / out).get(name)
+                if rec is not None:
+                    data["figures"][name] = rec
+                    break
     todo = {}
     for name in stale(root, data):
         rec = data["figures"].get(name)
