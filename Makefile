@@ -11,7 +11,8 @@ PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements
 PYTEST_WORKERS ?= 2
 BOARD ?= ecpix5_85
 
-.PHONY: install test test-all sim verilog synth bitstream bench demo demo-faults demo-root train lint lock clean
+.PHONY: install test test-all sim verilog synth bitstream bench demo demo-faults demo-root train lint lock clean \
+	figures figures-check
 
 install: $(STAMP)
 
@@ -56,6 +57,14 @@ demo-root: $(STAMP)
 
 train: $(STAMP)
 	$(VENV)/bin/wanreduce train --force
+
+# The figures README.md and docs/*.md quote (docs/figures.json, docs/figures.md): rerun the stale ones and
+# render the generated regions; the check exits 0 only if every quoted figure and region is current.
+figures: $(STAMP)
+	$(VENV)/bin/wanreduce figures refresh
+
+figures-check: $(STAMP)
+	$(VENV)/bin/wanreduce figures check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check spec hw host sim cli tests

@@ -34,6 +34,7 @@ COMMANDS = [
     "wanreduce.cli.synth",
     "wanreduce.cli.cache",
     "wanreduce.cli.train",
+    "wanreduce.cli.figures",
 ]
 
 

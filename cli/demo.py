@@ -11,15 +11,24 @@ import sys
 
 from ..host.units import parse_size
 from ..hw.layouts import WIDTHS
+from ..sim import figures
 from ..sim.verify import demo
 from ..spec.protocol import DType
 from ._common import Outputs, add_force_option, add_json_option, int_in, print_json, progress
 
 __all__ = ["register", "run"]
 
+#: What the demo's figures depend on, by aggregator.
+_SOURCES = {
+    "rtl": ("spec", "hw", "host", "sim/verilator", "sim/verify", "sim/figures.py", "cli/demo.py"),
+    "golden": ("spec", "host", "sim/verify/demo.py", "sim/figures.py", "cli/demo.py"),
+}
+_PARSER = None
+
 
 def register(sub):
-    p = sub.add_parser(
+    global _PARSER
+    p = _PARSER = sub.add_parser(
         "demo",
         help="all sites synchronise on the RTL under the optimised schedule",
         description=__doc__.split("\n\n")[0].replace("\n", " "),
@@ -183,6 +192,10 @@ def run(args):
         corrupt=args.corrupt,
         kill=args.kill,
     )
+    # The figures' provenance is of the code as it was when the run started.
+    prov = figures.provenance(
+        _SOURCES[args.aggregator], _command(args), output=str(report_path) if report_path else None
+    )
     account = sys.stderr if args.json else sys.stdout
     report = demo.run(
         config,
@@ -191,6 +204,15 @@ def run(args):
     )
     if "error" in report:
         print(f"wanreduce demo: {report['error']}", file=sys.stderr)
+    named = demo.figures_of(report)
+    if named:
+        notes = {
+            name: "wall clock of one run"
+            if name.endswith("_wall_s")
+            else f"one deterministic run (seed {args.seed})"
+            for name in named
+        }
+        report["figures"] = figures.records(named, prov=prov, notes=notes, runs=dict.fromkeys(named, 1))
     verdict = "demo: PASS" if report["pass"] else "demo: FAIL"
     if report_path is not None:
         with outs.commit():
@@ -200,3 +222,23 @@ def run(args):
         print_json(report)
     print(verdict, file=account)
     return 0 if report["pass"] else 1
+
+
+def _command(args):
+    """The command line that repeats this run: ``wanreduce demo``, every option not at its default, and
+    the report file it writes (replaced: a refresh reruns it)."""
+    argv = ["wanreduce", "demo"]
+    for action in _PARSER._actions if _PARSER else ():
+        if not action.option_strings or action.dest in ("help", "output", "force", "json"):
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction):
+            argv.append(flag)
+        else:
+            argv += [flag, str(value)]
+    if args.output:
+        argv += ["-o", str(args.output), "--force"]
+    return argv

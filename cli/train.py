@@ -14,6 +14,7 @@ import os
 
 from ..host.train.experiment import Config, plot, run_experiment, write_json
 from ..host.train.methods import METHODS, Setting
+from ..sim import figures
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option, int_in, progress
 
@@ -133,6 +134,38 @@ def register(subparsers):
     p.set_defaults(func=run)
 
 
+#: What the training figures depend on: the experiment, the cost model, the aggregation it runs.
+_SOURCES = ("spec", "host", "cli/train.py")
+
+
+def _argv(args):
+    """``--force`` (what ``make train`` passes) and any output path not at its default."""
+    out = ["--force"]
+    if args.output != DEFAULT_JSON:
+        out += ["--output", args.output]
+    return out
+
+
+def train_figures(result):
+    """The run's figures by name: per method (``-`` spelt ``_``) the seconds per step and their ratio to
+    colocated, the time to the target accuracy ('not reached' if never) and its ratio; per point of the
+    compute sweep the best wanreduce method's ratio."""
+    out = {}
+    for name, e in result["methods"].items():
+        if not e.get("available"):
+            continue
+        key = "train_" + name.replace("-", "_")
+        out[f"{key}_step_s"] = e["s_per_step"]
+        out[f"{key}_step_vs_colocated"] = e["step_ratio_vs_colocated"]
+        t, r = e["time_to_target_s"], e["ratio_vs_colocated"]
+        out[f"{key}_time_to_target_s"] = "not reached" if t is None else t
+        out[f"{key}_vs_colocated"] = "" if r is None else r
+    for row in result["compute_sweep"]:
+        r = row["ratio_vs_colocated"]
+        out[f"train_sweep_{row['tokens_per_step']}_vs_colocated"] = "not reached" if r is None else r
+    return out
+
+
 def table_text(result):
     """The README table: time to target and ratio to colocated, per method."""
     lines = [
@@ -195,7 +228,12 @@ def run(args):
     out_json = outs.add(args.output, "--output")
     out_png = outs.add(args.plot, "--plot")
     progress("train", base.describe())
+    prov = figures.provenance(_SOURCES, ["wanreduce", "train", *_argv(args)], output=args.output)
     result = run_experiment(cfg, base, log=lambda text: progress("train", text))
+    result["figures"] = figures.records(
+        train_figures(result),
+        prov=prov,
+    )
     with outs.commit():
         write_json(result, outs.temp(out_json))
         plot(result, outs.temp(out_png))

@@ -29,8 +29,10 @@ The aggregators' shadow RESULTs and evictions (``docs/PROTOCOL.md``) make every 
 The aggregator of each site is pluggable: :class:`GoldenSite` (the golden model, here), the Verilated
 core (:mod:`wanreduce.sim.verify.cosim`), or :class:`CountingSite` (timing only, no data: the pacing model
 the emitter uses). An aggregator takes ``feed(t, msgs)`` and returns ``[(t_out, msg), ...]`` for the
-RESULTs it emits to
-its own site's hosts.
+RESULTs it emits to its own site's hosts. One that keeps working after a feed (a core clocked only up to
+the present) also has ``next_poll(t)`` (when to ask it again, or None) and ``poll(t)`` (the RESULTs out
+by then; a RESULT leaves no earlier than the poll that finds it). The golden and counting sites take a
+:class:`Datapath`, the input port's beats per clock.
 """
 
 import dataclasses
@@ -50,6 +52,7 @@ from .protocol import bits_dtype, np_dtype
 __all__ = [
     "Msg",
     "CountingSite",
+    "Datapath",
     "GoldenSite",
     "WanRun",
     "RoundStats",
@@ -92,22 +95,53 @@ def bank_layout(slots, period):
     return bits, 1 << bits
 
 
-class CountingSite:
-    """Timing only: a chunk's RESULT leaves the moment its last expected contribution arrives."""
+class Datapath:
+    """An aggregator's input port as one ``width``-bit beat per clock: a frame of ``b`` bytes (its Ethernet,
+    IPv4, UDP and wanreduce headers included) takes ``ceil(b / (width / 8))`` cycles, its last beat possibly
+    partial, and frames queue in arrival order while the port is busy.
 
-    def __init__(self, schedule, rank):
+    :meth:`take` returns when a frame arriving at ``t`` is all in. This is the datapath as a queue, frame by
+    frame, written apart from the cost model's closed form (``CostParams.datapath_Bps``), which it checks.
+    """
+
+    def __init__(self, *, width, clock_hz):
+        if not (isinstance(width, int) and width >= 8 and width % 8 == 0):
+            raise ValueError(f"The datapath width must be a positive multiple of 8 bits, got {width!r}.")
+        if not clock_hz > 0:
+            raise ValueError(f"The datapath clock must be positive, got {clock_hz!r} Hz.")
+        self.width, self.clock_hz = width, float(clock_hz)
+        self.free_s = 0.0
+
+    def beats(self, nbytes):
+        return -(-int(nbytes) // (self.width // 8))
+
+    def take(self, t, nbytes):
+        start = max(t, self.free_s)
+        self.free_s = start + self.beats(nbytes) / self.clock_hz
+        return self.free_s
+
+
+class CountingSite:
+    """Timing only: a chunk's RESULT leaves the moment its last expected contribution is in (arrived, or with
+    ``datapath`` a :class:`Datapath`, through the input port; frames of ``frame_bytes`` each)."""
+
+    def __init__(self, schedule, rank, *, datapath=None, frame_bytes=None):
+        if datapath is not None and not frame_bytes:
+            raise ValueError("A datapath needs the frame size (frame_bytes) of a timing-only run.")
         self.schedule, self.rank = schedule, rank
+        self.datapath, self.frame_bytes = datapath, frame_bytes
         self.seen = {}
 
     def feed(self, t, msgs):
         out = []
         for m in msgs:
+            t_in = self.datapath.take(t, self.frame_bytes) if self.datapath else t
             members = _members(self.schedule, self.rank, m.round)
             key = (m.round, m.chunk)
             got = self.seen.setdefault(key, set())
             got.add(m.src)
             if got == set(members):
-                out.append((t, Msg(self.rank, m.round, m.chunk)))
+                out.append((t_in, Msg(self.rank, m.round, m.chunk)))
         return out
 
     def counters(self):
@@ -117,7 +151,8 @@ class CountingSite:
 class GoldenSite:
     """The golden aggregator of one site, fed real frames, sending RESULTs to the site's host group."""
 
-    def __init__(self, schedule, rank, *, slots, members, slot_bytes, bank_bits, job=0):
+    def __init__(self, schedule, rank, *, slots, members, slot_bytes, bank_bits, job=0, datapath=None):
+        self.datapath = datapath
         jobs = {job: [_members(schedule, rank, r) for r in range(schedule.period)]}
         dest = Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)
         self.agg = GoldenAggregator(
@@ -133,8 +168,9 @@ class GoldenSite:
     def feed(self, t, msgs):
         out = []
         for m in msgs:
+            t_in = self.datapath.take(t, len(m.frame)) if self.datapath else t
             for frame in self.agg.feed_frame(m.frame):
-                out.append((t, result_msg(frame)))
+                out.append((t_in, result_msg(frame)))
         return out
 
     def counters(self):
@@ -497,6 +533,28 @@ def simulate(
         succ = window_succ(r, c)
         return succ is None or not member_of[s][succ[0]] or np.isnan(result[s, succ[0], succ[1]])
 
+    polling = set()
+
+    def emit(m, t, outs):
+        """Send a site's RESULTs to its hosts; keep polling an aggregator that works on in time."""
+        nonlocal emitted
+        for t_out, res in outs:
+            emitted += 1
+            copies = 1
+            if faults is not None:
+                if rng.random() < faults.dup:
+                    copies, rec.results_duplicated = 2, rec.results_duplicated + 1
+            for k in range(copies):
+                if faults is not None and faults.loss and rng.random() < faults.loss:
+                    rec.results_lost += 1
+                    continue
+                push(max(t_out, t) + frame_s[m] * (1 + k), "result", m, res)
+        later = getattr(sites[m], "next_poll", None)
+        when = later(t) if later is not None else None
+        if when is not None and (m, when) not in polling:
+            polling.add((m, when))
+            push(when, "poll", m)
+
     reported = -1
     while events and outstanding:
         t, _, kind, data = heapq.heappop(events)
@@ -517,17 +575,9 @@ def simulate(
                 ingress[m] += len(msg.frame)
             else:
                 ingress[m] += chunk_elems * dtype.size + WIRE_OVERHEAD
-            for t_out, res in sites[m].feed(t, [msg]):
-                emitted += 1
-                copies = 1
-                if faults is not None:
-                    if rng.random() < faults.dup:
-                        copies, rec.results_duplicated = 2, rec.results_duplicated + 1
-                for k in range(copies):
-                    if faults is not None and faults.loss and rng.random() < faults.loss:
-                        rec.results_lost += 1
-                        continue
-                    push(t_out + frame_s[m] * (1 + k), "result", m, res)
+            emit(m, t, sites[m].feed(t, [msg]))
+        elif kind == "poll":
+            emit(data[0], t, sites[data[0]].poll(t))
         elif kind == "result":
             s, res = data
             r, c = res.round, res.chunk

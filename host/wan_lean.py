@@ -53,7 +53,9 @@ from .wan import Msg, bank_layout, chunk_count, result_msg
 
 __all__ = [
     "LeanRun",
+    "SelfPacing",
     "simulate_lean",
+    "offset_gap",
     "lean_contrib_frame",
     "GoldenInlineSite",
     "golden_sites",
@@ -159,6 +161,29 @@ def lean_contrib_frame(elems, *, dtype, rank, root, job, round_index, group, chu
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class SelfPacing:
+    """Senders that pace themselves from what they observe instead of the plan's offsets and interval.
+
+    Each member of a group sends the first ``window`` chunks of each stripe when the round starts, then
+    chunk ``c + window`` when its own RESULT for chunk ``c`` is in (a window clocked by RESULT arrivals,
+    which is all a host observes), each send delayed by a host-side jitter drawn from its own generator
+    (``seed``): exponential with mean ``jitter_s``, a model apart from the WAN's uniform one and from the
+    plan's margin. One round only (the root-mode plans have one)."""
+
+    window: int
+    jitter_s: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if not (isinstance(self.window, int) and self.window >= 1):
+            raise ValueError(
+                f"The self-paced window must be a positive number of chunks, got {self.window!r}."
+            )
+        if not self.jitter_s >= 0:
+            raise ValueError(f"The host jitter must be at least 0 s, got {self.jitter_s!r}.")
+
+
 class _Jitter:
     """Uniform extra delays in [0, 2J), drawn in blocks from one seeded generator."""
 
@@ -206,8 +231,12 @@ def simulate_lean(
     width=512,
     sites=None,
     background=0,
+    pacing=None,
 ):
     """Run ``rounds`` rounds (default: one period) of a root-mode ``schedule``; returns a :class:`LeanRun`.
+
+    ``pacing`` (a :class:`SelfPacing`) replaces the plan's send offsets and interval by senders clocked
+    by their own RESULT arrivals.
 
     With data, ``sites(configs)`` builds the in-line aggregators (default :func:`golden_sites`) and
     ``background`` non-wanreduce frames per site are mixed into each site's input.
@@ -335,11 +364,28 @@ def simulate_lean(
     push = heapq.heappush
     pop = heapq.heappop
 
+    if pacing is not None and rounds != 1:
+        raise ValueError("Self-paced senders are modelled for one round.")
+    host_rng = np.random.default_rng(pacing.seed) if pacing is not None else None
+
+    def host_delay():
+        return float(host_rng.exponential(pacing.jitter_s)) if pacing.jitter_s > 0 else 0.0
+
+    stripe_end = {}  # (round, group, chunk) -> one past the stripe's last chunk (self-paced runs)
     for r, grp in enumerate(plan):
         start = _round_start(schedule, r)
-        for members, stripes in grp:
+        for gid, (members, stripes) in enumerate(grp):
             for st in stripes:
                 lim = st["chunks"] if stripe_limit is None else min(st["chunks"], int(stripe_limit))
+                if pacing is not None:
+                    first = st["first_chunk"]
+                    for c in range(first, first + lim):
+                        stripe_end[(r, gid, c)] = first + lim
+                    for s in members:
+                        for c in range(first, first + min(lim, pacing.window)):
+                            events.append((start + host_delay(), seq, READY, s, r, c, None))
+                            seq += 1
+                    continue
                 for k, s in enumerate(members):
                     t0 = start + st["offsets_s"][k]
                     first, step = st["first_chunk"], st["interval_s"]
@@ -467,6 +513,11 @@ def simulate_lean(
                 elems = np.frombuffer(res.payload, bits_dtype(dtype), offset=HEADER_BYTES).view(vt)
                 with np.errstate(all="ignore"):
                     current[m][c] = (elems / vt.type(g)).astype(vt)
+            if pacing is not None and member_of[m][r] is not None:
+                nxt = c + pacing.window
+                if nxt < stripe_end.get((r, member_of[m][r][0], c), 0):
+                    push(events, (t + host_delay(), seq, READY, m, r, nxt, None))
+                    seq += 1
             nr = next_round[m][r]
             if nr is not None and (m, nr, c) in sched:
                 push(events, (max(t, sched.pop((m, nr, c))), seq, READY, m, nr, c, None))
@@ -498,3 +549,26 @@ def simulate_lean(
         background_in=bg_in,
         background_out=bg_out,
     )
+
+
+def offset_gap(schedule, run, *, skip=0, round_index=0):
+    """How far the plan's send offsets are from what a run's senders did, per stripe.
+
+    For each stripe and member: the median over its chunks (after the first ``skip``) of the member's send
+    time minus the earliest member's for the same chunk, against the plan's offset minus the earliest
+    offset. Returns ``[(root, member, plan_s, observed_s), ...]``; for a run that kept the plan the two
+    agree up to the link's queueing and jitter."""
+    out = []
+    lr = schedule.lean["rounds"][round_index % schedule.period]
+    for members, lg in zip(schedule.rounds[round_index % schedule.period], lr["groups"], strict=True):
+        for st in lg["stripes"]:
+            chunks = range(st["first_chunk"] + skip, st["first_chunk"] + st["chunks"])
+            sends = run.send[np.ix_(list(members), [round_index], list(chunks))][:, 0, :]
+            keep = ~np.isnan(sends).any(axis=0)
+            if not keep.any():
+                continue
+            rel = sends[:, keep] - sends[:, keep].min(axis=0)
+            base = min(st["offsets_s"])
+            for k, m in enumerate(members):
+                out.append((st["root"], m, st["offsets_s"][k] - base, float(np.median(rel[k]))))
+    return out

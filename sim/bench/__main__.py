@@ -1,19 +1,31 @@
 """``make bench``: run every benchmark module in this package and merge the figures into one JSON file.
 
-Each module ``wanreduce.sim.bench.<name>`` has ``run() -> dict[str, float]``. The output is one flat object,
-figure name to number; figures from modules not run this time are kept from the previous file, so
-``make bench BENCH=packer`` refreshes one module's figures only.
+Each module ``wanreduce.sim.bench.<name>`` has ``run() -> dict[str, float]`` and may set ``SOURCES`` (the
+folders its figures depend on, default :data:`DEFAULT_SOURCES`), ``UNITS``, ``NOTES`` and ``RUNS`` (name to
+unit, to how the figure was obtained, to the number of differing runs it summarises). The output is
+``{"figures": {name: record}}`` (:mod:`wanreduce.sim.figures`: value, unit, commit, digest of the sources,
+command, cores, date). Records of modules not run this time are kept, so ``make bench BENCH=packer``
+refreshes one module's figures only; a module that raises leaves its figures marked failed (value None),
+never the previous number.
 """
 
 import argparse
 import importlib
-import json
-import os
 import pkgutil
 import sys
 import time
 
 import wanreduce.sim.bench as package
+
+from .. import figures as recorded
+
+#: What a bench module's figures depend on when it does not say.
+DEFAULT_SOURCES = ("spec", "hw", "host", "sim")
+
+
+def command_of(name):
+    """The command that reruns one module (recorded with its figures)."""
+    return f"python -m wanreduce.sim.bench --only {name}"
 
 
 def main(argv=None):
@@ -38,31 +50,43 @@ def main(argv=None):
             )
             return 2
         names = wanted
-    figures = {}
-    if os.path.exists(args.out):
-        try:
-            with open(args.out) as f:
-                figures = json.load(f)
-        except (OSError, json.JSONDecodeError):
-            figures = {}
+    previous = recorded.read_output(args.out)
     failed = []
     for name in names:
         t0 = time.perf_counter()
         print(f"bench: {name} ...", flush=True)
+        module = None
         try:
-            result = importlib.import_module(f"wanreduce.sim.bench.{name}").run()
+            module = importlib.import_module(f"wanreduce.sim.bench.{name}")
+            sources = getattr(module, "SOURCES", DEFAULT_SOURCES)
+            # Taken before the run: the digest is of the code that produced the figures.
+            prov = recorded.provenance(sources, command_of(name), output=args.out)
+            result = module.run()
         except Exception as exc:  # one broken bench must not hide the others' figures
             failed.append(name)
-            print(f"bench: {name} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+            error = f"{type(exc).__name__}: {exc}"
+            print(f"bench: {name} FAILED: {error}", file=sys.stderr)
+            sources = getattr(module, "SOURCES", DEFAULT_SOURCES)
+            recorded.write_output(
+                args.out,
+                recorded.failed_records(
+                    previous, command_of(name), error=error, sources=sources, output=args.out
+                ),
+            )
             continue
         for key, value in sorted(result.items()):
             print(f"  {key} = {value}")
-        figures.update(result)
+        recorded.write_output(
+            args.out,
+            recorded.records(
+                result,
+                prov=prov,
+                units=getattr(module, "UNITS", None),
+                notes=getattr(module, "NOTES", None),
+                runs=getattr(module, "RUNS", None),
+            ),
+        )
         print(f"bench: {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(dict(sorted(figures.items())), f, indent=2)
-        f.write("\n")
     print(f"bench: wrote {args.out}")
     return 1 if failed else 0
 

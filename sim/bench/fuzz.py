@@ -52,3 +52,7 @@ def run(configs=CONFIGS, seeds=SEEDS, frames_per_run=FRAMES_PER_RUN):
         for line in total.details:
             print(f"fuzz {name}: {line}", file=sys.stderr)
     return figures
+
+
+#: What the figures depend on (their digest in docs/figures.json).
+SOURCES = ("spec", "hw", "host", "sim/verilator", "sim/verify", "sim/bench/fuzz.py")

@@ -37,7 +37,7 @@ from ...spec.protocol import UDP_PORT
 from ..verilator import runner, toolchain
 from ..verilator.agg_driver import beats_to_packets, packets_to_beats
 
-__all__ = ["RtlCores", "RtlSite", "RtlInlineSite", "inline_sites", "CLOCK_HZ"]
+__all__ = ["RtlCores", "RtlSite", "RtlTimedSite", "RtlInlineSite", "inline_sites", "CLOCK_HZ"]
 
 _SOURCE = Path(__file__).with_name("corelib.cpp")
 #: The 100G build's clock (CMAC user clock).
@@ -126,6 +126,13 @@ class RtlCores:
             self.lib.cores_free(handle)
             self.handle = None
 
+    def reset(self):
+        """Fresh cores out of reset, cycle 0 (the build is kept): a new run on the same configuration."""
+        if self.handle:
+            self.lib.cores_free(self.handle)
+        self.handle = self.lib.cores_new(self.count)
+        self._carry = {}
+
     def configure(self, i, writes):
         for addr, data in writes:
             self.lib.core_ctl_write(self.handle, i, addr, data)
@@ -142,6 +149,40 @@ class RtlCores:
         if lib.core_run(h, i, drain, max_cycles):
             raise RuntimeError(f"core {i} did not finish a burst in {max_cycles} cycles")
         return self._take(lib.core_out_beats, lib.core_take, i)
+
+    _carry = None
+
+    def push(self, i, frames):
+        """Queue frames at core ``i``'s input without clocking it (:meth:`run_to` takes them in)."""
+        beats = packets_to_beats(frames, self.width)
+        self.lib.core_push(self.handle, i, beats.tobytes(), len(beats))
+
+    def run_to(self, i, cycle):
+        """Clock core ``i`` up to ``cycle`` (whatever it holds or not); returns the frames it sent by then."""
+        if self._carry is None:
+            self._carry = {}
+        now = int(self.lib.core_cycle(self.handle, i))
+        if cycle > now:
+            # An endless drain: the run stops at its cycle limit, which is what we ask for here.
+            self.lib.core_run(self.handle, i, 1 << 62, int(cycle) - now)
+        # The run may stop inside a frame: hand out the whole frames, keep the rest for the next call.
+        n = self.lib.core_out_beats(self.handle, i)
+        carry, carry_stamps = self._carry.get(
+            i, (np.empty((0, self.out_bytes), np.uint8), np.empty(0, np.uint64))
+        )
+        if n:
+            out = np.empty((n, self.out_bytes), np.uint8)
+            stamps = np.empty(n, np.uint64)
+            self.lib.core_take(self.handle, i, out.ctypes.data, stamps.ctypes.data)
+            carry, carry_stamps = np.concatenate([carry, out]), np.concatenate([carry_stamps, stamps])
+        last = np.flatnonzero(_last_flags(carry[:, self.width // 8], self.width))
+        if not last.size:
+            self._carry[i] = (carry, carry_stamps)
+            return []
+        end = int(last[-1]) + 1
+        self._carry[i] = (carry[end:], carry_stamps[end:])
+        frames = beats_to_packets(carry[:end], self.width)
+        return list(zip((int(carry_stamps[k]) for k in last), frames, strict=True))
 
     def take_bypass(self, i):
         """The frames core ``i`` forwarded on its bypass port since the last call, as
@@ -170,8 +211,11 @@ class RtlCores:
     def longest_stall(self, i):
         return int(self.lib.core_longest_stall(self.handle, i))
 
-    def sites(self, schedule, *, bank_bits, clock_hz=CLOCK_HZ, job=0):
-        """Configure core ``s`` as site ``s``'s aggregator and return the :mod:`wan` adapters."""
+    def sites(self, schedule, *, bank_bits, clock_hz=CLOCK_HZ, job=0, timed=False, poll_cycles=64):
+        """Configure core ``s`` as site ``s``'s aggregator and return the :mod:`wan` adapters.
+
+        ``timed``: :class:`RtlTimedSite` (clocked with time, for runs where the datapath sets the pace)
+        instead of :class:`RtlSite` (bursts, for runs the WAN's delays dominate)."""
         if schedule.n != self.count:
             raise ValueError(f"{self.count} cores cannot serve a schedule of {schedule.n} sites.")
         c = self.core
@@ -191,7 +235,11 @@ class RtlCores:
                 bank_bits={job: bank_bits},
             )
             self.configure(s, writes)
-            out.append(RtlSite(self, s, clock_hz, schedule))
+            out.append(
+                RtlTimedSite(self, s, clock_hz, schedule, poll_cycles=poll_cycles)
+                if timed
+                else RtlSite(self, s, clock_hz, schedule)
+            )
         return out
 
 
@@ -231,6 +279,58 @@ class RtlSite:
         drain = self.drain if completes else 8
         outs = self.cores.feed(self.index, cycle, [m.frame for m in msgs], drain=drain)
         return [(c / self.clock_hz, result_msg(frame)) for c, frame in outs]
+
+    def counters(self):
+        return self.cores.counters(self.index)
+
+
+class RtlTimedSite:
+    """One site's core as a :mod:`wanreduce.host.wan` aggregator clocked in step with simulated time.
+
+    :class:`RtlSite` runs the core through a whole burst (and a drain) when frames arrive, which is exact
+    while the core idles between bursts but clocks it with an empty input while, in a rate-bound run, the
+    next frames would already be waiting. Here a feed at ``t`` clocks the core up to ``t``'s cycle, then
+    queues the frames; while it has work the WAN polls it every ``poll_cycles`` cycles. A RESULT keeps its
+    exact cycle stamp but reaches the WAN no earlier than the poll that finds it (at most ``poll_cycles``
+    later): the one approximation, a bound small against any delay or chunk time it is used for.
+    """
+
+    def __init__(self, cores, index, clock_hz, schedule, *, poll_cycles=64):
+        if not (isinstance(poll_cycles, int) and poll_cycles >= 1):
+            raise ValueError(f"poll_cycles must be a positive integer, got {poll_cycles!r}.")
+        self.cores, self.index, self.clock_hz, self.schedule = cores, index, clock_hz, schedule
+        self.poll_s = poll_cycles / clock_hz
+        self.arrived = {}
+        self.pending = 0  # chunks whose last contribution went in and whose RESULT has not come out
+
+    def _outputs(self, t):
+        outs = self.cores.run_to(self.index, int(np.ceil(t * self.clock_hz)))
+        self.pending -= len(outs)
+        return [(c / self.clock_hz, result_msg(frame)) for c, frame in outs]
+
+    def feed(self, t, msgs):
+        out = self._outputs(t)
+        for m in msgs:
+            got = self.arrived.setdefault((m.round, m.chunk), set())
+            full = set(_members(self.schedule, self.index, m.round))
+            before = got >= full
+            got.add(m.src)
+            self.pending += not before and got >= full
+        self.cores.push(self.index, [m.frame for m in msgs])
+        return out
+
+    def poll(self, t):
+        return self._outputs(t)
+
+    def next_poll(self, t):
+        # Frames that complete nothing need no poll: the next feed's clocking takes them in on time.
+        if self.pending <= 0:
+            return None
+        # Polls on a fixed grid, so the feeds of one instant share one poll; always after t.
+        k = int(np.floor(t / self.poll_s)) + 1
+        while k * self.poll_s <= t:
+            k += 1
+        return k * self.poll_s
 
     def counters(self):
         return self.cores.counters(self.index)

@@ -37,10 +37,13 @@ from ...spec.errors import WanreduceError
 from ...spec.protocol import Drop, DType
 from .cosim import CLOCK_HZ, RtlCores, inline_sites
 
-__all__ = ["DemoConfig", "run", "parse_kill", "TOLERANCE", "cores_slots"]
+__all__ = ["DemoConfig", "run", "parse_kill", "TOLERANCE", "ROOT_TOLERANCE", "cores_slots", "figures_of"]
 
-#: Largest relative difference between the simulated and the modelled period that passes.
-TOLERANCE = 0.10
+#: Largest relative difference between the simulated and the modelled period that passes (README.md states
+#: these bounds; the tests hold the demo to them).
+TOLERANCE = 0.005
+#: The same for root mode, whose senders' jitter the model covers with a margin.
+ROOT_TOLERANCE = 0.02
 
 #: Counters that count work, not drops.
 _NOT_DROPS = ("frames_in", "results", "results_reemitted", "evictions", "bypassed")
@@ -183,7 +186,13 @@ def run(config, *, echo=_noop, progress=_noop):
     else:
         sites = [
             wan.GoldenSite(
-                schedule, s, slots=slots, members=gmax, slot_bytes=chunk_bytes, bank_bits=bank_bits
+                schedule,
+                s,
+                slots=slots,
+                members=gmax,
+                slot_bytes=chunk_bytes,
+                bank_bits=bank_bits,
+                datapath=wan.Datapath(width=config.width, clock_hz=CLOCK_HZ),
             )
             for s in range(topo.n)
         ]
@@ -256,6 +265,42 @@ def run(config, *, echo=_noop, progress=_noop):
         **recovery,
         "pass": bool(ok),
     }
+
+
+def figures_of(report):
+    """The figures a report quotes, by name (``demo_``, ``demo_faults_`` or ``demo_root_`` and the
+    figure; ``_golden`` after the prefix for the golden model's run)."""
+    if report.get("mode") == "root":
+        prefix = "demo_root"
+        values = {k: report[k] for k in ("sim_time_s", "model_time_s", "sim_vs_model", "exact")}
+        values.update({k: report[k] for k in ("distinct_results", "peak_slot_ratio", "background_unchanged")})
+        values.update(drops=sum(report["drops"].values()), wall_s=report["wall_s"])
+        values["roots"] = ", ".join(dict.fromkeys(st["root"] for st in report["stripes"]))
+    elif "error" in report:
+        return {}
+    else:
+        faulty = "faults" in report
+        prefix = "demo_faults" if faulty else "demo"
+        sites = report["sites"]
+        values = {
+            k: report[k] for k in ("sim_time_s", "model_time_s", "sim_vs_model", "exact", "distinct_results")
+        }
+        values.update(
+            max_abs_err=report["max_abs_err_vs_numpy"],
+            drops=sum(report["drops"].values()),
+            construction=report["construction"],
+            schedule=" then ".join(
+                " ".join("{" + ",".join(sites[i] for i in g) + "}" for g in rnd) for rnd in report["schedule"]
+            ),
+            wall_s=report["wall_s"],
+        )
+        if faulty:
+            for k in ("retransmits", "duplicates_dropped", "corrupt_dropped", "results_reemitted"):
+                values[k] = report[k]
+            values["fault_free_time_s"] = report["fault_free_time_s"]
+    if report["aggregator"] != "rtl":
+        prefix += f"_{report['aggregator']}"
+    return {f"{prefix}_{k}": v for k, v in values.items()}
 
 
 def _faults(config, topo, schedule, echo):
@@ -435,7 +480,7 @@ def _run_root(config, topo, model, params, echo, progress):
         check["exact"]
         and check["distinct_results"] == 1
         and not check["drops"]
-        and abs(rel) <= TOLERANCE
+        and abs(rel) <= ROOT_TOLERANCE
         and bypass_ok
         and peak_ratio <= 1.1
     )

@@ -14,10 +14,11 @@ def _run(capsys, *argv):
 
 
 def _check(report, aggregator):
+    # README.md states 0.5 %: the demo fails beyond it, and so does this test.
     assert report["aggregator"] == aggregator and len(report["sites"]) == 9
     assert report["max_abs_err_vs_numpy"] == 0 and report["exact"] is True
     assert report["distinct_results"] == 1 and report["drops"] == {}
-    assert abs(report["sim_time_s"] - report["model_time_s"]) <= 0.10 * report["model_time_s"]
+    assert abs(report["sim_time_s"] - report["model_time_s"]) <= 0.005 * report["model_time_s"]
     assert len(report["rounds"]) == len(report["schedule"]) >= 1
     assert all(v > 0 for v in report["ingress_bytes"].values())
 
@@ -85,7 +86,7 @@ def test_demo_root_mode_on_the_golden_model(capsys, tmp_path):
     assert report["mode"] == "root" and report["exact"] is True and report["distinct_results"] == 1
     assert report["drops"] == {} and report["background_unchanged"] is True
     assert len({s["root"] for s in report["stripes"]}) >= 2
-    assert abs(report["sim_vs_model"]) <= 0.10 and report["peak_slot_ratio"] <= 1.1
+    assert abs(report["sim_vs_model"]) <= 0.02 and report["peak_slot_ratio"] <= 1.1  # README: within 2 %
     assert all(c["bypassed"] >= 10 for c in report["counters"].values())
 
 

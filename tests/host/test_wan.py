@@ -85,5 +85,5 @@ def test_closed_form_matches_the_event_simulation():
         tl = pacing.timeline(
             schedule, topo.one_way_s, n_chunks=tensor // 1024, frame_s=model.frame_s, bank_slots=bank
         )
-        assert tl.finish_s == pytest.approx(best.period_s, rel=0.02)
+        assert tl.finish_s == pytest.approx(best.period_s, rel=0.005)  # README: within 0.5 %
         assert np.isnan(tl.send).sum() == 0  # every site takes part in every round of a 3x3 grid

@@ -68,7 +68,7 @@ def test_exact_and_identical(run):
 
 def test_time_and_memory_against_the_model(run):
     plan, sched, sim, ref = run
-    assert abs(sim.finish_s / plan.period_s - 1) < 0.10, (sim.finish_s, plan.period_s)
+    assert abs(sim.finish_s / plan.period_s - 1) <= 0.02, (sim.finish_s, plan.period_s)  # README: 2 %
     for st in plan.round_costs[0].groups[0].stripes:
         assert 0 < sim.peak_slot_bytes[st.root] <= 1.1 * st.peak_slot_bytes, (st.root, sim.peak_slot_bytes)
     assert sim.slot_conflicts == 0

@@ -1,0 +1,153 @@
+"""A rate-bound co-simulation: a sync whose time is set by the aggregator's datapath, not by the WAN's
+delays, run on the Verilated cores and on the golden model with a modelled datapath, against the cost
+model's closed form.
+
+Three sites ``METRO_RTT_MS`` apart (a metro ring: the delays are a few per cent of the sync) form one
+all-to-all group; each core takes its three streams (two from the WAN, its own site's) through one
+``width``-bit input port at ``clock_hz``, a 1 KiB chunk being ``ceil(1098 / 8) = 138`` beats at W = 64, so
+the port, not the 100 Gbit/s access links (about 16x faster per stream here), sets the pace. The memory
+holds every chunk of the tensor in one bank, so the self-clocked window never waits.
+
+Three timings of the same schedule and data:
+
+* the RTL: one Verilated core per site, clocked in step with simulated time
+  (:class:`~wanreduce.sim.verify.cosim.RtlTimedSite`): its cycles are the independent measurement;
+* the golden model with :class:`~wanreduce.host.wan.Datapath` (frames queued beat by beat);
+* the cost model (``CostModel.period``: ``latency + tensor / (datapath_Bps / G)``).
+
+The run is deterministic (seeded tensors, no jitter): one run, reported as such.
+"""
+
+import time
+import warnings
+
+import numpy as np
+
+from ...host import wan
+from ...host.costmodel import CostModel, CostParams
+from ...host.pacing import aggregator_slots
+from ...host.protocol import DType
+from ...host.reference import run_reference
+from ...host.schedule import optimize, plan_to_schedule
+from ...host.topology import from_rtt_matrix
+from .cosim import CLOCK_HZ, RtlCores
+
+__all__ = ["rate_bound", "metro_cores", "METRO_RTT_MS"]
+
+#: Round-trip time between the three metro sites.
+METRO_RTT_MS = 0.02
+
+
+def metro_cores(*, width=64, memory=1 << 20, chunk_bytes=1024):
+    """Three Verilated cores sized as :func:`rate_bound` needs (the build is cached, its Verilog is not)."""
+    slots = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=3, width=width)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return RtlCores(count=3, width=width, slots=slots, members=3, slot_bytes=chunk_bytes, dests=1)
+
+
+def rate_bound(
+    *,
+    width=64,
+    clock_hz=CLOCK_HZ,
+    elements=65_536,
+    memory=1 << 20,
+    site_gbps=100.0,
+    seed=0,
+    rtl=True,
+    cores=None,
+):
+    """Run the rate-bound sync; a dict of the times, their ratios, the bound the model names and checks.
+
+    ``site_gbps`` is the access links' rate, which is also how fast the hosts send: 7 Gbit/s is just above
+    the datapath's share of a stream at W = 64 and 322 MHz (the datapath bounds the sync), 5 Gbit/s below
+    it (the links bound it), 100 Gbit/s overruns the core sixteen-fold. ``cores`` reuses an
+    :class:`RtlCores` of three W = ``width`` cores for this memory (:func:`metro_cores`)."""
+    names = ["M0", "M1", "M2"]
+    rtt = np.full((3, 3), METRO_RTT_MS)
+    np.fill_diagonal(rtt, 0.0)
+    topo = from_rtt_matrix(names, rtt, name="metro")
+    chunk_elems, dtype = 256, DType.FP32
+    chunk_bytes = chunk_elems * dtype.size
+    n_chunks = wan.chunk_count(elements, chunk_elems)
+    params = CostParams(
+        memory_bytes=memory,
+        chunk_bytes=chunk_bytes,
+        tensor_bytes=n_chunks * chunk_bytes,
+        bus_bits=width,
+        clock_mhz=clock_hz / 1e6,
+        site_gbps=site_gbps,
+    )
+    model = CostModel(topo, params)
+    best, _ = optimize(model, time_limit_s=1.0, seed=seed)
+    schedule = plan_to_schedule(best, model)
+    if schedule.period != 1 or [len(g) for g in schedule.rounds[0]] != [3]:
+        raise RuntimeError(f"The metro schedule should be one group of three, got {schedule.rounds}.")
+    slots = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=3, width=width)
+    bank_bits, bank_slots = wan.bank_layout(slots, 1)
+    if bank_slots < n_chunks:
+        raise ValueError(f"{memory} bytes hold {bank_slots} slots, fewer than the {n_chunks} chunks.")
+    group = model.period([[(0, 1, 2)]])
+    rng = np.random.default_rng(seed)
+    tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(3)]
+    common = dict(
+        one_way_s=topo.one_way_s,
+        site_Bps=model.site_rate / params.wire_eff,
+        chunk_elems=chunk_elems,
+        elements=elements,
+        dtype=dtype,
+        bank_slots=bank_slots,
+        tensors=tensors,
+    )
+    golden_sites = [
+        wan.GoldenSite(
+            schedule,
+            s,
+            slots=slots,
+            members=3,
+            slot_bytes=chunk_bytes,
+            bank_bits=bank_bits,
+            datapath=wan.Datapath(width=width, clock_hz=clock_hz),
+        )
+        for s in range(3)
+    ]
+    golden = wan.simulate(schedule, sites=golden_sites, **common)
+    bound = model.round([(0, 1, 2)], bank_slots=bank_slots).groups[0].bound
+    out = {
+        "model_s": best.period_s,
+        "model_latency_share": group.latency_s / best.period_s,
+        "model_bound": bound,
+        "golden_datapath_s": golden.finish_s,
+        "golden_datapath_over_model": golden.finish_s / best.period_s,
+        "clock_hz": clock_hz,
+        "width": width,
+    }
+    if not rtl:
+        return out
+    if cores is None:
+        cores = metro_cores(width=width, memory=memory)
+    else:
+        cores.reset()
+    sites = cores.sites(schedule, bank_bits=bank_bits, clock_hz=clock_hz, timed=True)
+    t0 = time.perf_counter()
+    run = wan.simulate(schedule, sites=sites, **common)
+    wall = time.perf_counter() - t0
+    ref = run_reference(schedule, tensors, dtype=dtype)[-1]
+    exact = all(
+        np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(run.values, ref, strict=True)
+    )
+    drops = sum(
+        v
+        for c in run.counters
+        for k, v in c.items()
+        if k not in ("frames_in", "results", "results_reemitted", "evictions")
+    )
+    out.update(
+        sim_s=run.finish_s,
+        sim_over_model=run.finish_s / best.period_s,
+        sim_over_golden_datapath=run.finish_s / golden.finish_s,
+        exact=exact,
+        drops=drops,
+        wall_s=wall,
+    )
+    return out
