@@ -115,12 +115,15 @@ def _host_main(conn, transport, tensor, kill_round, deadline_s):
         return
     except Exception as exc:
         conn.send(("error", str(exc)))
-        return
-    finally:
         transport.close()
+        return
     values = run.values
     run.values = None
     conn.send(("done", values, run))
+    try:
+        transport.linger(lambda: stop[0] or conn.poll(), deadline_s=deadline_s)
+    finally:
+        transport.close()
 
 
 def _expect(conn, what, deadline, who):
@@ -249,6 +252,8 @@ def run_sites(
         for s, conn in enumerate(aggs):
             conn.send(("counters",))
             counters.append(_expect(conn, "counters", deadline, f"the aggregator of {schedule.sites[s]}")[1])
+        for conn in hosts:
+            conn.send(("stop",))
         if kill_site is not None:
             raise WanreduceError(
                 f"round {kill_round}: {schedule.sites[kill_site]} stopped sending but every other site "

@@ -6,12 +6,16 @@ tensor as a CONTRIB to its group's address (:mod:`wanreduce.spec.addressing`) on
 self-clocked window hold (PROTOCOL.md): its own RESULT for the chunk in the previous round it took part in
 is in (the value sent is that RESULT divided by the group size, in the wire dtype), and its own RESULT for
 the previous chunk of the same slot is in. It receives its aggregator's RESULTs on the site's host group,
-divides, and moves on. Every sent chunk has a retransmission timer (first timeout: ``TIMEOUT_DELAYS`` times
-the group's widest one-way delay plus ``TIMEOUT_FRAMES`` frame times of the site's link, plus the software
-path's slack; doubling per retry, the constants of :mod:`wanreduce.host.wan`); a RESULT for a chunk already
-applied makes it send its contribution once more (a member may lack it), with a doubling hold-off. After
-``RETRIES`` retries the run stops with :class:`~wanreduce.host.wan.SiteTimeout` naming the site, the round
-and the group. A whole run also has a deadline: it never blocks without one.
+divides, and moves on. Every sent chunk has a retransmission timer. Its floor is the co-simulation's
+(:mod:`wanreduce.host.wan`: ``TIMEOUT_DELAYS`` times the group's widest one-way delay plus ``TIMEOUT_FRAMES``
+frame times of the site's link) plus the software path's slack; on real processes it also adapts as TCP's
+does (RFC 6298: an initial timeout until a RESULT has been timed, then the smoothed latency and its
+variation, at least ``RTT_MAX_FACTOR`` times the slowest so far, Karn's rule, a backoff after an expiry),
+because a member may send a chunk much later than this site does. A RESULT for a chunk already applied
+makes it send its contribution once more (a member may lack it), with a doubling hold-off; after its own
+tensor is done a site lingers (:meth:`SiteTransport.linger`) to keep answering so. After ``RETRIES``
+retries the run stops with :class:`~wanreduce.host.wan.SiteTimeout` naming the site, the round and the
+group. A whole run also has a deadline: it never blocks without one.
 
 Latency: one window of ``bank_slots`` chunks per round trip to the group's farthest member. Back-pressure:
 a full socket send buffer makes it wait until the socket is writable (bounded by the deadline).
@@ -40,6 +44,9 @@ __all__ = ["SiteTransport", "TransportRun", "SLACK_S"]
 #: Added to every first retransmission timeout: what reading, aggregating and answering in software on a
 #: shared machine may take on top of the WAN's delays.
 SLACK_S = 0.1
+#: A chunk's retransmission interval doubles this many times and then stays: with the measured timeouts
+#: of a loaded machine, doubling all ``RETRIES`` times would take minutes to find a dead site.
+BACKOFF_STEPS = 2
 #: The measured part of a retransmission timeout is capped at this many times the model's first timeout.
 RTO_CAP = 8
 #: The timeout before any RESULT has been timed (RFC 6298's initial RTO): the first window of a run
@@ -133,7 +140,18 @@ class SiteTransport:
         retransmissions, :class:`WanreduceError` when ``deadline_s`` passes."""
         if self.sock is None:
             self.open()
-        return _Run(self, tensor, rounds, t0, deadline_s, kill_round, progress).go()
+        self._last = _Run(self, tensor, rounds, t0, deadline_s, kill_round, progress)
+        return self._last.go()
+
+    def linger(self, until, *, deadline_s=60.0):
+        """After :meth:`run`: keep answering repeated RESULTs with this site's contribution (a member whose
+        copy of it was lost asks that way) until ``until()`` is true or ``deadline_s`` passes, as a TCP
+        connection lingers in TIME_WAIT. A site that leaves as soon as its own tensor is done can strand a
+        member still waiting for it."""
+        run = getattr(self, "_last", None)
+        if run is not None and self.sock is not None:
+            run.deadline = time.monotonic() + deadline_s
+            run.go(until=until)
 
 
 class _Run:
@@ -175,6 +193,7 @@ class _Run:
         self.send_time = {}
         self.srtt = self.rttvar = None
         self.rtt_max = 0.0
+        self.first_sent = {}
         self.backoff = 1
         nan = [math.nan] * self.rounds
         self.out = TransportRun(self.values, list(nan), list(nan), killed_at=kill_round)
@@ -292,6 +311,7 @@ class _Run:
                 if math.isnan(self.out.first_send_s[r]):
                     self.out.first_send_s[r] = now - self.t0
                 self.send_time[(r, c)] = now
+                self.first_sent[(r, c)] = now
                 heapq.heappush(self.timers, (now + self.rto(r), r, c, 0))
         return True
 
@@ -315,12 +335,13 @@ class _Run:
             if k == 0:
                 self.backoff = min(2 * self.backoff, RTO_CAP)
             self._resend(r, c)
-            heapq.heappush(self.timers, (now + self.rto(r, backed_off=False) * (2 << k), r, c, k + 1))
+            step = 1 << min(k + 1, BACKOFF_STEPS)
+            heapq.heappush(self.timers, (now + self.rto(r, backed_off=False) * step, r, c, k + 1))
 
     def _give_up(self, r, c):
         names, rank = self.sch.sites, self.tp.rank
         members = self.group[r][1]
-        waited = self.rto(r, backed_off=False) * ((1 << (RETRIES + 1)) - 1)
+        waited = time.monotonic() - self.first_sent.get((r, c), self.t0)
         raise SiteTimeout(
             f"round {r}: {names[rank]} has no RESULT for chunk {c} of group "
             f"{{{','.join(names[m] for m in members)}}} after {waited:.3g} s ({RETRIES} retransmissions); "
@@ -385,14 +406,16 @@ class _Run:
         if self.progress is not None and not (~self.applied[r]).any():
             self.progress(f"round {r} done at {now - self.t0:.3f} s")
 
-    def go(self):
+    def go(self, until=None):
         tp = self.tp
         sel = selectors.DefaultSelector()
         sel.register(tp.sock, selectors.EVENT_READ)
         writable = True
         try:
-            while self.outstanding:
+            while self.outstanding if until is None else not until():
                 now = time.monotonic()
+                if until is not None and now > self.deadline:
+                    break
                 if now > self.deadline:
                     r = int(np.argmin(self.applied.all(axis=1)))
                     raise WanreduceError(
