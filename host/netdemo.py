@@ -13,6 +13,7 @@ members' contributions it lacks (its slot bitmap) and raises one :class:`~wanred
 naming them and the round.
 """
 
+import contextlib
 import dataclasses
 import multiprocessing
 import multiprocessing.connection
@@ -27,7 +28,7 @@ from .netio import WanEmulator
 from .transport import SiteTransport
 from .wan import SiteTimeout
 
-__all__ = ["NetFaults", "SitesRun", "run_sites"]
+__all__ = ["NetFaults", "SitesRun", "run_sites", "aggregators"]
 
 #: Seconds a process gets to bind its socket and join its groups (an RTL engine's build is done before).
 READY_S = 60.0
@@ -260,25 +261,53 @@ def run_sites(
                 "finished: it is in no group with anyone after that round"
             )
     finally:
-        for conn in aggs:
-            try:
-                conn.send(("stop",))
-            except OSError:
-                pass
-        end = time.monotonic() + STOP_S
-        for p in procs:
-            p.join(max(0.0, end - time.monotonic()))
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(STOP_S)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        _stop(procs, aggs)
     first = np.array([r.first_send_s for r in runs], float)
     last = np.array([r.last_result_s for r in runs], float)
     return SitesRun(values, first, last, runs, counters, wall)
+
+
+def _stop(procs, conns):
+    """Ask every process to stop, then terminate and kill whatever is still running."""
+    for conn in conns:
+        try:
+            conn.send(("stop",))
+        except OSError:
+            pass
+    end = time.monotonic() + STOP_S
+    for p in procs:
+        p.join(max(0.0, end - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(STOP_S)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+@contextlib.contextmanager
+def aggregators(schedule, *, layout, make_engine, interface="127.0.0.1", port, job=0):
+    """Every site's aggregator as a process, listening once the block starts, stopped when it ends (the
+    real network only: no emulated WAN). Yields the processes' control connections."""
+    ctx = multiprocessing.get_context("fork")
+    procs, conns = [], []
+    try:
+        for s in range(schedule.n):
+            parent, child = ctx.Pipe()
+            args = (child, schedule, s, make_engine, layout, None, interface, port, job)
+            p = ctx.Process(target=_aggd_main, args=args, daemon=True)
+            p.start()
+            child.close()
+            procs.append(p)
+            conns.append(parent)
+        deadline = time.monotonic() + READY_S
+        for s, conn in enumerate(conns):
+            _expect(conn, "ready", deadline, f"the aggregator of {schedule.sites[s]}")
+        yield conns
+    finally:
+        _stop(procs, conns)
 
 
 def _diagnose(schedule, aggs, text, site, rnd, chunk, job):

@@ -133,14 +133,18 @@ class SiteTransport:
         widest = max((self.D[j, k] for j in members for k in members), default=0.0)
         return TIMEOUT_DELAYS * widest + TIMEOUT_FRAMES * self.frame_s + self.slack_s
 
-    def run(self, tensor, *, rounds=None, t0=None, deadline_s=600.0, kill_round=None, progress=None):
-        """Synchronise ``tensor`` over ``rounds`` rounds (default one period); returns a
-        :class:`TransportRun`. ``kill_round``: send nothing of that round or later (a dead site), and
+    def run(
+        self, tensor, *, rounds=None, first_round=0, t0=None, deadline_s=600.0, kill_round=None, progress=None
+    ):
+        """Synchronise ``tensor`` over ``rounds`` rounds (default one period) numbered from ``first_round``
+        (a later sync of the same job continues the numbering, so that no chunk of it looks like a
+        retransmission of an earlier one); returns a :class:`TransportRun` whose per-round lists are
+        indexed from ``first_round``. ``kill_round``: send nothing of that round or later (a dead site), and
         return once every earlier round is done. Raises :class:`SiteTimeout` when a chunk runs out of
         retransmissions, :class:`WanreduceError` when ``deadline_s`` passes."""
         if self.sock is None:
             self.open()
-        self._last = _Run(self, tensor, rounds, t0, deadline_s, kill_round, progress)
+        self._last = _Run(self, tensor, rounds, first_round, t0, deadline_s, kill_round, progress)
         return self._last.go()
 
     def linger(self, until, *, deadline_s=60.0):
@@ -157,7 +161,7 @@ class SiteTransport:
 class _Run:
     """One synchronisation: the per-chunk state machine of the module docstring, on real time."""
 
-    def __init__(self, tp, tensor, rounds, t0, deadline_s, kill_round, progress):
+    def __init__(self, tp, tensor, rounds, first_round, t0, deadline_s, kill_round, progress):
         sch, lay = tp.schedule, tp.layout
         self.tp, self.sch, self.progress = tp, sch, progress
         self.rounds = sch.period if rounds is None else int(rounds)
@@ -172,7 +176,8 @@ class _Run:
         self.deadline = time.monotonic() + deadline_s
         self.kill_round = kill_round
         rank = tp.rank
-        self.group = [members_of(sch, rank, r) for r in range(self.rounds)]
+        self.first = int(first_round)
+        self.group = [members_of(sch, rank, self.first + r) for r in range(self.rounds)]
         self.timeout = [tp.timeout0(m) if m else math.inf for _, m in self.group]
         self.prev_round, self.next_round = [None] * self.rounds, [None] * self.rounds
         last = None
@@ -257,7 +262,7 @@ class _Run:
                 dtype=self.tp.dtype,
                 rank=self.tp.rank,
                 job=self.tp.job,
-                round=r,
+                round=self.first + r,
                 group=gid,
                 chunk_elems=self.ce,
             )
@@ -272,7 +277,9 @@ class _Run:
 
     def _dest(self, r):
         gid = self.group[r][0]
-        ip = addressing.contrib_group_ip(job=self.tp.job, round=r, group=gid, period=self.sch.period)
+        ip = addressing.contrib_group_ip(
+            job=self.tp.job, round=self.first + r, group=gid, period=self.sch.period
+        )
         return ip, self.tp.port
 
     def _met(self, r, c):
@@ -343,11 +350,11 @@ class _Run:
         members = self.group[r][1]
         waited = time.monotonic() - self.first_sent.get((r, c), self.t0)
         raise SiteTimeout(
-            f"round {r}: {names[rank]} has no RESULT for chunk {c} of group "
+            f"round {self.first + r}: {names[rank]} has no RESULT for chunk {c} of group "
             f"{{{','.join(names[m] for m in members)}}} after {waited:.3g} s ({RETRIES} retransmissions); "
             "a member is dead or unreachable; stopping rather than summing without it",
             site=rank,
-            round=r,
+            round=self.first + r,
             chunk=c,
             missing=(),
         )
@@ -366,8 +373,8 @@ class _Run:
         ):
             self.out.results_foreign += 1
             return
-        r, c = int.from_bytes(data[_ROUND], "big"), int.from_bytes(data[_CHUNK], "big")
-        if not (r < self.rounds and c < self.n_chunks and self.group[r][1]):
+        r, c = int.from_bytes(data[_ROUND], "big") - self.first, int.from_bytes(data[_CHUNK], "big")
+        if not (0 <= r < self.rounds and c < self.n_chunks and self.group[r][1]):
             self.out.results_foreign += 1
             return
         if self.kill_round is not None and r >= self.kill_round:
