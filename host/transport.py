@@ -395,7 +395,7 @@ class _Run:
             return
         g = len(self.group[r][1])
         with np.errstate(all="ignore"):
-            self.values[lo:hi] = (elems / self.vt.type(g)).astype(self.vt)
+            np.divide(elems, self.vt.type(g), out=self.values[lo:hi])  # the wire dtype's own division
         self.applied[r, c] = True
         sent_at = self.send_time.pop((r, c), None)
         if sent_at is not None:
