@@ -119,3 +119,40 @@ def test_demo_net_nine_sites_pass_and_write_the_report(capsys, tmp_path):
     assert report["sites"] == 9 and report["transport"] == "udp" and report["max_abs_err_vs_numpy"] == 0
     assert report["distinct_results"] == 1 and report["equal_to_rtl_demo"] is True
     assert os.path.exists(path)
+
+
+def test_emit_live_synchronises_one_site_through_running_aggregators(capsys, tmp_path):
+    import threading
+
+    from wanreduce.host import netdemo
+    from wanreduce.host.aggd import GoldenEngine, site_layout
+    from wanreduce.host.transport import SiteTransport
+
+    path, grads, out = tmp_path / "s.json", tmp_path / "g.npz", tmp_path / "r.npy"
+    write_schedule(SCHEDULE, path)
+    rng = np.random.default_rng(9)
+    a, b = (rng.standard_normal(700).astype(np.float32) for _ in range(2))
+    np.savez(grads, LON=a, AMS=b)
+    port, job = _port(), 23
+    layout = site_layout(SCHEDULE)
+
+    def engine(s, r, lay):
+        return GoldenEngine(s, r, lay, job=job)
+
+    with netdemo.aggregators(SCHEDULE, layout=layout, make_engine=engine, port=port, job=job):
+        other = SiteTransport(
+            SCHEDULE, 1, layout=layout, one_way_s=np.zeros((2, 2)), site_Bps=1e9, port=port, job=job
+        ).open()
+        got = {}
+        thread = threading.Thread(target=lambda: got.setdefault("b", other.run(b, deadline_s=60)))
+        thread.start()
+        argv = ["emit", "--schedule", str(path), "--grads", str(grads), "--rank", "0", "--job", str(job)]
+        code, stdout, err = _run(
+            capsys, *argv, "--to", f"udp://127.0.0.1:{port}", "--live", "--result", str(out)
+        )
+        thread.join(60)
+        other.close()
+    assert code == 0, err
+    want = ((a + b) / np.float32(2)).astype(np.float32)
+    assert np.array_equal(np.load(out).view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(got["b"].values, want) and "LON round 0" in stdout
