@@ -70,14 +70,19 @@ def rank_of(text, sites):
 
 
 def make_engine(name, job=0, progress_fn=None):
-    """``make_engine(schedule, rank, layout)`` for an engine name: the golden model or the RTL core."""
+    """``make_engine(schedule, rank, layout)`` for an engine name: the golden model or the RTL core (whose
+    first call loads the core; call it once before forking the processes that use it)."""
     if name == "golden":
         return lambda schedule, rank, layout: GoldenEngine(schedule, rank, layout, job=job)
     from ..sim.verify import netcore
 
+    loaded = {}
+
     def rtl(schedule, rank, layout):
-        netcore.prepare(layout, progress_fn)
-        return netcore.RtlEngine(schedule, rank, layout, job=job)
+        # The first call (in the parent, before forking) loads the core; forked processes inherit it.
+        if layout not in loaded:
+            loaded[layout] = netcore.prepare(layout, progress_fn)
+        return netcore.RtlEngine(schedule, rank, layout, job=job, cores=loaded[layout])
 
     return rtl
 

@@ -230,11 +230,10 @@ def run(args):
         )
     rng = np.random.default_rng(args.seed)
     tensors = [rng.standard_normal(args.elements).astype(np.float32) for _ in range(topo.n)]
-    engine = make_engine(args.engine, args.job)
+    engine = make_engine(args.engine, args.job, _progress)
     if args.engine == "rtl":
-        from ..sim.verify import netcore
-
-        netcore.prepare(layout, _progress)
+        _progress("loading the Verilated core (built once per configuration)")
+        engine(schedule, 0, layout)  # loaded here once; every aggregator process inherits it
     base = {
         "sites": topo.n,
         "site_names": list(topo.sites),

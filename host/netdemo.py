@@ -31,7 +31,7 @@ from .wan import SiteTimeout
 __all__ = ["NetFaults", "SitesRun", "run_sites", "aggregators"]
 
 #: Seconds a process gets to bind its socket and join its groups (an RTL engine's build is done before).
-READY_S = 60.0
+READY_S = 120.0
 #: Seconds a process gets to stop after being asked before it is killed.
 STOP_S = 5.0
 

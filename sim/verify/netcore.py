@@ -32,15 +32,17 @@ def _params(layout):
 
 
 def prepare(layout, progress=None):
-    """Build (or find in the cache) the core for ``layout``, so that engines made later start at once."""
-    RtlCores(count=1, progress=progress, **_params(layout))
+    """Build (or find in the cache) and load the core for ``layout``. Pass the result to the engines of
+    processes forked afterwards: each inherits its own copy of the loaded core and starts at once, instead
+    of elaborating the design again to find its build."""
+    return RtlCores(count=1, progress=progress, **_params(layout))
 
 
 class RtlEngine:
     """Site ``rank``'s aggregator on the Verilated core (``feed``, ``feed_frame``, ``counters``)."""
 
-    def __init__(self, schedule, rank, layout, *, job=0, clock_hz=CLOCK_HZ):
-        self.cores = RtlCores(count=1, **_params(layout))
+    def __init__(self, schedule, rank, layout, *, job=0, clock_hz=CLOCK_HZ, cores=None):
+        self.cores = RtlCores(count=1, **_params(layout)) if cores is None else cores
         core = self.cores.core
         period = [members_of(schedule, rank, r)[1] for r in range(schedule.period)]
         dest = Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)
