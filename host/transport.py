@@ -139,9 +139,10 @@ class SiteTransport:
         """Synchronise ``tensor`` over ``rounds`` rounds (default one period) numbered from ``first_round``
         (a later sync of the same job continues the numbering, so that no chunk of it looks like a
         retransmission of an earlier one); returns a :class:`TransportRun` whose per-round lists are
-        indexed from ``first_round``. ``kill_round``: send nothing of that round or later (a dead site), and
-        return once every earlier round is done. Raises :class:`SiteTimeout` when a chunk runs out of
-        retransmissions, :class:`WanreduceError` when ``deadline_s`` passes."""
+        indexed from 0 at ``first_round``. ``kill_round`` (counted the same way): send nothing of that
+        round or later (a dead site), and return once every earlier round is done. Raises
+        :class:`SiteTimeout` when a chunk runs out of retransmissions, :class:`WanreduceError` when
+        ``deadline_s`` passes."""
         if self.sock is None:
             self.open()
         self._last = _Run(self, tensor, rounds, first_round, t0, deadline_s, kill_round, progress)
