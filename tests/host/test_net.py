@@ -5,6 +5,7 @@ processes on the machine) never share a multicast group. The reference is the nu
 (:func:`wanreduce.host.reference.run_reference`), written without packets, slots or sockets.
 """
 
+import multiprocessing
 import socket
 
 import numpy as np
@@ -107,6 +108,7 @@ def test_a_dead_site_stops_the_run_with_one_line_naming_it_and_the_round():
     text = str(info.value)
     assert "\n" not in text and text.startswith("round 1: site FRA (rank 2) missing")
     assert info.value.round == 1 and info.value.missing == (2,)
+    assert multiprocessing.active_children() == []  # every aggregator and host process was stopped
 
 
 def test_emulator_delays_each_source_by_its_pair_and_keeps_stamps_order():
