@@ -11,8 +11,8 @@ PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements
 PYTEST_WORKERS ?= 2
 BOARD ?= ecpix5_85
 
-.PHONY: install test test-all sim verilog synth bitstream bench demo demo-faults demo-root train lint lock clean \
-	figures figures-check
+.PHONY: install test test-all sim verilog synth bitstream bench demo demo-faults demo-root demo-net train lint \
+	lock clean figures figures-check
 
 install: $(STAMP)
 
@@ -54,6 +54,10 @@ demo-faults: $(STAMP)
 
 demo-root: $(STAMP)
 	$(VENV)/bin/wanreduce demo --mode root --memory 256KiB -o build/demo_root.json --force
+
+# Nine aggregator processes and nine host processes over real UDP multicast on loopback, the WAN emulated.
+demo-net: $(STAMP)
+	$(VENV)/bin/wanreduce demo-net
 
 train: $(STAMP)
 	$(VENV)/bin/wanreduce train --force

@@ -21,6 +21,8 @@ COMMANDS = [
     "wanreduce.cli.pack",
     "wanreduce.cli.inspect",
     "wanreduce.cli.demo",
+    "wanreduce.cli.demo_net",
+    "wanreduce.cli.aggd",
     "wanreduce.cli.schedule",
     "wanreduce.cli.sweep",
     "wanreduce.cli.rtl_add",

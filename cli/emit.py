@@ -22,6 +22,8 @@ from ..host.units import format_seconds
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
 from ._common import Outputs, add_force_option, int_in
+from .emit_live import add_options as add_live_options
+from .emit_live import run_live
 
 __all__ = ["register", "run", "add_wan_option", "wan_of", "positive_float", "add_speed_options"]
 
@@ -154,6 +156,7 @@ def register(sub):
         help="every site's link rate in Gbit/s (default: the topology's, else params.site_gbps, else 100)",
     )
     add_speed_options(p)
+    add_live_options(p)
     add_force_option(p, "OUT.pcap")
     p.set_defaults(func=run)
 
@@ -182,6 +185,10 @@ def run(args):
     grads = load_grads(args.grads, schedule)
     dtype = DType.from_label(args.dtype)
     gbps = [site_gbps_of(schedule, topo, s, args.gbps) for s in range(schedule.n)]
+    if args.live:
+        if args.to is None:
+            raise WanreduceError("--live needs --to udp://INTERFACE:PORT (the interface's address)")
+        return run_live(args, schedule, address, topo, grads, dtype, gbps)
     ems = emit_sites(
         schedule,
         grads,

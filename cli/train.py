@@ -17,6 +17,7 @@ from ..host.train.methods import METHODS, Setting
 from ..sim import figures
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option, int_in, progress
+from .train_udp import add_options, run_udp
 
 __all__ = ["register", "run", "table_text", "sweep_text"]
 
@@ -131,6 +132,7 @@ def register(subparsers):
         help=f"figure of accuracy against simulated time (default: {DEFAULT_PLOT})",
     )
     add_force_option(p, "the results or figure")
+    add_options(p)
     p.set_defaults(func=run)
 
 
@@ -203,6 +205,8 @@ def sweep_text(result):
 
 
 def run(args):
+    if args.transport == "udp":
+        return run_udp(args)
     methods = [m for m in args.methods.split(",") if m] if args.methods else []
     cfg = Config(
         sites=args.sites,

@@ -1,0 +1,127 @@
+"""``wanreduce aggd``: one site's software aggregator over real UDP (the FPGA's stand-in).
+
+It reads a schedule file, joins the CONTRIB multicast group of every round its rank takes part in on the
+interface given (loopback by default), aggregates with the golden model's rules and arithmetic (or the
+Verilated core with ``--engine rtl``), and multicasts every RESULT to the site's host group. SIGINT or
+SIGTERM stops it cleanly; SIGUSR1 prints its counters as one JSON line, as it does on exit.
+"""
+
+import signal
+import sys
+
+from ..host.aggd import Aggd, GoldenEngine, counters_line, site_layout
+from ..host.emit import topology_for
+from ..host.netio import WanEmulator
+from ..spec.errors import WanreduceError
+from ..spec.protocol import UDP_PORT, DType
+from ..spec.schedfile import load_schedule
+from ._common import int_in, progress
+
+__all__ = ["register", "run", "make_engine"]
+
+
+def register(sub):
+    p = sub.add_parser(
+        "aggd",
+        help="one site's software aggregator over real UDP multicast",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    p.add_argument("--schedule", required=True, help="the schedule file (wanreduce schedule -o)")
+    p.add_argument("--rank", required=True, help="this site: a name of the schedule's sites or a rank")
+    p.add_argument(
+        "--interface",
+        default="127.0.0.1",
+        help="IPv4 address of the only interface to listen and send on (default: 127.0.0.1, loopback)",
+    )
+    p.add_argument(
+        "--port", type=int_in(1, 65535, "--port"), default=UDP_PORT, help=f"UDP port (default: {UDP_PORT})"
+    )
+    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
+    p.add_argument(
+        "--dtype",
+        choices=[d.label for d in DType],
+        default="fp32",
+        help="element type of the chunks (default: fp32)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("golden", "rtl"),
+        default="golden",
+        help="the golden model, or the Verilated core (built once per configuration) (default: golden)",
+    )
+    p.add_argument(
+        "--delay-scale",
+        type=float,
+        default=0.0,
+        help="emulate the topology's one-way delays into this site, times this factor (default: 0, none)",
+    )
+    p.set_defaults(func=run)
+
+
+def rank_of(text, sites):
+    """A site name or rank → the rank; one line naming the sites otherwise."""
+    if text in sites:
+        return sites.index(text)
+    if str(text).isdigit() and int(text) < len(sites):
+        return int(text)
+    raise WanreduceError(
+        f"--rank {text!r}: no such site (the sites are {', '.join(sites)}, or 0..{len(sites) - 1})"
+    )
+
+
+def make_engine(name, job=0, progress_fn=None):
+    """``make_engine(schedule, rank, layout)`` for an engine name: the golden model or the RTL core (whose
+    first call loads the core; call it once before forking the processes that use it)."""
+    if name == "golden":
+        return lambda schedule, rank, layout: GoldenEngine(schedule, rank, layout, job=job)
+    from ..sim.verify import netcore
+
+    loaded = {}
+
+    def rtl(schedule, rank, layout):
+        # The first call (in the parent, before forking) loads the core; forked processes inherit it.
+        if layout not in loaded:
+            loaded[layout] = netcore.prepare(layout, progress_fn)
+        return netcore.RtlEngine(schedule, rank, layout, job=job, cores=loaded[layout])
+
+    return rtl
+
+
+def run(args):
+    schedule = load_schedule(args.schedule)
+    rank = rank_of(args.rank, list(schedule.sites))
+    layout = site_layout(schedule, dtype=DType.from_label(args.dtype))
+    if not 0 <= args.delay_scale < 1e3:
+        raise WanreduceError(f"--delay-scale must be in [0, 1000), not {args.delay_scale}")
+    wan = None
+    if args.delay_scale:
+        topo = topology_for(schedule.params.get("topology", "nine-city"), schedule.sites)
+        wan = WanEmulator(topo.one_way_s[:, rank] * args.delay_scale)
+    engine = make_engine(args.engine, args.job, lambda m: progress("aggd", m))(schedule, rank, layout)
+    daemon = Aggd(
+        schedule, rank, engine, interface=args.interface, port=args.port, job=args.job, wan=wan
+    ).open()
+    name = schedule.sites[rank]
+    flags = {"stop": False, "dump": False}
+    signal.signal(signal.SIGINT, lambda *_: flags.__setitem__("stop", True))
+    signal.signal(signal.SIGTERM, lambda *_: flags.__setitem__("stop", True))
+    signal.signal(signal.SIGUSR1, lambda *_: flags.__setitem__("dump", True))
+
+    def tick():
+        if flags["dump"]:
+            flags["dump"] = False
+            print(counters_line(name, daemon.counters()), flush=True)
+
+    progress(
+        "aggd",
+        f"{name} (rank {rank}) on {args.interface} port {args.port}, {args.engine} engine, "
+        f"{layout.slots} slots of {layout.members} members, groups {' '.join(daemon.groups)}; "
+        f"RESULTs to {daemon.result_to[0]}",
+    )
+    try:
+        daemon.serve(lambda: flags["stop"], on_tick=tick)
+    finally:
+        daemon.close()
+        print(counters_line(name, daemon.counters()), flush=True)
+    print(f"wanreduce aggd: {name} stopped", file=sys.stderr)
+    return 0

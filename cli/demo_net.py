@@ -1,0 +1,353 @@
+"""``wanreduce demo-net``: every site as processes on this machine, over real UDP multicast.
+
+It optimises the schedule as ``wanreduce demo`` does (same topology, memory, seed and search time), starts
+one software aggregator (``wanreduce aggd``'s library) and one host process (the UDP transport) per site,
+and runs one period on the same seeded tensors. The WAN is emulated where each datagram is received: the
+topology's one-way delay per site pair (times ``--delay-scale``), and ``--loss``, ``--dup``,
+``--reorder``, ``--corrupt`` faults from ``--seed``. It prints the schedule, per-round wall-clock time
+against the cost model, every aggregator's counters and the check (every site equal, bit for bit, to the
+numpy model of the schedule the RTL demo is checked against, and to each other); writes
+build/demo_net.json. ``--kill SITE@ROUND`` stops a site: the run must end with one line naming it and the
+round, and a non-zero exit.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..host import netdemo, wan
+from ..host.aggd import site_layout
+from ..host.costmodel import CostModel, CostParams
+from ..host.reference import run_reference
+from ..host.schedule import optimize, plan_to_schedule
+from ..host.topology import load_topology
+from ..host.units import format_seconds, format_size, parse_size
+from ..hw.layouts import WIDTHS
+from ..sim.verify.cosim import CLOCK_HZ
+from ..spec.errors import WanreduceError
+from ..spec.protocol import UDP_PORT, Drop, DType
+from ._common import int_in
+from .aggd import make_engine
+from .demo import _kill, _probability
+
+__all__ = ["register", "run"]
+
+#: The counters that count work, not drops.
+_WORK = (
+    "frames_in",
+    "results",
+    "results_reemitted",
+    "evictions",
+    "bypassed",
+    "datagrams_received",
+    "results_sent",
+)
+
+
+def register(sub):
+    p = sub.add_parser(
+        "demo-net",
+        help="all sites as processes over real UDP multicast, with an emulated WAN",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    p.add_argument(
+        "--topology",
+        default="nine-city",
+        help="embedded topology name or a topology CSV (default: nine-city)",
+    )
+    p.add_argument("--memory", default="1MiB", help="aggregator memory per site (default: 1MiB)")
+    p.add_argument(
+        "--elements",
+        type=int_in(1, 1 << 22, "--elements"),
+        default=65536,
+        help="elements per site (default: 65536)",
+    )
+    p.add_argument(
+        "--chunk-elems",
+        type=int_in(1, 2048, "--chunk-elems"),
+        default=256,
+        help="elements per packet (default: 256)",
+    )
+    p.add_argument(
+        "--dtype", choices=[d.label for d in DType], default="fp32", help="wire element type (default: fp32)"
+    )
+    p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
+    p.add_argument(
+        "--engine",
+        choices=("golden", "rtl"),
+        default="golden",
+        help="each aggregator's engine: the golden model or a Verilated core (default: golden)",
+    )
+    p.add_argument(
+        "--width",
+        type=int,
+        choices=WIDTHS,
+        default=64,
+        help="datapath width the cores are sized for (default: 64)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=int_in(1, 600, "--time-limit"),
+        default=5,
+        help="schedule search seconds (default: 5)",
+    )
+    p.add_argument(
+        "--loss", type=_probability("--loss"), default=0.0, metavar="P", help="loss probability (default: 0)"
+    )
+    p.add_argument(
+        "--dup",
+        type=_probability("--dup"),
+        default=0.0,
+        metavar="P",
+        help="duplication probability (default: 0)",
+    )
+    p.add_argument(
+        "--reorder", action="store_true", help="delay every copy by up to one round trip of its pair"
+    )
+    p.add_argument(
+        "--corrupt",
+        type=_probability("--corrupt"),
+        default=0.0,
+        metavar="P",
+        help="one-bit corruption probability (default: 0)",
+    )
+    p.add_argument("--kill", metavar="SITE@ROUND", help="that site sends nothing from that round on")
+    p.add_argument(
+        "--delay-scale",
+        type=float,
+        default=1.0,
+        help="factor on the topology's one-way delays (default: 1; 0: loopback speed)",
+    )
+    p.add_argument(
+        "--interface", default="127.0.0.1", help="IPv4 address of the interface to use (default: 127.0.0.1)"
+    )
+    p.add_argument(
+        "--port", type=int_in(1, 65535, "--port"), default=UDP_PORT, help=f"UDP port (default: {UDP_PORT})"
+    )
+    p.add_argument(
+        "--job",
+        type=int_in(0, 0xFFFF, "--job"),
+        default=0,
+        help="job id, which picks the multicast groups (default: 0)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=int_in(1, 3600, "--deadline"),
+        default=300,
+        help="seconds the whole run may take (default: 300)",
+    )
+    p.add_argument(
+        "--json",
+        default="build/demo_net.json",
+        help="report file (default: build/demo_net.json; '-' for none)",
+    )
+    p.add_argument(
+        "--demo-json",
+        default="build/demo.json",
+        help="the RTL demo's report to compare with (default: build/demo.json)",
+    )
+    p.set_defaults(func=run)
+
+
+def _progress(msg):
+    print(f"demo-net: {msg}", file=sys.stderr, flush=True)
+
+
+def _write(where, report):
+    if where != "-":
+        path = Path(where)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {path}")
+
+
+def _rtl_demo(path, args, schedule):
+    """What the RTL demo recorded for the same seed, elements and dtype: ``(schedule matches, it passed)``,
+    or None when there is no such record."""
+    try:
+        demo = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    same = (demo.get("seed"), demo.get("elements"), demo.get("dtype"), demo.get("aggregator")) == (
+        args.seed,
+        args.elements,
+        args.dtype,
+        "rtl",
+    )
+    if not same or "schedule" not in demo:
+        return None
+    ours = [list(map(list, r)) for r in schedule.rounds]
+    return demo["schedule"] == ours, bool(demo.get("exact")) and demo.get("distinct_results") == 1
+
+
+def run(args):
+    memory = parse_size(args.memory, what="--memory")
+    dtype = DType.from_label(args.dtype)
+    if not 0 <= args.delay_scale <= 100:
+        raise WanreduceError(f"--delay-scale must be in 0..100, not {args.delay_scale}")
+    topo = load_topology(args.topology)
+    chunk_bytes = args.chunk_elems * dtype.size
+    n_chunks = wan.chunk_count(args.elements, args.chunk_elems)
+    params = CostParams(
+        memory_bytes=memory,
+        chunk_bytes=chunk_bytes,
+        tensor_bytes=n_chunks * chunk_bytes,
+        bus_bits=args.width,
+        clock_mhz=CLOCK_HZ / 1e6,
+    )
+    model = CostModel(topo, params)
+    if args.kill:
+        _kill(args.kill, list(topo.sites))
+    _progress(f"searching schedules for {topo.n} sites ({args.time_limit} s)")
+    best, _ = optimize(model, time_limit_s=args.time_limit, seed=args.seed)
+    if not np.isfinite(best.score_s):
+        raise WanreduceError(f"{format_size(memory)} of aggregator memory holds no schedule (infeasible)")
+    schedule = plan_to_schedule(best, model)
+    layout = site_layout(schedule, dtype=dtype)
+    kill = _kill(args.kill, list(topo.sites), schedule.period) if args.kill else None
+    print(
+        f"{topo.name}: {topo.n} sites over UDP on {args.interface}, {format_size(memory)} of aggregator "
+        f"memory each; schedule {best.name}, modelled period {format_seconds(best.period_s)}"
+    )
+    for r, rnd in enumerate(schedule.rounds):
+        print(f"  round {r}: " + "  ".join("{" + ",".join(topo.sites[i] for i in g) + "}" for g in rnd))
+    print(
+        f"  aggregators: {args.engine} engine, {layout.slots} slots of {layout.members} members, "
+        f"{schedule.period} round banks of {layout.bank_slots}; WAN delays x{args.delay_scale:g}"
+    )
+    faults = netdemo.NetFaults(
+        loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt, kill=kill, seed=args.seed
+    )
+    faulty = bool(args.loss or args.dup or args.reorder or args.corrupt or kill)
+    if faulty:
+        print(
+            f"  faults: loss {args.loss:g}, duplication {args.dup:g}, reordering "
+            f"{'within a round trip' if args.reorder else 'none'}, corruption {args.corrupt:g}"
+            + (f", {topo.sites[kill[0]]} stops at round {kill[1]}" if kill else "")
+            + f" (seed {args.seed})"
+        )
+    rng = np.random.default_rng(args.seed)
+    tensors = [rng.standard_normal(args.elements).astype(np.float32) for _ in range(topo.n)]
+    engine = make_engine(args.engine, args.job, _progress)
+    if args.engine == "rtl":
+        _progress("loading the Verilated core (built once per configuration)")
+        engine(schedule, 0, layout)  # loaded here once; every aggregator process inherits it
+    base = {
+        "sites": topo.n,
+        "site_names": list(topo.sites),
+        "transport": "udp",
+        "engine": args.engine,
+        "seed": args.seed,
+    }
+    try:
+        run = netdemo.run_sites(
+            schedule,
+            tensors,
+            layout=layout,
+            one_way_s=topo.one_way_s,
+            site_Bps=model.site_rate / params.wire_eff,
+            make_engine=engine,
+            dtype=dtype,
+            faults=faults,
+            delay_scale=args.delay_scale,
+            interface=args.interface,
+            port=args.port,
+            job=args.job,
+            deadline_s=args.deadline,
+            progress=_progress,
+        )
+    except wan.SiteTimeout as exc:
+        print(f"demo-net: {exc}", file=sys.stderr)
+        print("demo-net: FAIL")
+        _write(
+            args.json,
+            {
+                **base,
+                "error": str(exc),
+                "timeout_site": topo.sites[exc.site],
+                "timeout_round": exc.round,
+                "missing_sites": [topo.sites[m] for m in exc.missing],
+                "pass": False,
+            },
+        )
+        return 1
+    return _report(args, topo, schedule, best, layout, tensors, run, base, faulty)
+
+
+def _report(args, topo, schedule, best, layout, tensors, run, base, faulty):
+    dtype = DType.from_label(args.dtype)
+    reference = run_reference(schedule, tensors, dtype=dtype)[-1]
+    exact = all(
+        np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(run.values, reference, strict=True)
+    )
+    with np.errstate(all="ignore"):
+        err = max(
+            float(np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            for a, b in zip(run.values, reference, strict=True)
+        )
+    distinct = len({v.tobytes() for v in run.values})
+    drops = {}
+    for c in run.counters:
+        for d in Drop:
+            if c.get(d.counter):
+                drops[d.counter] = drops.get(d.counter, 0) + c[d.counter]
+    print("round  wall clock   modelled")
+    rows, prev_w, prev_m = [], 0.0, 0.0
+    for r in range(schedule.period):
+        done = float(np.nanmax(run.last_result_s[:, r]))
+        mf = best.finish_s[r] * args.delay_scale
+        rows.append({"round": r, "wall_s": done - prev_w, "model_s": mf - prev_m, "finish_s": done})
+        print(f"  {r:3d}  {format_seconds(done - prev_w):>10}  {format_seconds(mf - prev_m):>9}")
+        prev_w, prev_m = done, mf
+    print(f"period: {format_seconds(prev_w)} of wall clock, modelled {format_seconds(prev_m)}")
+    print("counters (every aggregator; zero counters left out):")
+    for name, c in zip(topo.sites, run.counters, strict=True):
+        print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in c.items() if v))
+    tr = run.transports
+    retrans = sum(t.retransmits for t in tr)
+    resends = sum(t.resends_on_result for t in tr)
+    demo = _rtl_demo(args.demo_json, args, schedule)
+    if demo is None:
+        equal_rtl, how = (
+            exact,
+            "the numpy model of the schedule (the reference wanreduce demo checks its RTL against)",
+        )
+    else:
+        equal_rtl = exact and all(demo)
+        how = f"{args.demo_json} (same schedule: {demo[0]}, RTL exact there: {demo[1]}) and its numpy model"
+    print(
+        f"check: every site equal to the numpy model: {exact} (max |error| {err:g}); distinct results "
+        f"across sites: {distinct}; drops: {drops or 'none'}; equal to the RTL demo via {how}: {equal_rtl}"
+    )
+    if faulty:
+        print(f"recovery: {retrans} retransmissions on timeout, {resends} on a repeated RESULT")
+    ok = exact and distinct == 1 and equal_rtl and (faulty or not drops)
+    report = {
+        **base,
+        "schedule": [list(map(list, r)) for r in schedule.rounds],
+        "construction": best.name,
+        "elements": args.elements,
+        "dtype": dtype.label,
+        "slots": layout.slots,
+        "bank_slots": layout.bank_slots,
+        "delay_scale": args.delay_scale,
+        "faults": {"loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt},
+        "rounds": rows,
+        "wall_s": prev_w,
+        "model_s": prev_m,
+        "max_abs_err_vs_numpy": err,
+        "exact": exact,
+        "distinct_results": distinct,
+        "drops": drops,
+        "equal_to_rtl_demo": equal_rtl,
+        "rtl_demo_compared_via": how,
+        "retransmits": retrans,
+        "resends_on_result": resends,
+        "counters": dict(zip(topo.sites, run.counters, strict=True)),
+        "pass": ok,
+    }
+    _write(args.json, report)
+    print("demo-net: PASS" if ok else "demo-net: FAIL")
+    return 0 if ok else 1

@@ -1,0 +1,243 @@
+"""The software aggregator over real UDP: one site's aggregator as a process (``wanreduce aggd``).
+
+It takes the place of the site's FPGA: it joins the CONTRIB multicast group of every round its site takes
+part in (the addressing plan, :mod:`wanreduce.spec.addressing`), feeds each datagram to an aggregation
+engine, and multicasts every RESULT the engine emits to the site's host group (``239.87.83.<rank>``). The
+engine is the golden model (:class:`GoldenEngine`: the drop rules, counters, shadow RESULTs and summation
+order of :class:`~wanreduce.host.golden.GoldenAggregator`, its arithmetic vectorised with numpy per chunk)
+or the Verilated core (``wanreduce.sim.verify.netcore.RtlEngine``), behind the same three methods.
+
+The kernel has already checked the Ethernet, IPv4 and UDP framing of what a socket delivers (drop codes
+1-8 cannot reach the engine, except for copies the emulated WAN corrupted: those are handed to the engine as
+whole frames, so the same checksum rules drop them under the same counters as on the FPGA).
+
+Latency: a datagram is aggregated when it is read (after the emulated WAN delay, if any); a completed chunk's
+RESULT is sent before the next datagram is read. Back-pressure: none beyond the socket's receive buffer
+(what overflows it is lost, as on a link, and recovered by the hosts' retransmissions).
+"""
+
+import dataclasses
+import json
+import selectors
+import time
+
+from ..spec import addressing
+from ..spec.errors import WanreduceError
+from ..spec.protocol import HEADER_LAYOUT, UDP_PORT, DType
+from .frames import build_frame, parse_frame
+from .golden import Destination, GoldenAggregator
+from .netio import drain, drain_stamped, enable_timestamps, flip_bit, open_socket
+from .pacing import aggregator_slots
+from .wan import bank_layout
+
+__all__ = ["SiteLayout", "site_layout", "GoldenEngine", "Aggd", "contrib_frame_of", "members_of"]
+
+#: Longest the daemon waits for a datagram before looking at its stop flag and control requests again.
+POLL_S = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteLayout:
+    """How one site's aggregator is built for a schedule: the gateware's slots and round banks."""
+
+    slots: int
+    members: int
+    slot_bytes: int
+    bank_bits: int
+    bank_slots: int
+    chunk_elems: int
+    width: int
+
+
+def _param(schedule, key, default=None):
+    value = schedule.params.get(key, default)
+    if value is None:
+        raise WanreduceError(f"the schedule's params have no {key}; write it with `wanreduce schedule`")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise WanreduceError(f"the schedule's params.{key} {value!r} is not a positive whole number")
+    return value
+
+
+def site_layout(schedule, *, dtype=DType.FP32):
+    """The aggregator layout every site of ``schedule`` uses: from its ``memory_bytes``, ``chunk_bytes``
+    and ``bus_bits`` parameters, as ``wanreduce demo`` sizes its cores (slots of G_max member buffers and a
+    shadow, one bank per round)."""
+    if schedule.lean is not None:
+        raise WanreduceError(
+            "the schedule is a root-mode (lean) schedule; aggd and the transport run gather mode"
+        )
+    dtype = DType(dtype)
+    memory = _param(schedule, "memory_bytes")
+    chunk_bytes = _param(schedule, "chunk_bytes")
+    width = _param(schedule, "bus_bits", 512)
+    if chunk_bytes % dtype.size:
+        raise WanreduceError(f"chunks of {chunk_bytes} bytes do not hold whole {dtype.label} elements")
+    members = max(len(g) for rnd in schedule.rounds for g in rnd)
+    slots = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=members, width=width)
+    bank_bits, bank_slots = bank_layout(slots, schedule.period)
+    if not bank_slots:
+        raise WanreduceError(
+            f"{memory} bytes of aggregator memory hold no round bank of {members}-member slots of "
+            f"{chunk_bytes}-byte chunks for a {schedule.period}-round period"
+        )
+    return SiteLayout(slots, members, chunk_bytes, bank_bits, bank_slots, chunk_bytes // dtype.size, width)
+
+
+def members_of(schedule, rank, round_index):
+    """``(group id, members in summation order)`` of ``rank`` in a round, or ``(None, ())``."""
+    for gid, grp in enumerate(schedule.rounds[round_index % schedule.period]):
+        if rank in grp:
+            return gid, tuple(grp)
+    return None, ()
+
+
+def contrib_frame_of(payload, *, period):
+    """The frame a CONTRIB datagram travelled in (its sender's host addresses, its group's multicast
+    address, UDP checksum computed): what an FPGA would have received."""
+    lay = HEADER_LAYOUT
+    head = bytes(payload[:32]).ljust(32, b"\0")
+
+    def field(name):
+        pos, size = lay[name]
+        return int.from_bytes(head[pos : pos + size], "big")
+
+    src = min(field("src"), 63)
+    dst = addressing.contrib_group_ip(
+        job=field("job"), round=field("round"), group=field("group") & 0xFF, period=period
+    )
+    return build_frame(
+        payload,
+        src_mac=addressing.host_mac(src),
+        dst_mac=addressing.multicast_mac(dst),
+        src_ip=addressing.host_ip(src),
+        dst_ip=dst,
+        sport=UDP_PORT,
+        dport=UDP_PORT,
+    )
+
+
+class GoldenEngine:
+    """The golden aggregator of site ``rank`` configured for ``schedule`` (job ``job``)."""
+
+    def __init__(self, schedule, rank, layout, *, job=0):
+        period = [members_of(schedule, rank, r)[1] for r in range(schedule.period)]
+        self.period = schedule.period
+        self.agg = GoldenAggregator(
+            rank=rank,
+            jobs={job: period},
+            slots=layout.slots,
+            members=layout.members,
+            slot_bytes=layout.slot_bytes,
+            bank_bits={job: layout.bank_bits},
+            destinations=[Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)],
+        )
+
+    def feed(self, payload):
+        """A UDP payload in → the RESULT payloads it completes or re-emits."""
+        return self.agg.feed_payload(payload)
+
+    def feed_frame(self, frame):
+        """A whole Ethernet frame in (a corrupted copy) → the RESULT payloads it causes."""
+        return [parse_frame(f, port=UDP_PORT)[0] for f in self.agg.feed_frame(frame)]
+
+    def counters(self):
+        return dict(self.agg.counters)
+
+    def missing(self, job, round_, chunk):
+        return self.agg.missing(job, round_, chunk)
+
+
+class Aggd:
+    """Site ``rank``'s aggregator process: sockets, the emulated WAN in front, an engine behind.
+
+    ``engine`` has ``feed(payload)``, ``feed_frame(frame)`` (both → RESULT payloads) and ``counters()``.
+    ``wan`` is a :class:`~wanreduce.host.netio.WanEmulator` for what arrives (None: the real network only).
+    """
+
+    def __init__(self, schedule, rank, engine, *, interface="127.0.0.1", port=UDP_PORT, job=0, wan=None):
+        if not 0 <= rank < schedule.n:
+            raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1} of the schedule")
+        self.schedule, self.rank, self.engine = schedule, rank, engine
+        self.interface, self.port, self.job, self.wan = interface, port, job, wan
+        self.groups = sorted(
+            {
+                addressing.contrib_group_ip(job=job, round=r, group=gid, period=schedule.period)
+                for r in range(schedule.period)
+                for gid, _ in [members_of(schedule, rank, r)]
+                if gid is not None
+            }
+        )
+        self.result_to = (addressing.site_group_ip(rank), port)
+        self.sock = None
+        self.sent = 0
+        self.received = 0
+
+    def open(self):
+        """Bind and join every group (raises :class:`WanreduceError` with one line when it cannot)."""
+        self.sock = open_socket(interface=self.interface, port=self.port, groups=self.groups)
+        if self.wan is not None:
+            enable_timestamps(self.sock)
+        return self
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def counters(self):
+        out = dict(self.engine.counters())
+        out["datagrams_received"] = self.received
+        out["results_sent"] = self.sent
+        if self.wan is not None:
+            out.update({f"wan_{k}": v for k, v in self.wan.stats.items()})
+        return out
+
+    def _process(self, data, corrupt):
+        if corrupt:
+            frame = flip_bit(contrib_frame_of(data, period=self.schedule.period), self.wan.rng)
+            outs = self.engine.feed_frame(frame)
+        else:
+            outs = self.engine.feed(data)
+        for out in outs:
+            self.sock.sendto(out, self.result_to)
+            self.sent += 1
+
+    def serve(self, should_stop, *, on_tick=None):
+        """Aggregate until ``should_stop()`` is true (checked at least every :data:`POLL_S`).
+        ``on_tick()`` runs on every wake-up (control requests, counter dumps)."""
+        src_pos, src_size = HEADER_LAYOUT["src"]
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ)
+        wan = self.wan
+        try:
+            while not should_stop():
+                wait = POLL_S
+                if wan is not None and wan.queue:
+                    wait = min(wait, max(0.0, wan.next_due() - time.monotonic()))
+                sel.select(wait)
+                if wan is None:
+                    batch = drain(self.sock)
+                    self.received += len(batch)
+                    for data in batch:
+                        self._process(data, False)
+                else:
+                    batch = drain_stamped(self.sock)
+                    self.received += len(batch)
+                    for stamp, data in batch:
+                        src = (
+                            int.from_bytes(data[src_pos : src_pos + src_size], "big")
+                            if len(data) >= 32
+                            else -1
+                        )
+                        wan.admit(stamp, src, data)
+                    for data, corrupt in wan.due(time.monotonic()):
+                        self._process(data, corrupt)
+                if on_tick is not None:
+                    on_tick()
+        finally:
+            sel.close()
+
+
+def counters_line(site, counters):
+    """One JSON line of an aggregator's counters (what ``wanreduce aggd`` prints on request and on exit)."""
+    return json.dumps({"site": site, "counters": {k: int(v) for k, v in counters.items()}})

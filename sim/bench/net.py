@@ -1,0 +1,119 @@
+"""Throughput of the UDP path on loopback, without emulated delay: payload bytes per CPU second of one core.
+
+* ``aggd_GBps_1k`` / ``_8k``: the aggregator daemon (golden engine) of a three-member group. Each batch of
+  CONTRIBs (every member's copy of ``BATCH`` chunks) is queued in its socket first, then the daemon's loop
+  reads, aggregates and multicasts the RESULTs; the figure is the contributions' payload bytes over the CPU
+  time the daemon's process spent on them (its socket reads and RESULT sends included).
+* ``transport_GBps_1k`` / ``_8k``: one site's host transport synchronising a tensor through its own
+  aggregator process (a one-member group, so the aggregator answers at once): the tensor's bytes over the
+  CPU time of the host's process (every CONTRIB sent and every RESULT received and applied).
+
+1 KiB chunks fit a standard Ethernet MTU; 8 KiB chunks need jumbo frames on a real network (loopback's MTU
+is 64 KiB). Both figures are single-threaded Python with numpy per chunk; medians of ``REPEATS`` runs.
+"""
+
+import statistics
+import time
+
+import numpy as np
+
+from wanreduce.host import netdemo
+from wanreduce.host.aggd import Aggd, GoldenEngine, site_layout
+from wanreduce.host.netio import open_socket
+from wanreduce.host.pacing import member_buffer_bytes
+from wanreduce.host.packet import pack_tensor
+from wanreduce.host.transport import SiteTransport
+from wanreduce.spec import addressing
+from wanreduce.spec.protocol import DType
+from wanreduce.spec.schedfile import Schedule
+
+REPEATS = 3
+#: Chunks per queued batch (and the transport's window), so that a batch fits a socket's receive buffer.
+BATCH = {1024: 512, 8192: 96}
+TENSOR_BYTES = 16 << 20
+PORT = 47990
+JOB = 7
+
+
+def _schedule(n, chunk_bytes, window):
+    """One round of one group of ``n`` sites, its aggregators sized for a window of ``window`` chunks."""
+    memory = window * (n + 1) * member_buffer_bytes(chunk_bytes, 512)
+    return Schedule(
+        sites=tuple(f"S{i}" for i in range(n)),
+        rounds=([list(range(n))],),
+        params={"memory_bytes": memory, "chunk_bytes": chunk_bytes, "bus_bits": 512},
+    )
+
+
+def aggd_rate(chunk_bytes, batches=6):
+    """Contribution payload bytes the daemon aggregates per CPU second."""
+    schedule = _schedule(3, chunk_bytes, 4 * BATCH[chunk_bytes])
+    layout = site_layout(schedule)
+    daemon = Aggd(schedule, 0, GoldenEngine(schedule, 0, layout, job=JOB), port=PORT, job=JOB).open()
+    tx = open_socket(port=PORT + 1)
+    group = addressing.contrib_group_ip(job=JOB, round=0, group=0, period=1)
+    rng = np.random.default_rng(0)
+    k = BATCH[chunk_bytes]
+    elems = chunk_bytes // 4
+    cpu = 0.0
+    try:
+        for b in range(batches):
+            for rank in range(3):
+                t = rng.standard_normal(k * elems).astype(np.float32)
+                for p in pack_tensor(
+                    t, dtype=DType.FP32, rank=rank, job=JOB, chunk_elems=elems, first_chunk=b * k
+                ):
+                    tx.setblocking(True)
+                    tx.sendto(p, (group, PORT))
+            goal = daemon.engine.counters()["results"] + k
+            t0 = time.process_time()
+            deadline = time.monotonic() + 30
+
+            def done(goal=goal, deadline=deadline):
+                return daemon.engine.counters()["results"] >= goal or time.monotonic() > deadline
+
+            daemon.serve(done)
+            cpu += time.process_time() - t0
+        c = daemon.engine.counters()
+        if c["results"] != batches * k:
+            raise AssertionError(
+                f"the daemon completed {c['results']} of {batches * k} chunks (socket overflow)"
+            )
+    finally:
+        daemon.close()
+        tx.close()
+    return 3 * batches * k * chunk_bytes / cpu / 1e9
+
+
+def transport_rate(chunk_bytes):
+    """Tensor bytes one site's transport synchronises per CPU second of its process."""
+    schedule = _schedule(1, chunk_bytes, BATCH[chunk_bytes])
+    layout = site_layout(schedule)
+    tensor = np.random.default_rng(1).standard_normal(TENSOR_BYTES // 4).astype(np.float32)
+
+    def engine(s, r, lay):
+        return GoldenEngine(s, r, lay, job=JOB)
+
+    with netdemo.aggregators(schedule, layout=layout, make_engine=engine, port=PORT, job=JOB):
+        tp = SiteTransport(
+            schedule, 0, layout=layout, one_way_s=np.zeros((1, 1)), site_Bps=1e12, port=PORT, job=JOB
+        ).open()
+        try:
+            t0 = time.process_time()
+            run = tp.run(tensor, deadline_s=120)
+            cpu = time.process_time() - t0
+        finally:
+            tp.close()
+    if not np.array_equal(run.values, tensor):
+        raise AssertionError("a one-member group must give the tensor back unchanged")
+    return TENSOR_BYTES / cpu / 1e9
+
+
+def run():
+    out = {}
+    for chunk_bytes, tag in ((1024, "1k"), (8192, "8k")):
+        out[f"aggd_GBps_{tag}"] = round(statistics.median(aggd_rate(chunk_bytes) for _ in range(REPEATS)), 4)
+        out[f"transport_GBps_{tag}"] = round(
+            statistics.median(transport_rate(chunk_bytes) for _ in range(REPEATS)), 4
+        )
+    return out

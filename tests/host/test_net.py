@@ -1,0 +1,140 @@
+"""The UDP path: aggregator processes and host transports over loopback multicast, three sites.
+
+Every run uses its own job id and a port no other test uses, so runs in parallel workers (and other
+processes on the machine) never share a multicast group. The reference is the numpy model of the schedule
+(:func:`wanreduce.host.reference.run_reference`), written without packets, slots or sockets.
+"""
+
+import multiprocessing
+import socket
+
+import numpy as np
+import pytest
+
+from wanreduce.host import netdemo, netio
+from wanreduce.host.aggd import GoldenEngine, site_layout
+from wanreduce.host.reference import run_reference
+from wanreduce.host.wan import SiteTimeout
+from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.protocol import Drop, DType
+from wanreduce.spec.schedfile import Schedule
+
+SITES = ("LON", "AMS", "FRA")
+# Two rounds of one group in two summation orders: round 1's sum is over round 0's averages.
+SCHEDULE = Schedule(
+    sites=SITES,
+    rounds=([[0, 1, 2]], [[2, 0, 1]]),
+    params={"memory_bytes": 1 << 16, "chunk_bytes": 256, "bus_bits": 64},
+)
+#: One-way delays in seconds (symmetric, the triangle inequality holds).
+DELAYS = np.array([[0.0, 0.004, 0.006], [0.004, 0.0, 0.003], [0.006, 0.003, 0.0]])
+
+
+def _port():
+    """A UDP port nobody holds right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tensors(seed, n=3000):
+    rng = np.random.default_rng(seed)
+    return [
+        rng.standard_normal(n).astype(np.float32) * np.float32(10.0) ** rng.integers(-3, 4) for _ in SITES
+    ]
+
+
+def _run(seed, job, faults=None, dtype=DType.FP32):
+    layout = site_layout(SCHEDULE, dtype=dtype)
+    tensors = _tensors(seed)
+    run = netdemo.run_sites(
+        SCHEDULE,
+        tensors,
+        layout=layout,
+        one_way_s=DELAYS,
+        site_Bps=1.25e9,
+        make_engine=lambda s, r, lay: GoldenEngine(s, r, lay, job=job),
+        dtype=dtype,
+        faults=faults or netdemo.NetFaults(),
+        port=_port(),
+        job=job,
+        deadline_s=120,
+    )
+    return tensors, run
+
+
+def _drops(counters):
+    return {d.counter: c[d.counter] for c in counters for d in Drop if c.get(d.counter)}
+
+
+def test_three_sites_over_udp_equal_the_numpy_model_bit_for_bit():
+    tensors, run = _run(seed=5, job=11)
+    ref = run_reference(SCHEDULE, tensors)[-1]
+    for got, want in zip(run.values, ref, strict=True):
+        assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert len({v.tobytes() for v in run.values}) == 1
+    # 3000 elements in 64-element chunks: 47 chunks per round, three members, two rounds.
+    assert all(c["results"] == 2 * 47 for c in run.counters)
+    if not any(t.retransmits or t.resends_on_result for t in run.transports):
+        assert _drops(run.counters) == {}
+    assert np.all(run.last_result_s[:, 1] > run.last_result_s[:, 0])
+
+
+def test_bf16_over_udp_is_exact():
+    tensors, run = _run(seed=6, job=12, dtype=DType.BF16)
+    ref = run_reference(SCHEDULE, tensors, dtype=DType.BF16)[-1]
+    assert all(
+        np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(run.values, ref, strict=True)
+    )
+
+
+def test_loss_duplication_reordering_and_corruption_still_exact():
+    faults = netdemo.NetFaults(loss=0.03, dup=0.03, reorder=True, corrupt=0.02, seed=4)
+    tensors, run = _run(seed=7, job=13, faults=faults)
+    ref = run_reference(SCHEDULE, tensors)[-1]
+    assert all(np.array_equal(a, b) for a, b in zip(run.values, ref, strict=True))
+    assert sum(t.retransmits + t.resends_on_result for t in run.transports) > 0
+    assert sum(c["wan_lost"] for c in run.counters) > 0
+    # A corrupted copy is dropped by the same checksum and header rules as on the FPGA, under their names.
+    framing = {d.counter for d in Drop if int(d) <= Drop.TOO_LARGE}
+    assert sum(c["wan_corrupted"] for c in run.counters) > 0
+    assert any(c[name] for c in run.counters for name in framing)
+
+
+def test_a_dead_site_stops_the_run_with_one_line_naming_it_and_the_round():
+    faults = netdemo.NetFaults(kill=(2, 1))
+    with pytest.raises(SiteTimeout) as info:
+        _run(seed=8, job=14, faults=faults)
+    text = str(info.value)
+    assert "\n" not in text and text.startswith("round 1: site FRA (rank 2) missing")
+    assert info.value.round == 1 and info.value.missing == (2,)
+    assert multiprocessing.active_children() == []  # every aggregator and host process was stopped
+
+
+def test_emulator_delays_each_source_by_its_pair_and_keeps_stamps_order():
+    wan = netio.WanEmulator([0.010, 0.0, 0.030])
+    wan.admit(1.0, 0, b"a")
+    wan.admit(1.0, 2, b"c")
+    wan.admit(1.001, 1, b"b")
+    assert wan.due(1.0) == [] and wan.next_due() == pytest.approx(1.001)
+    assert [d for d, _ in wan.due(1.02)] == [b"b", b"a"]
+    assert [d for d, _ in wan.due(1.05)] == [b"c"]
+
+
+def test_bad_interface_is_one_line():
+    with pytest.raises(WanreduceError, match="no interface of this machine has the address 192.0.2.77"):
+        netio.open_socket(interface="192.0.2.77", port=_port())
+
+
+def test_port_held_without_sharing_is_one_line():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
+        holder.bind(("0.0.0.0", 0))
+        port = holder.getsockname()[1]
+        with pytest.raises(WanreduceError, match=f"UDP port {port} is in use"):
+            netio.open_socket(port=port)
+
+
+def test_root_mode_schedules_are_refused_with_one_line():
+    lean = Schedule(sites=SITES, rounds=SCHEDULE.rounds, params=SCHEDULE.params, lean={"mode": "root"})
+    with pytest.raises(WanreduceError, match="root-mode"):
+        site_layout(lean)
