@@ -27,7 +27,7 @@ def run_sites(n, cfg, trajectories, *, timeout_s=1800, transport="processes"):
         from . import lm  # noqa: F401
         from .corpus import load_lm_split
 
-        load_lm_split(n, seed=cfg["seed"], context=cfg["context"])
+        load_lm_split(n, seed=cfg["seed"], context=cfg["context"], val_windows=cfg.get("val_windows", 32))
     else:
         from .data import load_split
 

@@ -274,7 +274,9 @@ class _LMTask:
         from .corpus import load_lm_split
 
         self.cfg = cfg
-        split = load_lm_split(n, seed=cfg["seed"], context=cfg["context"])
+        split = load_lm_split(
+            n, seed=cfg["seed"], context=cfg["context"], val_windows=cfg.get("val_windows", 32)
+        )
         self.text, self.val = split.site_text[rank], split.val_windows
 
     def model(self):
