@@ -26,7 +26,7 @@ __all__ = ["LMConfig", "run_lm_experiment", "DEFAULT_GRID"]
 # steps at DiLoCo's outer learning rate, 0.7 with Nesterov momentum 0.9). The same budget for each:
 # two runs of at most ``LMConfig.max_steps`` steps.
 DEFAULT_GRID = {
-    fam: [{"lr": 4e-3}, {"lr": 8e-3}]
+    fam: [{"lr": 2e-3}, {"lr": 4e-3}]
     for fam in ("allreduce", "delayed", "diloco-h10", "diloco-h50", "streaming-h10")
 }
 
@@ -52,7 +52,7 @@ class LMConfig:
     engine: str = "fast"
     chunk_elems: int = 256
     target: float = 2.50  # validation loss, nats per byte
-    max_steps: int = 300  # the step limit of every grid point of every family (the same budget)
+    max_steps: int = 400  # the step limit of every grid point of every family (the same budget)
     val_windows: int = 16
     eval_every: int = 10
     schedule_time_s: float = 2.0
@@ -252,7 +252,7 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
         f"for {len(methods)} methods"
     )
     t0 = time.perf_counter()
-    runs = run_sites(cfg.sites, _worker_cfg(cfg), list(trajs.values()), transport=cfg.transport)
+    runs = run_sites(cfg.sites, _worker_cfg(cfg), list(trajs.values()), transport=cfg.transport, log=log)
     train_wall = time.perf_counter() - t0
     log(f"training: {train_wall:.1f} s")
     out, chosen = {}, {}

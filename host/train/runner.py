@@ -11,7 +11,7 @@ from ..errors import WanreduceError
 __all__ = ["run_sites"]
 
 
-def run_sites(n, cfg, trajectories, *, timeout_s=1800, transport="processes"):
+def run_sites(n, cfg, trajectories, *, timeout_s=1800, transport="processes", log=None):
     """Train ``trajectories`` on ``n`` sites; rank 0's results by key. ``transport`` "processes": one
     process per site, gloo on loopback, DDP with the communication hook; "threads": the sites as threads
     of this process (the same hook and sync arithmetic, faster on a loaded machine)."""
@@ -36,7 +36,7 @@ def run_sites(n, cfg, trajectories, *, timeout_s=1800, transport="processes"):
         from .worker import thread_sites
 
         try:
-            return thread_sites(n, cfg, trajectories, timeout_s=timeout_s)
+            return thread_sites(n, cfg, trajectories, timeout_s=timeout_s, log=log)
         except (RuntimeError, TimeoutError) as exc:
             raise WanreduceError(str(exc)) from exc
     if transport != "processes":

@@ -453,8 +453,9 @@ def train_trajectory(*, rank, n, split=None, traj, cfg, syncer, task=None):
     return evals, final
 
 
-def run_site(rank, n, cfg, trajectories, comm):
-    """Every trajectory in turn at site ``rank``; rank 0 returns the results by key (others None)."""
+def run_site(rank, n, cfg, trajectories, comm, log=None):
+    """Every trajectory in turn at site ``rank``; rank 0 returns the results by key (others None) and
+    reports each finished trajectory to ``log``."""
     import time
 
     task = TASKS[cfg.get("task", "digits")](rank, n, cfg)
@@ -481,6 +482,8 @@ def run_site(rank, n, cfg, trajectories, comm):
                 "syncs": syncer.syncs,
                 "wall_s": wall,
             }
+            if log is not None:
+                log(f"run {len(results)}/{len(trajectories)}: {evals[-1][0]} steps in {wall:.0f} s")
     return results if rank == 0 else None
 
 
@@ -496,7 +499,7 @@ def worker_main(rank, n, init_file, cfg, trajectories, out_queue):
         dist.destroy_process_group()
 
 
-def thread_sites(n, cfg, trajectories, *, timeout_s=1800.0):
+def thread_sites(n, cfg, trajectories, *, timeout_s=1800.0, log=None):
     """The sites as threads of this process (one intra-op thread each, torch kernels run outside the
     GIL): the same algorithms and the same sync arithmetic, computed once per sync for all the sites,
     without the process group's per-step scheduling of ``n`` processes. Returns rank 0's results."""
@@ -510,7 +513,7 @@ def thread_sites(n, cfg, trajectories, *, timeout_s=1800.0):
     def site(rank):
         comm.bind(rank)
         try:
-            res = run_site(rank, n, cfg, trajectories, comm)
+            res = run_site(rank, n, cfg, trajectories, comm, log)
             if rank == 0:
                 out.update(res)
         except BaseException as exc:  # noqa: BLE001 - reported to the caller with its site
