@@ -1,7 +1,9 @@
 """``wanreduce train``: a real model trained across the sites through wanreduce, against the baselines.
 
-Every method trains the same small model (a perceptron on scikit-learn's digits, split non-IID by label)
-on one PyTorch process per site over gloo on loopback, with the same seed and data; the simulated clock
+``--task lm`` (default): a byte-level transformer on the Python standard library's sources, split non-IID
+by package, every method tuned on a small grid, time to a target validation loss. ``--task digits``: a
+perceptron on scikit-learn's digits, split non-IID by label, on one PyTorch process per site over gloo on
+loopback. Every method uses the same seed and data; the simulated clock
 charges each step the compute time of a stated model size and each sync its WAN time from the cost model.
 Writes the results as JSON (``time_to_target_s`` per method, ``ratio_vs_colocated`` of the best wanreduce
 method) and a figure of accuracy against simulated time. Needs the ``train`` extra (PyTorch,
@@ -13,7 +15,8 @@ import math
 import os
 
 from ..host.train.experiment import Config, plot, run_experiment, write_json
-from ..host.train.methods import METHODS, Setting
+from ..host.train.lmexp import LMConfig, run_lm_experiment
+from ..host.train.methods import LM_METHODS, METHODS, Setting
 from ..sim import figures
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option, int_in, progress
@@ -39,7 +42,7 @@ def _positive_float(what):
 
 
 def register(subparsers):
-    d, s = Config(), Setting()
+    d, s, dl = Config(), Setting(), LMConfig()
     p = subparsers.add_parser(
         "train",
         help="train a small model across the sites through wanreduce; time to target against baselines",
@@ -49,6 +52,13 @@ def register(subparsers):
         "accuracy. Needs PyTorch and scikit-learn (pip install -e '.[train]').",
     )
     p.add_argument(
+        "--task",
+        choices=("lm", "digits"),
+        default="lm",
+        help="lm: a byte-level transformer on the standard library's sources, target validation loss; "
+        "digits: the quick perceptron on the 8x8 digits, target accuracy (default: lm)",
+    )
+    p.add_argument(
         "--sites",
         type=int_in(2, 9, "the number of sites"),
         default=d.sites,
@@ -56,9 +66,10 @@ def register(subparsers):
     )
     p.add_argument(
         "--target",
-        type=_positive_float("the target accuracy"),
-        default=d.target,
-        help=f"test accuracy every site's model must reach (default: {d.target})",
+        type=_positive_float("the target"),
+        default=None,
+        help=f"lm: validation loss (nats per byte) every site's model must reach (default: {dl.target}); "
+        f"digits: test accuracy (default: {d.target})",
     )
     p.add_argument(
         "--h",
@@ -82,8 +93,9 @@ def register(subparsers):
     p.add_argument(
         "--max-steps",
         type=int_in(1, 1_000_000, "the step limit"),
-        default=d.max_steps,
-        help=f"step limit of the every-step and gossip methods (default: {d.max_steps})",
+        default=None,
+        help=f"lm: step limit of every grid point (default: {dl.max_steps}); digits: of the every-step and "
+        f"gossip methods (default: {d.max_steps})",
     )
     p.add_argument(
         "--diloco-steps",
@@ -101,7 +113,10 @@ def register(subparsers):
         "--methods",
         default="",
         metavar="A,B,...",
-        help="only these methods (default: all): " + ", ".join(m.name for m in METHODS(d.h)),
+        help="only these methods (default: all); lm: "
+        + ", ".join(m.name for m in LM_METHODS())
+        + "; digits: "
+        + ", ".join(m.name for m in METHODS(d.h)),
     )
     p.add_argument(
         "--params",
@@ -168,6 +183,25 @@ def train_figures(result):
     return out
 
 
+def lm_table_text(result):
+    """The LM table: per-step ratio, steps and time to the target loss, ratio to colocated, per method."""
+    lines = [
+        "| method | what | sync | chosen | s per step (vs colocated) | steps to target | time to target | "
+        "vs colocated |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, e in result["methods"].items():
+        t, r = e["time_to_target_s"], e["ratio_vs_colocated"]
+        steps = e["steps_to_target"] if t is not None else "not reached"
+        chosen = ", ".join(f"{k} {v:g}" for k, v in e["chosen"].items())
+        lines.append(
+            f"| {name} | {e['note']} | {e['sync_s']:,.3f} s | {chosen} | {e['s_per_step']:,.3f} "
+            f"({e['per_step_ratio']:,.3f}) | {steps} | "
+            f"{'' if t is None else f'{t:,.0f} s'} | {'' if r is None else f'{r:,.3f}'} |"
+        )
+    return "\n".join(lines)
+
+
 def table_text(result):
     """The README table: time to target and ratio to colocated, per method."""
     lines = [
@@ -204,10 +238,64 @@ def sweep_text(result):
     return "\n".join(lines)
 
 
+def _setting(args):
+    base = Setting(params=args.params, wire_bytes={"fp32": 4, "fp16": 2, "bf16": 2}[args.dtype])
+    if args.step_s is not None:
+        # A stated step time replaces the FLOPs estimate: scale the utilisation to match it.
+        base = Setting(
+            params=args.params, wire_bytes=base.wire_bytes, mfu=base.mfu * base.step_s / args.step_s
+        )
+    return base
+
+
+def _run_lm(args, methods):
+    d = LMConfig()
+    cfg = LMConfig(
+        sites=args.sites,
+        target=args.target if args.target is not None else d.target,
+        dtype=args.dtype,
+        engine=args.engine,
+        max_steps=args.max_steps if args.max_steps is not None else d.max_steps,
+        seed=args.seed,
+        schedule_time_s=args.schedule_time,
+        methods=methods,
+    )
+    base = _setting(args)
+    outs = Outputs(force=args.force)
+    out_json = outs.add(args.output, "--output")
+    out_png = outs.add(args.plot, "--plot")
+    progress("train", base.describe())
+    result = run_lm_experiment(cfg, base, log=lambda text: progress("train", text))
+    with outs.commit():
+        write_json(result, outs.temp(out_json))
+        plot(result, outs.temp(out_png))
+    print(lm_table_text(result))
+    print()
+    print(sweep_text(result))
+    fl = result["latency_floor"]
+    print(
+        "latency floor of exact every-step methods: one-way diameter "
+        f"{fl['one_way_diameter_s'] * 1e3:.1f} ms, "
+        f"{fl['floor_ratio']:.3f}x colocated per step"
+    )
+    best, ratio = result["best_wanreduce"], result["ratio_vs_colocated"]
+    if ratio is not None:
+        print(f"best wanreduce method: {best}, {ratio:.3f}x colocated time to the target loss (goal <= 1.10)")
+    else:
+        print("no wanreduce method reached the target loss")
+    return 0
+
+
 def run(args):
     if args.transport == "udp":
         return run_udp(args)
     methods = [m for m in args.methods.split(",") if m] if args.methods else []
+    if args.task == "lm":
+        return _run_lm(args, methods)
+    if args.target is None:
+        args.target = Config().target
+    if args.max_steps is None:
+        args.max_steps = Config().max_steps
     cfg = Config(
         sites=args.sites,
         target=args.target,
@@ -222,12 +310,7 @@ def run(args):
     )
     if args.target > 1:
         raise WanreduceError(f"the target accuracy must be at most 1, got {args.target}")
-    base = Setting(params=args.params, wire_bytes={"fp32": 4, "fp16": 2, "bf16": 2}[args.dtype])
-    if args.step_s is not None:
-        # A stated step time replaces the FLOPs estimate: scale the utilisation to match it.
-        base = Setting(
-            params=args.params, wire_bytes=base.wire_bytes, mfu=base.mfu * base.step_s / args.step_s
-        )
+    base = _setting(args)
     outs = Outputs(force=args.force)
     out_json = outs.add(args.output, "--output")
     out_png = outs.add(args.plot, "--plot")

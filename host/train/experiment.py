@@ -270,7 +270,8 @@ def write_json(result, path):
 
 
 def plot(result, path):
-    """Worst-site test accuracy against simulated time, one line per method."""
+    """The worst site's metric (test accuracy, or validation loss for the LM task) against simulated time,
+    one line per method."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -315,14 +316,23 @@ def plot(result, path):
             continue
         ax.plot(curve[:, 0], curve[:, 1], color=color, linestyle=ls, label=label, linewidth=1.4)
         left = min(left, curve[0, 0])
-    ax.axhline(result["target_accuracy"], color="r", linewidth=0.8, linestyle=":")
+    lm = result.get("task") == "lm"
+    ax.axhline(result["target_loss" if lm else "target_accuracy"], color="r", linewidth=0.8, linestyle=":")
     ax.set_xscale("log")
     ax.set_xlim(left / 1.3, right)
     ax.set_xlabel("simulated time, s (" + result["setting"]["described"].split(":")[0] + ")")
-    ax.set_ylabel("test accuracy of the worst site")
-    ax.set_ylim(0, 1)
-    ax.set_title(f"digits across {len(result['sites'])} sites ({result['topology']}), non-IID by label")
-    ax.legend(fontsize=7, loc="lower right")
+    if lm:
+        ax.set_ylabel("validation loss of the worst site, nats per byte")
+        ax.set_ylim(result["target_loss"] - 0.4, result["target_loss"] + 1.2)
+        ax.set_title(
+            f"byte-level transformer on the standard library across {len(result['sites'])} sites "
+            f"({result['topology']}), non-IID by package"
+        )
+    else:
+        ax.set_ylabel("test accuracy of the worst site")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"digits across {len(result['sites'])} sites ({result['topology']}), non-IID by label")
+    ax.legend(fontsize=7, loc="upper right" if lm else "lower right")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -35,7 +35,19 @@ try:  # root ("lean") mode, issue #10: reported as not available where the host 
 except ImportError:  # pragma: no cover - only on a tree without issue #10
     _lean = None
 
-__all__ = ["Setting", "Method", "METHODS", "SyncCost", "build_costs", "simulate_clock", "lean_available"]
+__all__ = [
+    "Setting",
+    "Method",
+    "METHODS",
+    "LM_METHODS",
+    "STREAMING",
+    "streaming_syncs",
+    "latency_floor",
+    "SyncCost",
+    "build_costs",
+    "simulate_clock",
+    "lean_available",
+]
 
 
 @dataclass(frozen=True)
@@ -57,7 +69,10 @@ class Setting:
     wire_bytes: int = 4  # per element: fp32
     bucket_bytes: int = 25 << 20  # DDP's default bucket
     small_memory: int = 1 << 20
-    ample_memory: int = 64 << 30
+    onchip_memory: int = 42_000_000  # the on-chip memory of a 100G card (issue text: 42 MB)
+    # The external-memory build is assumed to give the aggregator at most 16 GB per card; the cost model
+    # is used as it is, with that memory.
+    ample_memory: int = 16 << 30
     colocated_us: float = 5.0
     colocated_gbps: float = 400.0
 
@@ -70,8 +85,15 @@ class Setting:
         return int(self.params * self.wire_bytes)
 
     def bytes_for(self, method):
-        """Sync volume of ``method``: weights travel in fp32, gradients in the wire dtype."""
-        return int(self.params * (4 if method.weights else self.wire_bytes))
+        """Sync volume of ``method``: weights travel in fp32, gradients in the wire dtype; a Streaming
+        DiLoCo sync carries one fragment (an equal share of the parameters)."""
+        return int(self.params * (4 if method.weights else self.wire_bytes) / method.fragments)
+
+    def memory_of(self, method):
+        """The aggregator memory of ``method``'s build, in bytes."""
+        return {"small": self.small_memory, "onchip": self.onchip_memory, "ample": self.ample_memory}[
+            method.memory
+        ]
 
     def describe(self):
         return (
@@ -92,7 +114,7 @@ class Method:
     """
 
     name: str
-    algorithm: str  # "allreduce", "diloco", "gossip"
+    algorithm: str  # "allreduce", "diloco", "gossip", "streaming"
     transport: str
     memory: str = ""
     h: int = 1
@@ -100,6 +122,15 @@ class Method:
     note: str = ""
     pipelined: bool = False  # all-reduce applied one step late, its sync overlapping the whole next step
     weights: bool = False  # syncs weights (gossip), always in fp32: bf16 weights would round updates away
+    fragments: int = 1  # Streaming DiLoCo: fragments, each synchronised every h steps, staggered
+    tau: int = 0  # Streaming DiLoCo: inner steps the communication of an outer step overlaps
+
+    @property
+    def family(self):
+        """Methods of one family compute the same numbers for the same hyper-parameters and sync rounds."""
+        if self.algorithm == "allreduce":
+            return "delayed" if self.pipelined else "allreduce"
+        return f"{self.algorithm}-h{self.h}" if self.algorithm != "gossip" else "gossip"
 
     @property
     def wanreduce(self):
@@ -188,6 +219,73 @@ def _methods(h):
 
 
 METHODS = _methods
+
+# Streaming DiLoCo's defaults: two fragments (the small model's two blocks), each synchronised every 10
+# steps, staggered by 5; each outer step's communication overlaps the next 2 inner steps.
+STREAMING = dict(h=10, fragments=2, tau=2)
+
+
+def _lm_methods(hs=(10, 50)):
+    """The methods of the language-model task (every wanreduce row on the on-chip build unless named)."""
+    st = STREAMING
+    stream_note = (
+        f"Streaming DiLoCo: {st['fragments']} fragments, each every {st['h']} steps, staggered, "
+        f"communication overlapping {st['tau']} inner steps"
+    )
+    out = [
+        Method("colocated", "allreduce", "colocated", note="same GPUs in one building (lower bound)"),
+        Method("ring", "allreduce", "ring", note="ring all-reduce over the WAN, every step"),
+        Method(
+            "wanreduce-root-onchip",
+            "allreduce",
+            "lean",
+            "onchip",
+            note="root mode, 42 MB on-chip memory, every step, buckets overlapping the backward pass",
+        ),
+        Method(
+            "wanreduce-root-1mib",
+            "allreduce",
+            "lean",
+            "small",
+            note="root mode, 1 MiB on-chip memory, every step, buckets overlapping the backward pass",
+        ),
+        Method(
+            "wanreduce-root-onchip-delayed",
+            "allreduce",
+            "lean",
+            "onchip",
+            pipelined=True,
+            note="root mode at 42 MB, gradients applied one step late (the sync overlaps the next step)",
+        ),
+    ]
+    for h in hs:
+        out.append(
+            Method(
+                f"wanreduce-diloco-h{h}",
+                "diloco",
+                "lean",
+                "onchip",
+                h=h,
+                note=f"DiLoCo H = {h} over root mode at 42 MB",
+            )
+        )
+    out.append(
+        Method(
+            "wanreduce-streaming-diloco",
+            "streaming",
+            "lean",
+            "onchip",
+            note=stream_note + ", root mode at 42 MB",
+            **st,
+        )
+    )
+    for h in hs:
+        out.append(Method(f"diloco-ring-h{h}", "diloco", "ring", h=h, note=f"DiLoCo H = {h} over a WAN ring"))
+    out.append(Method("streaming-diloco-ring", "streaming", "ring", note=stream_note + ", WAN ring", **st))
+    return tuple(out)
+
+
+LM_METHODS = _lm_methods
 
 
 def lean_available():
@@ -282,7 +380,7 @@ def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
             tail = fn(CostModel(topo, CostParams(tensor_bytes=setting.bucket_bytes)))
             costs[m.name] = SyncCost([[everyone]], [[[(big.time_s, tail.time_s)]]], big.detail)
             continue
-        memory = setting.small_memory if m.memory == "small" else setting.ample_memory
+        memory = setting.memory_of(m)
         key = (m.transport, memory, setting.bytes_for(m))
         if key not in plans:
             planner = _lean_rounds if m.transport == "lean" else _plan_rounds
@@ -304,8 +402,38 @@ def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
     return costs, missing
 
 
+def streaming_syncs(h, fragments, step):
+    """The fragments of Streaming DiLoCo whose outer step starts after inner step ``step``: fragment ``p``
+    every ``h`` steps from ``h + p * h // fragments`` (staggered)."""
+    return [p for p in range(fragments) if step > (off := p * h // fragments) and (step - off) % h == 0]
+
+
+def _simulate_streaming(method, cost, setting, steps):
+    """Streaming DiLoCo: a fragment's sync leaves when its inner step ends, after the syncs queued before
+    it (one network, used one sync at a time), and must have ended when inner step ``step + tau`` ends,
+    where its result is merged; compute never waits otherwise. Every sync ties all the sites."""
+    step_s = setting.step_s
+    clock, net_free, k = 0.0, 0.0, 0
+    due = {}
+    out = np.zeros(steps + 1)
+    for step in range(1, steps + 1):
+        end = clock + step_s
+        for _ in streaming_syncs(method.h, method.fragments, step):
+            _, times = cost.charged(k)
+            k += 1
+            bulk = sum(max(b for b, _ in rnd) for rnd in times)
+            net_free = max(end, net_free) + bulk
+            at = step + method.tau
+            due[at] = max(due.get(at, 0.0), net_free)
+        clock = max(end, due.pop(step, 0.0))
+        out[step] = clock
+    return out
+
+
 def simulate_clock(method, cost, setting, steps, n):
     """Simulated time (max over the sites) at the end of each step 0..steps; array of steps + 1."""
+    if method.algorithm == "streaming":
+        return _simulate_streaming(method, cost, setting, steps)
     step_s = setting.step_s
     clock = np.zeros(n)
     out = np.zeros(steps + 1)
@@ -336,3 +464,12 @@ def simulate_clock(method, cost, setting, steps, n):
     if not np.all(np.isfinite(out)):
         out[~np.isfinite(out)] = math.inf
     return out
+
+
+def latency_floor(topo, setting, colocated_step_s):
+    """The bound of every exact every-step method: the last gradient bucket leaves when the backward pass
+    ends and must cross the network, at least the one-way diameter (the largest one-way delay between two
+    sites), so a step lasts at least ``step_s + diameter``. Returns (diameter_s, floor ratio over the
+    colocated step)."""
+    diameter = float(np.max(topo.one_way_s))
+    return diameter, (setting.step_s + diameter) / colocated_step_s

@@ -11,16 +11,36 @@ from ..errors import WanreduceError
 __all__ = ["run_sites"]
 
 
-def run_sites(n, cfg, trajectories, *, timeout_s=1800):
-    """Train ``trajectories`` on ``n`` site processes (gloo on loopback); rank 0's results by key."""
+def run_sites(n, cfg, trajectories, *, timeout_s=1800, transport="processes", log=None):
+    """Train ``trajectories`` on ``n`` sites; rank 0's results by key. ``transport`` "processes": one
+    process per site, gloo on loopback, DDP with the communication hook; "threads": the sites as threads
+    of this process (the same hook and sync arithmetic, faster on a loaded machine)."""
     try:
         import torch
     except ImportError as exc:
         raise WanreduceError("training needs PyTorch: pip install -e '.[train]' (or make train)") from exc
-    from .data import load_split
     from .worker import worker_main
 
-    load_split(n, seed=cfg["seed"])  # a missing scikit-learn is reported here, once, not by every site
+    # Missing data (scikit-learn, the library's sources) is reported here, once, not by every site; the
+    # language-model corpus is cached in this process, so the forked sites do not read it again.
+    if cfg.get("task", "digits") == "lm":
+        from . import lm  # noqa: F401
+        from .corpus import load_lm_split
+
+        load_lm_split(n, seed=cfg["seed"], context=cfg["context"], val_windows=cfg.get("val_windows", 32))
+    else:
+        from .data import load_split
+
+        load_split(n, seed=cfg["seed"])
+    if transport == "threads":
+        from .worker import thread_sites
+
+        try:
+            return thread_sites(n, cfg, trajectories, timeout_s=timeout_s, log=log)
+        except (RuntimeError, TimeoutError) as exc:
+            raise WanreduceError(str(exc)) from exc
+    if transport != "processes":
+        raise ValueError(f"The transport must be 'processes' or 'threads', not {transport!r}.")
     # The site processes are forked from a parent that has already imported what they need (DDP imports
     # torch._dynamo, tens of seconds of CPU per process on a loaded 2-core machine); the parent runs no
     # torch kernel first, so no thread pool is forked.
