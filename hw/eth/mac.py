@@ -23,7 +23,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
-from ...spec import ethernet
+from ...spec import ethernet, regmap
 from ..layouts import Beat, check_width
 from .ddr import DDRInput, DDROutput, check_primitive
 from .framebuf import FrameBuffer
@@ -44,6 +44,8 @@ RX_COUNTERS = {
 }
 #: Transmit counters: frames queued for the line, frames too long for the transmit buffer.
 TX_COUNTERS = ("tx_queued", "tx_dropped")
+# The board registers read them in this order.
+assert (*RX_COUNTERS, *TX_COUNTERS) == regmap.BOARD_NAMES[: len(RX_COUNTERS) + len(TX_COUNTERS)]
 
 
 def RgmiiSignature():
