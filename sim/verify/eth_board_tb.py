@@ -34,6 +34,8 @@ CORE = {"width": 64, "slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jo
 #: Core cycles per UART bit in the simulated build (the board's 115200 baud would be 1085).
 UART_DIVISOR = 4
 CORE_NS, ETH_NS = 8, 8
+
+
 def _site(rank):
     """The RESULTs' destination (the site's hosts' group address) and the aggregator's own addresses."""
     group = addressing.site_group_ip(rank)
