@@ -199,7 +199,7 @@ class EthBoardTop(Elaboratable):
             a_MFG_GMCREF_SEL="2",
         )
         for name, clk in (("sync", clkop), ("eth_tx", clkop), ("eth_tx90", clkos)):
-            m.domains[name] = ClockDomain(name)
+            m.domains += ClockDomain(name)
             m.d.comb += ClockSignal(name).eq(clk)
             m.submodules[f"reset_{name}"] = ResetSynchronizer(button | ~lock, domain=name)
 
@@ -231,3 +231,40 @@ class EthBoardTop(Elaboratable):
             m.d.comb += led.o.eq(t != 0)
         m.d.comb += [leds[0].g.o.eq(board.link), leds[3].r.o.eq(~lock)]
         return m
+
+
+#: Name of the Ethernet top's build products.
+ETH_BUILD_NAME = "wanreduce_eth"
+
+
+def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core=None):
+    """Build :class:`EthBoardTop` for ``board`` to a bitstream in ``build_dir`` (amaranth-boards' flow with
+    the YoWASP tools, as :func:`wanreduce.hw.board.build`); return a dict describing the build. The
+    PHY's receive clock gets its 125 MHz constraint on its pin; nextpnr derives the PLL outputs' own."""
+    from ..board import _platforms, _yowasp_env
+
+    platforms = _platforms()
+    if board not in platforms:
+        raise ValueError(f"The board must be one of {', '.join(platforms)}, not {board!r}.")
+    _yowasp_env()
+    platform = platforms[board]()
+    top = EthBoardTop(core=core)
+    platform.build(
+        top,
+        name=name,
+        build_dir=str(build_dir),
+        do_program=False,
+        nextpnr_opts=f"--router router2 --timing-allow-fail --seed {seed} --report {name}.report.json",
+        script_after_read=f"write_verilog -norename {name}.v; design -reset; read_verilog {name}.v",
+        add_preferences='FREQUENCY PORT "eth_rgmii_0__rx_clk__io" 125000000.0 HZ;',
+    )
+    params = dict(core or BOARD_CORE)
+    return {
+        "name": name,
+        "device": platform.device,
+        "package": platform.package,
+        "speed": platform.speed,
+        "freq_mhz": ETH_BOARD_MHZ,
+        "pll": dict(EthBoardTop.PLL),
+        "config": params,
+    }
