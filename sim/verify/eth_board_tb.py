@@ -265,3 +265,74 @@ async def board_uart_answers(dut):
     assert await tb.uart.recv(1) == b"\xff"
     assert await tb.uart.read(regmap.BOARD_BASE + regmap.BOARD_NAMES.index("rx_ok")) == 0
     await ReadOnly()
+
+
+@cocotb.test()
+async def board_cli_over_pty(dut):
+    """``wanreduce board`` in a subprocess on a pseudo-terminal, bridged to the board top's UART: it
+    identifies the board, loads a schedule and reads the counters; the testbench then reads back over
+    the UART what the schedule must have set."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ...spec.schedfile import group_of, load_schedule
+
+    p = runner.params()
+    d = dut
+    d.rgmii__rx_clk.value = 0
+    d.rgmii__rx_ctl.value = 0
+    d.rgmii__rxd.value = 0
+    tb = BoardTB.__new__(BoardTB)  # no PHY model: the test is the UART's
+    tb.dut, tb.uart = d, UartHost(d, d.clk, UART_DIVISOR)
+    await tb.start()
+    master, slave = os.openpty()
+    os.set_blocking(master, False)
+    cli = "import sys; from wanreduce.cli import main; sys.exit(main())"
+    cmd = [sys.executable, "-c", cli, "board", os.ttyname(slave), "--schedule", p["schedule"]]
+    cmd += ["--rank", str(p["rank"]), "--job", "7", "--json", "--timeout", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    bit_ns = UART_DIVISOR * CORE_NS
+
+    async def board_to_host():
+        while True:
+            await FallingEdge(d.uart_tx)
+            await Timer(bit_ns * 3 // 2, unit="ns")
+            byte = 0
+            for k in range(8):
+                byte |= int(d.uart_tx.value) << k
+                await Timer(bit_ns, unit="ns")
+            os.write(master, bytes([byte]))
+
+    reader = cocotb.start_soon(board_to_host())
+    deadline = time.monotonic() + p.get("wall_s", 300)
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, "wanreduce board did not finish"
+        try:
+            data = os.read(master, 64)
+        except BlockingIOError:
+            data = b""
+        if data:
+            await tb.uart.send(data)
+        else:
+            await Timer(20 * bit_ns, unit="ns")
+            time.sleep(0.0005)  # the subprocess needs the CPU more than the idle simulation does
+    out, err = proc.communicate()
+    reader.cancel()
+    os.close(master)
+    os.close(slave)
+    assert proc.returncode == 0, f"wanreduce board failed: {err.strip()}"
+    result = json.loads(out)
+    assert result["geometry"] == {k: CORE[k] for k in result["geometry"]}, result["geometry"]
+    assert result["board"]["rx_ok"] == 0 and result["counters"]["frames_in"] == 0
+    schedule = load_schedule(p["schedule"])
+    rank = p["rank"]
+    assert await tb.uart.read(regmap.REG_RANK) == rank
+    assert await tb.uart.read(regmap.JOB_BASE) == 7  # job entry 0: the id given with --job
+    assert await tb.uart.read(regmap.JOB_BASE + 1) == schedule.period
+    assert await tb.uart.read(regmap.REG_NDEST) == 1
+    ip = int.from_bytes(bytes(int(x) for x in addressing.aggregator_ip(rank).split(".")), "big")
+    assert await tb.uart.read(regmap.REG_IP) == ip
+    assert group_of(schedule, rank, 0)[1], "the test's schedule gives the rank a group in round 0"

@@ -25,7 +25,7 @@ from ...spec import ethernet
 from ..verilator import runner
 from ..verilator.agg_driver import beats_to_packets, packets_to_beats
 
-__all__ = ["MacTB", "TOP", "mac_design"]
+__all__ = ["MacTB", "TOP", "mac_design", "stable_verilog"]
 
 #: Verilog module name of the MAC's build.
 TOP = "eth_mac"
@@ -38,6 +38,30 @@ def mac_design(width=64):
     from ...hw.eth.mac import EthMac
 
     return EthMac(width=width, primitive="model")
+
+
+def stable_verilog(factory, *, top):
+    """The Verilog of ``factory()`` (a ``"module:function"`` name) converted with a fixed string hash seed.
+
+    A design with several clock domains that it does not define gets its modules' ports in an order that
+    follows Python's per-process string hashing, so the text (and the build cache's key) would change from
+    run to run; converting in a child process with ``PYTHONHASHSEED=0`` keeps it the same.
+    """
+    import os
+    import subprocess
+    import sys
+
+    module, func = factory.split(":")
+    code = (
+        "import importlib, sys; from wanreduce.sim.verilator import toolchain; "
+        f"d = getattr(importlib.import_module({module!r}), {func!r})(); "
+        f"sys.stdout.write(toolchain.verilog_text(d, top={top!r}))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"converting {factory} to Verilog failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout
 
 
 class MacTB:

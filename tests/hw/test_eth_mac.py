@@ -14,7 +14,8 @@ pytestmark = pytest.mark.rtl
 def mac_build():
     from wanreduce.sim.verify import eth_tb
 
-    return runner.build(eth_tb.mac_design(64), top=eth_tb.TOP)
+    text = eth_tb.stable_verilog("wanreduce.sim.verify.eth_tb:mac_design", top=eth_tb.TOP)
+    return runner.build(text, top=eth_tb.TOP)
 
 
 @pytest.mark.parametrize("case", ["mac_receives", "mac_transmits"])
