@@ -41,6 +41,7 @@ __all__ = [
     "SCHED_BASE",
     "BOARD_BASE",
     "BOARD_NAMES",
+    "BOARD_PORT_STRIDE",
     "JOB_BANK_OFFSET",
     "ORDER_BASE",
     "ORDER_WORDS",
@@ -121,8 +122,10 @@ PERF_NAMES = ["cycles", "in_beats", "out_beats", "reduce_reads", "reduce_active"
 #: Ethernet board registers, 32 bits, read-only, answered by the Ethernet board top rather than the core:
 #: the MAC's receive counters (frames passed to the core, then frames dropped by reason: RX_ER, lost for
 #: room, bad preamble, runt, oversize, bad FCS), its transmit counters (frames queued for the line, frames
-#: too long for its buffer), the PHY's link bit and the number of link polls over MDIO.
+#: too long for its buffer), the PHY's link bit and the number of link polls over MDIO. A board with two
+#: ports has the second port's (the LAN side of an in-line board) at ``BOARD_BASE + BOARD_PORT_STRIDE``.
 BOARD_BASE = 0x0480
+BOARD_PORT_STRIDE = 0x10
 BOARD_NAMES = (
     "rx_ok",
     "rx_er",

@@ -28,12 +28,40 @@ from ..core import AggregatorCore
 from .mac import RX_COUNTERS, TX_COUNTERS, EthMac, RgmiiSignature
 from .mdio import PhyManager
 
-__all__ = ["EthBoard", "EthBoardTop", "ETH_BOARD_MHZ"]
+__all__ = ["EthBoard", "EthBoardTop", "ETH_BOARD_MHZ", "board_registers", "port_registers"]
 
 #: The Ethernet top's core clock: the RGMII transmit clock's 125 MHz, from the same PLL output.
 ETH_BOARD_MHZ = BOARD_MHZ
 #: Core cycles per bit of the board's UART at 115200 baud.
 UART_DIVISOR = round(ETH_BOARD_MHZ * 1e6 / 115200)
+
+
+def port_registers(mac, phy):
+    """One port's board registers, in :data:`~wanreduce.spec.regmap.BOARD_NAMES` order."""
+    values = [getattr(mac, name) for name in (*RX_COUNTERS, *TX_COUNTERS)] + [phy.link, phy.reads]
+    assert len(values) == len(regmap.BOARD_NAMES)
+    return values
+
+
+def board_registers(m, ctl, core_ctl, values):
+    """Pass the control port ``ctl`` on to the core's ``core_ctl``, except reads of ``BOARD_BASE + k``
+    (``k`` < ``len(values)``), answered with ``values[k]`` at the core's read latency (data two cycles
+    after ``re``, held until the next read)."""
+    n = len(values)
+    board = Signal()
+    index = Signal(range(n))
+    value = Signal(32)
+    offset = ctl.addr - regmap.BOARD_BASE
+    m.d.comb += [
+        core_ctl.addr.eq(ctl.addr),
+        core_ctl.wdata.eq(ctl.wdata),
+        core_ctl.we.eq(ctl.we),
+        core_ctl.re.eq(ctl.re),
+        ctl.rdata.eq(Mux(board, value, core_ctl.rdata)),
+    ]
+    with m.If(ctl.re):
+        m.d.sync += [board.eq((ctl.addr >= regmap.BOARD_BASE) & (offset < n)), index.eq(offset)]
+    m.d.sync += value.eq(Array(values)[index])
 
 
 class EthBoard(wiring.Component):
@@ -111,26 +139,8 @@ class EthBoard(wiring.Component):
             self.tx_activity.eq(mac.i.valid & mac.i.ready),
         ]
 
-        # Control port: the core's registers, except the board registers answered here with the core's
-        # read latency (data two cycles after ``re``, held until the next read).
-        values = [getattr(mac, name) for name in (*RX_COUNTERS, *TX_COUNTERS)] + [phy.link, phy.reads]
-        assert len(values) == len(regmap.BOARD_NAMES)
-        n = len(values)
-        ctl = bridge.ctl
-        board = Signal()
-        index = Signal(range(n))
-        value = Signal(32)
-        offset = ctl.addr - regmap.BOARD_BASE
-        m.d.comb += [
-            core.ctl.addr.eq(ctl.addr),
-            core.ctl.wdata.eq(ctl.wdata),
-            core.ctl.we.eq(ctl.we),
-            core.ctl.re.eq(ctl.re),
-            ctl.rdata.eq(Mux(board, value, core.ctl.rdata)),
-        ]
-        with m.If(ctl.re):
-            m.d.sync += [board.eq((ctl.addr >= regmap.BOARD_BASE) & (offset < n)), index.eq(offset)]
-        m.d.sync += value.eq(Array(values)[index])
+        # Control port: the core's registers, and the board registers.
+        board_registers(m, bridge.ctl, core.ctl, port_registers(mac, phy))
         return m
 
 
@@ -151,11 +161,10 @@ class EthBoardTop(Elaboratable):
     def __init__(self, *, core=None, baud=115200):
         self.core, self.baud = core, baud
 
-    def elaborate(self, platform):
-        m = Module()
-        p = self.PLL
-        clk100 = platform.request("clk100", 0).i
-        button = platform.request("rst", 0).i
+    @classmethod
+    def pll(cls, m, clk100):
+        """Add the EHXPLLL to ``m``; return its ``(CLKOP, CLKOS, LOCK)``."""
+        p = cls.PLL
         clkop, clkos, lock = Signal(), Signal(), Signal()
         m.submodules.pll = Instance(
             "EHXPLLL",
@@ -198,6 +207,13 @@ class EthBoardTop(Elaboratable):
             a_MFG_ENABLE_FILTEROPAMP="1",
             a_MFG_GMCREF_SEL="2",
         )
+        return clkop, clkos, lock
+
+    def elaborate(self, platform):
+        m = Module()
+        clk100 = platform.request("clk100", 0).i
+        button = platform.request("rst", 0).i
+        clkop, clkos, lock = self.pll(m, clk100)
         for name, clk in (("sync", clkop), ("eth_tx", clkop), ("eth_tx90", clkos)):
             m.domains += ClockDomain(name)
             m.d.comb += ClockSignal(name).eq(clk)

@@ -104,7 +104,8 @@ class EthMac(wiring.Component):
         m = Module()
         W = self.width
         pins = self.rgmii
-        m.domains.eth_rx = ClockDomain("eth_rx")
+        # Local: a board with two ports has two receive clocks of this name, one inside each MAC.
+        m.domains.eth_rx = ClockDomain("eth_rx", local=True)
         m.d.comb += ClockSignal("eth_rx").eq(pins.rx_clk)
         m.submodules.rx_reset = ResetSynchronizer(ResetSignal("sync"), domain="eth_rx")
 
