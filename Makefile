@@ -11,8 +11,8 @@ PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements
 PYTEST_WORKERS ?= 2
 BOARD ?= ecpix5_85
 
-.PHONY: install test test-all sim verilog synth bitstream bench demo demo-faults demo-root demo-net train lint \
-	lock clean figures figures-check
+.PHONY: install test test-all sim verilog synth bitstream bitstream-eth bench demo demo-faults demo-root demo-net \
+	train lint lock clean figures figures-check
 
 install: $(STAMP)
 
@@ -42,6 +42,10 @@ synth: $(STAMP)
 
 bitstream: $(STAMP)
 	$(VENV)/bin/wanreduce synth bitstream --board $(BOARD)
+
+# The Ethernet board top (core on the RGMII port, docs/board.md) to a bitstream: build/synth/eth_$(BOARD)/.
+bitstream-eth: $(STAMP)
+	$(PY) -m wanreduce.sim.synth.eth_flow --board $(BOARD)
 
 bench: $(STAMP)
 	$(PY) -m wanreduce.sim.bench --out build/bench.json $(if $(BENCH),--only $(BENCH))

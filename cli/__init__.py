@@ -37,6 +37,7 @@ COMMANDS = [
     "wanreduce.cli.cache",
     "wanreduce.cli.train",
     "wanreduce.cli.figures",
+    "wanreduce.cli.board",
 ]
 
 

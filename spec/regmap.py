@@ -39,6 +39,9 @@ __all__ = [
     "PERF_BASE",
     "PERF_NAMES",
     "SCHED_BASE",
+    "BOARD_BASE",
+    "BOARD_NAMES",
+    "BOARD_PORT_STRIDE",
     "JOB_BANK_OFFSET",
     "ORDER_BASE",
     "ORDER_WORDS",
@@ -115,6 +118,27 @@ assert [COUNTER_NAMES.index(d.counter) for d in Drop] == [int(d) for d in Drop]
 #: sent, member-buffer beats read by the reduce engine, cycles the reduce engine had work.
 PERF_BASE = 0x0440
 PERF_NAMES = ["cycles", "in_beats", "out_beats", "reduce_reads", "reduce_active"]
+
+#: Ethernet board registers, 32 bits, read-only, answered by the Ethernet board top rather than the core:
+#: the MAC's receive counters (frames passed to the core, then frames dropped by reason: RX_ER, lost for
+#: room, bad preamble, runt, oversize, bad FCS), its transmit counters (frames queued for the line, frames
+#: too long for its buffer), the PHY's link bit and the number of link polls over MDIO. A board with two
+#: ports has the second port's (the LAN side of an in-line board) at ``BOARD_BASE + BOARD_PORT_STRIDE``.
+BOARD_BASE = 0x0480
+BOARD_PORT_STRIDE = 0x10
+BOARD_NAMES = (
+    "rx_ok",
+    "rx_er",
+    "rx_overflow",
+    "rx_preamble",
+    "rx_runt",
+    "rx_oversize",
+    "rx_fcs",
+    "tx_queued",
+    "tx_dropped",
+    "link",
+    "link_polls",
+)
 
 #: Schedule table, write-only: entry (j, r) is the 64-bit expected bitmap of job entry j for round r mod P,
 #: written as its low word at SCHED_BASE + 2 * (j * rounds + r) and then its high word at the next address

@@ -1,0 +1,286 @@
+"""The aggregator on an ECP5 board's gigabit Ethernet port, its control port on the UART.
+
+::
+
+    RGMII PHY ─► EthMac ─► o ─► AggregatorCore.i     (frames from the switch; bad ones dropped)
+    RGMII PHY ◄─ EthMac ◄─ i ◄─ AggregatorCore.o     (RESULT frames, to the hosts' group)
+    uart ─► UARTBridge ─► ctl ─► core registers, or the board registers (regmap.BOARD_BASE)
+    MDIO, PHY reset ◄─ PhyManager                     (reset after power-up, link polled)
+
+:class:`EthBoard` is the design with the board's pins as its ports: the same component is the Verilator
+top (``primitive="model"``, the testbench supplies the clocks) and the inside of :class:`EthBoardTop`,
+which adds the ECP5 PLL and the board's pins (``primitive="ecp5"``). The UART protocol is
+:mod:`wanreduce.hw.board`'s; its beat commands are not connected here (``'I'`` beats are taken and
+discarded, ``'O'`` finds no beat): the data path is the Ethernet port.
+
+Domains: ``sync`` (the core, 125 MHz), ``eth_tx`` and ``eth_tx90`` (the transmit clock and the same a
+quarter period later), ``eth_rx`` (the PHY's receive clock, made inside the MAC).
+"""
+
+from amaranth.hdl import Array, ClockDomain, ClockSignal, Elaboratable, Instance, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.lib.wiring import In, Out
+
+from ...spec import regmap
+from ..board import BOARD_CORE, BOARD_MHZ, UARTBridge
+from ..core import AggregatorCore
+from .mac import RX_COUNTERS, TX_COUNTERS, EthMac, RgmiiSignature
+from .mdio import PhyManager
+
+__all__ = ["EthBoard", "EthBoardTop", "ETH_BOARD_MHZ", "board_registers", "port_registers"]
+
+#: The Ethernet top's core clock: the RGMII transmit clock's 125 MHz, from the same PLL output.
+ETH_BOARD_MHZ = BOARD_MHZ
+#: Core cycles per bit of the board's UART at 115200 baud.
+UART_DIVISOR = round(ETH_BOARD_MHZ * 1e6 / 115200)
+
+
+def port_registers(mac, phy):
+    """One port's board registers, in :data:`~wanreduce.spec.regmap.BOARD_NAMES` order."""
+    values = [getattr(mac, name) for name in (*RX_COUNTERS, *TX_COUNTERS)] + [phy.link, phy.reads]
+    assert len(values) == len(regmap.BOARD_NAMES)
+    return values
+
+
+def board_registers(m, ctl, core_ctl, values):
+    """Pass the control port ``ctl`` on to the core's ``core_ctl``, except reads of ``BOARD_BASE + k``
+    (``k`` < ``len(values)``), answered with ``values[k]`` at the core's read latency (data two cycles
+    after ``re``, held until the next read)."""
+    n = len(values)
+    board = Signal()
+    index = Signal(range(n))
+    value = Signal(32)
+    offset = ctl.addr - regmap.BOARD_BASE
+    m.d.comb += [
+        core_ctl.addr.eq(ctl.addr),
+        core_ctl.wdata.eq(ctl.wdata),
+        core_ctl.we.eq(ctl.we),
+        core_ctl.re.eq(ctl.re),
+        ctl.rdata.eq(Mux(board, value, core_ctl.rdata)),
+    ]
+    with m.If(ctl.re):
+        m.d.sync += [board.eq((ctl.addr >= regmap.BOARD_BASE) & (offset < n)), index.eq(offset)]
+    m.d.sync += value.eq(Array(values)[index])
+
+
+class EthBoard(wiring.Component):
+    """Core, MAC, UART bridge and PHY manager, with the board's pins as ports.
+
+    Keywords: ``primitive`` (the MAC's DDR cells: "ecp5" or "model"), ``core`` (AggregatorCore keywords,
+    default :data:`~wanreduce.hw.board.BOARD_CORE`), ``uart_divisor`` (core cycles per UART bit),
+    ``mdc_divisor`` (core cycles per MDC half period), ``phy_reset_cycles``, ``phy_settle_cycles``,
+    ``poll_cycles`` (the link poll's period), ``phy`` (the PHY's MDIO address).
+    Latency and back-pressure are the MAC's and the core's: a frame reaches the core once it is all in
+    and checked; the core's back-pressure fills the MAC's receive buffer, then frames are dropped and
+    counted (``rx_overflow``).
+    """
+
+    def __init__(
+        self,
+        *,
+        primitive="ecp5",
+        core=None,
+        uart_divisor=UART_DIVISOR,
+        mdc_divisor=50,
+        phy_reset_cycles=ETH_BOARD_MHZ * 10_000,
+        phy_settle_cycles=ETH_BOARD_MHZ * 50_000,
+        poll_cycles=ETH_BOARD_MHZ * 100_000,
+        phy=0,
+    ):
+        self.primitive = primitive
+        self.core_params = dict(core or BOARD_CORE)
+        self.uart_divisor, self.mdc_divisor, self.phy = uart_divisor, mdc_divisor, phy
+        self.phy_cycles = (phy_reset_cycles, phy_settle_cycles, poll_cycles)
+        super().__init__(
+            {
+                "rgmii": Out(RgmiiSignature()),
+                "mdc": Out(1),
+                "mdio_o": Out(1),
+                "mdio_oe": Out(1),
+                "mdio_i": In(1, init=1),
+                "phy_rst_n": Out(1),
+                "uart_rx": In(1, init=1),
+                "uart_tx": Out(1, init=1),
+                "link": Out(1),
+                "rx_activity": Out(1),
+                "tx_activity": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = AggregatorCore(**self.core_params)
+        m.submodules.mac = mac = EthMac(width=core.width, primitive=self.primitive)
+        m.submodules.bridge = bridge = UARTBridge(width=core.width, divisor=self.uart_divisor)
+        reset_cycles, settle_cycles, poll_cycles = self.phy_cycles
+        m.submodules.phy = phy = PhyManager(
+            divisor=self.mdc_divisor,
+            reset_cycles=reset_cycles,
+            settle_cycles=settle_cycles,
+            poll_cycles=poll_cycles,
+            phy=self.phy,
+        )
+        wiring.connect(m, wiring.flipped(self.rgmii), mac.rgmii)
+        wiring.connect(m, mac.o, core.i)
+        wiring.connect(m, core.o, mac.i)
+        m.d.comb += [
+            bridge.rx.eq(self.uart_rx),
+            self.uart_tx.eq(bridge.tx),
+            bridge.o.ready.eq(1),  # 'I' beats: taken and discarded
+            bridge.i.valid.eq(0),  # 'O': no beat
+            self.mdc.eq(phy.mdc),
+            self.mdio_o.eq(phy.mdio_o),
+            self.mdio_oe.eq(phy.mdio_oe),
+            phy.mdio_i.eq(self.mdio_i),
+            self.phy_rst_n.eq(phy.phy_rst_n),
+            self.link.eq(phy.link),
+            self.rx_activity.eq(mac.o.valid & mac.o.ready),
+            self.tx_activity.eq(mac.i.valid & mac.i.ready),
+        ]
+
+        # Control port: the core's registers, and the board registers.
+        board_registers(m, bridge.ctl, core.ctl, port_registers(mac, phy))
+        return m
+
+
+class EthBoardTop(Elaboratable):
+    """:class:`EthBoard` on an ECPIX-5: the PLL (125 MHz and the same at 90° from the 100 MHz oscillator),
+    resets, the RGMII, MDIO, PHY reset, UART and LED pins. ``core`` as :class:`EthBoard`'s."""
+
+    #: EHXPLLL settings: 100 MHz in, VCO 625 MHz, two 125 MHz outputs, CLKOS 1.25 VCO periods later (90°).
+    PLL = {
+        "clki_div": 4,
+        "clkfb_div": 5,
+        "clkop_div": 5,
+        "clkos_div": 5,
+        "clkos_cphase": 5,
+        "clkos_fphase": 2,
+    }
+
+    def __init__(self, *, core=None, baud=115200):
+        self.core, self.baud = core, baud
+
+    @classmethod
+    def pll(cls, m, clk100):
+        """Add the EHXPLLL to ``m``; return its ``(CLKOP, CLKOS, LOCK)``."""
+        p = cls.PLL
+        clkop, clkos, lock = Signal(), Signal(), Signal()
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            p_PLLRST_ENA="DISABLED",
+            p_INTFB_WAKE="DISABLED",
+            p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED",
+            p_OUTDIVIDER_MUXA="DIVA",
+            p_OUTDIVIDER_MUXB="DIVB",
+            p_CLKOP_ENABLE="ENABLED",
+            p_CLKOS_ENABLE="ENABLED",
+            p_CLKOP_DIV=p["clkop_div"],
+            p_CLKOP_CPHASE=p["clkop_div"] - 1,
+            p_CLKOP_FPHASE=0,
+            p_CLKOS_DIV=p["clkos_div"],
+            p_CLKOS_CPHASE=p["clkos_cphase"],
+            p_CLKOS_FPHASE=p["clkos_fphase"],
+            p_FEEDBK_PATH="CLKOP",
+            p_CLKFB_DIV=p["clkfb_div"],
+            p_CLKI_DIV=p["clki_div"],
+            i_CLKI=clk100,
+            i_CLKFB=clkop,
+            o_CLKOP=clkop,
+            o_CLKOS=clkos,
+            o_LOCK=lock,
+            i_RST=0,
+            i_STDBY=0,
+            i_PHASESEL0=0,
+            i_PHASESEL1=0,
+            i_PHASEDIR=1,
+            i_PHASESTEP=1,
+            i_PHASELOADREG=1,
+            i_PLLWAKESYNC=0,
+            i_ENCLKOP=0,
+            a_FREQUENCY_PIN_CLKI="100",
+            a_FREQUENCY_PIN_CLKOP="125",
+            a_FREQUENCY_PIN_CLKOS="125",
+            a_ICP_CURRENT="12",
+            a_LPF_RESISTOR="8",
+            a_MFG_ENABLE_FILTEROPAMP="1",
+            a_MFG_GMCREF_SEL="2",
+        )
+        return clkop, clkos, lock
+
+    def elaborate(self, platform):
+        m = Module()
+        clk100 = platform.request("clk100", 0).i
+        button = platform.request("rst", 0).i
+        clkop, clkos, lock = self.pll(m, clk100)
+        for name, clk in (("sync", clkop), ("eth_tx", clkop), ("eth_tx90", clkos)):
+            m.domains += ClockDomain(name)
+            m.d.comb += ClockSignal(name).eq(clk)
+            m.submodules[f"reset_{name}"] = ResetSynchronizer(button | ~lock, domain=name)
+
+        m.submodules.board = board = EthBoard(
+            primitive="ecp5", core=self.core, uart_divisor=round(ETH_BOARD_MHZ * 1e6 / self.baud)
+        )
+        eth = platform.request("eth_rgmii", 0)
+        uart = platform.request("uart", 0)
+        m.d.comb += [
+            board.rgmii.rx_clk.eq(eth.rx_clk.i),
+            board.rgmii.rx_ctl.eq(eth.rx_ctrl.i),
+            board.rgmii.rxd.eq(eth.rx_data.i),
+            eth.tx_clk.o.eq(board.rgmii.tx_clk),
+            eth.tx_ctrl.o.eq(board.rgmii.tx_ctl),
+            eth.tx_data.o.eq(board.rgmii.txd),
+            eth.mdc.o.eq(board.mdc),
+            eth.mdio.o.eq(board.mdio_o),
+            eth.mdio.oe.eq(board.mdio_oe),
+            board.mdio_i.eq(eth.mdio.i),
+            eth.rst.o.eq(~board.phy_rst_n),  # the pin is active low (PinsN): .o is "in reset"
+            board.uart_rx.eq(uart.rx.i),
+            uart.tx.o.eq(board.uart_tx),
+        ]
+        leds = [platform.request("rgb_led", k) for k in range(4)]
+        stretch = ETH_BOARD_MHZ * 50_000  # activity shown for about 50 ms
+        for led, ev in ((leds[1].b, board.rx_activity), (leds[2].b, board.tx_activity)):
+            t = Signal(range(stretch + 1))
+            m.d.sync += t.eq(Mux(ev, stretch, Mux(t == 0, 0, t - 1)))
+            m.d.comb += led.o.eq(t != 0)
+        m.d.comb += [leds[0].g.o.eq(board.link), leds[3].r.o.eq(~lock)]
+        return m
+
+
+#: Name of the Ethernet top's build products.
+ETH_BUILD_NAME = "wanreduce_eth"
+
+
+def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core=None):
+    """Build :class:`EthBoardTop` for ``board`` to a bitstream in ``build_dir`` (amaranth-boards' flow with
+    the YoWASP tools, as :func:`wanreduce.hw.board.build`); return a dict describing the build. The
+    PHY's receive clock gets its 125 MHz constraint on its pin; nextpnr derives the PLL outputs' own."""
+    from ..board import _platforms, _yowasp_env
+
+    platforms = _platforms()
+    if board not in platforms:
+        raise ValueError(f"The board must be one of {', '.join(platforms)}, not {board!r}.")
+    _yowasp_env()
+    platform = platforms[board]()
+    top = EthBoardTop(core=core)
+    platform.build(
+        top,
+        name=name,
+        build_dir=str(build_dir),
+        do_program=False,
+        nextpnr_opts=f"--router router2 --timing-allow-fail --seed {seed} --report {name}.report.json",
+        script_after_read=f"write_verilog -norename {name}.v; design -reset; read_verilog {name}.v",
+        add_preferences='FREQUENCY PORT "eth_rgmii_0__rx_clk__io" 125000000.0 HZ;',
+    )
+    params = dict(core or BOARD_CORE)
+    return {
+        "name": name,
+        "device": platform.device,
+        "package": platform.package,
+        "speed": platform.speed,
+        "freq_mhz": ETH_BOARD_MHZ,
+        "pll": dict(EthBoardTop.PLL),
+        "config": params,
+    }

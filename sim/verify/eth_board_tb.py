@@ -1,0 +1,338 @@
+"""cocotb testbench of the Ethernet board top (:class:`wanreduce.hw.eth.board.EthBoard`, DDR cell models)
+on Verilator: the aggregator fed and read through its RGMII pins by cocotbext-eth's PHY model and
+configured through its UART, against the golden aggregator.
+
+``board_end_to_end``: the core is configured with the host driver's register writes sent as UART ``'W'``
+commands (each acknowledged), a host-model workload of CONTRIB frames (with every malformed kind the
+core drops) arrives at 1 Gbit/s back to back at the minimum gap, interleaved with frames the MAC must
+drop (bad FCS, runt, jumbo, RX_ER, a bad preamble, the link dropping mid-frame); the RESULT frames sent
+on the RGMII pins are compared byte for byte (padded to 60 bytes, FCS checked by the PHY model) with the
+golden model's, and the core's counters and the board's MAC counters, read over the UART, exactly.
+``board_uart_answers``: register reads over the UART, a bad command, an ``'O'`` with no beat.
+"""
+
+import random
+import struct
+import zlib
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, Timer, with_timeout
+
+from ...host import control
+from ...host.golden import Destination, GoldenAggregator
+from ...spec import addressing, ethernet, protocol, regmap
+from ..verilator import runner
+from . import traffic
+
+__all__ = ["TOP", "CORE", "UART_DIVISOR", "board_design", "UartHost", "BoardTB"]
+
+TOP = "eth_board"
+#: A small core: the build is shared by the tests, its size does not matter to them.
+CORE = {"width": 64, "slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jobs": 4, "rounds": 64}
+#: Core cycles per UART bit in the simulated build (the board's 115200 baud would be 1085).
+UART_DIVISOR = 4
+CORE_NS, ETH_NS = 8, 8
+
+
+def _site(rank):
+    """The RESULTs' destination (the site's hosts' group address) and the aggregator's own addresses."""
+    group = addressing.site_group_ip(rank)
+    dests = [Destination(addressing.multicast_mac(group), group, protocol.UDP_PORT)]
+    return dests, addressing.aggregator_mac(rank), addressing.aggregator_ip(rank)
+
+
+def board_design():
+    """The board top as the testbench runs it: DDR models, a small core, a fast UART, short PHY times."""
+    from ...hw.eth.board import EthBoard
+
+    return EthBoard(
+        primitive="model",
+        core=CORE,
+        uart_divisor=UART_DIVISOR,
+        mdc_divisor=4,
+        phy_reset_cycles=50,
+        phy_settle_cycles=50,
+        poll_cycles=5000,
+    )
+
+
+class UartHost:
+    """The host's end of the UART (8N1, ``divisor`` core cycles per bit) and the bridge's commands."""
+
+    def __init__(self, dut, clk, divisor):
+        self.dut, self.clk, self.divisor = dut, clk, divisor
+        dut.uart_rx.value = 1
+
+    async def send(self, data):
+        bit_ns = self.divisor * CORE_NS
+        for byte in data:
+            for bit in [0] + [byte >> k & 1 for k in range(8)] + [1]:
+                self.dut.uart_rx.value = bit
+                await Timer(bit_ns, unit="ns")
+
+    async def recv(self, n, timeout_us=200):
+        """``n`` bytes from the board; a byte that does not start within ``timeout_us`` fails the test."""
+        bit_ns = self.divisor * CORE_NS
+        out = []
+        for _ in range(n):
+            if int(self.dut.uart_tx.value):
+                await with_timeout(FallingEdge(self.dut.uart_tx), timeout_us, "us")
+            await Timer(bit_ns * 3 // 2, unit="ns")  # the middle of data bit 0
+            byte = 0
+            for k in range(8):
+                byte |= int(self.dut.uart_tx.value) << k
+                await Timer(bit_ns, unit="ns")
+            assert int(self.dut.uart_tx.value) == 1, "no stop bit"
+            await Timer(bit_ns // 2, unit="ns")
+            out.append(byte)
+        return bytes(out)
+
+    async def write(self, addr, data):
+        await self.send(b"W" + addr.to_bytes(2, "big") + data.to_bytes(4, "big"))
+        answer = await self.recv(1)
+        assert answer == b"\x06", f"write of {addr:#06x} answered {answer.hex()}"
+
+    async def read(self, addr):
+        await self.send(b"R" + addr.to_bytes(2, "big"))
+        return int.from_bytes(await self.recv(4), "big")
+
+
+class BoardTB:
+    def __init__(self, dut):
+        from cocotbext.eth import RgmiiPhy
+
+        self.dut = dut
+        self.phy = RgmiiPhy(
+            dut.rgmii__txd,
+            dut.rgmii__tx_ctl,
+            dut.rgmii__tx_clk,
+            dut.rgmii__rxd,
+            dut.rgmii__rx_ctl,
+            dut.rgmii__rx_clk,
+            speed=1000e6,
+        )
+        self.uart = UartHost(dut, dut.clk, UART_DIVISOR)
+
+    async def start(self):
+        d = self.dut
+        cocotb.start_soon(Clock(d.clk, CORE_NS, unit="ns").start())
+        cocotb.start_soon(Clock(d.eth_tx_clk, ETH_NS, unit="ns").start())
+        d.rst.value = d.eth_tx_rst.value = d.eth_tx90_rst.value = 1
+        d.mdio_i.value = 1
+        await Timer(ETH_NS // 4, unit="ns")
+        cocotb.start_soon(Clock(d.eth_tx90_clk, ETH_NS, unit="ns").start())
+        await ClockCycles(d.clk, 10)
+        d.rst.value = d.eth_tx_rst.value = d.eth_tx90_rst.value = 0
+        await ClockCycles(d.clk, 10)
+
+    async def board_counters(self):
+        return {n: await self.uart.read(regmap.BOARD_BASE + k) for k, n in enumerate(regmap.BOARD_NAMES)}
+
+
+def _fcs(body):
+    return bytes(body) + struct.pack("<L", zlib.crc32(bytes(body)))
+
+
+def _padded(frame):
+    return bytes(frame) + bytes(max(0, ethernet.MIN_PAYLOAD_FRAME_BYTES - len(frame)))
+
+
+def mac_faults(rng, template):
+    """Frames the MAC drops, made from a real frame ``template``: ``[(GmiiFrame, board counter)]``."""
+    from cocotbext.eth import GmiiFrame
+
+    pre = bytes([ethernet.PREAMBLE_BYTE] * 7 + [ethernet.SFD_BYTE])
+    body = _padded(template)
+    bad = bytearray(_fcs(body))
+    bad[len(bad) // 2] ^= 0x01
+    er = GmiiFrame(pre + _fcs(body))
+    er.error = [0] * len(er.data)
+    er.error[len(er.data) // 3] = 1
+    jumbo = body + bytes(rng.getrandbits(8) for _ in range(1600))
+    cut = len(body) // 2 + 8
+    return [
+        (GmiiFrame(pre + bytes(bad)), "rx_fcs"),
+        (GmiiFrame(pre + _fcs(body[:40])), "rx_runt"),
+        (GmiiFrame(pre + _fcs(jumbo)), "rx_oversize"),
+        (er, "rx_er"),
+        (GmiiFrame(bytes([0x55, 0x55, 0x5D]) + _fcs(body)), "rx_preamble"),
+        # The link drops mid-frame: what arrived is a runt or a frame with a wrong FCS, by its length.
+        (GmiiFrame(pre + _fcs(body)[:cut]), "rx_runt" if cut < ethernet.MIN_FRAME_BYTES else "rx_fcs"),
+    ]
+
+
+@cocotb.test()
+async def board_end_to_end(dut):
+    from cocotbext.eth import GmiiFrame
+
+    p = runner.params()
+    seed = p.get("seed", 1)
+    rng = np.random.default_rng(seed)
+    prng = random.Random(seed)
+    rank = int(rng.integers(0, 8))
+    dests, mac, ip = _site(rank)
+    jobs, frames = traffic.scenario(
+        rng,
+        rank=rank,
+        slots=CORE["slots"],
+        slot_bytes=CORE["slot_bytes"],
+        members=CORE["members"],
+        n_packets=p.get("n_packets", 120),
+        frames=True,
+    )
+    frames = [_padded(f) for f in frames]  # what the wire delivers: the sender pads short frames
+    golden = GoldenAggregator(
+        rank=rank,
+        jobs=jobs,
+        slots=CORE["slots"],
+        members=CORE["members"],
+        slot_bytes=CORE["slot_bytes"],
+        mac=mac,
+        ip=ip,
+        destinations=dests,
+    )
+    expected = []
+    for f in frames:
+        expected += golden.feed_frame(f)
+
+    tb = BoardTB(dut)
+    await tb.start()
+    writes = control.config_writes(
+        rank=rank,
+        jobs=jobs,
+        destinations=dests,
+        mac=mac,
+        ip=ip,
+        max_jobs=CORE["jobs"],
+        rounds=CORE["rounds"],
+        members=CORE["members"],
+        max_dests=CORE["dests"],
+        slots=CORE["slots"],
+    )
+    for addr, data in writes:
+        await tb.uart.write(addr, data)
+    assert await tb.uart.read(regmap.REG_ID) == regmap.ID_VALUE, "the control port does not answer"
+
+    # The workload at line rate, with the MAC's faults mixed in every 25 frames.
+    faults = {}
+    for k, f in enumerate(frames):
+        await tb.phy.rx.send(GmiiFrame.from_payload(f))
+        if k % 25 == 10:
+            for frame, name in mac_faults(prng, f):
+                await tb.phy.rx.send(frame)
+                faults[name] = faults.get(name, 0) + 1
+    seen = []
+
+    async def drain():
+        while len(seen) < len(expected):
+            seen.append(await tb.phy.tx.recv())
+
+    await with_timeout(drain(), 2000, "us")
+    await tb.phy.rx.wait()
+    await ClockCycles(dut.clk, 500)
+    assert tb.phy.tx.empty(), "the board sent more RESULT frames than the golden model"
+    for n, (f, want) in enumerate(zip(seen, expected, strict=True)):
+        assert f.check_fcs(), f"RESULT frame {n}: bad FCS"
+        assert bytes(f.get_payload()) == _padded(want), f"RESULT frame {n} differs from the golden model"
+
+    counters = control.decode_counters([await tb.uart.read(a) for a in control.counter_reads()])
+    assert counters == golden.counters, "core counters differ from the golden model: " + str(
+        {k: (v, golden.counters[k]) for k, v in counters.items() if v != golden.counters[k]}
+    )
+    board = await tb.board_counters()
+    want = {n: 0 for n in regmap.BOARD_NAMES}
+    want.update(faults)
+    want["rx_ok"] = len(frames)
+    want["tx_queued"] = len(expected)
+    diff = {n: (board[n], v) for n, v in want.items() if n not in ("link", "link_polls") and board[n] != v}
+    assert not diff, f"board counters (got, expected) differ: {diff}"
+    assert board["link_polls"] > 0, "the PHY manager never read the link state"
+    assert golden.counters["results"] > 0 and sum(faults.values()) > 0, "the workload tests too little"
+    dut._log.info(f"{len(frames)} frames in, {len(seen)} RESULTs out; board {board}")
+
+
+@cocotb.test()
+async def board_uart_answers(dut):
+    tb = BoardTB(dut)
+    await tb.start()
+    assert await tb.uart.read(regmap.REG_WIDTH) == CORE["width"]
+    assert await tb.uart.read(regmap.REG_SLOTS) == CORE["slots"]
+    await tb.uart.send(b"?")
+    assert await tb.uart.recv(1) == b"\x15"
+    await tb.uart.send(b"O")
+    assert await tb.uart.recv(1) == b"\xff"
+    assert await tb.uart.read(regmap.BOARD_BASE + regmap.BOARD_NAMES.index("rx_ok")) == 0
+    await ReadOnly()
+
+
+@cocotb.test()
+async def board_cli_over_pty(dut):
+    """``wanreduce board`` in a subprocess on a pseudo-terminal, bridged to the board top's UART: it
+    identifies the board, loads a schedule and reads the counters; the testbench then reads back over
+    the UART what the schedule must have set."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ...spec.schedfile import group_of, load_schedule
+
+    p = runner.params()
+    d = dut
+    d.rgmii__rx_clk.value = 0
+    d.rgmii__rx_ctl.value = 0
+    d.rgmii__rxd.value = 0
+    tb = BoardTB.__new__(BoardTB)  # no PHY model: the test is the UART's
+    tb.dut, tb.uart = d, UartHost(d, d.clk, UART_DIVISOR)
+    await tb.start()
+    master, slave = os.openpty()
+    os.set_blocking(master, False)
+    cli = "import sys; from wanreduce.cli import main; sys.exit(main())"
+    cmd = [sys.executable, "-c", cli, "board", os.ttyname(slave), "--schedule", p["schedule"]]
+    cmd += ["--rank", str(p["rank"]), "--job", "7", "--json", "--timeout", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    bit_ns = UART_DIVISOR * CORE_NS
+
+    async def board_to_host():
+        while True:
+            await FallingEdge(d.uart_tx)
+            await Timer(bit_ns * 3 // 2, unit="ns")
+            byte = 0
+            for k in range(8):
+                byte |= int(d.uart_tx.value) << k
+                await Timer(bit_ns, unit="ns")
+            os.write(master, bytes([byte]))
+
+    reader = cocotb.start_soon(board_to_host())
+    deadline = time.monotonic() + p.get("wall_s", 300)
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, "wanreduce board did not finish"
+        try:
+            data = os.read(master, 64)
+        except BlockingIOError:
+            data = b""
+        if data:
+            await tb.uart.send(data)
+        else:
+            await Timer(20 * bit_ns, unit="ns")
+            time.sleep(0.0005)  # the subprocess needs the CPU more than the idle simulation does
+    out, err = proc.communicate()
+    reader.cancel()
+    os.close(master)
+    os.close(slave)
+    assert proc.returncode == 0, f"wanreduce board failed: {err.strip()}"
+    result = json.loads(out)
+    assert result["geometry"] == {k: CORE[k] for k in result["geometry"]}, result["geometry"]
+    assert result["board"]["rx_ok"] == 0 and result["counters"]["frames_in"] == 0
+    schedule = load_schedule(p["schedule"])
+    rank = p["rank"]
+    assert await tb.uart.read(regmap.REG_RANK) == rank
+    assert await tb.uart.read(regmap.JOB_BASE) == 7  # job entry 0: the id given with --job
+    assert await tb.uart.read(regmap.JOB_BASE + 1) == schedule.period
+    assert await tb.uart.read(regmap.REG_NDEST) == 1
+    ip = int.from_bytes(bytes(int(x) for x in addressing.aggregator_ip(rank).split(".")), "big")
+    assert await tb.uart.read(regmap.REG_IP) == ip
+    assert group_of(schedule, rank, 0)[1], "the test's schedule gives the rank a group in round 0"
