@@ -272,12 +272,8 @@ class AggregatorCore(wiring.Component):
             queue.w_data.eq(slots.done.payload),
             queue.w_en.eq(slots.done.valid),
             slots.done.ready.eq(queue.w_rdy),
-            ctl.reduce_read.eq(red.read_strobe),
-            ctl.reduce_active.eq(red.active),
         ]
-        if self.ext:
-            self._connect_external(m, queue, slots, red, writer)
-        else:
+        if not self.ext:
             m.d.comb += [
                 red.i.payload.eq(queue.r_data),
                 red.i.valid.eq(queue.r_rdy),
@@ -285,6 +281,13 @@ class AggregatorCore(wiring.Component):
                 slots.release.eq(red.release),
                 slots.release_slot.eq(red.release_slot),
             ]
+        m.d.comb += [
+            ctl.reduce_read.eq(red.read_strobe),
+            ctl.reduce_active.eq(red.active),
+        ]
+        if self.ext:
+            self._connect_external(m, queue, slots, red, writer)
+        else:
             wiring.connect(m, red.rd, slots.rd)
 
         m.submodules.result = result = ResultBuilder(width=W, slots=self.slots)

@@ -16,10 +16,10 @@ import numpy as np
 from cocotb.triggers import with_timeout
 
 from tests.support import tb_core
-from tests.support.axi_mem import LatentAxiRam, check_handshakes
 from wanreduce.host import control
 from wanreduce.host.golden import GoldenAggregator
 from wanreduce.sim.verify import traffic
+from wanreduce.sim.verify.axi_mem import LatentAxiRam, check_handshakes
 from wanreduce.sim.verilator import runner
 from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
 
