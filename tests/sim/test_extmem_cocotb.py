@@ -32,7 +32,7 @@ def test_extmem_matches_golden(width, bank_bits):
     mm = core.ext["map"]
     params = {
         "width": width,
-        "n_packets": 250,
+        "n_packets": 200,
         "seed": width + 1,
         "ordered": True,
         "bank_bits": bank_bits,

@@ -2,9 +2,9 @@
 aggregator, its AXI4 master ports answered by :class:`tests.support.axi_mem.LatentAxiRam`.
 
 ``extmem_matches_golden`` runs the workload of ``tests.support.tb_core`` (several jobs, rounds and chunks
-in WAN order, duplicates, stale rounds, senders ahead of the window, malformed packets) with idle input
-cycles and output back-pressure, each memory port with a random latency per burst (short: 1..8 cycles,
-long: 1..400), random pauses on every AXI channel and reads answered out of order across IDs; every
+in WAN order, duplicates, stale rounds, senders ahead of the window, malformed packets) three ways:
+latencies of 1..8 cycles per burst, of 1..400, and of 1..400 under stress (idle input cycles, output
+back-pressure, random pauses on every AXI channel); reads are answered out of order across IDs; every
 RESULT byte and every counter must equal the golden model's, no memory error may be reported, and the
 handshake checker watches every port. ``extmem_error_drops_chunk`` answers every access to one member
 buffer with SLVERR: the chunks of that slot are dropped and counted, never summed, and every RESULT that
@@ -95,7 +95,7 @@ async def _run(dut, p, seed, *, lat_hi, pause, idle, backpressure, bad=None):
 
 
 @cocotb.test()
-@cocotb.parametrize(lat_hi=[8, 400], stress=[False, True])
+@cocotb.parametrize((("lat_hi", "stress"), [(8, False), (400, False), (400, True)]))
 async def extmem_matches_golden(dut, lat_hi, stress):
     p = runner.params()
     seed = p["seed"] * 4 + int(lat_hi > 8) * 2 + int(stress)
