@@ -197,7 +197,8 @@ def ScheduledBeat(width, members, slots):
 def Completion(slots):
     """A completed chunk for the reduce engine: where it is, how to sum it, what goes in the RESULT. With
     ``replay`` set only ``slot`` counts: send the slot's last RESULT again from the reduce engine's copy.
-    ``mdest`` is the group address the RESULT is also multicast to (root aggregation; 0 for none)."""
+    ``mdest`` is the group address the RESULT is also multicast to (root aggregation; 0 for none). ``rot``
+    is where the slot's members sit among its buffers (the slot table's eviction rule)."""
     return data.StructLayout(
         {
             "slot": range(slots),
@@ -207,6 +208,7 @@ def Completion(slots):
             "bitmap": 64,
             "replay": 1,
             "mdest": 32,
+            "rot": 6,  # the slot's member rotation: member m is in buffer (m + rot) mod G_max of the slot
         }
     )
 

@@ -5,7 +5,9 @@ register → operand register → ``L`` adder stages, the last of which is back 
 on one beat position ``w`` of one chunk: on its first pass it reads member 0's beat and adds ``-0.0`` (which
 leaves every number as it is and turns NaN into the canonical NaN, as the golden model does); on pass ``m``
 it reads member ``m``'s beat and adds it to the partial sum that has just come around the ring, so the sum
-is ``((x0 + x1) + x2) + ...`` with one rounding per addition, exactly the rank order. After ``g`` passes the
+is ``((x0 + x1) + x2) + ...`` with one rounding per addition, exactly the rank order. Member ``m`` of a
+slot is in the slot's buffer ``(m + rot) mod G`` (``rot`` from the completion record, the slot table's
+eviction rule), so the reads go round the slot's buffers from buffer ``rot``. After ``g`` passes the
 sum leaves the ring into the output FIFO and the position takes the next beat, of the same chunk or of the
 next one. Because ``K`` positions are in flight at once, one member-buffer beat is read and one addition is
 started every cycle, whatever ``L`` is, and for any chunk size: consecutive beats of a chunk and beats of
@@ -196,10 +198,19 @@ class Reduce(wiring.Component):
         # last beat, its addresses (the next member's beat is ``NW`` further on), and what the ring needs of
         # its record.
         sb_layout = data.StructLayout(
-            {"rem": 7, "wl": 1, "addr": aw, "sh": shaw, "slot": range(S), "replay": 1, "dtype": 2}
+            {
+                "rem": 7,
+                "wl": 1,
+                "addr": aw,
+                "pos": range(G),  # the buffer of the slot that ``addr`` is in
+                "sh": shaw,
+                "slot": range(S),
+                "replay": 1,
+                "dtype": 2,
+            }
         )
         # The dispatcher's own copy of the fields it needs of the chunk being dispatched.
-        cur_layout = data.StructLayout({"slot": range(S), "g": 7, "replay": 1, "dtype": 2})
+        cur_layout = data.StructLayout({"slot": range(S), "g": 7, "replay": 1, "dtype": 2, "rot": range(G)})
 
         # Input: one completion may wait in ``nxt`` behind the chunk being dispatched, so that ``i.ready``
         # is a register (the dispatch decision never reaches the completion queue). A completion goes
@@ -255,7 +266,8 @@ class Reduce(wiring.Component):
         fin = Signal()  # osb.rem == 0: its sum is done
         o_rem = Signal(7)  # osb.rem - 1
         o_rel = Signal()  # its next read is the chunk's last
-        o_addr = Signal(aw)  # osb.addr + NW: the next member's beat
+        o_addr = Signal(aw)  # the next member's beat: osb.addr + NW, or back to the slot's first buffer
+        o_pos = Signal(range(G))  # the buffer that beat is in
         o_shw = Signal()  # fin & ~osb.replay
         acc = Signal(W)  # the position's partial sum, off the adders' output registers
 
@@ -264,12 +276,13 @@ class Reduce(wiring.Component):
         issue = cont | disp
         isb = Signal(sb_layout)
         with m.If(cont):
-            m.d.comb += [isb.eq(osb), isb.rem.eq(o_rem), isb.addr.eq(o_addr)]
+            m.d.comb += [isb.eq(osb), isb.rem.eq(o_rem), isb.addr.eq(o_addr), isb.pos.eq(o_pos)]
         with m.Else():
             m.d.comb += [
                 isb.rem.eq(cur.g - 1),
                 isb.wl.eq(cur_wl),
                 isb.addr.eq(cur_addr),
+                isb.pos.eq(cur.rot),
                 isb.sh.eq(cur_sh),
                 isb.slot.eq(cur.slot),
                 isb.replay.eq(cur.replay),
@@ -330,6 +343,7 @@ class Reduce(wiring.Component):
             ]
         # What the dispatcher needs of the completion it loads, chosen after the comparisons.
         src_slot, src_g, src_replay = (Mux(nxt_v, nxt[f], ip[f]) for f in ("slot", "g", "replay"))
+        src_rot = Mux(nxt_v, nxt.rot, ip.rot)[: len(cur.rot)]
         src_last = Mux(nxt_v, n_last1, ip.nwords <= 1)
         src_wl = Mux(nxt_v, n_wl1, ip.nwords == 1)
         src_rel = Mux(nxt_v, n_rel1, (ip.g == 1) & (ip.nwords == 1) & ~ip.replay)
@@ -399,11 +413,12 @@ class Reduce(wiring.Component):
         ]
         m.d.sync += disp.eq(Mux(load, d_load, d_rest))
 
-        def base_addr(slot):
+        def base_addr(slot, rot=0):
+            # Member 0 of a slot is in its buffer ``rot`` (the slot table's rotation after an eviction).
             # With fewer read frames than slots (external buffers staged on chip), slot s reads frame s mod F.
             if self.frames < S:
                 slot = slot[: (self.frames - 1).bit_length()]
-            return (slot * G * NW)[:aw]
+            return (slot * G * NW + rot * NW)[:aw]
 
         def base_sh(slot):
             return (slot * NW)[:shaw]
@@ -426,7 +441,8 @@ class Reduce(wiring.Component):
                 left.eq(Mux(nxt_v, nxt.nwords, ip.nwords) - 1),
                 cur.replay.eq(src_replay),
                 cur.dtype.eq(Mux(nxt_v, nxt.desc.dtype, ip.desc.dtype)),
-                cur_addr.eq(base_addr(src_slot)),
+                cur.rot.eq(src_rot),
+                cur_addr.eq(base_addr(src_slot, src_rot)),
                 cur_sh.eq(base_sh(src_slot)),
             ]
         with m.Elif(fetch):
@@ -515,7 +531,9 @@ class Reduce(wiring.Component):
             fin.eq(sv & (ssb.rem == 0)),
             o_rem.eq(ssb.rem - 1),
             o_rel.eq(~ssb.replay & (ssb.rem == 1) & ssb.wl),
-            o_addr.eq(ssb.addr + NW),
+            # Members follow each other NW beats apart, from buffer ``rot`` round to buffer ``rot - 1``.
+            o_addr.eq(Mux(ssb.pos == G - 1, ssb.addr - (G - 1) * NW, ssb.addr + NW)),
+            o_pos.eq(Mux(ssb.pos == G - 1, 0, ssb.pos + 1)),
             o_shw.eq(sv & (ssb.rem == 0) & ~ssb.replay),
         ]
         with m.Switch(osb.dtype):

@@ -30,9 +30,18 @@ of the packet now in X, if it was in E a cycle before and is in the same slot) a
 registers only, writes the beat into its member buffer, and on the last beat commits and sends the
 completion. So a packet sees the commit of every packet before it, however close behind it is. The decision
 is taken on the beat that completes the header and held for the rest of the packet; contributions are
-written as they arrive because the target buffer is free by construction (the rank's bit is clear in a live
-slot of the same tag, or the slot is being claimed); codes that are only known at the end (1-9, 17) leave
-the slot state untouched.
+written as they arrive, into a buffer that holds nothing live: the rank's own buffer when its bit is clear
+in a live slot of the same tag or when the slot is empty or done, and, for a claim that would evict a live
+chunk, a buffer that chunk does not use. Codes that are only known at the end (1-9, 17) leave the slot
+state untouched, so a packet dropped for one of them has written only bytes that are never read.
+
+Member buffers and the rotation: member ``m`` of slot ``s`` is in buffer ``(m + rot) mod G`` of the slot
+(``rot`` in the slot state, 0 after reset). A live chunk has fewer contributions than its group (it would
+be complete otherwise), so the lowest member position it has not stored (``mmask``) names a buffer it does
+not use; an evicting claim writes there, and its commit sets ``rot`` so that its member is that buffer.
+The completion record carries ``rot`` to the reduce engine, which reads members ``rot``, ``rot + 1``, ...
+round the slot's buffers. The cost: ``log2 G + G`` bits of slot state per slot and a small adder in E;
+no memory.
 
 Below 512 bits the header fills whole beats, so the header beat carries no payload and a packet writes and
 commits only on later beats (one that ends on its header beat has an upstream code, ``bad_count`` or
@@ -203,6 +212,10 @@ class SlotTable(wiring.Component):
                 "last_job": 16,
                 "last_round": 32,
                 "last_chunk": 32,
+                # Where the members sit: member m in buffer (m + rot) mod G of the slot; and the members
+                # stored (by position in the summation order), for the eviction rule below.
+                "rot": max(1, (G - 1).bit_length()),
+                "mmask": G,
             }
         )
         if self.buffers == "internal":
@@ -365,7 +378,7 @@ class SlotTable(wiring.Component):
                 "foreign": 1,
                 "wclaim": 1,  # a claim's first write: it waits while the slot is busy
                 "rec": 1,  # a last beat with a record for the completion queue (a completion or a re-emit)
-                **({"midx": range(G)} if self.buffers == "external" else {}),
+                **({"midx": range(G)} if self.buffers == "external" else {}),  # its buffer in the slot
             }
         )
         xv = Signal()
@@ -474,7 +487,7 @@ class SlotTable(wiring.Component):
                 e_st.eq(st),
                 e_wpos.eq((r.bytes != 0) & (r.pw >= PW0) & (r_word < NW)),
                 e_pay.eq(r.pw >= PW0),
-                e_addr.eq((r.slot * G + r.midx) * NW + r_word[:16]),
+                e_addr.eq(r.slot * G * NW + r_word[:16]),  # the buffer within the slot is added in E
                 e_nwords.eq((cbytes + (protocol.HEADER_BYTES + B - 1 - PW0 * B)) >> (B.bit_length() - 1)),
                 *[e_gpart[k].eq(sum(r.expected[16 * k + j] for j in range(16))) for k in range(4)],
                 e_cmp.eq(cmp_d),
@@ -677,6 +690,25 @@ class SlotTable(wiring.Component):
                 new.last_chunk.eq(desc.chunk),
             ]
 
+        # Which of the slot's buffers the beat goes to. An evicting claim must not write into a buffer of the
+        # live chunk it would evict, for a code known only at its end (checksums, length, truncation) leaves
+        # that chunk live. It writes into a buffer the live chunk does not use, which exists: a live chunk
+        # has fewer contributions than its group, else it would be complete. When it commits, the rotation
+        # changes so that its member is in that buffer; the others are free after an eviction.
+        def addmod(a, b):
+            t = Signal(len(st_e.rot) + 1)
+            m.d.comb += t.eq(a + b)
+            return Mux(t >= G, t - G, t)[: len(st_e.rot)]
+
+        e_m = e.midx[: len(st_e.rot)]
+        pos_own = addmod(e_m, st_e.rot)
+        pos_free = addmod(_lowest_index(~st_e.mmask), st_e.rot)
+        w_buf = Signal(len(st_e.rot))
+        m.d.comb += w_buf.eq(Mux(out.evict, pos_free, pos_own))
+        with m.If(out.evict):
+            m.d.comb += new.rot.eq(Mux(pos_free >= e_m, pos_free - e_m, pos_free + G - e_m))
+        m.d.comb += new.mmask.eq(Mux(claims[1], 0, st_e.mmask) | (Const(1, G + 1) << e.midx)[:G])
+
         low_code = Const(0, 5)
         for k in reversed(range(ngroups)):
             low_code = Mux(e_gany[k], Cat(e_gidx[k], Const(k, 2)), low_code)
@@ -687,7 +719,7 @@ class SlotTable(wiring.Component):
         # ``en_xd`` are its copies, below).
         wclaim_n, rec_n = Signal(init=1), Signal(init=1)  # ~x.wclaim, ~x.rec
         with m.If(en_xd):
-            m.d.sync += [x.data.eq(e.data), x.addr.eq(e_addr)]
+            m.d.sync += [x.data.eq(e.data), x.addr.eq(e_addr + w_buf * NW)]
         with m.If(en_x):
             rec_next = ev & e.last & ((no_drop & completes) | reemit)
             m.d.sync += [
@@ -719,7 +751,7 @@ class SlotTable(wiring.Component):
                 x.foreign.eq(e.foreign),
             ]
             if self.buffers == "external":
-                m.d.sync += x.midx.eq(e.midx)
+                m.d.sync += x.midx.eq(w_buf)  # the buffer within the slot (rotated)
 
         # Whether any drop code applies was decided in E; the code itself, for the counters, is formed here.
         slot_drop = Signal(32)
@@ -751,6 +783,7 @@ class SlotTable(wiring.Component):
             rec.desc.group.eq(x.new.group),
             rec.bitmap.eq(x.new.bitmap),
             rec.mdest.eq(x.mdest),
+            rec.rot.eq(x.new.rot),
         ]
         # The completion output has a skid register of its own (loaded while empty, held when a record
         # went by unaccepted), so the queue's ``ready`` does not reach the stall: X waits only when it has a
