@@ -147,10 +147,12 @@ class BurstWriter(wiring.Component):
     held); BVALID is taken while the port's response queue has room.
     """
 
-    def __init__(self, *, mem_map, data_depth=None, outstanding=32, margin=16):
+    def __init__(self, *, mem_map, data_depth=None, outstanding=64, margin=16):
         self.map = mm = mem_map
         self.data_depth = data_depth or 1 << (2 * mm.words + 2 * margin - 1).bit_length()
         self.outstanding, self.margin = outstanding, margin
+        # Bursts waiting for their write response: the slot table holds at most a few packet ends.
+        self.burst_margin = 8
         sig = AXI4Signature(data_width=mm.width, addr_width=mm.addr_width, id_width=1, read=False)
         super().__init__(
             {
@@ -211,7 +213,8 @@ class BurstWriter(wiring.Component):
             nbeat.eq(Mux(self.wr_end, 0, total)),
             self.closed.eq(self.closed + close),
             self.room.eq(
-                (dq.level <= self.data_depth - self.margin) & (rq.level <= self.outstanding - self.margin)
+                (dq.level <= self.data_depth - self.margin)
+                & (rq.level <= self.outstanding - self.burst_margin)
             ),
         ]
 
