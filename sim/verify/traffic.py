@@ -29,7 +29,17 @@ from ...host.protocol import (
 )
 from ...spec import addressing
 
-__all__ = ["contrib", "random_elements", "scenario", "frame_of", "HEADER_FAULTS", "FRAME_FAULTS"]
+__all__ = [
+    "contrib",
+    "random_elements",
+    "scenario",
+    "frame_of",
+    "HEADER_FAULTS",
+    "FRAME_FAULTS",
+    "LATE_DROPS",
+    "late_drop",
+    "evict_drop_scenario",
+]
 
 
 def contrib(*, job, round, chunk, src, group, dtype, elems_bits, flags=0, **override):
@@ -322,3 +332,110 @@ def scenario(
         if rng.random() < faults:  # a damaged copy, so that no contribution is lost for good
             out.append(frame_fault(rng, f, FRAME_FAULTS[int(rng.integers(0, len(FRAME_FAULTS)))]))
     return jobs, out[:n_packets]
+
+
+#: Ways a CONTRIB with a valid header can fail a rule the slot table learns only at the packet's end, after
+#: it has decided on the header (the frame parser's codes 1-8 and ``bad_length`` ride on the last beat), by
+#: entry point, each with the code it must be dropped under.
+LATE_DROPS = {
+    "frame": {
+        "truncated": 1,
+        "not_ipv4": 2,
+        "fragment": 3,
+        "ip_checksum": 4,
+        "not_udp": 5,
+        "port": 6,
+        "udp_length": 7,
+        "udp_checksum": 8,
+        "count_long": 17,
+        "count_short": 17,
+    },
+    "payload": {"count_long": 17, "count_short": 17},
+}
+
+
+def late_drop(payload, kind, *, src, frames):
+    """``payload`` (a valid CONTRIB) as a packet that fails the late rule ``kind`` of :data:`LATE_DROPS`: a
+    frame when ``frames``, else the bare payload. Deterministic, so that a failure names one packet."""
+    if kind in ("count_long", "count_short"):
+        h = np.frombuffer(payload[:HEADER_BYTES], HEADER_DTYPE)[0]
+        size = DType(int(h["dtype"])).size
+        body = payload[HEADER_BYTES:]
+        # One element more than ``count`` says, or one fewer: the UDP length is consistent, the count is not.
+        body = body + body[:size] if kind == "count_long" else body[:-size]
+        payload = payload[:HEADER_BYTES] + body
+        return frame_of(payload, src=src) if frames else payload
+    if not frames:
+        raise ValueError(
+            f"The late drop {kind!r} needs a frame; bare payloads have only count_long and count_short."
+        )
+    f = bytearray(frame_of(payload, src=src))
+
+    def fix_ip():
+        f[24:26] = b"\0\0"
+        f[24:26] = fr.ipv4_checksum(bytes(f[14:34])).to_bytes(2, "big")
+
+    if kind == "truncated":
+        f = f[:-2]  # shorter than the IPv4 total length: the last element is cut
+    elif kind == "not_ipv4":
+        f[12:14] = b"\x86\xdd"
+    elif kind == "fragment":
+        f[20] |= 0x20
+        fix_ip()
+    elif kind == "ip_checksum":
+        f[24] ^= 0x01
+    elif kind == "not_udp":
+        f[23] = 6
+        fix_ip()
+    elif kind == "port":
+        f[36:38] = (UDP_PORT + 1).to_bytes(2, "big")
+    elif kind == "udp_length":
+        f[38:40] = (int.from_bytes(f[38:40], "big") - 4).to_bytes(2, "big")
+    elif kind == "udp_checksum":
+        c = int.from_bytes(f[40:42], "big") ^ 0x0101  # never 0, which would mean "not computed"
+        f[40:42] = (c or 0x0101).to_bytes(2, "big")
+    else:
+        raise ValueError(f"Unknown late drop {kind!r}; the kinds are {sorted(LATE_DROPS['frame'])}.")
+    return bytes(f)
+
+
+def evict_drop_scenario(kind, *, frames, slots=2, job=0):
+    """A dropped CONTRIB that would evict a live chunk, and the chunk it must leave intact.
+
+    Three sites, one round, the group summed in the order [1, 2, 0]; the site of rank 2, a core of
+    ``slots`` slots (chunk c in slot c mod S; with S = 2 chunks 1, 3, 5, 7 below are 1, 1 + S, 1 + 2S,
+    1 + 3S). Chunk 1 completes (the slot's shadow), rank 1 contributes [1, 1] to chunk 5 (the slot is live
+    with it), rank 1 sends chunk 3 with [1000, 1000] (older than 5, newer than the shadow: it would evict
+    5) in a packet that fails the late rule ``kind`` (:data:`LATE_DROPS`; None: a valid packet, a real
+    eviction), and ranks 2 and 0 contribute [2, 2] and [4, 4] to chunk 5. A late drop must leave chunk 5's
+    RESULT at [7, 7]. Then ranks 2 and 0 send chunk 3 (which completes it after a real eviction) and every
+    rank chunk 7, so that the slot's buffers are used again after the packet.
+
+    Returns ``(jobs, packets, rank)``; the core needs 3 members and 8 chunk bytes (fp32 pairs).
+    """
+    order = (1, 2, 0)
+    rank = 2
+
+    def pay(k, src, value):
+        chunk = 1 + (k // 2) * slots  # the scenario's chunk k (1, 3, 5, 7), in slot 1
+        bits = np.full(2, value, np.float32).view(np.uint32)
+        return contrib(job=job, round=0, chunk=chunk, src=src, group=0, dtype=DType.FP32, elems_bits=bits)
+
+    def pkt(chunk, src, value):
+        p = pay(chunk, src, value)
+        return frame_of(p, src=src) if frames else p
+
+    packets = [pkt(1, r, 10.0 * (r + 1)) for r in order]
+    packets.append(pkt(5, 1, 1.0))
+    bad = pay(3, 1, 1000.0)
+    packets.append(
+        (frame_of(bad, src=1) if frames else bad)
+        if kind is None
+        else late_drop(bad, kind, src=1, frames=frames)
+    )
+    packets += [pkt(5, 2, 2.0), pkt(5, 0, 4.0)]
+    # Chunk 3 from the other two (it completes after a real eviction, and is stale after a drop), then a
+    # chunk that claims the slot anew in both cases.
+    packets += [pkt(3, r, 100.0 * (r + 1)) for r in (2, 0)]
+    packets += [pkt(7, r, 0.5 * (r + 1)) for r in order]
+    return {job: [order]}, packets, rank
