@@ -275,10 +275,11 @@ class MemPrefetch(wiring.Component):
     ``werr``/``werr_slot``: from the :class:`BurstWriter`; ``errors`` (error responses) and ``drops``
     (chunks dropped for them), counters.
     Stages: A waits until every burst written before the record came was retired (and takes the slot's
-    write-error bit); B waits for the chunk's frame and issues one read burst per member, ID = frame *
-    2**ceil(log2 G_max) + member; the R beats of all ports (one per cycle, lowest port first) are written
-    into their frame; C hands records to ``o`` in arrival order once their frame is complete (replays at
-    once, dropped chunks not at all). Outstanding reads: up to ``frames`` chunks of G_max bursts each.
+    write-error bit); B waits for the chunk's frame and issues one read burst per member m, from the
+    slot's buffer b = (m + rot) mod G_max into the frame's buffer b, ID = frame * 2**ceil(log2 G_max) + b;
+    the R beats of all ports (one per cycle, lowest port first) are written into their frame; C hands
+    records to ``o`` in arrival order once their frame is complete (replays at once, dropped chunks not at
+    all). Outstanding reads: up to ``frames`` chunks of G_max bursts each.
     Latency: A 2 cycles after the gate opens, B one AR per cycle, C the cycle after the last beat.
     Back-pressure: ARREADY holds B; ``o.ready`` holds C; RREADY is high for the port chosen.
     """
@@ -362,11 +363,16 @@ class MemPrefetch(wiring.Component):
         b = Signal(rec_l)
         bf = self._frame_of(b.slot)
         b_has = Signal()  # B holds its frame and is issuing
-        port, base = mm.address(b.slot, b_m)
+        # Member m of the chunk is in buffer (m + rot) mod G_max of its slot (the slot table's rotation);
+        # it goes to the same buffer of the frame, where the reduce engine reads it.
+        b_t = Signal(range(2 * G + 1))
+        b_buf = Signal(range(G))
+        m.d.comb += [b_t.eq(b.rot + b_m), b_buf.eq(Mux(b_t >= G, b_t - G, b_t))]
+        port, base = mm.address(b.slot, b_buf)
         ar_go = []
         for k, p in enumerate(ports):
             m.d.comb += [
-                p.arid.eq(Cat(b_m[: (self.gp - 1).bit_length()], bf) if self.gp > 1 else bf),
+                p.arid.eq(Cat(b_buf[: (self.gp - 1).bit_length()], bf) if self.gp > 1 else bf),
                 p.araddr.eq(base),
                 p.arlen.eq(b.nwords - 1),
                 p.arsize.eq((mm.lanes - 1).bit_length()),

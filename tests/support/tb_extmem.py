@@ -8,7 +8,8 @@ back-pressure, random pauses on every AXI channel); reads are answered out of or
 RESULT byte and every counter must equal the golden model's, no memory error may be reported, and the
 handshake checker watches every port. ``extmem_error_drops_chunk`` answers every access to one member
 buffer with SLVERR: the chunks of that slot are dropped and counted, never summed, and every RESULT that
-does leave is one the golden model sent.
+does leave is one the golden model sent. ``extmem_evict_drop`` runs the slot table's eviction scenario
+(``traffic.evict_drop_scenario``) under every late drop code.
 """
 
 import cocotb
@@ -70,8 +71,38 @@ def _workload(p, seed):
     return golden, packets, expected, writes
 
 
-async def _run(dut, p, seed, *, lat_hi, pause, idle, backpressure, bad=None):
-    golden, packets, expected, writes = _workload(p, seed)
+def _evict_workload(p, kind):
+    jobs, packets, rank = traffic.evict_drop_scenario(kind, frames=True, slots=p["slots"])
+    golden = GoldenAggregator(
+        rank=rank,
+        jobs=jobs,
+        slots=p["slots"],
+        members=p["members"],
+        slot_bytes=p["slot_bytes"],
+        mac=tb_core.MAC,
+        ip=tb_core.IP,
+        destinations=tb_core.DESTS,
+    )
+    expected = []
+    for pkt in packets:
+        expected += golden.feed_frame(pkt)
+    writes = control.config_writes(
+        rank=rank,
+        jobs=jobs,
+        destinations=tb_core.DESTS,
+        mac=tb_core.MAC,
+        ip=tb_core.IP,
+        max_jobs=p["jobs"],
+        rounds=p["rounds"],
+        members=p["members"],
+        max_dests=len(tb_core.DESTS),
+        slots=p["slots"],
+    )
+    return golden, packets, expected, writes
+
+
+async def _run(dut, p, seed, *, lat_hi, pause, idle, backpressure, bad=None, workload=None):
+    golden, packets, expected, writes = workload or _workload(p, seed)
     tb = tb_core.TB(dut, width=p["width"], idle=idle, backpressure=backpressure, seed=seed)
     await tb.reset()
     rams = []
@@ -136,3 +167,18 @@ async def extmem_error_drops_chunk(dut):
         assert bytes(a) in allowed, f"output packet {n} is none of the golden model's:\n{a.hex()}"
     assert len(got) < len(expected), "every RESULT left although chunks were dropped"
     assert counters["results"] == golden.counters["results"], "the slot table's completions changed"
+
+
+@cocotb.test()
+@cocotb.parametrize(kind=[None, *traffic.LATE_DROPS["frame"]])
+async def extmem_evict_drop(dut, kind):
+    """A CONTRIB that would evict a live chunk and is dropped at its end leaves that chunk intact (the
+    slot table's rotation, written to external memory): RESULTs and counters equal the golden model's."""
+    p = runner.params()
+    golden, expected, got, counters = await _run(
+        dut, p, 7, lat_hi=200, pause=0.3, idle=0.0, backpressure=0.0, workload=_evict_workload(p, kind)
+    )
+    assert counters == golden.counters, f"{kind}: counters differ from the golden model"
+    assert len(got) == len(expected), f"{kind}: {len(got)} packets out, the golden model sent {len(expected)}"
+    for n, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a == b, f"{kind}: output packet {n} differs from the golden model:\n{a.hex()}\n{b.hex()}"
