@@ -84,9 +84,11 @@ WRAP_REGS = {
     "RX_KEEP": 4,
     "RX_OVERSIZE": 5,
     "TX_FRAMES": 6,
+    "MEM_ERRORS": 13,
+    "MEM_DROPS": 14,
     "CLEAR": 15,
 }
-_MAX_OUTPUTS = WRAP_REGS["CLEAR"] - WRAP_REGS["TX_FRAMES"]
+_MAX_OUTPUTS = WRAP_REGS["MEM_ERRORS"] - WRAP_REGS["TX_FRAMES"]
 
 _OKAY, _SLVERR = 0b00, 0b10
 
@@ -484,6 +486,10 @@ class AXIAggregator(wiring.Component):
         ports = {"s_axis": In(AXIStreamSignature(W)), "s_axil": In(AXILiteSignature())}
         for name in self.outputs:
             ports[self.axis_name(name)] = Out(AXIStreamSignature(W))
+        # External member buffers: the core's AXI4 master ports leave as they are, as m_axi_mem<k>.
+        self.mem_ports = [name for name in members if name.startswith("mem") and name[3:].isdigit()]
+        for name in self.mem_ports:
+            ports[f"m_axi_{name}"] = Out(members[name].signature)
         super().__init__(ports)
 
     @staticmethod
@@ -532,6 +538,9 @@ class AXIAggregator(wiring.Component):
             ]
             tx_events.append(dst.tvalid & dst.tready & dst.tlast)
 
+        for name in self.mem_ports:
+            wiring.connect(m, getattr(core, name), wiring.flipped(getattr(self, f"m_axi_{name}")))
+
         # Control.
         m.submodules.bridge = bridge = AXILiteBridge(ctl_domain=self.ctl_domain)
         wiring.connect(m, wiring.flipped(self.s_axil), bridge.axil)
@@ -567,4 +576,9 @@ class AXIAggregator(wiring.Component):
             for k, ctr in enumerate(tx_counters):
                 with m.Case(WRAP_REGS["TX_FRAMES"] + k):
                     m.d.comb += bridge.wrap_rdata.eq(ctr)
+            if self.mem_ports:
+                # The external memory's error responses and the chunks dropped for them (free-running).
+                for reg in ("MEM_ERRORS", "MEM_DROPS"):
+                    with m.Case(WRAP_REGS[reg]):
+                        m.d.comb += bridge.wrap_rdata.eq(getattr(core, reg.lower()))
         return m

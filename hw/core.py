@@ -32,6 +32,7 @@ from amaranth.lib.wiring import In, Out
 from ..spec import protocol
 from .bypass import BypassBuffer
 from .control import Control, ControlSignature
+from .extmem import AXI4Signature, BurstWriter, ExtMemMap, MemPrefetch, axi4_fields
 from .fanout import Fanout
 from .frame_parser import FrameParser
 from .header_parser import HeaderParser
@@ -76,7 +77,14 @@ class AggregatorCore(wiring.Component):
         bypass_frames=64,
         adder=None,
         formats=None,
+        buffers="internal",
+        mem_ports=1,
+        mem_addr_width=34,
+        mem_id_width=None,
+        mem_frames=16,
     ):
+        if buffers not in ("internal", "external"):
+            raise ValueError(f"The member buffers must be 'internal' or 'external', not {buffers!r}.")
         if entry not in ("frame", "payload"):
             raise ValueError(f"The entry point must be 'frame' or 'payload', not {entry!r}.")
         check_width(width)
@@ -85,8 +93,24 @@ class AggregatorCore(wiring.Component):
         self.width, self.slots, self.members, self.slot_bytes = width, slots, members, slot_bytes
         self.dests, self.jobs, self.rounds, self.entry, self.port = dests, jobs, rounds, entry, port
         self.words = payload_words(width, slot_bytes)
-        self.slot_table = SlotTable(width=width, slots=slots, members=members, slot_bytes=slot_bytes)
+        self.buffers = buffers
+        self.slot_table = SlotTable(
+            width=width, slots=slots, members=members, slot_bytes=slot_bytes, buffers=buffers
+        )
+        self.ext = None
+        if buffers == "external":
+            self.ext = _external(
+                width=width,
+                slots=slots,
+                members=members,
+                words=self.words,
+                ports=mem_ports,
+                addr_width=mem_addr_width,
+                id_width=mem_id_width,
+                frames=mem_frames,
+            )
         self.reduce = Reduce(
+            frames=self.ext["frames"] if self.ext else None,
             width=width,
             slots=slots,
             members=members,
@@ -114,6 +138,14 @@ class AggregatorCore(wiring.Component):
         }
         if self.bypass_buffer is not None:
             ports["bypass"] = Out(stream.Signature(Beat(width)))
+        if self.ext:
+            mm = self.ext["map"]
+            for k in range(mm.ports):
+                ports[f"mem{k}"] = Out(
+                    AXI4Signature(data_width=width, addr_width=mm.addr_width, id_width=self.ext["id_width"])
+                )
+            ports["mem_errors"] = Out(32)
+            ports["mem_drops"] = Out(32)
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -190,7 +222,21 @@ class AggregatorCore(wiring.Component):
             m.d.comb += sched.sched_order[k].eq(ctl.sched_order[k])
 
         m.submodules.slots = slots = self.slot_table
-        wiring.connect(m, sched.o, slots.i)
+        if self.ext:
+            # The writer's room holds the slot table's input, so every beat it stores has a place.
+            m.submodules.writer = writer = BurstWriter(mem_map=self.ext["map"])
+            m.d.comb += [
+                slots.i.payload.eq(sched.o.payload),
+                slots.i.valid.eq(sched.o.valid & writer.room),
+                sched.o.ready.eq(slots.i.ready & writer.room),
+                writer.wr_en.eq(slots.wr_en),
+                writer.wr_end.eq(slots.wr_end),
+                writer.wr_slot.eq(slots.wr_slot),
+                writer.wr_member.eq(slots.wr_member),
+                writer.wr_data.eq(slots.wr_data),
+            ]
+        else:
+            wiring.connect(m, sched.o, slots.i)
         m.d.comb += [
             ctl.ev_valid.eq(slots.ev_valid),
             ctl.ev_code.eq(slots.ev_code),
@@ -226,15 +272,23 @@ class AggregatorCore(wiring.Component):
             queue.w_data.eq(slots.done.payload),
             queue.w_en.eq(slots.done.valid),
             slots.done.ready.eq(queue.w_rdy),
-            red.i.payload.eq(queue.r_data),
-            red.i.valid.eq(queue.r_rdy),
-            queue.r_en.eq(red.i.ready),
-            slots.release.eq(red.release),
-            slots.release_slot.eq(red.release_slot),
+        ]
+        if not self.ext:
+            m.d.comb += [
+                red.i.payload.eq(queue.r_data),
+                red.i.valid.eq(queue.r_rdy),
+                queue.r_en.eq(red.i.ready),
+                slots.release.eq(red.release),
+                slots.release_slot.eq(red.release_slot),
+            ]
+        m.d.comb += [
             ctl.reduce_read.eq(red.read_strobe),
             ctl.reduce_active.eq(red.active),
         ]
-        wiring.connect(m, red.rd, slots.rd)
+        if self.ext:
+            self._connect_external(m, queue, slots, red, writer)
+        else:
+            wiring.connect(m, red.rd, slots.rd)
 
         m.submodules.result = result = ResultBuilder(width=W, slots=self.slots)
         m.d.comb += result.rank.eq(ctl.rank)
@@ -270,3 +324,54 @@ class AggregatorCore(wiring.Component):
             ctl.out_beat.eq(self.o.valid & self.o.ready),
         ]
         return m
+
+    def _connect_external(self, m, queue, slots, red, writer):
+        """Completions through the prefetcher (external member buffers read into on-chip frames)."""
+        mm = self.ext["map"]
+        m.submodules.prefetch = pre = MemPrefetch(
+            mem_map=mm, frames=self.ext["frames"], id_width=self.ext["id_width"]
+        )
+        m.d.comb += [
+            pre.i.payload.eq(queue.r_data),
+            pre.i.valid.eq(queue.r_rdy),
+            queue.r_en.eq(pre.i.ready),
+            pre.closed.eq(writer.closed),
+            pre.retired.eq(writer.retired),
+            pre.werr.eq(writer.err),
+            pre.werr_slot.eq(writer.err_slot),
+            pre.freed.eq(red.release),
+            pre.freed_slot.eq(red.release_slot),
+            slots.release.eq(pre.release),
+            slots.release_slot.eq(pre.release_slot),
+            self.mem_errors.eq(pre.errors),
+            self.mem_drops.eq(pre.drops),
+        ]
+        wiring.connect(m, pre.o, red.i)
+        wiring.connect(m, red.rd, pre.rd)
+        for k in range(mm.ports):
+            port = getattr(self, f"mem{k}")
+            for name, (_, direction) in axi4_fields(data_width=1, addr_width=1, id_width=1).items():
+                side = getattr(writer if name.startswith(("aw", "w", "b")) else pre, f"mem{k}")
+                if direction == "out":
+                    m.d.comb += getattr(port, name).eq(getattr(side, name))
+                else:
+                    m.d.comb += getattr(side, name).eq(getattr(port, name))
+
+
+def _external(*, width, slots, members, words, ports, addr_width, id_width, frames):
+    """The external build's memory map, read frames and ID width, checked (``ValueError``)."""
+    if frames < 1 or frames & (frames - 1):
+        raise ValueError(f"The read frames must be a power of two, not {frames}.")
+    frames = min(frames, slots)
+    mm = ExtMemMap(width=width, slots=slots, members=members, words=words, ports=ports, addr_width=addr_width)
+    need = max(1, (frames * (1 << (members - 1).bit_length()) - 1).bit_length())
+    if id_width is None:
+        id_width = need
+    elif not 1 <= id_width <= 32:
+        raise ValueError(f"The AXI ID width must be in 1..32, not {id_width}.")
+    while frames > 1 and need > id_width:
+        frames //= 2
+        need -= 1
+    if need > id_width:
+        raise ValueError(f"An AXI ID of {id_width} bits cannot name the {members} member reads of one chunk.")
+    return {"map": mm, "frames": frames, "id_width": id_width}

@@ -78,18 +78,36 @@ class Reduce(wiring.Component):
     ``stages`` (adder pipeline stages, passed to ``FAdd``; None = its default), ``fifo_depth`` (output
     FIFO beats; at least ``K``), ``adder``/``formats`` (for tests only: a factory ``(fmt, stages) ->
     component`` with ``a``, ``b``, ``en``, ``s`` and ``latency``, and the three formats, in dtype order,
-    with ``width``).
+    with ``width``), ``frames`` (the read port's space in chunks: None = ``slots``; fewer, a power of two,
+    when the member buffers are staged on chip from external memory and slot s is read from frame s mod
+    ``frames``).
     Ports: ``i`` (completions), ``rd`` (read port into the slot table's buffers), ``o`` (summed beats in
     payload order, :func:`ResultWord`), ``release`` / ``release_slot`` (the last read of a chunk was
     issued), ``read_strobe`` and ``active`` (for the performance counters).
     """
 
     def __init__(
-        self, *, width, slots, members, words, stages=None, fifo_depth=None, adder=None, formats=None
+        self,
+        *,
+        width,
+        slots,
+        members,
+        words,
+        stages=None,
+        fifo_depth=None,
+        adder=None,
+        formats=None,
+        frames=None,
     ):
         if words < 1:
             raise ValueError(f"A member buffer must hold at least one beat, not {words}.")
+        frames = slots if frames is None else frames
+        if frames < 1 or frames & (frames - 1) or frames > slots:
+            raise ValueError(
+                f"The read frames must be a power of two no larger than the slots, not {frames}."
+            )
         self.width, self.slots, self.members, self.words = width, slots, members, words
+        self.frames = frames
         self.stages = stages
         self.adder = adder or _default_adder
         self.formats = formats or _formats()
@@ -101,7 +119,7 @@ class Reduce(wiring.Component):
         self.fifo_depth = fifo_depth or max(2 * self.ring, 8)
         if self.fifo_depth < self.ring:
             raise ValueError(f"The output FIFO must hold at least one ring ({self.ring} beats).")
-        depth = slots * members * words
+        depth = frames * members * words
         super().__init__(
             {
                 "i": In(stream.Signature(Completion(slots))),
@@ -397,6 +415,9 @@ class Reduce(wiring.Component):
 
         def base_addr(slot, rot=0):
             # Member 0 of a slot is in its buffer ``rot`` (the slot table's rotation after an eviction).
+            # With fewer read frames than slots (external buffers staged on chip), slot s reads frame s mod F.
+            if self.frames < S:
+                slot = slot[: (self.frames - 1).bit_length()]
             return (slot * G * NW + rot * NW)[:aw]
 
         def base_sh(slot):

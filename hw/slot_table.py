@@ -149,7 +149,9 @@ class SlotTable(wiring.Component):
     the core's bypass verdict).
     """
 
-    def __init__(self, *, width, slots, members, slot_bytes):
+    def __init__(self, *, width, slots, members, slot_bytes, buffers="internal"):
+        if buffers not in ("internal", "external"):
+            raise ValueError(f"The member buffers must be 'internal' or 'external', not {buffers!r}.")
         if slots < 1 or slots & (slots - 1):
             raise ValueError(f"The slot count must be a power of two, not {slots}.")
         if not 1 <= members <= protocol.MAX_RANKS:
@@ -157,13 +159,27 @@ class SlotTable(wiring.Component):
         self.width, self.slots, self.members, self.slot_bytes = width, slots, members, slot_bytes
         self.words = payload_words(width, slot_bytes)
         self.depth = slots * members * self.words
+        self.buffers = buffers
+        if buffers == "internal":
+            store = {
+                "rd": Out(
+                    memory.ReadPort.Signature(addr_width=max(1, (self.depth - 1).bit_length()), shape=width)
+                )
+            }
+        else:
+            # Each stored beat leaves once, in order, with the packet's end: the external memory's writer.
+            store = {
+                "wr_en": Out(1),
+                "wr_end": Out(1),
+                "wr_slot": Out(range(slots)),
+                "wr_member": Out(range(members)),
+                "wr_data": Out(width),
+            }
         super().__init__(
             {
                 "i": In(stream.Signature(ScheduledBeat(width, members, slots))),
                 "done": Out(stream.Signature(Completion(slots))),
-                "rd": Out(
-                    memory.ReadPort.Signature(addr_width=max(1, (self.depth - 1).bit_length()), shape=width)
-                ),
+                **store,
                 "release": In(1),
                 "release_slot": In(range(slots)),
                 "ev_valid": Out(1),
@@ -202,10 +218,15 @@ class SlotTable(wiring.Component):
                 "mmask": G,
             }
         )
-        m.submodules.buffers = buffers = memory.Memory(shape=W, depth=self.depth, init=[])
-        bwp = buffers.write_port()
-        brp = buffers.read_port(domain="sync")
-        wiring.connect(m, wiring.flipped(self.rd), brp)
+        if self.buffers == "internal":
+            m.submodules.buffers = buffers = memory.Memory(shape=W, depth=self.depth, init=[])
+            bwp = buffers.write_port()
+            brp = buffers.read_port(domain="sync")
+            wiring.connect(m, wiring.flipped(self.rd), brp)
+        else:
+            bwp = memory.WritePort.Signature(
+                addr_width=max(1, (self.depth - 1).bit_length()), shape=W
+            ).create()
 
         # The state word is kept in two memories of half its bits each, read at two copies of the address:
         # one read address reaching every LUT-RAM cell of the word was a critical net of the W = 64 core on
@@ -357,6 +378,7 @@ class SlotTable(wiring.Component):
                 "foreign": 1,
                 "wclaim": 1,  # a claim's first write: it waits while the slot is busy
                 "rec": 1,  # a last beat with a record for the completion queue (a completion or a re-emit)
+                **({"midx": range(G)} if self.buffers == "external" else {}),  # its buffer in the slot
             }
         )
         xv = Signal()
@@ -728,6 +750,8 @@ class SlotTable(wiring.Component):
                 x.drops.eq(e.drops),
                 x.foreign.eq(e.foreign),
             ]
+            if self.buffers == "external":
+                m.d.sync += x.midx.eq(w_buf)  # the buffer within the slot (rotated)
 
         # Whether any drop code applies was decided in E; the code itself, for the counters, is formed here.
         slot_drop = Signal(32)
@@ -796,6 +820,15 @@ class SlotTable(wiring.Component):
         # write the same word again, which changes nothing, and no reader depends on their timing (the
         # packets behind read the state before X, through the forwarding, or after it).
         m.d.comb += [bwp.addr.eq(x.addr), bwp.data.eq(x.data), bwp.en.eq(xv & x.wen & ~busy_stall)]
+        if self.buffers == "external":
+            # An external writer must see each beat once: it is handed over when X moves on, not rewritten.
+            m.d.comb += [
+                self.wr_en.eq(go & x.wen),
+                self.wr_end.eq(go & x.last),
+                self.wr_slot.eq(x.slot),
+                self.wr_member.eq(x.midx),
+                self.wr_data.eq(x.data),
+            ]
 
         # The state read of the beat entering D, with the commit written in this cycle (the packet three
         # ahead of it) bypassed in.

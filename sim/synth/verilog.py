@@ -59,6 +59,10 @@ DEFAULTS = {
     "entry": "frame",
     "bypass_bytes": 9216,
     "mod_stages": 16,
+    "buffers": "internal",
+    "mem_ports": 1,
+    "mem_addr_width": 34,
+    "mem_id_width": None,
 }
 #: What the top is: the AXI wrapper around the core, or the bare core.
 KINDS = ("axi", "core")
@@ -95,6 +99,10 @@ def build(*, kind="axi", ctl_domain="axil", fifo_beats=None, **config):
         entry=c["entry"],
         bypass_bytes=c["bypass_bytes"],
         mod_stages=c["mod_stages"],
+        buffers=c["buffers"],
+        mem_ports=c["mem_ports"],
+        mem_addr_width=c["mem_addr_width"],
+        mem_id_width=c["mem_id_width"],
     )
     if kind == "core":
         return core
@@ -131,10 +139,34 @@ _DESCRIPTIONS = {
 }
 
 
+_MEM_DESCRIPTIONS = {
+    "id": "ID: 0 for writes; frame × 2^ceil(log2 G_max) + member for reads",
+    "addr": "byte address: ((slot div K) × G_max + member) × stride",
+    "len": "beats − 1 of the burst (one contribution, or one member buffer read back)",
+    "size": "log2 of W/8: full-width beats",
+    "burst": "INCR",
+    "strb": "all ones",
+    "resp": "SLVERR or DECERR: counted, the chunk dropped",
+    "data": "data, byte b in bits 8b+7:8b",
+    "last": "last beat of the burst",
+    "valid": "valid",
+    "ready": "ready",
+}
+
+
 def _describe(name):
     if name in _DESCRIPTIONS:
         return _DESCRIPTIONS[name]
     tail = name.rsplit("__", 1)[-1]
+    if name.startswith("m_axi_mem") or (name.startswith("mem") and name[3:4].isdigit()):
+        what = _MEM_DESCRIPTIONS.get(tail[2:] if tail[:2] in ("aw", "ar") else tail[1:], "")
+        return (
+            f"AXI4 master {name.split('__')[0]} to external memory (member buffers, docs/extmem.md): {what}"
+        )
+    if name in ("mem_errors", "mem_drops"):
+        return {"mem_errors": "external memory: error responses", "mem_drops": "chunks dropped for them"}[
+            name
+        ]
     for prefix, what in (
         ("s_axis__", "AXI4-Stream in: "),
         (
@@ -220,6 +252,7 @@ def export(out_dir, *, kind="axi", top=None, ctl_domain="axil", fifo_beats=None,
         f"`{top}` ports: {kind} top, W={c['width']}, S={c['slots']}, G={c['members']}, "
         f"C={c['chunk_bytes']} B, D={c['dests']}, {c['jobs']} jobs × {c['rounds']} rounds, "
         f"entry={c['entry']}"
+        + (f", external buffers on {c['mem_ports']} AXI4 ports" if c["buffers"] == "external" else "")
     )
     mpath.write_text(port_table(ports, kind=kind, title=title))
     return {"verilog": vpath, "json": jpath, "ports": mpath}
@@ -382,6 +415,34 @@ def add_arguments(parser):
         f"more flip-flops and latency (16 closes W=64 on ECP5; default: {d['mod_stages']})",
     )
     parser.add_argument(
+        "--buffers",
+        choices=("internal", "external"),
+        default=d["buffers"],
+        help="where the member buffers live: internal (on-chip memory) or external (HBM/DDR behind AXI4 "
+        f"master ports m_axi_mem<k>, slot states on chip; docs/extmem.md) (default: {d['buffers']})",
+    )
+    parser.add_argument(
+        "--mem-ports",
+        type=int,
+        default=d["mem_ports"],
+        choices=(1, 2, 4, 8),
+        help="external buffers: AXI4 master ports K, slots interleaved across them "
+        f"(default: {d['mem_ports']})",
+    )
+    parser.add_argument(
+        "--mem-addr-width",
+        type=int,
+        default=d["mem_addr_width"],
+        help=f"external buffers: AXI address bits per port (default: {d['mem_addr_width']}, 16 GiB)",
+    )
+    parser.add_argument(
+        "--mem-id-width",
+        type=int,
+        default=None,
+        help="external buffers: AXI ID bits; fewer bits, fewer chunks read at once (default: enough for "
+        "16 chunks of G_max member reads)",
+    )
+    parser.add_argument(
         "--top",
         choices=KINDS,
         default="axi",
@@ -425,4 +486,8 @@ def options(args):
         entry=args.entry,
         bypass_bytes=args.bypass_bytes,
         mod_stages=args.mod_stages,
+        buffers=args.buffers,
+        mem_ports=args.mem_ports,
+        mem_addr_width=args.mem_addr_width,
+        mem_id_width=args.mem_id_width,
     )

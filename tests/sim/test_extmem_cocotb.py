@@ -1,0 +1,43 @@
+"""The core with external member buffers on Verilator (cocotb), its AXI4 ports answered by a memory
+model with latency, back-pressure and reordering (``tests.support.tb_extmem``), against the golden model
+at W = 64 and 512 (the W = 512 run is marked slow: its build and five runs take about 8 minutes of
+the shared machine, beyond ``make test``'s budget)."""
+
+import warnings
+
+import pytest
+
+from wanreduce.sim.verilator import runner
+
+pytestmark = pytest.mark.rtl
+
+CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "jobs": 4, "rounds": 64, "mem_ports": 2}
+
+
+def _core(width):
+    from wanreduce.hw.core import AggregatorCore
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AggregatorCore(
+            width=width, dests=2, entry="frame", buffers="external", mem_addr_width=16, **CONFIG
+        )
+
+
+@pytest.mark.parametrize(
+    "width,bank_bits", [(64, 1), pytest.param(512, 0, marks=pytest.mark.slow)], ids=["w64", "w512"]
+)
+def test_extmem_matches_golden(width, bank_bits):
+    core = _core(width)
+    mm = core.ext["map"]
+    params = {
+        "width": width,
+        "n_packets": 200,
+        "seed": width + 1,
+        "ordered": True,
+        "bank_bits": bank_bits,
+        "mem_bytes": 1 << 16,
+        "stride_bytes": mm.stride_bytes,
+        **CONFIG,
+    }
+    runner.run(core, top="agg_core_extmem", module="tests.support.tb_extmem", params=params)
