@@ -32,6 +32,8 @@ from ..spec.errors import WanreduceError
 
 __all__ = [
     "int_in",
+    "probability",
+    "non_negative",
     "load_npy",
     "Outputs",
     "add_force_option",
@@ -53,6 +55,36 @@ def int_in(lo, hi, what):
             raise argparse.ArgumentTypeError(f"{what} must be an integer, not {text!r}") from None
         if not lo <= value <= hi:
             raise argparse.ArgumentTypeError(f"{what} must be in {lo}..{hi}, not {value}")
+        return value
+
+    return convert
+
+
+def probability(what):
+    """An argparse type: a probability in [0, 1), with a message naming the option."""
+
+    def convert(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a probability, not {text!r}") from None
+        if not 0.0 <= value < 1.0:
+            raise argparse.ArgumentTypeError(f"{what} must be in [0, 1), not {text}")
+        return value
+
+    return convert
+
+
+def non_negative(what):
+    """An argparse type: a finite number from 0 up (below a million), with a message naming the option."""
+
+    def convert(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
+        if not 0.0 <= value < 1e6:
+            raise argparse.ArgumentTypeError(f"{what} must be at least 0, not {text}")
         return value
 
     return convert

@@ -14,7 +14,16 @@ from ..hw.layouts import WIDTHS
 from ..sim import figures
 from ..sim.verify import demo
 from ..spec.protocol import DType
-from ._common import Outputs, add_force_option, add_json_option, int_in, print_json, progress
+from ._common import (
+    Outputs,
+    add_force_option,
+    add_json_option,
+    int_in,
+    non_negative,
+    print_json,
+    probability,
+    progress,
+)
 
 __all__ = ["register", "run"]
 
@@ -90,7 +99,7 @@ def register(sub):
     )
     p.add_argument(
         "--jitter-ms",
-        type=_non_negative("--jitter-ms"),
+        type=non_negative("--jitter-ms"),
         default=0.5,
         help="root mode: uniform WAN jitter J in ms the plan absorbs and the WAN adds (default: 0.5)",
     )
@@ -102,14 +111,14 @@ def register(sub):
     )
     p.add_argument(
         "--loss",
-        type=_probability("--loss"),
+        type=probability("--loss"),
         default=0.0,
         metavar="P",
         help="probability that the WAN loses a CONTRIB copy or a RESULT (default: 0)",
     )
     p.add_argument(
         "--dup",
-        type=_probability("--dup"),
+        type=probability("--dup"),
         default=0.0,
         metavar="P",
         help="probability that the WAN delivers a CONTRIB copy or a RESULT twice (default: 0)",
@@ -121,7 +130,7 @@ def register(sub):
     )
     p.add_argument(
         "--corrupt",
-        type=_probability("--corrupt"),
+        type=probability("--corrupt"),
         default=0.0,
         metavar="P",
         help="probability that one bit of a CONTRIB copy flips (default: 0)",
@@ -141,32 +150,6 @@ def register(sub):
     add_force_option(p, "the report file")
     add_json_option(p)
     p.set_defaults(func=run)
-
-
-def _probability(what):
-    def convert(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a probability, not {text!r}") from None
-        if not 0.0 <= value < 1.0:
-            raise argparse.ArgumentTypeError(f"{what} must be in [0, 1), not {text}")
-        return value
-
-    return convert
-
-
-def _non_negative(what):
-    def convert(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
-        if not 0.0 <= value < 1e6:
-            raise argparse.ArgumentTypeError(f"{what} must be at least 0, not {text}")
-        return value
-
-    return convert
 
 
 def run(args):

@@ -26,11 +26,11 @@ from ..host.topology import load_topology
 from ..host.units import format_seconds, format_size, parse_size
 from ..hw.layouts import WIDTHS
 from ..sim.verify.cosim import CLOCK_HZ
+from ..sim.verify.demo import parse_kill
 from ..spec.errors import WanreduceError
 from ..spec.protocol import UDP_PORT, Drop, DType
-from ._common import int_in
+from ._common import int_in, probability
 from .aggd import make_engine
-from .demo import _kill, _probability
 
 __all__ = ["register", "run"]
 
@@ -94,11 +94,11 @@ def register(sub):
         help="schedule search seconds (default: 5)",
     )
     p.add_argument(
-        "--loss", type=_probability("--loss"), default=0.0, metavar="P", help="loss probability (default: 0)"
+        "--loss", type=probability("--loss"), default=0.0, metavar="P", help="loss probability (default: 0)"
     )
     p.add_argument(
         "--dup",
-        type=_probability("--dup"),
+        type=probability("--dup"),
         default=0.0,
         metavar="P",
         help="duplication probability (default: 0)",
@@ -108,7 +108,7 @@ def register(sub):
     )
     p.add_argument(
         "--corrupt",
-        type=_probability("--corrupt"),
+        type=probability("--corrupt"),
         default=0.0,
         metavar="P",
         help="one-bit corruption probability (default: 0)",
@@ -199,14 +199,14 @@ def run(args):
     )
     model = CostModel(topo, params)
     if args.kill:
-        _kill(args.kill, list(topo.sites))
+        parse_kill(args.kill, list(topo.sites))
     _progress(f"searching schedules for {topo.n} sites ({args.time_limit} s)")
     best, _ = optimize(model, time_limit_s=args.time_limit, seed=args.seed)
     if not np.isfinite(best.score_s):
         raise WanreduceError(f"{format_size(memory)} of aggregator memory holds no schedule (infeasible)")
     schedule = plan_to_schedule(best, model)
     layout = site_layout(schedule, dtype=dtype)
-    kill = _kill(args.kill, list(topo.sites), schedule.period) if args.kill else None
+    kill = parse_kill(args.kill, list(topo.sites), schedule.period) if args.kill else None
     print(
         f"{topo.name}: {topo.n} sites over UDP on {args.interface}, {format_size(memory)} of aggregator "
         f"memory each; schedule {best.name}, modelled period {format_seconds(best.period_s)}"
