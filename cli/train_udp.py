@@ -12,6 +12,7 @@ from ..host.costmodel import CostModel, CostParams
 from ..host.schedule import optimize, plan_to_schedule
 from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
+from ..spec.protocol import UDP_PORT
 from ._common import int_in, progress
 
 __all__ = ["add_options", "run_udp"]
@@ -35,8 +36,8 @@ def add_options(p):
     p.add_argument(
         "--port",
         type=int_in(1, 65535, "--port"),
-        default=47000,
-        help="with --transport udp: UDP port (default: 47000)",
+        default=UDP_PORT,
+        help=f"with --transport udp: UDP port (default: {UDP_PORT})",
     )
 
 
