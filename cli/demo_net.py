@@ -259,6 +259,10 @@ def run(args):
             progress=_progress,
         )
     except wan.SiteTimeout as exc:
+        counters = getattr(exc, "counters", None) or []
+        for name, c in zip(topo.sites, counters, strict=False):
+            if c:
+                print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in c.items() if v))
         print(f"demo-net: {exc}", file=sys.stderr)
         print("demo-net: FAIL")
         _write(
