@@ -259,6 +259,10 @@ def run(args):
             progress=_progress,
         )
     except wan.SiteTimeout as exc:
+        counters = getattr(exc, "counters", None) or []
+        for name, c in zip(topo.sites, counters, strict=False):
+            if c:
+                print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in c.items() if v))
         print(f"demo-net: {exc}", file=sys.stderr)
         print("demo-net: FAIL")
         _write(
@@ -323,7 +327,13 @@ def _report(args, topo, schedule, best, layout, tensors, run, base, faulty):
     )
     if faulty:
         print(f"recovery: {retrans} retransmissions on timeout, {resends} on a repeated RESULT")
-    ok = exact and distinct == 1 and equal_rtl and (faulty or not drops)
+    # A timeout that fires before a slow member's RESULT (a loaded machine) resends a chunk that completed:
+    # the aggregators drop the copies as duplicates and answer with their shadow RESULTs. That is the
+    # recovery at work, not a loss: a fault-free run passes with duplicates only if it retransmitted.
+    lost = {k: v for k, v in drops.items() if k != "duplicate" or not (retrans or resends)}
+    if drops and not lost:
+        print(f"  the {drops['duplicate']} duplicates are copies of {retrans + resends} retransmissions")
+    ok = exact and distinct == 1 and equal_rtl and (faulty or not lost)
     report = {
         **base,
         "schedule": [list(map(list, r)) for r in schedule.rounds],
@@ -341,6 +351,7 @@ def _report(args, topo, schedule, best, layout, tensors, run, base, faulty):
         "exact": exact,
         "distinct_results": distinct,
         "drops": drops,
+        "drops_not_from_retransmissions": lost,
         "equal_to_rtl_demo": equal_rtl,
         "rtl_demo_compared_via": how,
         "retransmits": retrans,

@@ -240,7 +240,9 @@ def run_sites(
                     raise WanreduceError(f"the hosts of {schedule.sites[s]} stopped without a word") from None
                 if msg[0] == "timeout":
                     _, text, site, rnd, chunk = msg
-                    raise _diagnose(schedule, aggs, text, site, rnd, chunk, job)
+                    exc = _diagnose(schedule, aggs, text, site, rnd, chunk, job)
+                    exc.counters = _counters(schedule, aggs)
+                    raise exc
                 if msg[0] == "error":
                     raise WanreduceError(f"{schedule.sites[s]}: {msg[1]}")
                 values[s], runs[s] = msg[1], msg[2]
@@ -265,6 +267,18 @@ def run_sites(
     first = np.array([r.first_send_s for r in runs], float)
     last = np.array([r.last_result_s for r in runs], float)
     return SitesRun(values, first, last, runs, counters, wall)
+
+
+def _counters(schedule, aggs):
+    """Every aggregator's counters, or None for one that does not answer in time."""
+    out = []
+    for s, conn in enumerate(aggs):
+        try:
+            conn.send(("counters",))
+            out.append(_expect(conn, "counters", time.monotonic() + STOP_S, schedule.sites[s])[1])
+        except (WanreduceError, OSError):
+            out.append(None)
+    return out
 
 
 def _stop(procs, conns):

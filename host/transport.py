@@ -51,7 +51,7 @@ BACKOFF_STEPS = 2
 RTO_CAP = 8
 #: The timeout before any RESULT has been timed (RFC 6298's initial RTO): the first window of a run
 #: meets every process starting at once.
-INITIAL_RTO_S = 1.0
+INITIAL_RTO_S = 2.0
 #: A timeout is at least this many times the slowest RESULT timed so far: a chunk's RESULT waits for the
 #: member that sends it last, and members of a round come from rounds that ended at different times.
 RTT_MAX_FACTOR = 3

@@ -59,17 +59,28 @@ class RtlEngine:
         )
         self.cores.configure(0, writes)
         self.period = schedule.period
+        self.members = [set(members_of(schedule, rank, r)[1]) for r in range(schedule.period)]
+        self.arrived = {}
         self.clock_hz = clock_hz
         self.drain = 2 * core.members * core.words + _DRAIN_FIXED
         self.t0 = time.monotonic()
 
-    def feed_frame(self, frame):
+    def feed_frame(self, frame, *, completes=True):
         cycle = int((time.monotonic() - self.t0) * self.clock_hz)
-        outs = self.cores.feed(0, cycle, [frame], drain=self.drain)
+        outs = self.cores.feed(0, cycle, [frame], drain=self.drain if completes else 8)
         return [parse_frame(f, port=UDP_PORT)[0] for _, f in outs]
 
     def feed(self, payload):
-        return self.feed_frame(contrib_frame_of(payload, period=self.period))
+        # As the co-simulation does: a datagram that cannot complete its chunk (by the schedule) produces no
+        # RESULT, so the core runs only until it has taken it in; one that can runs until its RESULT is out.
+        h = bytes(payload[:32])
+        completes = True
+        if len(h) == 32:
+            key = (h[6:8], int.from_bytes(h[8:12], "big"), h[12:16])
+            got = self.arrived.setdefault(key, set())
+            got.add(int.from_bytes(h[16:18], "big"))
+            completes = got >= self.members[key[1] % self.period]
+        return self.feed_frame(contrib_frame_of(payload, period=self.period), completes=completes)
 
     def counters(self):
         return self.cores.counters(0)
