@@ -202,6 +202,11 @@ def lm_table_text(result):
     return "\n".join(lines)
 
 
+def _fmt(value, spec, unit=""):
+    """A table cell: blank where a run has no such figure (a method without an evaluation, say)."""
+    return "" if value is None else f"{format(value, spec)}{unit}"
+
+
 def table_text(result):
     """The README table: time to target and ratio to colocated, per method."""
     lines = [
@@ -216,9 +221,9 @@ def table_text(result):
         t, r = e["time_to_target_s"], e["ratio_vs_colocated"]
         steps = e["steps_to_target"] if t is not None else "not reached"
         lines.append(
-            f"| {name} | {e['note']} | {e['sync_s']:,.2f} s | {e['s_per_step']:,.3f} "
-            f"({e['step_ratio_vs_colocated']:,.2f}) | {steps} | "
-            f"{'' if t is None else f'{t:,.0f} s'} | {'' if r is None else f'{r:,.2f}'} |"
+            f"| {name} | {e['note']} | {_fmt(e['sync_s'], ',.2f', ' s')} | {_fmt(e['s_per_step'], ',.3f')} "
+            f"({_fmt(e['step_ratio_vs_colocated'], ',.2f')}) | {steps} | "
+            f"{_fmt(t, ',.0f', ' s')} | {_fmt(r, ',.2f')} |"
         )
     return "\n".join(lines)
 
@@ -263,7 +268,7 @@ def _run_lm(args, methods):
     base = _setting(args)
     outs = Outputs(force=args.force)
     out_json = outs.add(args.output, "--output")
-    out_png = outs.add(args.plot, "--plot")
+    out_png = outs.add(_figure(args.plot), "--plot")
     progress("train", base.describe())
     result = run_lm_experiment(cfg, base, log=lambda text: progress("train", text))
     with outs.commit():
@@ -284,6 +289,17 @@ def _run_lm(args, methods):
     else:
         print("no wanreduce method reached the target loss")
     return 0
+
+
+#: Figure formats matplotlib writes by the file's extension.
+FIGURE_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _figure(path):
+    """``--plot``'s path, checked before a run of minutes rather than after it."""
+    if os.path.splitext(path)[1].lower() not in FIGURE_FORMATS:
+        raise WanreduceError(f"--plot {path!r} must be a .png, .svg or .pdf file")
+    return path
 
 
 def run(args):
@@ -313,7 +329,7 @@ def run(args):
     base = _setting(args)
     outs = Outputs(force=args.force)
     out_json = outs.add(args.output, "--output")
-    out_png = outs.add(args.plot, "--plot")
+    out_png = outs.add(_figure(args.plot), "--plot")
     progress("train", base.describe())
     prov = figures.provenance(_SOURCES, ["wanreduce", "train", *_argv(args)], output=args.output)
     result = run_experiment(cfg, base, log=lambda text: progress("train", text))

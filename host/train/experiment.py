@@ -306,11 +306,15 @@ def plot(result, path):
         if not e.get("available"):
             continue
         curve = np.array(e["curve"])
-        curve = curve[curve[:, 0] > 0]  # the untrained model at time 0 has no place on a log axis
+        curve = curve[curve[:, 0] > 0] if curve.size else curve.reshape(0, 2)
+        # (the untrained model at time 0 has no place on a log axis)
         ttt = e.get("time_to_target_s")
         label = f"{name} ({ttt:,.0f} s)" if ttt is not None else f"{name} (not reached)"
         color, ls = styles.get(name, (None, "-" if name.startswith("wanreduce") else "-."))
         color = color or next(palette)
+        if not len(curve):
+            ax.plot([], [], color=color, linestyle=ls, label=label + ", no evaluation in the run")
+            continue
         if curve[0, 0] > right:
             ax.plot([], [], color=color, linestyle=ls, label=label + ", off the chart")
             continue

@@ -323,3 +323,12 @@ def test_rtl_add_operands_are_checked_before_the_rtl(capsys, tmp_path):
     for name, message in (("empty", "holds no operand pairs"), ("f64", ".view(uint32)")):
         code, _, err = run(capsys, "rtl-add", str(tmp_path / f"{name}.npy"), str(tmp_path / "out.npy"))
         assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_train_checks_its_figure_before_training(capsys, tmp_path):
+    code = main(
+        ["train", "--task", "digits", "--plot", str(tmp_path / "x.txt"), "-o", str(tmp_path / "t.json")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "must be a .png, .svg or .pdf file" in err and err.count("\n") == 1
+    assert not (tmp_path / "t.json").exists()
