@@ -39,3 +39,28 @@ def test_broken_figures_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["figures", "render", "--root", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not exist" in err[0]
+
+
+def test_train_figures_name_every_method_and_sweep_point():
+    from wanreduce.cli.train import train_figures
+
+    result = {
+        "methods": {
+            "wanreduce-ample": {
+                "available": True,
+                "s_per_step": 1.325,
+                "step_ratio_vs_colocated": 1.33,
+                "time_to_target_s": None,
+                "ratio_vs_colocated": None,
+            },
+            "gone": {"available": False},
+        },
+        "compute_sweep": [{"tokens_per_step": 1048576, "ratio_vs_colocated": 1.08}],
+    }
+    assert train_figures(result) == {
+        "train_wanreduce_ample_step_s": 1.325,
+        "train_wanreduce_ample_step_vs_colocated": 1.33,
+        "train_wanreduce_ample_time_to_target_s": "not reached",
+        "train_wanreduce_ample_vs_colocated": "",
+        "train_sweep_1048576_vs_colocated": 1.08,
+    }
