@@ -2,6 +2,7 @@
 (:mod:`wanreduce.sim.figures`)."""
 
 import sys
+from pathlib import Path
 
 from ..sim import figures
 
@@ -30,24 +31,33 @@ def register(sub):
         help="refresh: only the commands that contain one of these comma-separated texts "
         "(e.g. 'wanreduce demo,--only model')",
     )
+    p.add_argument(
+        "--root",
+        default=None,
+        help="the checkout whose README.md, docs/ and docs/figures.json to use (default: this repository)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args):
+    root = figures.ROOT if args.root is None else Path(args.root)
+    if not (root / figures.FIGURES_FILE).is_file():
+        print(f"wanreduce figures: error: {root / figures.FIGURES_FILE} does not exist", file=sys.stderr)
+        return 2
     try:
         if args.action == "render":
-            changed = figures.render()
+            changed = figures.render(root)
             print(
                 f"figures: rendered {len(changed)} file(s)" + (f": {', '.join(changed)}" if changed else "")
             )
             return 0
         if args.action == "refresh":
             only = [part for part in args.only.split(",") if part]
-            ran, failed = figures.refresh(run=not args.no_run, only=only)
+            ran, failed = figures.refresh(root, run=not args.no_run, only=only)
             for cmd in failed:
                 print(f"figures: failed: {cmd}", file=sys.stderr)
             print(f"figures: ran {len(ran)} command(s), {len(failed)} failed")
-        problems = figures.check()
+        problems = figures.check(root)
     except figures.FiguresError as exc:
         print(f"wanreduce figures: error: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ A **record** is one figure of one run::
 
     {"value": 0.2268, "unit": "s", "status": "ok", "commit": "30e2f07", "digest": "sha256:...",
      "sources": ["hw", "spec", "host"], "command": "wanreduce demo", "output": "build/demo.json",
-     "cores": 2, "date": "2026-12-04T15:02:11Z", "runs": 1, "note": "one deterministic run"}
+     "cores": 2, "load": 3.1, "date": "2026-12-04T15:02:11Z", "runs": 1, "note": "one deterministic run"}
 
 ``digest`` is a hash of the files under ``sources`` (folders or files of the repository, as the working tree
 holds them), so a figure is current exactly while the code it depends on is unchanged. ``command`` is what
@@ -21,7 +21,9 @@ quoted figures whose sources changed, and :func:`refresh` reruns the commands of
 and takes their new records. ``docs/figures.md`` says how to add a figure.
 
 Template fields are ``{name}``, ``{name:spec}`` or ``{name*K:spec}`` / ``{name/K:spec}`` with ``K`` a number
-and ``spec`` a Python format specification (``{demo_sim_s*1e3:.1f}`` is milliseconds to one decimal).
+and ``spec`` a Python format specification, or ``{name@field}`` for a field of the record (``load``,
+``cores``, ``date``) (``{demo_sim_s*1e3:.1f}`` is milliseconds to one decimal). A
+figure whose record is ``stale`` is rendered with :data:`STALE_MARK` after it.
 """
 
 import datetime
@@ -58,11 +60,13 @@ __all__ = [
 #: The repository: this file is ``sim/figures.py``.
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES_FILE = "docs/figures.json"
+#: Appended to a figure whose record is ``stale`` wherever a region quotes it.
+STALE_MARK = "†"
 #: What every record in ``docs/figures.json`` must have.
 REQUIRED = ("value", "unit", "commit", "digest", "command")
 _DOCS = ("README.md", "docs/*.md")
 _REGION = re.compile(r"<!-- figures: ([\w.-]+) -->(.*?)<!-- /figures -->", re.DOTALL)
-_FIELD = re.compile(r"\{([A-Za-z_][\w]*)(?:([*/])([0-9.eE+-]+))?(?::([^{}]*))?\}")
+_FIELD = re.compile(r"\{([A-Za-z_][\w]*)(?:@(\w+))?(?:([*/])([0-9.eE+-]+))?(?::([^{}]*))?\}")
 # Files a digest leaves out: build products that live beside the sources.
 _SKIP = re.compile(r"(__pycache__|\.pyc$|\.egg-info|/\.)")
 
@@ -141,6 +145,8 @@ def provenance(sources, command, *, output=None, root=ROOT):
         "command": command,
         "output": output,
         "cores": os.cpu_count(),
+        # How busy the machine was (1-minute load average): a timing on a shared machine depends on it.
+        "load": round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None,
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
@@ -263,19 +269,25 @@ def save(data, root=ROOT):
 
 
 def _field(match, figures, region):
-    name, op, k, spec = match.groups()
+    name, attr, op, k, spec = match.groups()
     rec = figures.get(name)
     if rec is None:
         raise FiguresError(f"region {region} quotes {name}, which {FIGURES_FILE} does not record")
+    if attr is not None:  # a field of the record's provenance: {pack_GBps@load:.0f}, {x@cores}
+        if rec.get(attr) is None:
+            raise FiguresError(f"region {region} quotes {name}@{attr}, which its record does not have")
+        return format(rec[attr], spec or "")
     value = rec.get("value")
     if value is None:
         return f"({name} failed)"
     if op:
         value = value * float(k) if op == "*" else value / float(k)
     try:
-        return format(value, spec or "")
+        text = format(value, spec or "")
     except (TypeError, ValueError) as exc:
         raise FiguresError(f"region {region}: cannot format {name}={value!r} as {spec!r}: {exc}") from None
+    # A figure recorded from an earlier run that was not repeated says so where it is quoted.
+    return text + STALE_MARK if rec.get("status") == "stale" and text else text
 
 
 def render_text(template, figures, region="?"):

@@ -23,18 +23,19 @@ from .. import figures as recorded
 DEFAULT_SOURCES = ("spec", "hw", "host", "sim")
 
 
-def command_of(name):
-    """The command that reruns one module (recorded with its figures)."""
-    return f"python -m wanreduce.sim.bench --only {name}"
+DEFAULT_OUT = "build/bench.json"
+
+
+def command_of(name, out=DEFAULT_OUT):
+    """The command that reruns one module into ``out`` (recorded with its figures)."""
+    return f"python -m wanreduce.sim.bench --only {name}" + ("" if out == DEFAULT_OUT else f" --out {out}")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m wanreduce.sim.bench", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument(
-        "--out", default="build/bench.json", help="JSON file to update (default: build/bench.json)"
-    )
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON file to update (default: {DEFAULT_OUT})")
     parser.add_argument(
         "--only", default=None, help="comma-separated module names to run (default: all of them)"
     )
@@ -60,7 +61,7 @@ def main(argv=None):
             module = importlib.import_module(f"wanreduce.sim.bench.{name}")
             sources = getattr(module, "SOURCES", DEFAULT_SOURCES)
             # Taken before the run: the digest is of the code that produced the figures.
-            prov = recorded.provenance(sources, command_of(name), output=args.out)
+            prov = recorded.provenance(sources, command_of(name, args.out), output=args.out)
             result = module.run()
         except Exception as exc:  # one broken bench must not hide the others' figures
             failed.append(name)
@@ -70,7 +71,7 @@ def main(argv=None):
             recorded.write_output(
                 args.out,
                 recorded.failed_records(
-                    previous, command_of(name), error=error, sources=sources, output=args.out
+                    previous, command_of(name, args.out), error=error, sources=sources, output=args.out
                 ),
             )
             continue

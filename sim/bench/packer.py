@@ -34,3 +34,12 @@ def run():
         "pack_GBps": round(TENSOR_BYTES / statistics.median(pack_times) / 1e9, 3),
         "unpack_GBps": round(TENSOR_BYTES / statistics.median(unpack_times) / 1e9, 3),
     }
+
+
+#: What the figures depend on (their digest in docs/figures.json).
+SOURCES = ("spec", "host", "sim/bench/packer.py")
+NOTES = {
+    "pack_GBps": f"median of {REPEATS} timed repetitions on one core; the load average is in the record",
+    "unpack_GBps": f"median of {REPEATS} timed repetitions on one core; the load average is in the record",
+}
+RUNS = {"pack_GBps": REPEATS, "unpack_GBps": REPEATS}

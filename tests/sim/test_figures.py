@@ -70,8 +70,14 @@ def test_a_region_without_template_is_reported(tmp_path):
 
 
 def test_templates_format_scale_and_refuse_unknown_names():
-    figs = {"t_s": {"value": 0.2268}, "n": {"value": 120303}, "gone": {"value": None}}
+    figs = {
+        "t_s": {"value": 0.2268},
+        "n": {"value": 120303},
+        "gone": {"value": None},
+        "old": {"value": 3.0, "status": "stale"},
+    }
     assert figures.render_text("{t_s*1e3:.1f} ms", figs) == "226.8 ms"
+    assert figures.render_text("{old:.1f}", figs) == "3.0" + figures.STALE_MARK
     assert figures.render_text("{n:,}", figs) == "120,303"
     assert figures.render_text(["a {n}", "b"], figs) == "\na 120303\nb\n"
     assert figures.render_text("{gone}", figs) == "(gone failed)"
@@ -113,7 +119,7 @@ def test_stale_follows_the_sources(tmp_path):
 
 def test_a_failing_bench_module_marks_its_figures_failed(tmp_path, monkeypatch, capsys):
     out = tmp_path / "bench.json"
-    cmd = bench_main.command_of("broken")
+    cmd = bench_main.command_of("broken", str(out))
     figures.write_output(
         out,
         {
