@@ -48,7 +48,7 @@ bitstream-eth: $(STAMP)
 	$(PY) -m wanreduce.sim.synth.eth_flow --board $(BOARD)
 
 bench: $(STAMP)
-	$(PY) -m wanreduce.sim.bench --out build/bench.json $(if $(BENCH),--only $(BENCH))
+	$(VENV)/bin/wanreduce bench $(if $(BENCH),--only $(BENCH))
 
 demo: $(STAMP)
 	$(VENV)/bin/wanreduce demo -o build/demo.json --force

@@ -34,6 +34,7 @@ COMMANDS = [
     "wanreduce.cli.verify",
     "wanreduce.cli.verilog",
     "wanreduce.cli.synth",
+    "wanreduce.cli.bench",
     "wanreduce.cli.cache",
     "wanreduce.cli.train",
     "wanreduce.cli.figures",

@@ -1,0 +1,75 @@
+"""Benchmarks (``wanreduce bench``, ``make bench``): each module here measures something and returns figures.
+
+Each module ``wanreduce.sim.bench.<name>`` has ``run() -> dict[str, float]`` and may set ``SOURCES`` (the
+folders its figures depend on, default :data:`DEFAULT_SOURCES`), ``UNITS``, ``NOTES`` and ``RUNS`` (name to
+unit, to how the figure was obtained, to the number of differing runs it summarises). :func:`run_benchmarks`
+writes ``{"figures": {name: record}}`` (:mod:`wanreduce.sim.figures`: value, unit, commit, digest of the
+sources, command, cores, date). Records of modules not run this time are kept, so ``make bench BENCH=packer``
+refreshes one module's figures only; a module that raises leaves its figures marked failed (value None),
+never the previous number.
+"""
+
+import importlib
+import pkgutil
+import time
+
+from .. import figures as recorded
+
+__all__ = ["DEFAULT_SOURCES", "DEFAULT_OUT", "module_names", "command_of", "run_benchmarks"]
+
+#: What a bench module's figures depend on when it does not say.
+DEFAULT_SOURCES = ("spec", "hw", "host", "sim")
+DEFAULT_OUT = "build/bench.json"
+
+
+def module_names():
+    """Every benchmark module's name."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def command_of(name, out=DEFAULT_OUT):
+    """The command that reruns one module into ``out`` (recorded with its figures)."""
+    return f"wanreduce bench --only {name}" + ("" if out == DEFAULT_OUT else f" -o {out}")
+
+
+def run_benchmarks(names, out=DEFAULT_OUT, *, log=print, err=print):
+    """Run the modules ``names`` and record their figures into ``out``; return the names that failed."""
+    previous = recorded.read_output(out)
+    failed = []
+    for name in names:
+        t0 = time.perf_counter()
+        log(f"bench: {name} ...")
+        module = None
+        try:
+            module = importlib.import_module(f"wanreduce.sim.bench.{name}")
+            sources = getattr(module, "SOURCES", DEFAULT_SOURCES)
+            # Taken before the run: the digest is of the code that produced the figures.
+            prov = recorded.provenance(sources, command_of(name, out), output=out)
+            result = module.run()
+        except Exception as exc:  # one broken bench must not hide the others' figures
+            failed.append(name)
+            error = f"{type(exc).__name__}: {exc}"
+            err(f"bench: {name} FAILED: {error}")
+            sources = getattr(module, "SOURCES", DEFAULT_SOURCES)
+            recorded.write_output(
+                out,
+                recorded.failed_records(
+                    previous, command_of(name, out), error=error, sources=sources, output=out
+                ),
+            )
+            continue
+        for key, value in sorted(result.items()):
+            log(f"  {key} = {value}")
+        recorded.write_output(
+            out,
+            recorded.records(
+                result,
+                prov=prov,
+                units=getattr(module, "UNITS", None),
+                notes=getattr(module, "NOTES", None),
+                runs=getattr(module, "RUNS", None),
+            ),
+        )
+        log(f"bench: {name} done in {time.perf_counter() - t0:.1f} s")
+    log(f"bench: wrote {out}")
+    return failed

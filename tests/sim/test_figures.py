@@ -10,8 +10,8 @@ import types
 
 import pytest
 
+from wanreduce.sim import bench as bench_main
 from wanreduce.sim import figures
-from wanreduce.sim.bench import __main__ as bench_main
 
 
 def _copy_docs(tmp_path):
@@ -134,10 +134,7 @@ def test_a_failing_bench_module_marks_its_figures_failed(tmp_path, monkeypatch, 
 
     fake.run, fake.SOURCES = run, ("spec",)
     monkeypatch.setitem(sys.modules, "wanreduce.sim.bench.broken", fake)
-    monkeypatch.setattr(
-        bench_main.pkgutil, "iter_modules", lambda path: [types.SimpleNamespace(name="broken")]
-    )
-    assert bench_main.main(["--out", str(out), "--only", "broken"]) == 1
+    assert bench_main.run_benchmarks(["broken"], str(out), log=lambda s: None, err=print) == ["broken"]
     recs = json.loads(out.read_text())["figures"]
     assert recs["broken_s"]["status"] == "failed" and recs["broken_s"]["value"] is None
     assert "fell over" in recs["broken_s"]["note"]
