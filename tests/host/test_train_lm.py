@@ -272,3 +272,16 @@ def test_delayed_gradients_stall_without_wanreduce_too():
 
     exact, delayed = train(False), train(True)
     assert exact < 2.6 and delayed > 2.9
+
+
+def test_cli_bad_lm_options_are_one_line_and_exit_2(tmp_path, capsys):
+    from wanreduce.cli import main
+
+    out = [str(tmp_path / "t.json"), "--plot", str(tmp_path / "t.png")]
+    assert main(["train", "--methods", "wanreduce-root-onchip,bogus", "-o", *out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "unknown method(s) bogus" in err[-1]  # the setting, then the error
+    assert not (tmp_path / "t.json").exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--task", "lm", "--target", "0", "-o", *out])
+    assert exc.value.code == 2
