@@ -319,6 +319,7 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
 
 
 def _count_params(cfg):
-    w, layers, v, c = cfg.width, cfg.layers, 256, cfg.context
-    per_block = 4 * w + (3 * w * w + 3 * w) + (w * w + w) + (4 * w * w + 4 * w) + (4 * w * w + w)
-    return v * w + c * w + layers * per_block + 2 * w
+    from .lm import make_lm
+
+    model = make_lm(cfg.seed, layers=cfg.layers, width=cfg.width, heads=cfg.heads, context=cfg.context)
+    return sum(p.numel() for p in model.parameters())

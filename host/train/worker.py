@@ -25,6 +25,8 @@ do. Every process computes the whole round (it holds every contribution) and kee
 numbers are the same in every process by construction.
 """
 
+import threading
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -55,7 +57,7 @@ def make_model(seed, hidden=64):
     return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
 
-_INIT_LOCK = __import__("threading").Lock()
+_INIT_LOCK = threading.Lock()
 
 
 class DistComm:
@@ -77,8 +79,6 @@ class ThreadComm:
     sites (every site's ``compute`` would return the same array). Every wait has a deadline."""
 
     def __init__(self, n, *, timeout_s=600.0):
-        import threading
-
         self.n = n
         self.barrier = threading.Barrier(n, timeout=timeout_s)
         self.slots = [None] * n
@@ -335,11 +335,10 @@ class _Streaming:
     def __init__(self, model, *, h, fragments, tau, alpha, outer_lr, syncer, rounds_now):
         self.frags = fragments_of(model, fragments)
         self.h, self.tau, self.alpha = h, tau, alpha
-        self.glob = [nn.utils.parameters_to_vector(f).detach().clone() for f in self.frags]
-        self.outer = [
-            (lambda g: (g, _SGD([g], lr=outer_lr, momentum=0.9, nesterov=True)))(nn.Parameter(v.clone()))
-            for v in self.glob
-        ]
+        self.outer = []  # per fragment: its global copy (a parameter) and the outer optimizer over it
+        for f in self.frags:
+            glob = nn.Parameter(nn.utils.parameters_to_vector(f).detach().clone())
+            self.outer.append((glob, _SGD([glob], lr=outer_lr, momentum=0.9, nesterov=True)))
         self.syncer, self.rounds_now = syncer, rounds_now
         self.pending = []  # (step to apply at, fragment, averaged pseudo-gradient)
 
@@ -503,7 +502,6 @@ def thread_sites(n, cfg, trajectories, *, timeout_s=1800.0, log=None):
     """The sites as threads of this process (one intra-op thread each, torch kernels run outside the
     GIL): the same algorithms and the same sync arithmetic, computed once per sync for all the sites,
     without the process group's per-step scheduling of ``n`` processes. Returns rank 0's results."""
-    import threading
     import time
 
     torch.set_num_threads(1)

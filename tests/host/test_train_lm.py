@@ -194,8 +194,9 @@ def test_reduced_lm_training_threads_and_processes_train_the_same_bits():
     # The golden aggregator's packets and the fast path train the same bits.
     assert np.array_equal(_bits(threads["diloco-packets"]["final"]), _bits(threads["diloco"]["final"]))
     assert not np.array_equal(_bits(threads["delayed"]["final"]), _bits(threads["allreduce"]["final"]))
-    # The process transport (gloo, DDP's communication hook) trains the same bits as the threads.
-    procs = run_sites(3, TINY, [_trajs()[i] for i in (0, 1, 3)], timeout_s=600, transport="processes")
+    # The process transport (gloo, DDP's communication hook, its buckets rebuilt after step 1) trains the
+    # same bits as the threads, delayed gradients included.
+    procs = run_sites(3, TINY, _trajs()[:2], timeout_s=600, transport="processes")
     for key, res in procs.items():
         assert np.array_equal(_bits(res["final"]), _bits(threads[key]["final"])), key
 
@@ -234,3 +235,53 @@ def test_reduced_lm_experiment_writes_what_the_comparison_promises(tmp_path):
     )
     assert res["latency_floor"]["floor_ratio"] > 1.0
     write_json(res, str(tmp_path / "train.json"))
+
+
+@pytest.mark.slow
+def test_delayed_gradients_stall_without_wanreduce_too():
+    """An independent check of what the delayed method shows on this task: the nine sites' gradients
+    averaged in fp32 in one process (no hook, no wire dtype) and applied one step late through the same
+    AdamW leave the model on the plateau near 3 nats, where the same gradients applied at once are well
+    below it."""
+    torch = pytest.importorskip("torch")
+    from wanreduce.host.train.lm import AdamW, lm_batch, lm_loss, make_lm, validation_loss
+
+    split = load_lm_split(9, val_windows=16)
+    torch.set_num_threads(1)
+
+    def train(delayed, steps=100):
+        model = make_lm(0)
+        opt = AdamW(model.parameters(), lr=4e-3, warmup=20)
+        rngs = [np.random.default_rng([0, r]) for r in range(9)]
+        prev = None
+        for _ in range(steps):
+            total = None
+            for r in range(9):
+                x, y = lm_batch(split.site_text[r], rngs[r], 2, 128)
+                model.zero_grad()
+                lm_loss(model, x, y).backward()
+                g = [p.grad.clone() for p in model.parameters()]
+                total = g if total is None else [a + b for a, b in zip(total, g, strict=True)]
+            now = [a / 9 for a in total]
+            use = (prev or [torch.zeros_like(a) for a in now]) if delayed else now
+            prev = now
+            for p, g in zip(model.parameters(), use, strict=True):
+                p.grad = g
+            opt.step()
+        return validation_loss(model, split.val_windows)
+
+    exact, delayed = train(False), train(True)
+    assert exact < 2.6 and delayed > 2.9
+
+
+def test_cli_bad_lm_options_are_one_line_and_exit_2(tmp_path, capsys):
+    from wanreduce.cli import main
+
+    out = [str(tmp_path / "t.json"), "--plot", str(tmp_path / "t.png")]
+    assert main(["train", "--methods", "wanreduce-root-onchip,bogus", "-o", *out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "unknown method(s) bogus" in err[-1]  # the setting, then the error
+    assert not (tmp_path / "t.json").exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--task", "lm", "--target", "0", "-o", *out])
+    assert exc.value.code == 2
