@@ -11,7 +11,7 @@ PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements
 PYTEST_WORKERS ?= 2
 BOARD ?= ecpix5_85
 
-.PHONY: install test test-all sim verilog synth bitstream bench demo demo-faults demo-root train lint lock clean
+.PHONY: install test test-all sim verilog synth bitstream bench prove demo demo-faults demo-root train lint lock clean
 
 install: $(STAMP)
 
@@ -41,6 +41,11 @@ synth: $(STAMP)
 
 bitstream: $(STAMP)
 	$(PY) -m wanreduce.sim.synth.flow bitstream --board $(BOARD)
+
+# The SymbiYosys proofs of the slot table (sim/verify/formal.py); the depth reached per property goes to
+# build/prove.json.
+prove: $(STAMP)
+	$(VENV)/bin/wanreduce prove --report build/prove.json --force
 
 bench: $(STAMP)
 	$(PY) -m wanreduce.sim.bench --out build/bench.json $(if $(BENCH),--only $(BENCH))

@@ -30,6 +30,7 @@ COMMANDS = [
     "wanreduce.cli.verilog",
     "wanreduce.cli.cache",
     "wanreduce.cli.train",
+    "wanreduce.cli.prove",
 ]
 
 
