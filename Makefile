@@ -11,8 +11,8 @@ PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements
 PYTEST_WORKERS ?= 2
 BOARD ?= ecpix5_85
 
-.PHONY: install test test-all sim verilog synth bitstream bitstream-eth bench demo demo-faults demo-root demo-net \
-	train lint lock clean figures figures-check
+.PHONY: install test test-all sim verilog synth bitstream bitstream-eth bench prove demo demo-faults demo-root \
+	demo-net train lint lock clean figures figures-check
 
 install: $(STAMP)
 
@@ -46,6 +46,11 @@ bitstream: $(STAMP)
 # The Ethernet board top (core on the RGMII port, docs/board.md) to a bitstream: build/synth/eth_$(BOARD)/.
 bitstream-eth: $(STAMP)
 	$(PY) -m wanreduce.sim.synth.eth_flow --board $(BOARD)
+
+# The SymbiYosys proofs of the slot table (sim/verify/formal.py); the depth reached per property goes to
+# build/prove.json.
+prove: $(STAMP)
+	$(VENV)/bin/wanreduce prove --report build/prove.json --force
 
 bench: $(STAMP)
 	$(VENV)/bin/wanreduce bench $(if $(BENCH),--only $(BENCH))

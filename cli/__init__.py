@@ -39,6 +39,7 @@ COMMANDS = [
     "wanreduce.cli.train",
     "wanreduce.cli.figures",
     "wanreduce.cli.board",
+    "wanreduce.cli.prove",
 ]
 
 

@@ -236,6 +236,8 @@ class SlotTable(wiring.Component):
         m.submodules.state_lo = state_lo = memory.Memory(shape=sw // 2, depth=S, init=[])
         m.submodules.state_hi = state_hi = memory.Memory(shape=sw - sw // 2, depth=S, init=[])
         swps = [state_lo.write_port(), state_hi.write_port()]
+        # What a formal harness watches (``wanreduce.sim.verify.formal``): the two memories' writes.
+        self.probes = {"buffer_write": bwp, "state_writes": swps, "state_layout": state_layout}
         # Read asynchronously (LUT RAM) into a register of this table's own: its bypass of the commit being
         # written in the same cycle is chosen from registers (a commit in X to the slot read), not from
         # the write port's enable and address after the read address.

@@ -53,6 +53,7 @@ from ...spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERS
 from ..verilator.agg_driver import beats_to_packets, packets_to_beats
 from ..verilator.harness import Harness
 from .fuzz_classify import CODES, Classifier
+from .fuzz_target import Targeter, pairs_for
 
 __all__ = [
     "TracedCore",
@@ -300,8 +301,24 @@ class FrameGen:
     :meth:`next` returns ``(bytes, label)``; the label names the mutation ("valid" and "replay" for
     unmutated contributions)."""
 
-    def __init__(self, scenario, *, entry, seed, classifier, mutate_share=0.45, heal_every=50):
+    def __init__(
+        self,
+        scenario,
+        *,
+        entry,
+        seed,
+        classifier,
+        mutate_share=0.45,
+        heal_every=50,
+        target_share=0.3,
+        target_prefix=600,
+    ):
         self.s = scenario
+        # A share of the inputs aims at (slot state, drop code) pairs (sim.verify.fuzz_target); the state of
+        # the last one is kept for the caller's coverage count.
+        self.target_share, self.target_prefix = target_share, target_prefix if target_share else 0
+        self.targeter = None
+        self.target_state = None
         self.classifier = classifier
         self.heal_every = heal_every
         self.n = 0
@@ -673,6 +690,15 @@ class FrameGen:
         self.n += 1
         if self.n % self.heal_every == 0:
             self.heal()
+        # Right after reset every input is targeted: a slot is live without a shadow only before its first
+        # completion, and the targeted drops keep it so.
+        share = 1.0 if self.n <= self.target_prefix else self.target_share
+        if share and self.py.random() < share:
+            self.targeter = self.targeter or Targeter(self)
+            made = self.targeter.next()
+            if made is not None:
+                data, self.target_state, _ = made
+                return data, "targeted"
         r = self.py.random()
         if r < self.mutate_share:
             return self.mutated()
@@ -782,7 +808,12 @@ class FuzzReport:
     (one line per failed check, the first few frame disagreements with their bytes), ``frames`` in,
     ``codes`` (how often each drop code, 0 = stored, was seen), ``mutations`` (inputs per label),
     ``results`` (chunks completed), ``reemits`` and ``evictions`` (frames that re-sent a RESULT or took a
-    slot back), ``max_stall`` and ``bound`` (cycles of ``i.ready`` low)."""
+    slot back), ``max_stall`` and ``bound`` (cycles of ``i.ready`` low), ``pairs`` (targeted inputs per
+    (slot state, drop code) pair, :mod:`wanreduce.sim.verify.fuzz_target`)."""
+
+    def min_pair_hits(self, entry):
+        """The fewest hits of any pair that can happen at ``entry``."""
+        return min(self.pairs[p] for p in pairs_for(entry))
 
     frames: int = 0
     violations: int = 0
@@ -795,6 +826,7 @@ class FuzzReport:
     wedged: int = 0
     max_stall: int = 0
     bound: int = 0
+    pairs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     cycles: int = 0
     sim_seconds: float = 0.0
 
@@ -804,6 +836,7 @@ class FuzzReport:
         self.details += other.details
         self.codes.update(other.codes)
         self.mutations.update(other.mutations)
+        self.pairs.update(other.pairs)
         self.results += other.results
         self.reemits += other.reemits
         self.evictions += other.evictions
@@ -821,9 +854,10 @@ def _fail(report, message):
         report.details.append(message)
 
 
-def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None):
+def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, target_share=0.3):
     """One seeded fuzz run of ``n_frames`` inputs plus the recovery phase; see the module docstring.
-    ``job`` is the job of :data:`JOBS` the site serves (default: job 0 for even seeds, 0xFFFF for odd).
+    ``job`` is the job of :data:`JOBS` the site serves (default: job 0 for even seeds, 0xFFFF for odd);
+    ``target_share`` the share of inputs aimed at (slot state, drop code) pairs (:class:`FrameGen`).
 
     No output back-pressure: the ready bound is a statement about the core, not about a stalled
     receiver. Idle cycles between beats (``idle_prob``) vary the timing of arrivals.
@@ -832,7 +866,7 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None):
     classifier = Classifier(
         jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port, bank_bits=s.bank_bits
     )
-    gen = FrameGen(s, entry=sim.entry, seed=seed, classifier=classifier)
+    gen = FrameGen(s, entry=sim.entry, seed=seed, classifier=classifier, target_share=target_share)
     feed = classifier.frame if sim.entry == "frame" else classifier.payload
     inputs, want_codes, want_out = [], [], []
     report = FuzzReport()
@@ -846,6 +880,10 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None):
         data, label = gen.next()
         report.mutations[label] += 1
         add(data)
+        if label == "targeted":
+            pair = (gen.target_state, want_codes[-1][0])
+            report.pairs[pair] += 1
+            gen.targeter.hits[pair] += 1
     tail, fresh, wedged = gen.recovery()
     report.wedged = wedged
     n_fuzz = len(inputs)
