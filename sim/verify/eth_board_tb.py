@@ -366,15 +366,15 @@ def _other_frames(rng, n):
     for k in range(n):
         body = bytes(rng.integers(0, 256, int(rng.integers(20, 600)), dtype=np.uint8))
         if k % 2:
-            out.append(bytes.fromhex("02575200000302aabbccddee86dd") + body)
+            out.append(bytes.fromhex("02aabbccddee02aabbccddef86dd") + body)
         else:
             out.append(
                 fr.build_frame(
                     body[:200],
                     src_mac="02:aa:bb:cc:dd:ee",
-                    dst_mac="02:57:52:00:00:03",
+                    dst_mac=addressing.host_mac(3),
                     src_ip="192.0.2.1",
-                    dst_ip="10.87.82.3",
+                    dst_ip=addressing.host_ip(3),
                     sport=53,
                     dport=5353,
                     udp_checksum=True,
