@@ -9,6 +9,8 @@ drop (bad FCS, runt, jumbo, RX_ER, a bad preamble, the link dropping mid-frame);
 on the RGMII pins are compared byte for byte (padded to 60 bytes, FCS checked by the PHY model) with the
 golden model's, and the core's counters and the board's MAC counters, read over the UART, exactly.
 ``board_uart_answers``: register reads over the UART, a bad command, an ``'O'`` with no beat.
+``board_cli_over_pty``: ``wanreduce board`` on a pseudo-terminal bridged to the UART.
+``inline_end_to_end``: the two-port in-line board (:mod:`wanreduce.hw.eth.inline`), a PHY model per port.
 """
 
 import random
@@ -336,3 +338,156 @@ async def board_cli_over_pty(dut):
     ip = int.from_bytes(bytes(int(x) for x in addressing.aggregator_ip(rank).split(".")), "big")
     assert await tb.uart.read(regmap.REG_IP) == ip
     assert group_of(schedule, rank, 0)[1], "the test's schedule gives the rank a group in round 0"
+
+
+INLINE_TOP = "eth_inline"
+
+
+def inline_design():
+    """The in-line board as the testbench runs it: DDR models, a small core with a bypass port."""
+    from ...hw.eth.inline import EthInlineBoard
+
+    return EthInlineBoard(
+        primitive="model",
+        core=CORE,
+        uart_divisor=UART_DIVISOR,
+        mdc_divisor=4,
+        phy_reset_cycles=50,
+        phy_settle_cycles=50,
+        poll_cycles=5000,
+    )
+
+
+def _other_frames(rng, n):
+    """Frames that are not wanreduce work (other EtherTypes, other UDP ports): the bypass's traffic."""
+    from ...host import frames as fr
+
+    out = []
+    for k in range(n):
+        body = bytes(rng.integers(0, 256, int(rng.integers(20, 600)), dtype=np.uint8))
+        if k % 2:
+            out.append(bytes.fromhex("02aabbccddee02aabbccddef86dd") + body)
+        else:
+            out.append(
+                fr.build_frame(
+                    body[:200],
+                    src_mac="02:aa:bb:cc:dd:ee",
+                    dst_mac=addressing.host_mac(3),
+                    src_ip="192.0.2.1",
+                    dst_ip=addressing.host_ip(3),
+                    sport=53,
+                    dport=5353,
+                    udp_checksum=True,
+                )
+            )
+    return out
+
+
+def _interleaves(got, *streams):
+    """Whether ``got`` is an interleaving of ``streams``, each in its own order."""
+    pos = [0] * len(streams)
+    for frame in got:
+        for k, s in enumerate(streams):
+            if pos[k] < len(s) and s[pos[k]] == frame:
+                pos[k] += 1
+                break
+        else:
+            return False
+    return all(p == len(s) for p, s in zip(pos, streams, strict=True))
+
+
+@cocotb.test()
+async def inline_end_to_end(dut):
+    """WAN traffic (CONTRIBs and other frames) into the WAN port; RESULTs and the bypassed frames out of
+    the LAN port, each stream in order and byte for byte against the golden model; LAN traffic out of the
+    WAN port unchanged."""
+    from cocotbext.eth import GmiiFrame, RgmiiPhy
+
+    from ...hw.eth.inline import INLINE_BYPASS_BYTES
+
+    p = runner.params()
+    seed = p.get("seed", 1)
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(0, 8))
+    dests, mac, ip = _site(rank)
+    jobs, frames = traffic.scenario(
+        rng,
+        rank=rank,
+        slots=CORE["slots"],
+        slot_bytes=CORE["slot_bytes"],
+        members=CORE["members"],
+        n_packets=p.get("n_packets", 60),
+        frames=True,
+    )
+    others = _other_frames(rng, 12)
+    wan_in = [_padded(f) for f in frames]
+    for o in others:
+        wan_in.insert(int(rng.integers(0, len(wan_in) + 1)), _padded(o))
+    lan_in = [_padded(f) for f in _other_frames(rng, 8)]
+    golden = GoldenAggregator(
+        rank=rank,
+        jobs=jobs,
+        slots=CORE["slots"],
+        members=CORE["members"],
+        slot_bytes=CORE["slot_bytes"],
+        mac=mac,
+        ip=ip,
+        destinations=dests,
+        bypass_bytes=INLINE_BYPASS_BYTES,
+    )
+    results = []
+    for f in wan_in:
+        results += golden.feed_frame(f)
+    results = [_padded(r) for r in results]
+    forwarded = [_padded(f) for f in golden.forwarded]
+
+    d = dut
+    wan = RgmiiPhy(
+        d.wan__txd, d.wan__tx_ctl, d.wan__tx_clk, d.wan__rxd, d.wan__rx_ctl, d.wan__rx_clk, speed=1000e6
+    )
+    lan = RgmiiPhy(
+        d.lan__txd, d.lan__tx_ctl, d.lan__tx_clk, d.lan__rxd, d.lan__rx_ctl, d.lan__rx_clk, speed=1000e6
+    )
+    d.wan_mdio_i.value = d.lan_mdio_i.value = 1
+    tb = BoardTB.__new__(BoardTB)
+    tb.dut, tb.uart = d, UartHost(d, d.clk, UART_DIVISOR)
+    await tb.start()
+    writes = control.config_writes(
+        rank=rank,
+        jobs=jobs,
+        destinations=dests,
+        mac=mac,
+        ip=ip,
+        max_jobs=CORE["jobs"],
+        rounds=CORE["rounds"],
+        members=CORE["members"],
+        max_dests=CORE["dests"],
+        slots=CORE["slots"],
+        bypass=True,
+    )
+    for addr, data in writes:
+        await tb.uart.write(addr, data)
+    for f in wan_in:
+        await wan.rx.send(GmiiFrame.from_payload(f))
+    for f in lan_in:
+        await lan.rx.send(GmiiFrame.from_payload(f))
+    to_lan, to_wan = [], []
+
+    async def drain(sink, out, n):
+        while len(out) < n:
+            frame = await sink.recv()
+            assert frame.check_fcs(), "a frame left with a bad FCS"
+            out.append(bytes(frame.get_payload()))
+
+    await with_timeout(drain(lan.tx, to_lan, len(results) + len(forwarded)), 2000, "us")
+    await with_timeout(drain(wan.tx, to_wan, len(lan_in)), 2000, "us")
+    await ClockCycles(d.clk, 500)
+    assert lan.tx.empty() and wan.tx.empty(), "more frames left than the golden model sends"
+    assert to_wan == lan_in, "LAN traffic did not leave the WAN port unchanged and in order"
+    assert _interleaves(to_lan, results, forwarded), "the LAN port's frames are not the golden model's"
+    counters = control.decode_counters([await tb.uart.read(a) for a in control.counter_reads()])
+    assert counters == golden.counters, "core counters differ from the golden model"
+    lan_base = regmap.BOARD_BASE + regmap.BOARD_PORT_STRIDE
+    assert await tb.uart.read(regmap.BOARD_BASE) == len(wan_in)  # WAN rx_ok
+    assert await tb.uart.read(lan_base) == len(lan_in)  # LAN rx_ok
+    assert golden.counters["results"] > 0 and forwarded, "the workload tests too little"

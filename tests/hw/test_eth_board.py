@@ -52,3 +52,19 @@ def test_board_cli_over_a_pty(board_build, tmp_path):
         testcase="board_cli_over_pty",
         params={"schedule": str(path), "rank": 4},
     )
+
+
+def test_inline_board_end_to_end():
+    """The two-port in-line board: WAN into the core, RESULTs and the bypass out of the LAN port."""
+    from wanreduce.sim.verify import eth_board_tb, eth_tb
+
+    text = eth_tb.stable_verilog(
+        "wanreduce.sim.verify.eth_board_tb:inline_design", top=eth_board_tb.INLINE_TOP
+    )
+    runner.run(
+        text,
+        top=eth_board_tb.INLINE_TOP,
+        module="wanreduce.sim.verify.eth_board_tb",
+        testcase="inline_end_to_end",
+        params={"seed": 5, "n_packets": 60},
+    )
