@@ -38,6 +38,8 @@ the core work unchanged. ``0x40000 + 4·n`` are this wrapper's registers:
                             (or not all ones before ``tlast``), unless already counted in RX_USER
  5    RX_OVERSIZE   R       frames dropped because they are longer than FIFO_BEATS beats
  6+k  TX_FRAMES[k]  R       frames sent on output stream k (k = 0: ``m_axis``)
+ 13   MEM_ERRORS    R       external member buffers: SLVERR/DECERR responses (the core's, not cleared)
+ 14   MEM_DROPS     R       external member buffers: chunks dropped for them (the core's, not cleared)
  15   CLEAR         W       write 1: zero the wrapper's counters (not the core's)
 ====  ============  ======  ===================================================================
 

@@ -274,17 +274,18 @@ class MemPrefetch(wiring.Component):
     slot table (the chunk's buffers are no longer needed in external memory); ``closed``/``retired``/
     ``werr``/``werr_slot``: from the :class:`BurstWriter`; ``errors`` (error responses) and ``drops``
     (chunks dropped for them), counters.
-    Stages: A waits until every burst written before the record came was retired (and takes the slot's
-    write-error bit); B waits for the chunk's frame and issues one read burst per member m, from the
-    slot's buffer b = (m + rot) mod G_max into the frame's buffer b, ID = frame * 2**ceil(log2 G_max) + b;
-    the R beats of all ports (one per cycle, lowest port first) are written into their frame; C hands
-    records to ``o`` in arrival order once their frame is complete (replays at once, dropped chunks not at
-    all). Outstanding reads: up to ``frames`` chunks of G_max bursts each.
+    Stages: A keeps up to ``wait_depth`` records in order, each until every burst written before it came
+    was retired (and takes the slot's write-error bit); B waits for the chunk's frame and issues one read
+    burst per member m, from the slot's buffer b = (m + rot) mod G_max into the frame's buffer b, with
+    ID = frame * 2**ceil(log2 G_max) + b; the R beats of all ports (one per cycle, lowest port first) are
+    written into their frame; C hands records to ``o`` in arrival order once their frame is complete
+    (replays at once, dropped chunks not at all). Outstanding reads: up to ``frames`` chunks of G_max
+    bursts each.
     Latency: A 2 cycles after the gate opens, B one AR per cycle, C the cycle after the last beat.
     Back-pressure: ARREADY holds B; ``o.ready`` holds C; RREADY is high for the port chosen.
     """
 
-    def __init__(self, *, mem_map, frames, id_width, queue_depth=None):
+    def __init__(self, *, mem_map, frames, id_width, queue_depth=None, wait_depth=16):
         self.map = mm = mem_map
         if frames < 1 or frames & (frames - 1):
             raise ValueError(f"The read frames must be a power of two, not {frames}.")
@@ -296,6 +297,7 @@ class MemPrefetch(wiring.Component):
             )
         self.frames, self.id_width = frames, id_width
         self.queue_depth = queue_depth or frames + 4
+        self.wait_depth = wait_depth
         self.depth = frames * mm.members * mm.words
         sig = AXI4Signature(data_width=mm.width, addr_width=mm.addr_width, id_width=id_width, write=False)
         S = mm.slots
@@ -338,16 +340,25 @@ class MemPrefetch(wiring.Component):
         we_w = werr.write_port()
         we_r = werr.read_port(domain="comb")
 
-        # Stage A: a record waits until the bursts closed before it are retired (``retired`` taken a cycle
-        # late, so that an error bit it sets is written before it is read).
-        a_v, a_tag = Signal(), Signal(16)
-        a = Signal(rec_l)
+        # Stage A: records wait in order, each tagged with the bursts closed when it came, until those are
+        # retired (``retired`` taken a cycle late, so that an error bit it sets is written before it is
+        # read). Several wait at once, so a write latency longer than a chunk's arrival does not hold the
+        # input.
+        tagged = data.StructLayout({"rec": rec_l, "tag": 16})
+        m.submodules.aq = aq = fifo.SyncFIFOBuffered(width=tagged.size, depth=self.wait_depth)
+        a_in, a_head = Signal(tagged), Signal(tagged)
+        m.d.comb += [
+            a_in.rec.eq(self.i.payload),
+            a_in.tag.eq(self.closed),
+            aq.w_data.eq(a_in),
+            aq.w_en.eq(self.i.valid),
+            self.i.ready.eq(aq.w_rdy),
+            a_head.eq(aq.r_data),
+        ]
+        a_v, a = aq.r_rdy, a_head.rec
         ret_d = Signal(16)
         m.d.sync += ret_d.eq(self.retired)
-        m.d.comb += self.i.ready.eq(~a_v)
-        with m.If(self.i.valid & ~a_v):
-            m.d.sync += [a_v.eq(1), a.eq(self.i.payload), a_tag.eq(self.closed)]
-        a_open = ~(ret_d - a_tag)[15] & ~self.werr
+        a_open = ~(ret_d - a_head.tag)[15] & ~self.werr
 
         # The hand-off queue (stage C's input): records in order with their kind.
         kind_l = data.StructLayout({"rec": rec_l, "drop": 1})
@@ -387,8 +398,9 @@ class MemPrefetch(wiring.Component):
         a_bad = we_r.data & ~a.replay
         a_move = a_v & a_open & ~b_v
         set_busy = Signal(P)
+        m.d.comb += aq.r_en.eq(a_move)
         with m.If(a_move):
-            m.d.sync += [a_v.eq(0), b_v.eq(1), b.eq(a), b_m.eq(0), b_has.eq(0)]
+            m.d.sync += [b_v.eq(1), b.eq(a), b_m.eq(0), b_has.eq(0)]
         # Write port: a retired error sets its slot's bit; a record leaving A clears its slot's.
         with m.If(self.werr):
             m.d.comb += [we_w.addr.eq(self.werr_slot), we_w.data.eq(1), we_w.en.eq(1)]

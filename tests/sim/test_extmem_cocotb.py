@@ -38,6 +38,8 @@ def test_extmem_matches_golden(width, bank_bits):
         "bank_bits": bank_bits,
         "mem_bytes": 1 << 16,
         "stride_bytes": mm.stride_bytes,
+        # The eviction scenario: a real eviction and three late drops in make test, every late drop when slow.
+        "evict_kinds": [None, "truncated", "udp_checksum", "count_short"] if width == 64 else None,
         **CONFIG,
     }
     runner.run(core, top="agg_core_extmem", module="tests.support.tb_extmem", params=params)
