@@ -19,11 +19,14 @@ from pathlib import Path
 __all__ = ["bitstream", "figures", "main"]
 
 
-def _pick(fmax, *needles):
-    for k, v in fmax.items():
-        if any(n in k for n in needles):
-            return v
-    return None
+def _clocks(fmax):
+    """``(receive, core)`` Fmax from nextpnr's per-net figures: the PHY's receive clock is the net named
+    after the receive side (``rx_clk`` or the receive reset synchroniser it clocks); the core's is every
+    other net but the forwarded transmit clock's (synthesis names it after one of its loads, e.g. the UART
+    bridge's ``clk``), the slowest of them if there are several."""
+    rx = [v for k, v in fmax.items() if "rx_" in k]
+    core = [v for k, v in fmax.items() if "rx_" not in k and "tx90" not in k]
+    return (min(rx) if rx else None), (min(core) if core else None)
 
 
 def bitstream(board="ecpix5_85", *, seed=1, out_dir=None):
@@ -61,10 +64,9 @@ def bitstream(board="ecpix5_85", *, seed=1, out_dir=None):
 
 def figures(result):
     """The bench keys of a :func:`bitstream` result (None where nextpnr reported no such clock)."""
-    fmax = result["fmax_all"]
-    core = _pick(fmax, "clkop")
+    rx, core = _clocks(result["fmax_all"])
     return {
-        "board_eth_rx_fmax_mhz": _pick(fmax, "rx_clk"),
+        "board_eth_rx_fmax_mhz": rx,
         "board_eth_tx_fmax_mhz": core,
         "board_core_fmax_mhz": core,
     }
