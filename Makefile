@@ -45,7 +45,7 @@ bitstream: $(STAMP)
 
 # The Ethernet board top (core on the RGMII port, docs/board.md) to a bitstream: build/synth/eth_$(BOARD)/.
 bitstream-eth: $(STAMP)
-	$(PY) -m wanreduce.sim.synth.eth_flow --board $(BOARD)
+	$(VENV)/bin/wanreduce synth eth --board $(BOARD)
 
 # The SymbiYosys proofs of the slot table (sim/verify/formal.py); the depth reached per property goes to
 # build/prove.json.

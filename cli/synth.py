@@ -76,6 +76,13 @@ def register(sub):
         f"seed's, or the fastest's (default: {','.join(map(str, flow.BOARD_SEEDS))})",
     )
     pb.add_argument("--name", default=None, help="work folder under build/synth (default: bitstream_<board>)")
+    pn = flows.add_parser(
+        "eth", help="the Ethernet board top to a bitstream, each clock's Fmax (docs/board.md)"
+    )
+    pn.add_argument(
+        "--board", default="ecpix5_85", choices=("ecpix5_85", "ecpix5_45"), help="(default: ecpix5_85)"
+    )
+    pn.add_argument("--seed", type=int, default=1, help="placement seed (default: 1)")
     flows.add_parser("report", help="write build/synth.md from the results present")
     flows.add_parser(
         "all",
@@ -115,6 +122,13 @@ def run(args):
                 out_dir=flow.workdir(args.name) if args.name else None,
             )
             print(_shown(r, "deepest_logic"))
+        if args.flow == "eth":
+            from ..sim.synth import eth_flow
+
+            r = eth_flow.bitstream(args.board, seed=args.seed)
+            print(
+                _shown({**eth_flow.figures(r), "fmax_all": r["fmax_all"], "luts": r["luts"], "ebr": r["ebr"]})
+            )
         if args.flow in ("report", "all"):
             print(flow.report())
     except (RuntimeError, ValueError) as exc:

@@ -7,7 +7,7 @@ MAC towards the core; sent: as their preambles start on the pins) over the rate 
 1 Gbit/s with a 12-byte gap (``wanreduce.spec.ethernet.wire_bytes``).
 
 Figures: ``eth_rx_line_rate_fraction``, ``eth_tx_line_rate_fraction``, ``eth_line_rate_frame_bytes``;
-and, when ``python -m wanreduce.sim.synth.eth_flow`` (``make bitstream-eth``) has built the Ethernet board
+and, when ``wanreduce synth eth`` (``make bitstream-eth``) has built the Ethernet board
 top, its placed design's ``board_eth_rx_fmax_mhz``, ``board_eth_tx_fmax_mhz``, ``board_core_fmax_mhz``,
 ``board_eth_luts`` and ``board_eth_ebr`` from its ``result.json`` (the bench does not place and route).
 """

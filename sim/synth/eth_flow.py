@@ -1,6 +1,6 @@
 """The Ethernet board top (:mod:`wanreduce.hw.eth.board`) to an ECP5 bitstream, and each clock's Fmax.
 
-``python -m wanreduce.sim.synth.eth_flow [--board ecpix5_85] [--seed 1]`` builds it in
+``wanreduce synth eth [--board ecpix5_85] [--seed 1]`` (``make bitstream-eth``) builds it in
 ``build/synth/eth_<board>/`` and writes ``result.json`` there: utilisation and, per clock domain, nextpnr's
 achieved frequency. The core and the transmit MAC share the PLL's 125 MHz output (``pll_clkop``), so
 ``board_core_fmax_mhz`` and ``board_eth_tx_fmax_mhz`` are the same net's figure; ``eth_tx90`` (the
@@ -9,14 +9,12 @@ PHY's clock (``rx_clk``). Figures: ``board_eth_rx_fmax_mhz``, ``board_eth_tx_fma
 ``board_core_fmax_mhz`` (:func:`figures`).
 """
 
-import argparse
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-__all__ = ["bitstream", "figures", "main"]
+__all__ = ["bitstream", "figures"]
 
 
 def _clocks(fmax):
@@ -70,28 +68,3 @@ def figures(result):
         "board_eth_tx_fmax_mhz": core,
         "board_core_fmax_mhz": core,
     }
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m wanreduce.sim.synth.eth_flow", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--board", default="ecpix5_85", choices=("ecpix5_85", "ecpix5_45"))
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
-    try:
-        result = bitstream(args.board, seed=args.seed)
-    except RuntimeError as exc:
-        print(f"eth_flow: error: {exc}", file=sys.stderr)
-        return 2
-    print(
-        json.dumps(
-            {**figures(result), "fmax_all": result["fmax_all"], "luts": result["luts"], "ebr": result["ebr"]},
-            indent=1,
-        )
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
