@@ -185,11 +185,13 @@ def test_rtl_add_cli(tmp_path, capsys):
     np.save(tmp_path / "wide.npy", np.stack([a, b], axis=1).astype(np.uint32))
     np.save(tmp_path / "flat.npy", a)
     x = str(tmp_path / "x.npy")
-    assert "must be uint16" in error_of("--dtype", "bf16", str(tmp_path / "wide.npy"), x)
+    assert "bfloat16 values or uint16 bit patterns" in error_of(
+        "--dtype", "bf16", str(tmp_path / "wide.npy"), x
+    )
     assert "(N, 2)" in error_of("--dtype", "bf16", str(tmp_path / "flat.npy"), x)
     assert "no such file" in error_of("--dtype", "fp16", str(tmp_path / "nope.npy"), x)
     assert "input file" in error_of("--dtype", "bf16", "--force", str(src), str(src))
     assert "already exists" in error_of("--dtype", "bf16", str(src), str(dst))
     assert src.read_bytes() == before
     line = error_of("--dtype", "fp32", str(src), str(tmp_path / "y.npy"))
-    assert "must be uint32" in line and "\n" not in line
+    assert "float32 values or uint32 bit patterns" in line and "\n" not in line
