@@ -89,6 +89,7 @@ class SlotTableHarness(Elaboratable):
     def __init__(self, *, width=512, slots=2, members=2, slot_bytes=8, properties=tuple(PROPERTIES)):
         unknown = set(properties) - set(PROPERTIES)
         if unknown:
+            self._MustUse__silence = True  # refused: never elaborated
             raise ValueError(
                 f"Unknown properties {sorted(unknown)}; the properties are {sorted(PROPERTIES)}."
             )
@@ -345,8 +346,9 @@ def run_proofs(plan, *, report=None, progress=None):
         results.append(r)
         if progress:
             progress(f"  {r.status} in {r.seconds:.0f} s")
-    if report:
-        Path(report).parent.mkdir(parents=True, exist_ok=True)
-        rows = [{k: v for k, v in dataclasses.asdict(r).items() if k != "log"} for r in results]
-        Path(report).write_text(json.dumps(rows, indent=1) + "\n")
+        if report:
+            # After every proof, so that a run stopped part-way still reports what it reached.
+            Path(report).parent.mkdir(parents=True, exist_ok=True)
+            rows = [{k: v for k, v in dataclasses.asdict(r).items() if k != "log"} for r in results]
+            Path(report).write_text(json.dumps(rows, indent=1) + "\n")
     return results
