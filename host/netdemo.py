@@ -154,9 +154,13 @@ def run_sites(
     port,
     job=0,
     deadline_s=600.0,
+    slack_s=None,
     progress=None,
 ):
     """One period of ``schedule`` with every site as processes over UDP; returns a :class:`SitesRun`.
+
+    ``slack_s`` replaces the transport's allowance for software latency in its timeouts
+    (:data:`wanreduce.host.transport.SLACK_S`): a machine busy with other work needs more.
 
     ``make_engine(schedule, rank, layout)`` builds a site's aggregation engine inside its process (it must
     not build anything slow: build caches first). Raises :class:`SiteTimeout` (one line naming the missing
@@ -213,6 +217,7 @@ def run_sites(
                 port=port,
                 job=job,
                 wan=host_wan,
+                **({} if slack_s is None else {"slack_s": slack_s}),
             )
             kr = kill_round if s == kill_site else None
             hosts.append(start(_host_main, tp, tensors[s], kr, deadline_s))

@@ -44,7 +44,7 @@ def _tensors(seed, n=3000):
     ]
 
 
-def _run(seed, job, faults=None, dtype=DType.FP32):
+def _run(seed, job, faults=None, dtype=DType.FP32, slack_s=None):
     layout = site_layout(SCHEDULE, dtype=dtype)
     tensors = _tensors(seed)
     run = netdemo.run_sites(
@@ -59,6 +59,7 @@ def _run(seed, job, faults=None, dtype=DType.FP32):
         port=_port(),
         job=job,
         deadline_s=120,
+        slack_s=slack_s,
     )
     return tensors, run
 
@@ -90,7 +91,9 @@ def test_bf16_over_udp_is_exact():
 
 def test_loss_duplication_reordering_and_corruption_still_exact():
     faults = netdemo.NetFaults(loss=0.03, dup=0.03, reorder=True, corrupt=0.02, seed=4)
-    tensors, run = _run(seed=7, job=13, faults=faults)
+    # What is checked is exactness, not timing: a generous allowance for software latency keeps the test
+    # from mistaking a machine busy compiling beside it for a dead site.
+    tensors, run = _run(seed=7, job=13, faults=faults, slack_s=0.3)
     ref = run_reference(SCHEDULE, tensors)[-1]
     assert all(np.array_equal(a, b) for a, b in zip(run.values, ref, strict=True))
     assert sum(t.retransmits + t.resends_on_result for t in run.transports) > 0
