@@ -256,6 +256,39 @@ def _setting(args):
     return base
 
 
+def lm_figures(result):
+    """The LM run's figures by name: the headline (best method, its ratio, the goal gap, the latency floor)
+    and per method (``-`` spelt ``_``) seconds per step, time to the target loss and both against
+    colocated; per point of the tokens-per-step sweep the best wanreduce ratio."""
+    out = {
+        "train_lm_target_loss": result["target_loss"],
+        "train_lm_best_method": result["best_wanreduce"],
+        "train_lm_best_ratio": result["ratio_vs_colocated"],
+        "train_lm_goal_gap": None
+        if result["ratio_vs_colocated"] is None
+        else result["ratio_vs_colocated"] - result["goal_ratio"],
+        "train_lm_floor_ratio": result["latency_floor"]["floor_ratio"],
+        "train_lm_diameter_ms": result["latency_floor"]["one_way_diameter_s"] * 1e3,
+        "train_lm_wall_s": result["train_wall_s"],
+    }
+    for name, e in result["methods"].items():
+        key = "train_lm_" + name.replace("-", "_")
+        out[key + "_step_vs_colocated"] = e["per_step_ratio"]
+        t, r = e["time_to_target_s"], e["ratio_vs_colocated"]
+        out[key + "_time_to_target_s"] = "not reached" if t is None else t
+        out[key + "_vs_colocated"] = "" if r is None else r
+    for row in result["compute_sweep"]:
+        r = row["ratio_vs_colocated"]
+        out[f"train_lm_sweep_{row['tokens_per_step']}_vs_colocated"] = "not reached" if r is None else r
+    return out
+
+
+def _lm_units(named):
+    units = {k: "ratio" for k in named if k.endswith(("_vs_colocated", "_ratio", "_gap"))}
+    units.update(train_lm_target_loss="nats/byte", train_lm_best_method="")
+    return units
+
+
 def _run_lm(args, methods):
     d = LMConfig()
     cfg = LMConfig(
@@ -273,7 +306,17 @@ def _run_lm(args, methods):
     out_json = outs.add(args.output, "--output")
     out_png = outs.add(_figure(args.plot), "--plot")
     progress("train", base.describe())
+    # The figures' provenance is of the code as it was when the run started.
+    prov = figures.provenance(_SOURCES, ["wanreduce", "train", *_argv(args)], output=args.output)
     result = run_lm_experiment(cfg, base, log=lambda text: progress("train", text))
+    named = lm_figures(result)
+    result["figures"] = figures.records(
+        named,
+        prov=prov,
+        units=_lm_units(named),
+        notes=dict.fromkeys(named, "make train: one run per method and grid point (seeded)"),
+        runs=dict.fromkeys(named, 1),
+    )
     with outs.commit():
         write_json(result, outs.temp(out_json))
         plot(result, outs.temp(out_png))

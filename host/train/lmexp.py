@@ -260,6 +260,10 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
         out[m.name], chosen[m.name] = _method_entry(m, costs[m.name], setting, cfg, runs, trajs)
     base = out["colocated"]["time_to_target_s"]
     base_step = out["colocated"]["s_per_step"]
+    if base_step is None:
+        raise WanreduceError(
+            f"colocated training took no measured step in {cfg.max_steps} steps; give more --max-steps"
+        )
     for e in out.values():
         t = e["time_to_target_s"]
         e["ratio_vs_colocated"] = t / base if (t is not None and base) else None
