@@ -34,7 +34,7 @@ sim: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "rtl and not slow" tests
 
 verilog: $(STAMP)
-	$(VENV)/bin/wanreduce verilog -o build/verilog
+	$(VENV)/bin/wanreduce verilog -o build/verilog --force
 
 # Whole-core synthesis (ECP5 W=64 place and route, UltraScale+ W=512 estimate) and build/synth.md.
 synth: $(STAMP)
