@@ -26,6 +26,7 @@ and ``spec`` a Python format specification, or ``{name@field}`` for a field of t
 figure whose record is ``stale`` is rendered with :data:`STALE_MARK` after it.
 """
 
+import ast
 import datetime
 import hashlib
 import json
@@ -41,6 +42,7 @@ __all__ = [
     "FIGURES_FILE",
     "REQUIRED",
     "digest",
+    "module_sources",
     "commit",
     "provenance",
     "records",
@@ -120,6 +122,70 @@ def digest(sources, *, root=ROOT, at=None):
         h.update((Path(root) / name).read_bytes())
         h.update(b"\0")
     return "sha256:" + h.hexdigest()
+
+
+_MODULE = re.compile(r"wanreduce(\.\w+)+")
+# The recording machinery a bench imports: it does not change what is measured.
+_BOOKKEEPING = frozenset({"wanreduce.sim.figures", "wanreduce.sim.bench"})
+
+
+def _module_file(name, root):
+    parts = name.split(".")
+    if parts[0] != "wanreduce" or len(parts) < 2:
+        return None
+    base = Path(root, *parts[1:])
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _imports(path, name):
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            yield mod
+            yield from (f"{mod}.{a.name}" for a in node.names)  # `from . import x` names a module
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE.fullmatch(node.value):
+            yield node.value  # importlib.resources.files("wanreduce.host.data") and the like
+
+
+def module_sources(name, *, extra=(), root=ROOT):
+    """The files a module's figures depend on: the Python files of every ``wanreduce`` module it imports,
+    directly or not (imports inside functions count), each imported package's ``__init__``, and the
+    non-Python files (C++ harness sources, data) in the folders of those modules, plus ``extra``. A figure
+    recorded with these sources goes stale exactly when code it ran changes."""
+    root = Path(root)
+    todo, seen = [name], set()
+    while todo:
+        mod = todo.pop()
+        if mod in seen or (mod in _BOOKKEEPING and mod != name):
+            continue
+        seen.add(mod)
+        path = _module_file(mod, root)
+        if path is None:
+            continue
+        parts = mod.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(2, len(parts)))  # parent packages run first
+        todo.extend(m for m in _imports(path, mod) if m.startswith("wanreduce."))
+    files = set(extra)
+    for mod in seen:
+        path = _module_file(mod, root)
+        if path is None:
+            continue
+        files.add(path.relative_to(root).as_posix())
+        for other in path.parent.iterdir():
+            if other.is_file() and other.suffix not in (".py", ".pyc") and not _SKIP.search(other.name):
+                files.add(other.relative_to(root).as_posix())
+    return tuple(sorted(files))
 
 
 def commit(sources=(), *, root=ROOT):

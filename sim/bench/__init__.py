@@ -1,12 +1,13 @@
 """Benchmarks (``wanreduce bench``, ``make bench``): each module here measures something and returns figures.
 
-Each module ``wanreduce.sim.bench.<name>`` has ``run() -> dict[str, float]`` and may set ``SOURCES`` (the
-folders its figures depend on, default :data:`DEFAULT_SOURCES`), ``UNITS``, ``NOTES`` and ``RUNS`` (name to
-unit, to how the figure was obtained, to the number of differing runs it summarises). :func:`run_benchmarks`
-writes ``{"figures": {name: record}}`` (:mod:`wanreduce.sim.figures`: value, unit, commit, digest of the
-sources, command, cores, date). Records of modules not run this time are kept, so ``make bench BENCH=packer``
-refreshes one module's figures only; a module that raises leaves its figures marked failed (value None),
-never the previous number.
+Each module ``wanreduce.sim.bench.<name>`` has ``run() -> dict[str, float]`` and may set ``UNITS``, ``NOTES``
+and ``RUNS`` (name to unit, to how the figure was obtained, to the number of differing runs it summarises).
+The files its figures depend on are :func:`wanreduce.sim.figures.module_sources` of the module (every file of
+the project it imports), so a figure goes stale exactly when code it ran changes; ``SOURCES`` overrides them.
+:func:`run_benchmarks` writes ``{"figures": {name: record}}`` (:mod:`wanreduce.sim.figures`: value, unit,
+commit, digest of the sources, command, cores, date). Records of modules not run this time are kept, so
+``make bench BENCH=packer`` refreshes one module's figures only; a module that raises leaves its figures
+marked failed (value None), never the previous number.
 """
 
 import importlib
@@ -15,16 +16,20 @@ import time
 
 from .. import figures as recorded
 
-__all__ = ["DEFAULT_SOURCES", "DEFAULT_OUT", "module_names", "command_of", "run_benchmarks"]
+__all__ = ["sources_of", "DEFAULT_OUT", "module_names", "command_of", "run_benchmarks"]
 
-#: What a bench module's figures depend on when it does not say.
-DEFAULT_SOURCES = ("spec", "hw", "host", "sim")
 DEFAULT_OUT = "build/bench.json"
 
 
 def module_names():
     """Every benchmark module's name."""
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def sources_of(module):
+    """The files a bench module's figures depend on."""
+    explicit = getattr(module, "SOURCES", None)
+    return tuple(explicit) if explicit is not None else recorded.module_sources(module.__name__)
 
 
 def command_of(name, out=DEFAULT_OUT):
@@ -42,7 +47,7 @@ def run_benchmarks(names, out=DEFAULT_OUT, *, log=print, err=print):
         module = None
         try:
             module = importlib.import_module(f"wanreduce.sim.bench.{name}")
-            sources = getattr(module, "SOURCES", DEFAULT_SOURCES)
+            sources = sources_of(module)
             # Taken before the run: the digest is of the code that produced the figures.
             prov = recorded.provenance(sources, command_of(name, out), output=out)
             result = module.run()
@@ -50,7 +55,11 @@ def run_benchmarks(names, out=DEFAULT_OUT, *, log=print, err=print):
             failed.append(name)
             error = f"{type(exc).__name__}: {exc}"
             err(f"bench: {name} FAILED: {error}")
-            sources = getattr(module, "SOURCES", DEFAULT_SOURCES)
+            sources = (
+                sources_of(module)
+                if module is not None
+                else recorded.module_sources(f"wanreduce.sim.bench.{name}")
+            )
             recorded.write_output(
                 out,
                 recorded.failed_records(

@@ -25,7 +25,7 @@ from ...host.protocol import UDP_PORT, DType
 from ...spec import addressing
 from ..verify import traffic
 
-__all__ = ["run", "line_rate", "reduce_rate", "SOURCES", "NOTES", "RUNS"]
+__all__ = ["run", "line_rate", "reduce_rate", "NOTES", "RUNS"]
 
 WIDTH = 512
 CLOCK_HZ = 322e6
@@ -167,7 +167,6 @@ def run():
     return figures
 
 
-SOURCES = ("spec", "hw", "host", "sim/verilator", "sim/verify", "sim/bench/agg.py")
 _LINE = "median of 3 seeded runs (contribution orders differ)"
 _REDUCE = "one deterministic run (no seed changes the reduce engine's input)"
 NOTES = {

@@ -29,7 +29,7 @@ from ..verify import traffic
 
 __all__ = ["run"]
 
-WIDTH, SOURCES, SLOTS, PORTS, LATENCY, CLOCK_HZ = 512, 8, 16, 2, 300, 322e6
+WIDTH, MEMBERS, SLOTS, PORTS, LATENCY, CLOCK_HZ = 512, 8, 16, 2, 300, 322e6
 
 
 def run(*, n_chunks=100, seed=0):
@@ -43,7 +43,7 @@ def run(*, n_chunks=100, seed=0):
         core = AggregatorCore(
             width=WIDTH,
             slots=SLOTS,
-            members=SOURCES,
+            members=MEMBERS,
             slot_bytes=1024,
             dests=1,
             entry="frame",
@@ -52,10 +52,10 @@ def run(*, n_chunks=100, seed=0):
             mem_addr_width=24,
         )
     rng = np.random.default_rng(seed)
-    elems = rng.integers(0, 1 << 30, (SOURCES, 256), dtype=np.uint32)
+    elems = rng.integers(0, 1 << 30, (MEMBERS, 256), dtype=np.uint32)
     frames = []
     for chunk in range(n_chunks):
-        for src in rng.permutation(SOURCES).tolist():
+        for src in rng.permutation(MEMBERS).tolist():
             p = traffic.contrib(
                 job=0, round=0, chunk=chunk, src=src, group=0, dtype=DType.FP32, elems_bits=elems[src]
             )
@@ -64,13 +64,13 @@ def run(*, n_chunks=100, seed=0):
     dest = [Destination(addressing.multicast_mac(group), group, UDP_PORT)]
     writes = control.config_writes(
         rank=0,
-        jobs={0: [(1 << SOURCES) - 1]},
+        jobs={0: [(1 << MEMBERS) - 1]},
         destinations=dest,
         mac=addressing.aggregator_mac(7),
         ip=addressing.aggregator_ip(7),
         max_jobs=core.jobs,
         rounds=core.rounds,
-        members=SOURCES,
+        members=MEMBERS,
         max_dests=1,
         slots=SLOTS,
     )
@@ -92,10 +92,10 @@ def run(*, n_chunks=100, seed=0):
     span = ins[-1] - ins[0] + 1
     reads = sorted(t for k in range(PORTS) for t in cycles[f"r{k}"])
     # Every member buffer read back once, and one RESULT frame (42 + 32 + 1024 bytes: 18 beats) per chunk.
-    if len(reads) != n_chunks * SOURCES * core.words or len(cycles["out"]) != n_chunks * 18:
+    if len(reads) != n_chunks * MEMBERS * core.words or len(cycles["out"]) != n_chunks * 18:
         raise RuntimeError(
             f"The external-buffer run read {len(reads)} beats and sent {len(cycles['out'])} RESULT beats, "
-            f"not {n_chunks * SOURCES * core.words} and {n_chunks * 18}."
+            f"not {n_chunks * MEMBERS * core.words} and {n_chunks * 18}."
         )
     figures = {
         "extmem_beats_per_cycle": round(len(beats) / span, 4),

@@ -183,7 +183,3 @@ def main(argv=None):
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-#: What the figures depend on (their digest in docs/figures.json).
-SOURCES = ("spec", "hw", "sim/synth", "sim/verilator", "sim/verify", "sim/bench/fadd.py")

@@ -75,7 +75,3 @@ def run(configs=CONFIGS, seeds=SEEDS, frames_per_run=FRAMES_PER_RUN):
             print(f"fuzz {name}: {line}", file=sys.stderr)
     figures["fuzz_state_code_pairs_min_hits"] = float(min(pair_mins))
     return figures
-
-
-#: What the figures depend on (their digest in docs/figures.json).
-SOURCES = ("spec", "hw", "host", "sim/verilator", "sim/verify", "sim/bench/fuzz.py")

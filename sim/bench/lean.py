@@ -145,7 +145,3 @@ def _rtl(topo):
         "lean_rtl_bypass_ok": all(a == b for a, b in zip(sim.background_in, sim.background_out, strict=True)),
         "lean_rtl_seconds": wall,
     }
-
-
-#: What the figures depend on (their digest in docs/figures.json).
-SOURCES = ("spec", "hw", "host", "sim/verilator", "sim/verify", "sim/bench/lean.py")

@@ -28,9 +28,8 @@ from wanreduce.host.schedule import optimize
 from wanreduce.host.sweep import _a2a_vs_groups3, crossover
 from wanreduce.host.topology import load_topology
 
-__all__ = ["run", "SOURCES", "NOTES"]
+__all__ = ["run", "NOTES"]
 
-SOURCES = ("spec", "host", "sim/bench/model.py")
 MB42 = 42_000_000
 POINTS = {
     "8mib_1mib": (8 << 20, 1 << 20),

@@ -36,8 +36,6 @@ def run():
     }
 
 
-#: What the figures depend on (their digest in docs/figures.json).
-SOURCES = ("spec", "host", "sim/bench/packer.py")
 NOTES = {
     "pack_GBps": f"median of {REPEATS} timed repetitions on one core; the load average is in the record",
     "unpack_GBps": f"median of {REPEATS} timed repetitions on one core; the load average is in the record",

@@ -18,9 +18,7 @@ Each figure is one deterministic run (seeded tensors, no jitter).
 
 from ..verify.ratebound import metro_cores, rate_bound
 
-__all__ = ["run", "SOURCES", "NOTES", "RUNS"]
-
-SOURCES = ("spec", "hw", "host", "sim/verilator", "sim/verify", "sim/bench/ratebound.py")
+__all__ = ["run", "NOTES", "RUNS"]
 
 
 def run():

@@ -65,7 +65,3 @@ def run():
             out[f"sched_speedup_vs_{b.name}{suffix}"] = b.time_s / best
     out["sched_crossover_bytes_nine_city"] = float(crossover(topo, CostParams()))
     return {k: float(v) for k, v in out.items()}
-
-
-#: What the figures depend on (their digest in docs/figures.json).
-SOURCES = ("spec", "host", "sim/bench/sched.py")

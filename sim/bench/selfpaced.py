@@ -23,9 +23,8 @@ from wanreduce.host.pacing import aggregator_slots
 from wanreduce.host.topology import load_topology
 from wanreduce.host.wan import bank_layout
 
-__all__ = ["run", "SOURCES", "NOTES", "RUNS"]
+__all__ = ["run", "NOTES", "RUNS"]
 
-SOURCES = ("spec", "host", "sim/bench/selfpaced.py")
 HOST_JITTER_S = 0.2e-3
 SEEDS = (5, 6, 7)
 

@@ -36,7 +36,3 @@ def run():
     out["synth_xcup_bram"] = x["bram36"]
     synth.report()
     return out
-
-
-#: What the figures depend on (their digest in docs/figures.json).
-SOURCES = ("spec", "hw", "sim/synth", "sim/bench/synth.py")

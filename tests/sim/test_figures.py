@@ -150,3 +150,15 @@ def test_no_measured_number_in_a_readme_table_outside_a_region():
         if line.startswith("|"):
             bare = re.sub(r"`[^`]*`", "", line)
             assert not unit.search(bare), line
+
+
+def test_module_sources_follow_the_imports():
+    model = set(figures.module_sources("wanreduce.sim.bench.model"))
+    assert {"host/wan.py", "host/costmodel.py", "host/data/nine_city.csv", "spec/core.py"} <= model
+    assert not any(n.startswith("hw/") for n in model), "the model bench imports no gateware"
+    agg = set(figures.module_sources("wanreduce.sim.bench.agg"))
+    assert {"hw/slot_table.py", "sim/verilator/harness.cpp", "sim/verify/traffic.py"} <= agg
+    # what a bench does not import (the software aggregator, the recording machinery) does not age it
+    assert not {"host/aggd.py", "sim/figures.py", "sim/bench/__init__.py"} & agg
+    fadd = set(figures.module_sources("wanreduce.sim.bench.fadd"))
+    assert "hw/fadd.py" in fadd and "hw/slot_table.py" not in fadd
