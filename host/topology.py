@@ -49,7 +49,8 @@ class Topology:
 
     ``one_way_s[i, j]`` is the one-way delay from site ``i`` to site ``j`` along the shortest path.
     ``link_cap_Bps[e]`` is the capacity in bytes/s of directed link ``e`` (``inf`` when the source
-    gave none), and ``paths[i][j]`` is the tuple of directed link ids from site ``i`` to site ``j``.
+    gave none), ``link_delay_s[e]`` its one-way delay, and ``paths[i][j]`` is the tuple of directed link ids
+    from site ``i`` to site ``j``.
     ``site_cap_Bps[i]`` is site ``i``'s access bandwidth when the topology knows it (``nan`` when the
     cost model's ``--site-gbps`` applies).
     """
@@ -61,6 +62,7 @@ class Topology:
     link_ends: tuple
     link_cap_Bps: np.ndarray
     paths: tuple
+    link_delay_s: np.ndarray
 
     @property
     def n(self):
@@ -99,7 +101,7 @@ def _build(name, nodes, edges, *, site_gbps=None, sites=None):
     np.fill_diagonal(dist, 0.0)
     nxt = np.full((n, n), -1, dtype=np.int64)
     np.fill_diagonal(nxt, np.arange(n))
-    ends, caps = [], []
+    ends, caps, delays = [], [], []
     eid = {}
     for (a, b), (rtt, gbps) in sorted(edges.items()):
         i, j = ix[a], ix[b]
@@ -108,6 +110,7 @@ def _build(name, nodes, edges, *, site_gbps=None, sites=None):
             eid[u, v] = len(ends)
             ends.append((nodes[u], nodes[v]))
             caps.append(cap)
+            delays.append(rtt / 2e3)
             dist[u, v] = rtt / 2e3
             nxt[u, v] = v
     # Floyd-Warshall with next hops; strict improvement keeps the direct link on ties, so paths on a
@@ -150,6 +153,7 @@ def _build(name, nodes, edges, *, site_gbps=None, sites=None):
         link_ends=tuple(ends),
         link_cap_Bps=np.asarray(caps, dtype=float),
         paths=tuple(paths),
+        link_delay_s=np.asarray(delays, dtype=float),
     )
 
 

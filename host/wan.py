@@ -11,7 +11,9 @@ both of these are true (the self-clocked window of PROTOCOL.md):
   chunk ``c - bank_slots`` of the same round, or the last chunk of that lane in round ``r - P``.
 
 Frames leave a site's access link back to back (``frame bytes / link rate`` each, first come first served
-among the ready chunks), reach each member's aggregator after the one-way delay, and a RESULT reaches the
+among the ready chunks), reach each member's aggregator after the one-way delay (with a ``backbone`` whose
+links have capacities, also after queueing at each capacitated link of their multicast tree:
+:class:`Backbone`), and a RESULT reaches the
 site's hosts one frame time after the aggregator emits it. Because the WAN's delays are shortest paths
 (the triangle inequality holds) and each member's own RESULT for a chunk implies every contribution to it
 reached that member, a contribution never finds its slot held by another live chunk: no
@@ -53,6 +55,7 @@ __all__ = [
     "Msg",
     "CountingSite",
     "Datapath",
+    "Backbone",
     "GoldenSite",
     "WanRun",
     "RoundStats",
@@ -119,6 +122,57 @@ class Datapath:
         start = max(t, self.free_s)
         self.free_s = start + self.beats(nbytes) / self.clock_hz
         return self.free_s
+
+
+class Backbone:
+    """The WAN's links with a capacity: a frame crosses its multicast tree hop by hop, one copy per link
+    (store and forward), each capacitated link a first-come-first-served queue at its rate; a link
+    without a capacity only delays. Without any capacitated link the WAN is the one-way delays alone.
+
+    This is the packet-level counterpart of the cost model's backbone term (max-min fair shares of each
+    link among the multicast trees that use it): the two share the topology, not the sharing rule."""
+
+    def __init__(self, topology):
+        self.topology = topology
+        self.free = np.zeros(len(topology.link_cap_Bps))
+        self.busy_s = np.zeros(len(topology.link_cap_Bps))
+        # next link of the path from site s to site m out of each node it passes
+        self._next = [[{topology.link_ends[e][0]: e for e in path} for path in row] for row in topology.paths]
+
+    @property
+    def limited(self):
+        return self.topology.links_limited
+
+    def _forward(self, s, node, t, dests, hops, arrivals):
+        topo, by_link = self.topology, {}
+        for m in dests:
+            if topo.sites[m] == node:
+                arrivals.append((m, t))
+            else:
+                by_link.setdefault(self._next[s][m][node], []).append(m)
+        for e, ds in by_link.items():
+            if math.isinf(topo.link_cap_Bps[e]):
+                self._forward(s, topo.link_ends[e][1], t + topo.link_delay_s[e], ds, hops, arrivals)
+            else:
+                hops.append((t, e, tuple(ds)))
+
+    def send(self, s, t, dests):
+        """A frame of site ``s`` leaves its access link at ``t`` for ``dests``: ``(hops, arrivals)``, the
+        queues it joins as ``(time, link, dests)`` and the sites it reaches as ``(site, time)``."""
+        hops, arrivals = [], []
+        self._forward(s, self.topology.sites[s], t, dests, hops, arrivals)
+        return hops, arrivals
+
+    def cross(self, t, s, link, dests, nbytes):
+        """The frame joins ``link``'s queue at ``t``: where it goes next, as :meth:`send` returns it."""
+        topo = self.topology
+        start = max(t, self.free[link])
+        done = start + nbytes / topo.link_cap_Bps[link]
+        self.free[link] = done
+        self.busy_s[link] += done - start
+        hops, arrivals = [], []
+        self._forward(s, topo.link_ends[link][1], done + topo.link_delay_s[link], dests, hops, arrivals)
+        return hops, arrivals
 
 
 class CountingSite:
@@ -291,6 +345,7 @@ def simulate(
     job=0,
     progress=None,
     faults=None,
+    backbone=None,
 ):
     """Run ``rounds`` rounds (default: one period) of ``schedule``; returns a :class:`WanRun`.
 
@@ -302,6 +357,10 @@ def simulate(
     chunk gets a retransmission timer, and a RESULT for a chunk already applied makes the hosts send their
     contribution to it again (see the module docstring). A chunk that runs out of retransmissions raises
     :class:`SiteTimeout`. Without ``faults`` the WAN is perfect and the hosts keep no timers.
+
+    ``backbone`` (a :class:`~wanreduce.host.topology.Topology` whose ``one_way_s`` is ``one_way_s``) makes
+    the frames queue on its capacitated links (:class:`Backbone`); without it, or without a capacitated
+    link, the backbone only delays.
     """
     dtype = DType(dtype)
     n, period = schedule.n, schedule.period
@@ -317,6 +376,9 @@ def simulate(
     if faults is not None and not with_data:
         raise ValueError("Fault injection needs a run with data (tensors and frame-level aggregators).")
     rng = np.random.default_rng(faults.seed) if faults is not None else None
+    links = Backbone(backbone) if backbone is not None and backbone.links_limited else None
+    if links is not None and not np.allclose(backbone.one_way_s, D):
+        raise ValueError("The backbone's one-way delays must be the ones the WAN is given.")
     kill_site, kill_round = faults.kill if faults is not None and faults.kill is not None else (None, None)
     vt = np_dtype(dtype)
     if with_data:
@@ -431,14 +493,24 @@ def simulate(
             if faults is not None:
                 sent_frames[(s, r, c)] = frame
         arrive = t + frame_s[s]
-        for m in grp:
-            if faults is None:
-                push(arrive + D[s, m], "deliver", m, Msg(s, r, c, gid, frame=frame))
-            else:
-                deliver_with_faults(arrive, s, m, Msg(s, r, c, gid, frame=frame))
+        msg = Msg(s, r, c, gid, frame=frame)
+        if links is None:
+            arrivals = [(m, arrive + D[s, m]) for m in grp]
+        else:
+            hops, arrivals = links.send(s, arrive, grp)
+            for t_hop, e, dests in hops:
+                push(t_hop, "hop", s, e, dests, msg)
+        for m, t_m in arrivals:
+            arrived(s, m, t_m, msg)
         if faults is not None and not again:
             push(arrive + timeout0[s][r], "timer", s, r, c, 0)
         push(arrive, "link_free", s)
+
+    def arrived(s, m, t, msg):
+        if faults is None:
+            push(t, "deliver", m, msg)
+        else:
+            deliver_with_faults(t - D[s, m], s, m, msg)
 
     def deliver_with_faults(t, s, m, msg):
         rtt = D[s, m] + D[m, s]
@@ -560,6 +632,14 @@ def simulate(
         t, _, kind, data = heapq.heappop(events)
         if kind == "link_free":
             start_send(data[0], t)
+        elif kind == "hop":
+            s, e, dests, msg = data
+            nbytes = len(msg.frame) if msg.frame is not None else chunk_elems * dtype.size + WIRE_OVERHEAD
+            hops, arrivals = links.cross(t, s, e, dests, nbytes)
+            for t_hop, e2, ds in hops:
+                push(t_hop, "hop", s, e2, ds, msg)
+            for m, t_m in arrivals:
+                arrived(s, m, t_m, msg)
         elif kind == "timer":
             s, r, c, k = data
             if not np.isnan(result[s, r, c]) or (s == kill_site and r >= kill_round):

@@ -297,7 +297,10 @@ def write_output(path, new):
     data["figures"].update(new)
     data["figures"] = dict(sorted(data["figures"].items()))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    # Whole or not at all: another producer may be reading it to merge its own records.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def read_output(path):

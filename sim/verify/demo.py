@@ -198,6 +198,7 @@ def run(config, *, echo=_noop, progress=_noop):
         ]
     wan_args = dict(
         one_way_s=topo.one_way_s,
+        backbone=topo,
         site_Bps=model.site_rate / params.wire_eff,
         chunk_elems=config.chunk_elems,
         elements=config.elements,
