@@ -125,6 +125,7 @@ def digest(sources, *, root=ROOT, at=None):
 
 
 _MODULE = re.compile(r"wanreduce(\.\w+)+")
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 # The recording machinery a bench imports: it does not change what is measured.
 _BOOKKEEPING = frozenset({"wanreduce.sim.figures", "wanreduce.sim.bench"})
 
@@ -140,7 +141,7 @@ def _module_file(name, root):
     return None
 
 
-def _imports(path, name):
+def _imports(path, name, strings):
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -154,17 +155,19 @@ def _imports(path, name):
                 mod = node.module or ""
             yield mod
             yield from (f"{mod}.{a.name}" for a in node.names)  # `from . import x` names a module
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE.fullmatch(node.value):
-            yield node.value  # importlib.resources.files("wanreduce.host.data") and the like
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings.add(node.value)
+            if _MODULE.fullmatch(node.value):
+                yield node.value  # importlib.resources.files("wanreduce.host.data") and the like
 
 
 def module_sources(name, *, extra=(), root=ROOT):
     """The files a module's figures depend on: the Python files of every ``wanreduce`` module it imports,
     directly or not (imports inside functions count), each imported package's ``__init__``, and the
-    non-Python files (C++ harness sources, data) in the folders of those modules, plus ``extra``. A figure
-    recorded with these sources goes stale exactly when code it ran changes."""
+    other files beside those modules that their code names (a C++ harness, a waiver, a topology), plus
+    ``extra``. A figure recorded with these sources goes stale exactly when code it ran changes."""
     root = Path(root)
-    todo, seen = [name], set()
+    todo, seen, strings = [name], set(), set()
     while todo:
         mod = todo.pop()
         if mod in seen or (mod in _BOOKKEEPING and mod != name):
@@ -175,16 +178,25 @@ def module_sources(name, *, extra=(), root=ROOT):
             continue
         parts = mod.split(".")
         todo.extend(".".join(parts[:i]) for i in range(2, len(parts)))  # parent packages run first
-        todo.extend(m for m in _imports(path, mod) if m.startswith("wanreduce."))
+        todo.extend(m for m in _imports(path, mod, strings) if m.startswith("wanreduce."))
     files = set(extra)
     for mod in seen:
         path = _module_file(mod, root)
         if path is None:
             continue
         files.add(path.relative_to(root).as_posix())
-        for other in path.parent.iterdir():
-            if other.is_file() and other.suffix not in (".py", ".pyc") and not _SKIP.search(other.name):
-                files.add(other.relative_to(root).as_posix())
+        named = [p for p in path.parent.iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
+        named = [p for p in named if p.name in strings]
+        while named:
+            other = named.pop()
+            rel = other.relative_to(root).as_posix()
+            if rel in files:
+                continue
+            files.add(rel)
+            # a C++ source's own local includes
+            for inc in _INCLUDE.findall(other.read_text(errors="replace")):
+                if (other.parent / inc).is_file():
+                    named.append(other.parent / inc)
     return tuple(sorted(files))
 
 
