@@ -25,7 +25,7 @@ from unittest import mock
 
 from wanreduce.host import wan
 from wanreduce.sim.verify import demo
-from wanreduce.spec.protocol import WIRE_OVERHEAD
+from wanreduce.spec.protocol import PACKET_OVERHEAD
 
 __all__ = ["run", "ROWS", "SEEDS", "NOTES", "RUNS"]
 
@@ -61,7 +61,7 @@ def _one(options, seed):
     report = demo.run(config)
     if "error" in report:
         raise RuntimeError(f"faults {options} seed {seed}: {report['error']}")
-    frame = CHUNK_ELEMS * config.dtype.size + WIRE_OVERHEAD
+    frame = CHUNK_ELEMS * config.dtype.size + PACKET_OVERHEAD
     ingress = sum(report["ingress_bytes"].values())
     if ingress % frame:
         raise RuntimeError(f"ingress of {ingress} bytes is not whole {frame}-byte CONTRIB frames")
