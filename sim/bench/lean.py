@@ -17,7 +17,7 @@ datapath, jitter J = 0.5 ms); 42 MB is 42,000,000 bytes (on-chip RAM of an Alveo
 * ``lean_private_*``: 8 MiB at 1 MiB and 1 GiB at 42 MB on ``nine-city-private`` (shared 10 Gbit/s backbone).
 * ``lean_lon_sync_s_*``: one root at LON for the whole group (the study's shape), at 1 MiB and 42 MB, the
   latter also without the FPGA's caps (``_nocaps``: a clock and ports far beyond any stream);
-  ``lean_sync_s_8mib_1mib_j<J>`` the best plan at other margins J (ms); ``lean_bank_slots_1mib`` the slots
+  ``lean_sync_s_8mib_1mib_j<J>`` the best plan at other margins J; ``lean_bank_slots_1mib`` the slots
   of a one-round bank at 1 MiB for groups of nine.
 * ``lean_peak_slot_bytes``: the most bytes of slots one root holds at once in the co-simulation
   (:func:`wanreduce.host.wan_lean.simulate_lean`) of the 1 GiB plan with 0.5 ms of uniform jitter, and
@@ -62,8 +62,8 @@ POINTS = {
     "1gib_42mb": (1 << 30, MB42),
     "1gib_64gib": (1 << 30, 64 << 30),
 }
-#: Other jitter margins J for the 8 MiB, 1 MiB point (the figure's suffix is J in ms).
-JITTERS = {"0.05": 0.05e-3, "0.25": 0.25e-3, "1": 1e-3}
+#: Other jitter margins J for the 8 MiB, 1 MiB point, by the suffix of their figures.
+JITTERS = {"50us": 0.05e-3, "250us": 0.25e-3, "1ms": 1e-3}
 #: Chunks of each stripe the peak-memory co-simulation runs.
 PEAK_CHUNKS = 6000
 
