@@ -159,30 +159,49 @@ _SOURCES = ("spec", "host", "cli/train.py")
 
 
 def _argv(args):
-    """``--force`` (what ``make train`` passes) and any output path not at its default."""
+    """``--force`` (what ``make train`` passes) and every option that changes what the run writes or
+    measures when it is not at its default: rerunning the recorded command must repeat this run."""
     out = ["--force"]
+    if args.task != "lm":
+        out += ["--task", args.task]
+    if args.dtype != Config().dtype:
+        out += ["--dtype", args.dtype]
     if args.output != DEFAULT_JSON:
         out += ["--output", args.output]
+    if args.plot != DEFAULT_PLOT:
+        out += ["--plot", args.plot]
     return out
 
 
-def train_figures(result):
-    """The run's figures by name: per method (``-`` spelt ``_``) the seconds per step and their ratio to
-    colocated, the time to the target accuracy ('not reached' if never) and its ratio; per point of the
-    compute sweep the best wanreduce method's ratio."""
+def train_figures(result, prefix="train_"):
+    """The run's figures by name (``prefix`` first): per method (``-`` spelt ``_``) the seconds of one
+    sync and per step, the latter's ratio to colocated, the steps and time to the target accuracy ('not
+    reached' if never) and its ratio; per point of the compute sweep its step time, the best wanreduce
+    method and its ratio; the training's wall clock and how many distinct runs served the methods."""
     out = {}
+    shared = set()
     for name, e in result["methods"].items():
         if not e.get("available"):
             continue
-        key = "train_" + name.replace("-", "_")
+        key = prefix + name.replace("-", "_")
+        out[f"{key}_sync_s"] = e.get("sync_s")
         out[f"{key}_step_s"] = e["s_per_step"]
         out[f"{key}_step_vs_colocated"] = e["step_ratio_vs_colocated"]
         t, r = e["time_to_target_s"], e["ratio_vs_colocated"]
+        out[f"{key}_steps_to_target"] = "not reached" if t is None else e.get("steps_to_target")
         out[f"{key}_time_to_target_s"] = "not reached" if t is None else t
         out[f"{key}_vs_colocated"] = "" if r is None else r
+        shared.add(e.get("shared_run", name))
     for row in result["compute_sweep"]:
         r = row["ratio_vs_colocated"]
-        out[f"train_sweep_{row['tokens_per_step']}_vs_colocated"] = "not reached" if r is None else r
+        tokens = row["tokens_per_step"]
+        out[f"{prefix}sweep_{tokens}_step_s"] = row.get("step_s")
+        out[f"{prefix}sweep_{tokens}_best"] = row.get("best_wanreduce") or "none"
+        out[f"{prefix}sweep_{tokens}_vs_colocated"] = "not reached" if r is None else r
+    if "train_wall_s" in result:
+        out[f"{prefix}wall_s"] = result["train_wall_s"]
+        out[f"{prefix}distinct_runs"] = len(shared)
+        out[f"{prefix}methods"] = len(result["methods"])
     return out
 
 
@@ -379,9 +398,15 @@ def run(args):
     progress("train", base.describe())
     prov = figures.provenance(_SOURCES, ["wanreduce", "train", *_argv(args)], output=args.output)
     result = run_experiment(cfg, base, log=lambda text: progress("train", text))
+    # A run at another wire dtype records beside the default one rather than over it.
+    prefix = "train_" if args.dtype == Config().dtype else f"train_{args.dtype}_"
+    named = train_figures(result, prefix)
     result["figures"] = figures.records(
-        train_figures(result),
+        named,
         prov=prov,
+        units={k: "" for k in named if k.endswith(("_best", "_steps_to_target", "_runs", "_methods"))},
+        notes=dict.fromkeys(named, "one run per distinct method (seeded); the clock is the cost model's"),
+        runs=dict.fromkeys(named, 1),
     )
     with outs.commit():
         write_json(result, outs.temp(out_json))

@@ -296,9 +296,21 @@ def figures_of(report):
             wall_s=report["wall_s"],
         )
         if faulty:
-            for k in ("retransmits", "duplicates_dropped", "corrupt_dropped", "results_reemitted"):
+            for k in (
+                "retransmits",
+                "retransmits_on_timeout",
+                "resends_on_result",
+                "duplicates_dropped",
+                "corrupt_dropped",
+                "results_reemitted",
+                "evictions",
+                "recovery_time_s",
+                "fault_free_time_s",
+                "fault_free_ingress_bytes",
+            ):
                 values[k] = report[k]
-            values["fault_free_time_s"] = report["fault_free_time_s"]
+            values["ingress_bytes"] = sum(report["ingress_bytes"].values())
+            values.update({f"wan_{k}": v for k, v in report["wan"].items()})
     if report["aggregator"] != "rtl":
         prefix += f"_{report['aggregator']}"
     return {f"{prefix}_{k}": v for k, v in values.items()}
@@ -388,6 +400,7 @@ def _recovery(config, schedule, wan_args, result, echo):
         "evictions": total("evictions"),
         "recovery_time_s": result.finish_s - clean.finish_s,
         "fault_free_time_s": clean.finish_s,
+        "fault_free_ingress_bytes": sum(clean.ingress_bytes),
         "wan": dataclasses.asdict(rec),
     }
     echo(

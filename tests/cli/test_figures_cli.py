@@ -58,9 +58,20 @@ def test_train_figures_name_every_method_and_sweep_point():
         "compute_sweep": [{"tokens_per_step": 1048576, "ratio_vs_colocated": 1.08}],
     }
     assert train_figures(result) == {
+        "train_wanreduce_ample_sync_s": None,
         "train_wanreduce_ample_step_s": 1.325,
         "train_wanreduce_ample_step_vs_colocated": 1.33,
+        "train_wanreduce_ample_steps_to_target": "not reached",
         "train_wanreduce_ample_time_to_target_s": "not reached",
         "train_wanreduce_ample_vs_colocated": "",
+        "train_sweep_1048576_step_s": None,
+        "train_sweep_1048576_best": "none",
         "train_sweep_1048576_vs_colocated": 1.08,
     }
+    result["train_wall_s"] = 12.5
+    result["methods"]["wanreduce-ample"].update(sync_s=0.99, steps_to_target=65, time_to_target_s=86.0)
+    named = train_figures(result, "train_fp32_")
+    assert named["train_fp32_wanreduce_ample_sync_s"] == 0.99
+    assert named["train_fp32_wanreduce_ample_steps_to_target"] == 65
+    assert named["train_fp32_wall_s"] == 12.5 and named["train_fp32_methods"] == 2
+    assert named["train_fp32_distinct_runs"] == 1
