@@ -30,7 +30,7 @@ from ..sim.verify.demo import parse_kill
 from ..spec.errors import WanreduceError
 from ..spec.protocol import UDP_PORT, Drop, DType
 from ._common import int_in, probability
-from .aggd import make_engine
+from .aggd import ENGINES, make_engine
 
 __all__ = ["register", "run"]
 
@@ -76,9 +76,10 @@ def register(sub):
     p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
     p.add_argument(
         "--engine",
-        choices=("golden", "rtl"),
-        default="golden",
-        help="each aggregator's engine: the golden model or a Verilated core (default: golden)",
+        choices=ENGINES,
+        default="batch",
+        help="each aggregator's engine: the golden model's rules on batches of datagrams, the golden model "
+        "one datagram at a time, or a Verilated core (default: batch)",
     )
     p.add_argument(
         "--width",

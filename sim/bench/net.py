@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from wanreduce.host import netdemo
-from wanreduce.host.aggd import Aggd, GoldenEngine, site_layout
+from wanreduce.host.aggd import Aggd, BatchEngine, GoldenEngine, site_layout
 from wanreduce.host.netio import open_socket
 from wanreduce.host.pacing import member_buffer_bytes
 from wanreduce.host.packet import pack_tensor
@@ -49,7 +49,7 @@ def aggd_rate(chunk_bytes, batches=6):
     """Contribution payload bytes the daemon aggregates per CPU second."""
     schedule = _schedule(3, chunk_bytes, 4 * BATCH[chunk_bytes])
     layout = site_layout(schedule)
-    daemon = Aggd(schedule, 0, GoldenEngine(schedule, 0, layout, job=JOB), port=PORT, job=JOB).open()
+    daemon = Aggd(schedule, 0, BatchEngine(schedule, 0, layout, job=JOB), port=PORT, job=JOB).open()
     tx = open_socket(port=PORT + 1)
     group = addressing.contrib_group_ip(job=JOB, round=0, group=0, period=1)
     rng = np.random.default_rng(0)
@@ -58,13 +58,22 @@ def aggd_rate(chunk_bytes, batches=6):
     cpu = 0.0
     try:
         for b in range(batches):
-            for rank in range(3):
-                t = rng.standard_normal(k * elems).astype(np.float32)
-                for p in pack_tensor(
-                    t, dtype=DType.FP32, rank=rank, job=JOB, chunk_elems=elems, first_chunk=b * k
-                ):
-                    tx.setblocking(True)
-                    tx.sendto(p, (group, PORT))
+            # The members' copies of a chunk arrive together, as the three hosts' windows send them.
+            per_rank = [
+                pack_tensor(
+                    rng.standard_normal(k * elems).astype(np.float32),
+                    dtype=DType.FP32,
+                    rank=rank,
+                    job=JOB,
+                    chunk_elems=elems,
+                    first_chunk=b * k,
+                ).blocks[0]
+                for rank in range(3)
+            ]
+            tx.setblocking(True)
+            for c in range(k):
+                for block in per_rank:
+                    tx.sendto(block[c], (group, PORT))
             goal = daemon.engine.counters()["results"] + k
             t0 = time.process_time()
             deadline = time.monotonic() + 30
