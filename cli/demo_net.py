@@ -20,6 +20,7 @@ import numpy as np
 from ..host import netdemo, wan
 from ..host.aggd import site_layout
 from ..host.costmodel import CostModel, CostParams
+from ..host.netns import NamespacesUnavailable, SiteNamespaces
 from ..host.reference import run_reference
 from ..host.schedule import optimize, plan_to_schedule
 from ..host.topology import load_topology
@@ -125,6 +126,13 @@ def register(sub):
         "--interface", default="127.0.0.1", help="IPv4 address of the interface to use (default: 127.0.0.1)"
     )
     p.add_argument(
+        "--netns",
+        action="store_true",
+        help="each site in a network namespace of its own, on a veth link whose rate a tbf qdisc sets to the "
+        "site's access rate (needs root and iproute2; otherwise one line says so and the run uses "
+        "--interface)",
+    )
+    p.add_argument(
         "--port", type=int_in(1, 65535, "--port"), default=UDP_PORT, help=f"UDP port (default: {UDP_PORT})"
     )
     p.add_argument(
@@ -209,8 +217,10 @@ def run(args):
     layout = site_layout(schedule, dtype=dtype)
     kill = parse_kill(args.kill, list(topo.sites), schedule.period) if args.kill else None
     print(
-        f"{topo.name}: {topo.n} sites over UDP on {args.interface}, {format_size(memory)} of aggregator "
-        f"memory each; schedule {best.name}, modelled period {format_seconds(best.period_s)}"
+        f"{topo.name}: {topo.n} sites over UDP "
+        f"{'in network namespaces' if args.netns else 'on ' + args.interface}, "
+        f"{format_size(memory)} of aggregator memory each; schedule {best.name}, "
+        f"modelled period {format_seconds(best.period_s)}"
     )
     for r, rnd in enumerate(schedule.rounds):
         print(f"  round {r}: " + "  ".join("{" + ",".join(topo.sites[i] for i in g) + "}" for g in rnd))
@@ -242,13 +252,22 @@ def run(args):
         "engine": args.engine,
         "seed": args.seed,
     }
+    site_Bps = model.site_rate / params.wire_eff
+    spaces, base["network"] = None, f"one interface ({args.interface})"
+    if args.netns:
+        try:
+            spaces = SiteNamespaces(topo.n, np.broadcast_to(site_Bps, (topo.n,))).__enter__()
+            base["network"] = "network namespaces, veth links rate-limited by tbf"
+        except NamespacesUnavailable as exc:
+            _progress(f"network namespaces unavailable ({exc}); running on {args.interface}")
+            base["netns_unavailable"] = str(exc)
     try:
         run = netdemo.run_sites(
             schedule,
             tensors,
             layout=layout,
             one_way_s=topo.one_way_s,
-            site_Bps=model.site_rate / params.wire_eff,
+            site_Bps=site_Bps,
             make_engine=engine,
             dtype=dtype,
             faults=faults,
@@ -258,6 +277,7 @@ def run(args):
             job=args.job,
             deadline_s=args.deadline,
             progress=_progress,
+            netns=spaces,
         )
     except wan.SiteTimeout as exc:
         counters = getattr(exc, "counters", None) or []
@@ -278,6 +298,9 @@ def run(args):
             },
         )
         return 1
+    finally:
+        if spaces is not None:
+            spaces.__exit__(None, None, None)
     return _report(args, topo, schedule, best, layout, tensors, run, base, faulty)
 
 

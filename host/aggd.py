@@ -20,6 +20,7 @@ import dataclasses
 import json
 import select
 import selectors
+import socket
 import time
 
 import numpy as np
@@ -201,11 +202,25 @@ class Aggd:
     ``wan`` is a :class:`~wanreduce.host.netio.WanEmulator` for what arrives (None: the real network only).
     """
 
-    def __init__(self, schedule, rank, engine, *, interface="127.0.0.1", port=UDP_PORT, job=0, wan=None):
+    def __init__(
+        self,
+        schedule,
+        rank,
+        engine,
+        *,
+        interface="127.0.0.1",
+        port=UDP_PORT,
+        job=0,
+        wan=None,
+        local_results=False,
+    ):
         if not 0 <= rank < schedule.n:
             raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1} of the schedule")
         self.schedule, self.rank, self.engine = schedule, rank, engine
         self.interface, self.port, self.job, self.wan = interface, port, job, wan
+        # RESULTs only to this machine's hosts (multicast TTL 0): the aggregator sits at the site's edge, so
+        # its RESULTs do not cross the site's access link, which is what a rate-limited link models.
+        self.local_results = bool(local_results)
         self.groups = sorted(
             {
                 addressing.contrib_group_ip(job=job, round=r, group=gid, period=schedule.period)
@@ -223,6 +238,8 @@ class Aggd:
     def open(self):
         """Bind and join every group (raises :class:`WanreduceError` with one line when it cannot)."""
         self.sock = open_socket(interface=self.interface, port=self.port, groups=self.groups)
+        if self.local_results:
+            self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 0)
         if self.wan is not None:
             enable_timestamps(self.sock)
         return self
