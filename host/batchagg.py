@@ -91,6 +91,7 @@ class BatchAggregator:
         entries = [expected_order(e) for e in period]
         self.expected = [bitmap for bitmap, _ in entries]
         self.orders = [order for _, order in entries]
+        self._gsize = [len(order) for order in self.orders]
         # pos[round mod P, src]: the member buffer of src in that round's summation order, -1 if unexpected.
         self.pos = np.full((self.period, MAX_RANKS), -1, np.int64)
         for r, order in enumerate(self.orders):
@@ -116,7 +117,7 @@ class BatchAggregator:
         # apart from its shadow (the slot completed again within the batch): RESULTs are sent from here.
         self.store = np.zeros((slots + self.batch, self.row_bytes), np.uint8)
         self.shadow = self.store[:slots]
-        self.shadow_len = np.zeros(slots, np.int64)
+        self.shadow_len = [0] * slots
         for buf in (self.data, self.store):
             buf.fill(0)  # touch every page now rather than on the first datagrams
         self._shadow_hdr = self.shadow[:, :HEADER_BYTES].view(HEADER_DTYPE)[:, 0]
@@ -208,8 +209,10 @@ class BatchAggregator:
         c = self.counters
         state, key, last_key, bitmap = self.state, self.key, self.last_key, self.bitmap
         sdtype, scount, sflags, sgroup = self.sdtype, self.scount, self.sflags, self.sgroup
+        expected, sizes_g, shadow_len = self.expected, self._gsize, self.shadow_len
         w = _Work()
         inrows, outs, out_len = w.inrows, w.outs, w.out_len
+        results = 0
         with np.errstate(all="ignore"):
             for i, s, tag, src, m, dt, cnt, grp, fl, ph, nb in zip(
                 idx, slots, keys, srcs, members, dtypes, counts, groups, flags, phases, sizes, strict=True
@@ -219,7 +222,7 @@ class BatchAggregator:
                     c["duplicate"] += 1
                     c["results_reemitted"] += 1
                     outs.append(s)
-                    out_len.append(int(self.shadow_len[s]))
+                    out_len.append(shadow_len[s])
                     continue
                 st, held = state[s], key[s]
                 if st == _LIVE and held != tag:
@@ -244,22 +247,27 @@ class BatchAggregator:
                 if st != _LIVE:
                     state[s], key[s], bitmap[s] = _LIVE, tag, 0
                     sdtype[s], scount[s], sgroup[s], sflags[s] = dt, cnt, grp, 0
-                    inrows[s] = {}  # the evicted chunk's contributions of this batch are discarded with it
-                inrows.setdefault(s, {})[m] = i
-                bitmap[s] |= 1 << src
+                    here = inrows[s] = {}  # an evicted chunk's contributions of this batch go with it
+                else:
+                    here = inrows.get(s)
+                    if here is None:
+                        here = inrows[s] = {}
+                here[m] = i
+                got = bitmap[s] = bitmap[s] | 1 << src
                 sflags[s] |= fl
-                if bitmap[s] != self.expected[ph]:
+                if got != expected[ph]:
                     continue
                 if s in w.completed:
                     self._apart(h, w, s)
-                self._sum(rows, s, dt, cnt, len(self.orders[ph]), inrows.pop(s))
+                self._sum(rows, s, dt, cnt, sizes_g[ph], inrows.pop(s))
                 state[s], last_key[s] = _DONE, tag
-                self.shadow_len[s] = HEADER_BYTES + nb
-                c["results"] += 1
+                shadow_len[s] = HEADER_BYTES + nb
+                results += 1
                 w.completed.add(s)
                 w.done.append((s, i, sgroup[s], sflags[s], bitmap[s]))
                 outs.append(s)
                 out_len.append(HEADER_BYTES + nb)
+        c["results"] += results
         self._rowvals.clear()
         return self._finish(rows, h, w)
 
