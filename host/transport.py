@@ -170,7 +170,7 @@ class _Run:
         self.rounds = R = sch.period if rounds is None else int(rounds)
         self.vt = np_dtype(tp.dtype)
         self.bits = bits_dtype(tp.dtype)
-        flat = np.asarray(tensor).astype(self.vt).reshape(-1)
+        flat = np.asarray(tensor).astype(self.vt, copy=False).reshape(-1)  # copied once, into the grid
         if flat.size == 0:
             raise WanreduceError("the tensor is empty; there is nothing to synchronise")
         self.ce, self.bank = lay.chunk_elems, lay.bank_slots
@@ -272,7 +272,7 @@ class _Run:
             gid = self.group[r][0]
             size = self.tp.dtype.size
             heads = pack_tensor(
-                np.zeros(self.values.size, self.vt),
+                self.values,  # the payloads are rewritten as each chunk goes out
                 dtype=self.tp.dtype,
                 rank=self.tp.rank,
                 job=self.tp.job,
