@@ -1,8 +1,9 @@
 """``wanreduce aggd``: one site's software aggregator over real UDP (the FPGA's stand-in).
 
 It reads a schedule file, joins the CONTRIB multicast group of every round its rank takes part in on the
-interface given (loopback by default), aggregates with the golden model's rules and arithmetic (or the
-Verilated core with ``--engine rtl``), and multicasts every RESULT to the site's host group. SIGINT or
+interface given (loopback by default), aggregates with the golden model's rules and arithmetic, a batch
+of datagrams at a time (``--engine golden``: one at a time; ``--engine rtl``: the Verilated core), and
+multicasts every RESULT to the site's host group. SIGINT or
 SIGTERM stops it cleanly; SIGUSR1 prints its counters as one JSON line, as it does on exit.
 """
 

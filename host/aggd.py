@@ -3,17 +3,20 @@
 It takes the place of the site's FPGA: it joins the CONTRIB multicast group of every round its site takes
 part in (the addressing plan, :mod:`wanreduce.spec.addressing`), feeds each datagram to an aggregation
 engine, and multicasts every RESULT the engine emits to the site's host group (``239.87.83.<rank>``). The
-engine is the golden model (:class:`GoldenEngine`: the drop rules, counters, shadow RESULTs and summation
-order of :class:`~wanreduce.host.golden.GoldenAggregator`, its arithmetic vectorised with numpy per chunk)
-or the Verilated core (``wanreduce.sim.verify.netcore.RtlEngine``), behind the same three methods.
+engine is the golden model's rules on whole batches (:class:`BatchEngine`, the default: read by
+``recvmmsg`` into preallocated rows, RESULTs sent by ``sendmmsg``), the golden model itself one datagram at
+a time (:class:`GoldenEngine`: the drop rules, counters, shadow RESULTs and summation order of
+:class:`~wanreduce.host.golden.GoldenAggregator`) or the Verilated core
+(``wanreduce.sim.verify.netcore.RtlEngine``), behind the same three methods.
 
 The kernel has already checked the Ethernet, IPv4 and UDP framing of what a socket delivers (drop codes
 1-8 cannot reach the engine, except for copies the emulated WAN corrupted: those are handed to the engine as
 whole frames, so the same checksum rules drop them under the same counters as on the FPGA).
 
-Latency: a datagram is aggregated when it is read (after the emulated WAN delay, if any); a completed chunk's
-RESULT is sent before the next datagram is read. Back-pressure: none beyond the socket's receive buffer
-(what overflows it is lost, as on a link, and recovered by the hosts' retransmissions).
+Latency: a datagram is aggregated when it is read (after the emulated WAN delay, if any); a completed
+chunk's RESULT is sent before the next datagram (the batch engine: the next batch) is read. Back-pressure:
+none beyond the socket's receive buffer (what overflows it is lost, as on a link, and recovered by the
+hosts' retransmissions).
 """
 
 import dataclasses
