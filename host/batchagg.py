@@ -280,8 +280,12 @@ class BatchAggregator:
         if rv is None:
             whole = rows.shape[1] - rows.shape[1] % 4
             rv = self._rowvals[dt] = rows[:, HEADER_BYTES:whole].view(data.dtype)
-        terms = [rv[here[m], :count] if m in here else data[s, m, :count] for m in range(g)]
         acc = shadow[s, :count]
+        if len(here) == g:  # every contribution came in this batch (the usual case): no buffer is read
+            rows_of = [here[m] for m in range(g)]
+            terms = [rv[i, :count] for i in rows_of]
+        else:
+            terms = [rv[here[m], :count] if m in here else data[s, m, :count] for m in range(g)]
         if g == 1:
             acc[:] = terms[0]
         else:
