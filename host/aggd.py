@@ -189,6 +189,11 @@ class BatchEngine(GoldenEngine):
         return self.agg.feed_batch(rows, lengths)
 
     @property
+    def row_bytes(self):
+        """The longest datagram it can take, rounded up to whole words."""
+        return self.agg.row_bytes
+
+    @property
     def out(self):
         """``(array, byte offsets, lengths)`` of the last batch's RESULTs (first k of each)."""
         a = self.agg
@@ -301,7 +306,8 @@ class Aggd:
 
         def flush():
             for i, data in enumerate(run):
-                rx.rows[i, : len(data)] = np.frombuffer(data, np.uint8)
+                cut = min(len(data), rx.row_bytes)
+                rx.rows[i, :cut] = np.frombuffer(data[:cut], np.uint8)
                 rx.lengths[i] = len(data)
             k = self.engine.feed_batch(rx.rows, rx.lengths[: len(run)])
             if k:
@@ -314,7 +320,7 @@ class Aggd:
                     flush()
                 self._process(data, True)
             else:
-                run.append(data[: rx.row_bytes])
+                run.append(data)
                 if len(run) == rx.batch:
                     flush()
         if run:
@@ -326,7 +332,9 @@ class Aggd:
         src_pos, src_size = HEADER_LAYOUT["src"]
         batched = hasattr(self.engine, "feed_batch")
         if batched and self._rx is None:
-            self._rx = Receiver(batch=BATCH, row_bytes=RECV_BYTES)
+            # Rows as long as the longest datagram the engine can take: a longer one is dropped on its
+            # header and length alone (its real length is reported), so its tail is never needed.
+            self._rx = Receiver(batch=BATCH, row_bytes=getattr(self.engine, "row_bytes", RECV_BYTES))
             self._tx = Sender(self.result_to, batch=BATCH)
         if self._sel is None:
             self._sel = selectors.DefaultSelector()

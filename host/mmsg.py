@@ -24,6 +24,7 @@ import numpy as np
 __all__ = ["Receiver", "Sender", "HAVE_MMSG"]
 
 _MSG_DONTWAIT = 0x40
+_MSG_TRUNC = 0x20  # on receive: report a datagram's real length even when the row holds only its start
 
 
 class _Iovec(ctypes.Structure):
@@ -106,7 +107,8 @@ class Receiver:
 
     ``recv(sock)`` → how many datagrams arrived (0: none was queued); their lengths are
     ``lengths[:n]`` and their bytes ``rows[i, :lengths[i]]``, valid until the next call. A datagram longer
-    than a row is cut to the row (its length then shows the row's size and fails the header's length rule).
+    than a row keeps only its first ``row_bytes`` bytes, but ``lengths`` has its real length (Linux's
+    ``MSG_TRUNC``), so header rules on the length judge it as they would the whole datagram.
     """
 
     def __init__(self, *, batch=256, row_bytes=16384, mmsg=None):
@@ -129,12 +131,13 @@ class Receiver:
             n = 0
             try:
                 while n < limit:
-                    self.lengths[n] = sock.recv_into(self._views[n])
+                    self.lengths[n] = sock.recv_into(self._views[n], 0, _MSG_TRUNC)
                     n += 1
             except BlockingIOError:
                 pass
             return n
-        got = _CALLS[0](sock.fileno(), ctypes.addressof(self._msgs), limit, _MSG_DONTWAIT, None)
+        flags = _MSG_DONTWAIT | _MSG_TRUNC
+        got = _CALLS[0](sock.fileno(), ctypes.addressof(self._msgs), limit, flags, None)
         if got < 0:
             err = ctypes.get_errno()
             if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):

@@ -175,6 +175,11 @@ def test_batched_send_and_receive_carry_every_datagram_intact(use_mmsg):
             got += [receiver.rows[i, : receiver.lengths[i]].tobytes() for i in range(n)]
         assert got == [block[i, : lengths[i]].tobytes() for i in range(40)]
         assert receiver.recv(rx) == 0
+        # Longer than a row: the row holds its start, the length is its real one.
+        long = rng.integers(0, 256, 5000, dtype=np.uint8)
+        assert sender.send(tx, long, [0], [5000]) == 1
+        assert receiver.recv(rx) == 1 and receiver.lengths[0] == 5000
+        assert receiver.rows[0].tobytes() == long[:4096].tobytes()
     finally:
         rx.close()
         tx.close()
