@@ -1,15 +1,16 @@
 """``wanreduce aggd``: one site's software aggregator over real UDP (the FPGA's stand-in).
 
 It reads a schedule file, joins the CONTRIB multicast group of every round its rank takes part in on the
-interface given (loopback by default), aggregates with the golden model's rules and arithmetic (or the
-Verilated core with ``--engine rtl``), and multicasts every RESULT to the site's host group. SIGINT or
+interface given (loopback by default), aggregates with the golden model's rules and arithmetic, a batch
+of datagrams at a time (``--engine golden``: one at a time; ``--engine rtl``: the Verilated core), and
+multicasts every RESULT to the site's host group. SIGINT or
 SIGTERM stops it cleanly; SIGUSR1 prints its counters as one JSON line, as it does on exit.
 """
 
 import signal
 import sys
 
-from ..host.aggd import Aggd, GoldenEngine, counters_line, site_layout
+from ..host.aggd import Aggd, BatchEngine, GoldenEngine, counters_line, site_layout
 from ..host.emit import topology_for
 from ..host.netio import WanEmulator
 from ..spec.errors import WanreduceError
@@ -17,7 +18,10 @@ from ..spec.protocol import UDP_PORT, DType
 from ..spec.schedfile import load_schedule
 from ._common import int_in, progress
 
-__all__ = ["register", "run", "make_engine"]
+__all__ = ["register", "run", "make_engine", "ENGINES"]
+
+#: What ``--engine`` picks from.
+ENGINES = ("batch", "golden", "rtl")
 
 
 def register(sub):
@@ -45,9 +49,10 @@ def register(sub):
     )
     p.add_argument(
         "--engine",
-        choices=("golden", "rtl"),
-        default="golden",
-        help="the golden model, or the Verilated core (built once per configuration) (default: golden)",
+        choices=ENGINES,
+        default="batch",
+        help="the golden model's rules on whole batches of datagrams, the golden model itself (one at a "
+        "time), or the Verilated core (built once per configuration) (default: batch)",
     )
     p.add_argument(
         "--delay-scale",
@@ -74,6 +79,8 @@ def make_engine(name, job=0, progress_fn=None):
     first call loads the core; call it once before forking the processes that use it)."""
     if name == "golden":
         return lambda schedule, rank, layout: GoldenEngine(schedule, rank, layout, job=job)
+    if name == "batch":
+        return lambda schedule, rank, layout: BatchEngine(schedule, rank, layout, job=job)
     from ..sim.verify import netcore
 
     loaded = {}

@@ -3,37 +3,58 @@
 It takes the place of the site's FPGA: it joins the CONTRIB multicast group of every round its site takes
 part in (the addressing plan, :mod:`wanreduce.spec.addressing`), feeds each datagram to an aggregation
 engine, and multicasts every RESULT the engine emits to the site's host group (``239.87.83.<rank>``). The
-engine is the golden model (:class:`GoldenEngine`: the drop rules, counters, shadow RESULTs and summation
-order of :class:`~wanreduce.host.golden.GoldenAggregator`, its arithmetic vectorised with numpy per chunk)
-or the Verilated core (``wanreduce.sim.verify.netcore.RtlEngine``), behind the same three methods.
+engine is the golden model's rules on whole batches (:class:`BatchEngine`, the default: read by
+``recvmmsg`` into preallocated rows, RESULTs sent by ``sendmmsg``), the golden model itself one datagram at
+a time (:class:`GoldenEngine`: the drop rules, counters, shadow RESULTs and summation order of
+:class:`~wanreduce.host.golden.GoldenAggregator`) or the Verilated core
+(``wanreduce.sim.verify.netcore.RtlEngine``), behind the same three methods.
 
 The kernel has already checked the Ethernet, IPv4 and UDP framing of what a socket delivers (drop codes
 1-8 cannot reach the engine, except for copies the emulated WAN corrupted: those are handed to the engine as
 whole frames, so the same checksum rules drop them under the same counters as on the FPGA).
 
-Latency: a datagram is aggregated when it is read (after the emulated WAN delay, if any); a completed chunk's
-RESULT is sent before the next datagram is read. Back-pressure: none beyond the socket's receive buffer
-(what overflows it is lost, as on a link, and recovered by the hosts' retransmissions).
+Latency: a datagram is aggregated when it is read (after the emulated WAN delay, if any); a completed
+chunk's RESULT is sent before the next datagram (the batch engine: the next batch) is read. Back-pressure:
+none beyond the socket's receive buffer (what overflows it is lost, as on a link, and recovered by the
+hosts' retransmissions).
 """
 
 import dataclasses
 import json
+import select
 import selectors
+import socket
 import time
+
+import numpy as np
 
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_LAYOUT, UDP_PORT, DType
+from .batchagg import BatchAggregator
 from .frames import build_frame, parse_frame
 from .golden import Destination, GoldenAggregator
-from .netio import drain, drain_stamped, enable_timestamps, flip_bit, open_socket
+from .mmsg import Receiver, Sender
+from .netio import RECV_BYTES, drain, drain_stamped, enable_timestamps, flip_bit, open_socket
 from .pacing import aggregator_slots
 from .wan import bank_layout
 
-__all__ = ["SiteLayout", "site_layout", "GoldenEngine", "Aggd", "contrib_frame_of", "members_of"]
+__all__ = [
+    "SiteLayout",
+    "site_layout",
+    "GoldenEngine",
+    "BatchEngine",
+    "Aggd",
+    "contrib_frame_of",
+    "members_of",
+]
 
 #: Longest the daemon waits for a datagram before looking at its stop flag and control requests again.
 POLL_S = 0.05
+#: Datagrams read per system call by a batch engine's daemon.
+BATCH = 256
+#: Longest the daemon waits for room in its socket's send buffer before a RESULT counts as lost.
+SEND_WAIT_S = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +168,41 @@ class GoldenEngine:
         return self.agg.missing(job, round_, chunk)
 
 
+class BatchEngine(GoldenEngine):
+    """The golden model's rules and arithmetic on whole batches (:class:`~.batchagg.BatchAggregator`):
+    ``feed_batch(rows, lengths)`` → k RESULTs (:attr:`out`), besides the three methods."""
+
+    def __init__(self, schedule, rank, layout, *, job=0, batch=BATCH):
+        self.period = schedule.period
+        self.agg = BatchAggregator(
+            rank=rank,
+            job=job,
+            period=[members_of(schedule, rank, r)[1] for r in range(schedule.period)],
+            slots=layout.slots,
+            members=layout.members,
+            slot_bytes=layout.slot_bytes,
+            bank_bits=layout.bank_bits,
+            batch=batch,
+        )
+
+    def feed_batch(self, rows, lengths):
+        return self.agg.feed_batch(rows, lengths)
+
+    @property
+    def row_bytes(self):
+        """The longest datagram it can take, rounded up to whole words."""
+        return self.agg.row_bytes
+
+    @property
+    def out(self):
+        """``(array, byte offsets, lengths)`` of the last batch's RESULTs (first k of each)."""
+        a = self.agg
+        return a.store, a.out_rows * a.row_bytes, a.out_len
+
+    def feed_frame(self, frame):
+        return self.agg.feed_frame(frame)
+
+
 class Aggd:
     """Site ``rank``'s aggregator process: sockets, the emulated WAN in front, an engine behind.
 
@@ -154,11 +210,25 @@ class Aggd:
     ``wan`` is a :class:`~wanreduce.host.netio.WanEmulator` for what arrives (None: the real network only).
     """
 
-    def __init__(self, schedule, rank, engine, *, interface="127.0.0.1", port=UDP_PORT, job=0, wan=None):
+    def __init__(
+        self,
+        schedule,
+        rank,
+        engine,
+        *,
+        interface="127.0.0.1",
+        port=UDP_PORT,
+        job=0,
+        wan=None,
+        local_results=False,
+    ):
         if not 0 <= rank < schedule.n:
             raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1} of the schedule")
         self.schedule, self.rank, self.engine = schedule, rank, engine
         self.interface, self.port, self.job, self.wan = interface, port, job, wan
+        # RESULTs only to this machine's hosts (multicast TTL 0): the aggregator sits at the site's edge, so
+        # its RESULTs do not cross the site's access link, which is what a rate-limited link models.
+        self.local_results = bool(local_results)
         self.groups = sorted(
             {
                 addressing.contrib_group_ip(job=job, round=r, group=gid, period=schedule.period)
@@ -171,15 +241,21 @@ class Aggd:
         self.sock = None
         self.sent = 0
         self.received = 0
+        self._rx = self._tx = self._sel = None
 
     def open(self):
         """Bind and join every group (raises :class:`WanreduceError` with one line when it cannot)."""
         self.sock = open_socket(interface=self.interface, port=self.port, groups=self.groups)
+        if self.local_results:
+            self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 0)
         if self.wan is not None:
             enable_timestamps(self.sock)
         return self
 
     def close(self):
+        if self._sel is not None:
+            self._sel.close()
+            self._sel = None
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -202,40 +278,94 @@ class Aggd:
             self.sock.sendto(out, self.result_to)
             self.sent += 1
 
+    def _send_rows(self, k):
+        """Send the batch engine's first ``k`` RESULT rows, waiting a little for room if need be."""
+        rows, starts, lengths = self.engine.out
+        done, end = 0, time.monotonic() + SEND_WAIT_S
+        while done < k:
+            done += self._tx.send(self.sock, rows, starts[done:k], lengths[done:k])
+            room = done >= k or select.select([], [self.sock], [], SEND_WAIT_S)[1]
+            if not room or time.monotonic() > end:
+                break  # lost, as on a congested link; the hosts' retransmissions recover it
+        self.sent += done
+
+    def _read_batches(self):
+        """Read and aggregate whatever is queued, a batch per system call (no emulated WAN)."""
+        rx = self._rx
+        while n := rx.recv(self.sock):
+            self.received += n
+            k = self.engine.feed_batch(rx.rows, rx.lengths[:n])
+            if k:
+                self._send_rows(k)
+            if n < rx.batch:
+                break
+
+    def _feed_due(self, due):
+        """Datagrams the emulated WAN delivers now: runs of intact ones as batches, corrupted ones alone."""
+        rx, run = self._rx, []
+
+        def flush():
+            for i, data in enumerate(run):
+                cut = min(len(data), rx.row_bytes)
+                rx.rows[i, :cut] = np.frombuffer(data[:cut], np.uint8)
+                rx.lengths[i] = len(data)
+            k = self.engine.feed_batch(rx.rows, rx.lengths[: len(run)])
+            if k:
+                self._send_rows(k)
+            run.clear()
+
+        for data, corrupt in due:
+            if corrupt:
+                if run:
+                    flush()
+                self._process(data, True)
+            else:
+                run.append(data)
+                if len(run) == rx.batch:
+                    flush()
+        if run:
+            flush()
+
     def serve(self, should_stop, *, on_tick=None):
         """Aggregate until ``should_stop()`` is true (checked at least every :data:`POLL_S`).
         ``on_tick()`` runs on every wake-up (control requests, counter dumps)."""
         src_pos, src_size = HEADER_LAYOUT["src"]
-        sel = selectors.DefaultSelector()
-        sel.register(self.sock, selectors.EVENT_READ)
-        wan = self.wan
-        try:
-            while not should_stop():
-                wait = POLL_S
-                if wan is not None and wan.queue:
-                    wait = min(wait, max(0.0, wan.next_due() - time.monotonic()))
-                sel.select(wait)
-                if wan is None:
-                    batch = drain(self.sock)
-                    self.received += len(batch)
-                    for data in batch:
-                        self._process(data, False)
+        batched = hasattr(self.engine, "feed_batch")
+        if batched and self._rx is None:
+            # Rows as long as the longest datagram the engine can take: a longer one is dropped on its
+            # header and length alone (its real length is reported), so its tail is never needed.
+            self._rx = Receiver(batch=BATCH, row_bytes=getattr(self.engine, "row_bytes", RECV_BYTES))
+            self._tx = Sender(self.result_to, batch=BATCH)
+        if self._sel is None:
+            self._sel = selectors.DefaultSelector()
+            self._sel.register(self.sock, selectors.EVENT_READ)
+        sel, wan = self._sel, self.wan
+        while not should_stop():
+            wait = POLL_S
+            if wan is not None and wan.queue:
+                wait = min(wait, max(0.0, wan.next_due() - time.monotonic()))
+            sel.select(wait)
+            if wan is None and batched:
+                self._read_batches()
+            elif wan is None:
+                batch = drain(self.sock)
+                self.received += len(batch)
+                for data in batch:
+                    self._process(data, False)
+            else:
+                batch = drain_stamped(self.sock)
+                self.received += len(batch)
+                for stamp, data in batch:
+                    src = int.from_bytes(data[src_pos : src_pos + src_size], "big") if len(data) >= 32 else -1
+                    wan.admit(stamp, src, data)
+                due = wan.due(time.monotonic())
+                if batched:
+                    self._feed_due(due)
                 else:
-                    batch = drain_stamped(self.sock)
-                    self.received += len(batch)
-                    for stamp, data in batch:
-                        src = (
-                            int.from_bytes(data[src_pos : src_pos + src_size], "big")
-                            if len(data) >= 32
-                            else -1
-                        )
-                        wan.admit(stamp, src, data)
-                    for data, corrupt in wan.due(time.monotonic()):
+                    for data, corrupt in due:
                         self._process(data, corrupt)
-                if on_tick is not None:
-                    on_tick()
-        finally:
-            sel.close()
+            if on_tick is not None:
+                on_tick()
 
 
 def counters_line(site, counters):

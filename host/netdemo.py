@@ -65,10 +65,12 @@ def _quiet_signals(stop):
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
 
 
-def _aggd_main(conn, schedule, rank, make_engine, layout, wan, interface, port, job):
+def _aggd_main(conn, schedule, rank, make_engine, layout, wan, interface, port, job, netns=None):
     stop = [False]
     _quiet_signals(stop)
     try:
+        if netns is not None:
+            netns.enter(rank)
         daemon = Aggd(
             schedule,
             rank,
@@ -77,6 +79,7 @@ def _aggd_main(conn, schedule, rank, make_engine, layout, wan, interface, port, 
             port=port,
             job=job,
             wan=wan,
+            local_results=netns is not None,
         ).open()
     except Exception as exc:  # reported to the parent as one line
         conn.send(("error", str(exc)))
@@ -99,10 +102,12 @@ def _aggd_main(conn, schedule, rank, make_engine, layout, wan, interface, port, 
         daemon.close()
 
 
-def _host_main(conn, transport, tensor, kill_round, deadline_s):
+def _host_main(conn, transport, tensor, kill_round, deadline_s, netns=None):
     stop = [False]
     _quiet_signals(stop)
     try:
+        if netns is not None:
+            netns.enter(transport.rank)
         transport.open()
     except Exception as exc:
         conn.send(("error", str(exc)))
@@ -156,8 +161,12 @@ def run_sites(
     deadline_s=600.0,
     slack_s=None,
     progress=None,
+    netns=None,
 ):
     """One period of ``schedule`` with every site as processes over UDP; returns a :class:`SitesRun`.
+
+    ``netns`` (a :class:`~wanreduce.host.netns.SiteNamespaces` already made): each site's processes run
+    in its namespace on its own link, rate-limited in the kernel, instead of all on ``interface``.
 
     ``slack_s`` replaces the transport's allowance for software latency in its timeouts
     (:data:`wanreduce.host.transport.SLACK_S`): a machine busy with other work needs more.
@@ -195,11 +204,16 @@ def run_sites(
                 corrupt=faults.corrupt,
                 seed=faults.seed * 1009 + s,
             )
-            aggs.append(start(_aggd_main, schedule, s, make_engine, layout, wan, interface, port, job))
+            where = interface if netns is None else netns.address(s)
+            aggs.append(start(_aggd_main, schedule, s, make_engine, layout, wan, where, port, job, netns))
         deadline = time.monotonic() + READY_S
         for s, conn in enumerate(aggs):
             _expect(conn, "ready", deadline, f"the aggregator of {schedule.sites[s]}")
-        say(f"{n} aggregators listening on {interface} port {port}")
+        say(
+            f"{n} aggregators listening on {interface} port {port}"
+            if netns is None
+            else f"{n} aggregators listening in network namespaces {netns.prefix}s0..{n - 1}, port {port}"
+        )
         for s in range(n):
             host_wan = None
             if faults.loss or faults.dup:
@@ -213,14 +227,14 @@ def run_sites(
                 one_way_s=D,
                 site_Bps=site_Bps[s],
                 dtype=dtype,
-                interface=interface,
+                interface=interface if netns is None else netns.address(s),
                 port=port,
                 job=job,
                 wan=host_wan,
                 **({} if slack_s is None else {"slack_s": slack_s}),
             )
             kr = kill_round if s == kill_site else None
-            hosts.append(start(_host_main, tp, tensors[s], kr, deadline_s))
+            hosts.append(start(_host_main, tp, tensors[s], kr, deadline_s, netns))
         deadline = time.monotonic() + READY_S
         for s, conn in enumerate(hosts):
             _expect(conn, "ready", deadline, f"the hosts of {schedule.sites[s]}")

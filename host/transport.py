@@ -23,7 +23,6 @@ a full socket send buffer makes it wait until the socket is writable (bounded by
 
 import collections
 import dataclasses
-import heapq
 import math
 import selectors
 import time
@@ -32,11 +31,12 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, UDP_PORT, WIRE_OVERHEAD, DType, Kind
+from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType, Kind
 from .aggd import members_of
-from .netio import drain, open_socket
+from .mmsg import Receiver, Sender
+from .netio import open_socket
 from .packet import pack_tensor
-from .protocol import bits_dtype, np_dtype
+from .protocol import HEADER_DTYPE, bits_dtype, np_dtype
 from .wan import RETRIES, TIMEOUT_DELAYS, TIMEOUT_FRAMES, SiteTimeout, chunk_count
 
 __all__ = ["SiteTransport", "TransportRun", "SLACK_S"]
@@ -55,14 +55,15 @@ INITIAL_RTO_S = 2.0
 #: A timeout is at least this many times the slowest RESULT timed so far: a chunk's RESULT waits for the
 #: member that sends it last, and members of a round come from rounds that ended at different times.
 RTT_MAX_FACTOR = 3
-
-
-def _field(name):
-    pos, size = HEADER_LAYOUT[name]
-    return slice(pos, pos + size)
-
-
-_KIND, _JOB, _ROUND, _CHUNK, _SRC = (_field(f) for f in ("kind", "job", "round", "chunk", "src"))
+#: The scheduling margin: a timeout also allows this many times the longest this process has been seen to
+#: wake up late (every process of a site, aggregator and members alike, shares the machine's scheduler).
+MARGIN_FACTOR = 4
+#: Datagrams read (and sent) per system call.
+RECV_BATCH = 256
+#: When a read finds only a few RESULTs and nothing waits to be sent, the transport lets more arrive for
+#: this long before reading again (interrupt coalescing, as NICs do): a batch's fixed cost is then shared
+#: by many RESULTs, at the price of this much latency, small beside any WAN's.
+COALESCE_S = 0.0005
 
 
 @dataclasses.dataclass
@@ -160,68 +161,85 @@ class SiteTransport:
 
 
 class _Run:
-    """One synchronisation: the per-chunk state machine of the module docstring, on real time."""
+    """One synchronisation: the per-chunk state machine of the module docstring, on real time, kept in
+    (round, chunk) arrays and advanced a batch of datagrams at a time."""
 
     def __init__(self, tp, tensor, rounds, first_round, t0, deadline_s, kill_round, progress):
         sch, lay = tp.schedule, tp.layout
         self.tp, self.sch, self.progress = tp, sch, progress
-        self.rounds = sch.period if rounds is None else int(rounds)
+        self.rounds = R = sch.period if rounds is None else int(rounds)
         self.vt = np_dtype(tp.dtype)
         self.bits = bits_dtype(tp.dtype)
-        self.values = np.asarray(tensor).astype(self.vt).reshape(-1).copy()
-        if self.values.size == 0:
+        flat = np.asarray(tensor).astype(self.vt, copy=False).reshape(-1)  # copied once, into the grid
+        if flat.size == 0:
             raise WanreduceError("the tensor is empty; there is nothing to synchronise")
         self.ce, self.bank = lay.chunk_elems, lay.bank_slots
-        self.n_chunks = chunk_count(self.values.size, self.ce)
+        self.n_chunks = N = chunk_count(flat.size, self.ce)
+        # The tensor padded to whole chunks, one row per chunk; ``values`` is the tensor's part of it.
+        self.grid = np.zeros((N, self.ce), self.vt)
+        self.grid.reshape(-1)[: flat.size] = flat
+        self.values = self.grid.reshape(-1)[: flat.size]
+        self.counts = np.full(N, self.ce, np.int64)
+        self.counts[-1] = flat.size - (N - 1) * self.ce
         self.t0 = time.monotonic() if t0 is None else t0
         self.deadline = time.monotonic() + deadline_s
         self.kill_round = kill_round
-        rank = tp.rank
         self.first = int(first_round)
-        self.group = [members_of(sch, rank, self.first + r) for r in range(self.rounds)]
+        self.group = [members_of(sch, tp.rank, self.first + r) for r in range(R)]
         self.timeout = [tp.timeout0(m) if m else math.inf for _, m in self.group]
-        self.prev_round, self.next_round = [None] * self.rounds, [None] * self.rounds
+        self.prev_round, self.next_round = [None] * R, [None] * R
         last = None
-        for r in range(self.rounds):
+        for r in range(R):
             if self.group[r][1]:
                 self.prev_round[r] = last
                 if last is not None:
                     self.next_round[last] = r
                 last = r
-        self.headers = {}
-        self.applied = np.zeros((self.rounds, self.n_chunks), bool)
-        self.waiting = {}
-        self.ready = collections.deque()
-        self.timers = []
-        self.sent_payload = {}
+        # Rounds this site sends in (it takes part and, if killed, before the kill).
+        self.live = np.array(
+            [bool(self.group[r][1]) and (kill_round is None or r < kill_round) for r in range(R)], bool
+        )
+        self.applied = np.zeros((R, N), bool)
+        self.sent_at = np.full((R, N), np.nan)  # first send, until retransmitted (Karn: then not timed)
+        self.first_sent = np.full((R, N), np.nan)
+        self.due = np.full((R, N), np.inf)  # when the chunk's retransmission timer expires
+        self.retries = np.zeros((R, N), np.int64)
+        self.next_check = math.inf
+        self.tx = [None] * R  # per round: the CONTRIBs as rows (headers written once) and their lengths
+        self.senders = [None] * R
+        self.ready = collections.deque()  # blocks (round, chunk array, again)
         self.echoed = {}
         self.link_free = 0.0
-        self.send_time = {}
         self.srtt = self.rttvar = None
         self.rtt_max = 0.0
-        self.first_sent = {}
+        self.lateness = 0.0  # the most this process has woken up after it meant to (seconds)
         self.backoff = 1
-        nan = [math.nan] * self.rounds
+        nan = [math.nan] * R
         self.out = TransportRun(self.values, list(nan), list(nan), killed_at=kill_round)
-        self.outstanding = 0
-        for r in range(self.rounds):
-            if not self.group[r][1] or (kill_round is not None and r >= kill_round):
-                continue
-            self.outstanding += self.n_chunks
-            for c in range(self.n_chunks):
-                need = (self.prev_round[r] is not None) + (self._window_pred(r, c) is not None)
-                if need:
-                    self.waiting[(r, c)] = need
-                else:
-                    self.ready.append((r, c))
+        self.outstanding = int(self.live.sum()) * N
+        lanes = np.arange(N)
+        self.waiting = np.zeros((R, N), np.int64)
+        for r in np.flatnonzero(self.live).tolist():
+            need = np.full(N, int(self.prev_round[r] is not None))
+            need += (lanes >= self.bank) | (r - sch.period >= 0)  # the window's predecessor exists
+            self.waiting[r] = need
+            free = lanes[need == 0]
+            if free.size:
+                self.ready.append((r, free, False))
+        # Rows one word longer than a RESULT: a longer datagram is cut, and fails the length check.
+        row = HEADER_BYTES + (self.ce * tp.dtype.size + 7) // 4 * 4
+        self.rx = Receiver(batch=RECV_BATCH, row_bytes=row)
+        self.last_read = 0  # RESULTs the last read found
+        self._rv = self.rx.rows[:, HEADER_BYTES:].view(self.bits)
 
     # The window of PROTOCOL.md: round r uses bank r mod P, chunk c the slot c mod bank_slots of it.
     def rto(self, r, *, backed_off=True):
-        """The retransmission timeout of a chunk of round ``r``: the model's first timeout, or longer when
-        the RESULTs measured so far take longer (members send later than this site, a loaded machine),
-        doubled after each expiry until a RESULT comes back in time (as TCP backs off), and at most
-        ``RTO_CAP`` times the model's, so that a dead site is still found in bounded time."""
-        t = self.timeout[r]
+        """The retransmission timeout of a chunk of round ``r``: the model's first timeout plus the
+        scheduling margin measured so far, or longer when the RESULTs measured so far take longer (members
+        send later than this site, a loaded machine), doubled after each expiry until a RESULT comes back in
+        time (as TCP backs off), and at most ``RTO_CAP`` times the model's, so that a dead site is still
+        found in bounded time."""
+        t = self.timeout[r] + MARGIN_FACTOR * self.lateness
         measured = (
             INITIAL_RTO_S
             if self.srtt is None
@@ -239,117 +257,109 @@ class _Run:
             self.rttvar += (abs(self.srtt - rtt) - self.rttvar) / 4
             self.srtt += (rtt - self.srtt) / 8
 
-    def _window_pred(self, r, c):
-        if c >= self.bank:
-            return r, c - self.bank
-        if r - self.sch.period < 0:
-            return None
-        lane_last = c + ((self.n_chunks - 1 - c) // self.bank) * self.bank
-        return r - self.sch.period, lane_last
-
-    def _window_succ(self, r, c):
-        if c + self.bank < self.n_chunks:
-            return r, c + self.bank
+    def _succ(self, r, cs):
+        """The chunks whose window waits on ``(r, cs)``: ``(r, c + bank)``, else ``(r + P, c mod bank)``."""
+        nxt = cs + self.bank
+        inside = nxt < self.n_chunks
+        out = [(r, nxt[inside])]
         if r + self.sch.period < self.rounds:
-            return r + self.sch.period, c % self.bank
-        return None
+            out.append((r + self.sch.period, cs[~inside] % self.bank))
+        return out
 
-    def _header_rows(self, r):
-        rows = self.headers.get(r)
+    def _round_rows(self, r):
+        rows = self.tx[r]
         if rows is None:
             gid = self.group[r][0]
-            payloads = pack_tensor(
-                np.zeros(self.values.size, self.vt),
+            size = self.tp.dtype.size
+            heads = pack_tensor(
+                self.values,  # the payloads are rewritten as each chunk goes out
                 dtype=self.tp.dtype,
                 rank=self.tp.rank,
                 job=self.tp.job,
                 round=self.first + r,
                 group=gid,
                 chunk_elems=self.ce,
+            ).blocks
+            if len(heads) == 1 and heads[0].shape == (self.n_chunks, HEADER_BYTES + self.ce * size):
+                rows = heads[0]  # whole chunks only: the packed rows are the rows to send
+            else:
+                rows = np.zeros((self.n_chunks, HEADER_BYTES + self.ce * size), np.uint8)
+                c = 0
+                for block in heads:
+                    rows[c : c + len(block), :HEADER_BYTES] = block[:, :HEADER_BYTES]
+                    c += len(block)
+            ip = addressing.contrib_group_ip(
+                job=self.tp.job, round=self.first + r, group=gid, period=self.sch.period
             )
-            rows = [bytes(p[:HEADER_BYTES]) for p in payloads]
-            self.headers[r] = rows
+            self.tx[r] = rows
+            self.senders[r] = Sender((ip, self.tp.port), batch=RECV_BATCH)
         return rows
-
-    def _payload(self, r, c):
-        lo = c * self.ce
-        data = self.values[lo : lo + self.ce].view(self.bits)
-        return self._header_rows(r)[c] + data.tobytes()
-
-    def _dest(self, r):
-        gid = self.group[r][0]
-        ip = addressing.contrib_group_ip(
-            job=self.tp.job, round=self.first + r, group=gid, period=self.sch.period
-        )
-        return ip, self.tp.port
-
-    def _met(self, r, c):
-        key = (r, c)
-        left = self.waiting.get(key)
-        if left is None:
-            return
-        if left > 1:
-            self.waiting[key] = left - 1
-        else:
-            del self.waiting[key]
-            self.ready.append(key)
 
     def _send_ready(self, now):
         """Send what is ready, paced to the access link; False if the socket's buffer is full."""
-        sock = self.tp.sock
+        frame_s = self.tp.frame_s
         while self.ready:
             if self.link_free > now + 1e-3:
                 return True  # the link is booked a millisecond ahead: let time pass
-            r, c, *again = self.ready[0]
-            if self.kill_round is not None and r >= self.kill_round:
-                self.ready.popleft()
-                continue
-            payload = self.sent_payload.get((r, c)) if again else None
-            if payload is None:
-                payload = self._payload(r, c)
-            try:
-                sock.sendto(payload, self._dest(r))
-            except BlockingIOError:
-                return False
-            self.ready.popleft()
-            self.out.sent += 1
-            self.link_free = max(now, self.link_free) + self.tp.frame_s
+            r, cs, again = self.ready[0]
+            room = int((now + 1e-3 - max(now, self.link_free)) / frame_s) + 1 if frame_s > 0 else len(cs)
+            part = cs[:room]
+            rows = self._round_rows(r)
             if not again:
-                self.sent_payload[(r, c)] = payload
+                # The contribution is the tensor's chunk now: the last RESULT applied divided by the group.
+                rows[part, HEADER_BYTES:] = self.grid[part].view(np.uint8)
+            lengths = HEADER_BYTES + self.counts[part] * self.tp.dtype.size
+            k = self.senders[r].send(self.tp.sock, rows, part * rows.shape[1], lengths)
+            if k == len(cs):
+                self.ready.popleft()
+            else:
+                self.ready[0] = (r, cs[k:], again)
+            done = part[:k]
+            self.out.sent += k
+            self.link_free = max(now, self.link_free) + k * frame_s
+            if not again and k:
                 if math.isnan(self.out.first_send_s[r]):
                     self.out.first_send_s[r] = now - self.t0
-                self.send_time[(r, c)] = now
-                self.first_sent[(r, c)] = now
-                heapq.heappush(self.timers, (now + self.rto(r), r, c, 0))
+                self.sent_at[r, done] = now
+                self.first_sent[r, done] = now
+                due = now + self.rto(r)
+                self.due[r, done] = due
+                self.next_check = min(self.next_check, due)
+            if k < len(part):
+                return False
         return True
 
-    def _resend(self, r, c):
-        self.ready.append((r, c, True))
-
     def _expire(self, now):
-        while self.timers and self.timers[0][0] <= now:
-            _, r, c, k = heapq.heappop(self.timers)
+        if now < self.next_check:
+            return
+        rs, cs = np.nonzero(self.due <= now)
+        for r, c in zip(rs.tolist(), cs.tolist(), strict=True):
             if self.applied[r, c]:
+                self.due[r, c] = math.inf
                 continue
-            sent_at = self.send_time.get((r, c))
-            if k == 0 and sent_at is not None and now < sent_at + self.rto(r):
+            k = int(self.retries[r, c])
+            sent_at = self.sent_at[r, c]
+            if k == 0 and not math.isnan(sent_at) and now < sent_at + self.rto(r):
                 # The timeout grew since this timer was set (a slow RESULT elsewhere): wait it out.
-                heapq.heappush(self.timers, (sent_at + self.rto(r), r, c, 0))
+                self.due[r, c] = sent_at + self.rto(r)
                 continue
             if k >= RETRIES:
                 self._give_up(r, c)
             self.out.retransmits += 1
-            self.send_time.pop((r, c), None)
+            self.sent_at[r, c] = math.nan
             if k == 0:
                 self.backoff = min(2 * self.backoff, RTO_CAP)
-            self._resend(r, c)
+            self.ready.append((r, np.array([c]), True))
             step = 1 << min(k + 1, BACKOFF_STEPS)
-            heapq.heappush(self.timers, (now + self.rto(r, backed_off=False) * step, r, c, k + 1))
+            self.due[r, c] = now + self.rto(r, backed_off=False) * step
+            self.retries[r, c] = k + 1
+        self.next_check = float(self.due.min())
 
     def _give_up(self, r, c):
         names, rank = self.sch.sites, self.tp.rank
         members = self.group[r][1]
-        waited = time.monotonic() - self.first_sent.get((r, c), self.t0)
+        first = self.first_sent[r, c]
+        waited = time.monotonic() - (self.t0 if math.isnan(first) else first)
         raise SiteTimeout(
             f"round {self.first + r}: {names[rank]} has no RESULT for chunk {c} of group "
             f"{{{','.join(names[m] for m in members)}}} after {waited:.3g} s ({RETRIES} retransmissions); "
@@ -361,64 +371,125 @@ class _Run:
         )
 
     def _holds(self, r, c):
-        succ = self._window_succ(r, c)
-        return succ is None or not self.group[succ[0]][1] or not self.applied[succ]
+        for sr, sc in self._succ(r, np.array([c])):
+            if sc.size:
+                return not self.group[sr][1] or not self.applied[sr, sc[0]]
+        return True
 
-    def _on_result(self, data, now):
-        tp = self.tp
-        if (
-            len(data) < HEADER_BYTES
-            or data[_KIND][0] != Kind.RESULT
-            or int.from_bytes(data[_JOB], "big") != tp.job
-            or int.from_bytes(data[_SRC], "big") != tp.rank
-        ):
-            self.out.results_foreign += 1
+    def _on_results(self, rows, lengths, now):
+        """A batch of datagrams on the site's host group: RESULTs for this site checked all at once on
+        their headers, applied (divided by the group size in the wire dtype) and their successors
+        released; anything else is counted as foreign or ignored."""
+        n = len(lengths)
+        h = np.ascontiguousarray(rows[:n, :HEADER_BYTES]).view(HEADER_DTYPE)[:, 0]
+        r = h["round"].astype(np.int64) - self.first
+        c = h["chunk"].astype(np.int64)
+        ours = (
+            (lengths >= HEADER_BYTES)
+            & (h["kind"] == Kind.RESULT)
+            & (h["job"] == self.tp.job)
+            & (h["src"] == self.tp.rank)
+            & (r >= 0)
+            & (r < self.rounds)
+            & (c < self.n_chunks)
+        )
+        rr, cc = np.where(ours, r, 0), np.where(ours, c, 0)
+        ours &= np.array([bool(g[1]) for g in self.group])[rr]
+        ours &= lengths == HEADER_BYTES + self.counts[cc] * self.tp.dtype.size
+        self.out.results_foreign += int(n - ours.sum())
+        if self.kill_round is not None:
+            ours &= rr < self.kill_round
+        idx = np.flatnonzero(ours)
+        if not idx.size:
             return
-        r, c = int.from_bytes(data[_ROUND], "big") - self.first, int.from_bytes(data[_CHUNK], "big")
-        if not (0 <= r < self.rounds and c < self.n_chunks and self.group[r][1]):
-            self.out.results_foreign += 1
-            return
-        if self.kill_round is not None and r >= self.kill_round:
-            return
-        if self.applied[r, c]:
-            self.out.results_ignored += 1
-            last, n_echo = self.echoed.get((r, c), (-math.inf, 0))
-            if now - last >= self.rto(r) * (1 << n_echo) and self._holds(r, c):
-                self.echoed[(r, c)] = (now, n_echo + 1)
-                self.out.resends_on_result += 1
-                self._resend(r, c)
-            return
-        lo = c * self.ce
-        hi = min(lo + self.ce, self.values.size)
-        elems = np.frombuffer(data, self.bits, offset=HEADER_BYTES).view(self.vt)
-        if elems.size != hi - lo:
-            self.out.results_foreign += 1
-            return
+        key = (rr[idx] * self.n_chunks + cc[idx]).tolist()
+        if len(set(key)) == len(key):
+            new = ~self.applied[rr[idx], cc[idx]]
+        else:  # the same RESULT twice in one batch: the first copy applies
+            seen, new = set(), np.zeros(idx.size, bool)
+            for j, kk in enumerate(key):
+                new[j] = kk not in seen
+                seen.add(kk)
+            new &= ~self.applied[rr[idx], cc[idx]]
+        for i in idx[~new].tolist():
+            self._echo(int(rr[i]), int(cc[i]), now)
+        fresh = idx[new]
+        rounds = rr[fresh]
+        distinct = set(rounds.tolist())
+        for rnd in distinct:
+            pick = fresh if len(distinct) == 1 else fresh[rounds == rnd]
+            self._apply(rnd, cc[pick], pick, now)
+
+    def _echo(self, r, c, now):
+        """A RESULT for a chunk already applied: a member may lack this site's contribution."""
+        self.out.results_ignored += 1
+        last, n_echo = self.echoed.get((r, c), (-math.inf, 0))
+        if now - last >= self.rto(r) * (1 << n_echo) and self._holds(r, c):
+            self.echoed[(r, c)] = (now, n_echo + 1)
+            self.out.resends_on_result += 1
+            self.ready.append((r, np.array([c]), True))
+
+    def _apply(self, r, cs, rows_idx, now):
         g = len(self.group[r][1])
         with np.errstate(all="ignore"):
-            np.divide(elems, self.vt.type(g), out=self.values[lo:hi])  # the wire dtype's own division
-        self.applied[r, c] = True
-        sent_at = self.send_time.pop((r, c), None)
-        if sent_at is not None:
-            self._sample(now - sent_at)
-        self.outstanding -= 1
+            # The wire dtype's own division, as the numpy model of the schedule divides.
+            self.grid[cs] = self._rv[rows_idx, : self.ce].view(self.vt) / self.vt.type(g)
+        self.applied[r, cs] = True
+        self.due[r, cs] = math.inf
+        sent = self.sent_at[r, cs]
+        for rtt in (now - sent[~np.isnan(sent)]).tolist():
+            self._sample(rtt)
+        self.outstanding -= len(cs)
         self.out.last_result_s[r] = max(
             now - self.t0, 0.0 if math.isnan(self.out.last_result_s[r]) else self.out.last_result_s[r]
         )
+        released = []
         nr = self.next_round[r]
         if nr is not None:
-            self._met(nr, c)
-        succ = self._window_succ(r, c)
-        if succ is not None and self.group[succ[0]][1]:
-            self._met(*succ)
-        if self.progress is not None and not (~self.applied[r]).any():
+            released.append((nr, cs))
+        released += self._succ(r, cs)
+        for sr, sc in released:  # each part lists distinct chunks
+            if sc.size and self.live[sr]:
+                waiting = self.waiting[sr]
+                waiting[sc] -= 1
+                go = sc[waiting[sc] == 0]
+                if go.size:
+                    self.ready.append((sr, go, False))
+        if self.progress is not None and self.applied[r].all():
             self.progress(f"round {r} done at {now - self.t0:.3f} s")
+
+    def _receive(self, now):
+        """Everything queued on the socket, a batch per system call (through the emulated WAN if any)."""
+        tp, rx = self.tp, self.rx
+        if tp.wan is None:
+            self.last_read = 0
+            while n := rx.recv(tp.sock):
+                self.last_read += n
+                self._on_results(rx.rows, rx.lengths[:n], now)
+                if n < rx.batch:
+                    break
+            return
+        while n := rx.recv(tp.sock):
+            for i in range(n):
+                tp.wan.admit(now, tp.rank, rx.rows[i, : rx.lengths[i]].tobytes())
+            if n < rx.batch:
+                break
+        # The UDP checksum drops a corrupted RESULT: a loss to the host.
+        due = [data for data, corrupt in tp.wan.due(now) if not corrupt]
+        for at in range(0, len(due), rx.batch):
+            part = due[at : at + rx.batch]
+            for i, data in enumerate(part):
+                rx.rows[i, : len(data)] = np.frombuffer(data, np.uint8)
+                rx.lengths[i] = len(data)
+            self._on_results(rx.rows, rx.lengths[: len(part)], now)
 
     def go(self, until=None):
         tp = self.tp
         sel = selectors.DefaultSelector()
         sel.register(tp.sock, selectors.EVENT_READ)
         writable = True
+        rx_few = self.rx.batch // 4
+        self._receive(time.monotonic())
         try:
             while self.outstanding if until is None else not until():
                 now = time.monotonic()
@@ -429,31 +500,31 @@ class _Run:
                     raise WanreduceError(
                         f"round {r}: {self.sch.sites[tp.rank]} did not finish before its deadline"
                     )
+                # RESULTs that arrived while this process was not running were read (at the end of the
+                # previous turn) before any timer is judged: a busy machine delays the reader, not the RESULT.
                 self._expire(now)
                 if writable:
                     writable = self._send_ready(now)
                 wait = 0.05
-                if self.timers:
-                    wait = min(wait, max(0.0, self.timers[0][0] - now))
+                if self.next_check < math.inf:
+                    wait = min(wait, max(0.0, self.next_check - now))
                 if self.ready:
                     wait = min(wait, max(0.0, self.link_free - now))
                 if self.tp.wan is not None and self.tp.wan.queue:
                     wait = min(wait, max(0.0, self.tp.wan.next_due() - now))
+                if 0 < self.last_read < rx_few and not self.ready and wait >= COALESCE_S:
+                    time.sleep(COALESCE_S)
+                    wait = 0.0
                 sel.modify(tp.sock, selectors.EVENT_READ | (0 if writable else selectors.EVENT_WRITE))
-                for _, mask in sel.select(wait):
+                asleep = time.monotonic()
+                events = sel.select(wait)
+                woke = time.monotonic()
+                if not events:  # slept its whole wait: how much longer than asked is the scheduler's delay
+                    self.lateness = max(self.lateness, woke - asleep - wait)
+                for _, mask in events:
                     if mask & selectors.EVENT_WRITE:
                         writable = True
-                batch = drain(tp.sock)
-                now = time.monotonic()
-                if tp.wan is None:
-                    for data in batch:
-                        self._on_result(data, now)
-                else:
-                    for data in batch:
-                        tp.wan.admit(now, tp.rank, data)
-                    for data, corrupt in tp.wan.due(now):
-                        if not corrupt:  # the UDP checksum drops a corrupted RESULT: a loss to the host
-                            self._on_result(data, now)
+                self._receive(woke)
         finally:
             sel.close()
         return self.out

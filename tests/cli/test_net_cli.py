@@ -118,7 +118,8 @@ def test_demo_net_nine_sites_pass_and_write_the_report(capsys, tmp_path):
     report = json.loads(path.read_text())
     assert report["sites"] == 9 and report["transport"] == "udp" and report["max_abs_err_vs_numpy"] == 0
     assert report["distinct_results"] == 1 and report["equal_to_rtl_demo"] is True
-    assert os.path.exists(path)
+    # Fault-free: nothing dropped, nothing retransmitted.
+    assert report["drops"] == {} and report["retransmits"] == report["resends_on_result"] == 0
 
 
 def test_emit_live_synchronises_one_site_through_running_aggregators(capsys, tmp_path):
@@ -156,3 +157,21 @@ def test_emit_live_synchronises_one_site_through_running_aggregators(capsys, tmp
     want = ((a + b) / np.float32(2)).astype(np.float32)
     assert np.array_equal(np.load(out).view(np.uint32), want.view(np.uint32))
     assert np.array_equal(got["b"].values, want) and "LON round 0" in stdout
+
+
+def test_demo_net_in_network_namespaces_or_one_line_saying_why_not(capsys, tmp_path):
+    from wanreduce.host.netns import namespaces
+
+    path = tmp_path / "demo_net.json"
+    argv = ["demo-net", "--netns", "--elements", "1024", "--time-limit", "1", "--delay-scale", "0.1"]
+    argv += ["--port", str(_port()), "--job", "24", "--json", str(path)]
+    argv += ["--demo-json", str(tmp_path / "none")]
+    code, out, err = _run(capsys, *argv)
+    assert code == 0 and "demo-net: PASS" in out, out + err
+    report = json.loads(path.read_text())
+    if "netns_unavailable" in report:  # not root, or no iproute2: one line, then the loopback run
+        assert "network namespaces unavailable" in err and report["network"].startswith("one interface")
+    else:
+        assert report["network"].startswith("network namespaces")
+        assert report["drops"] == {} and report["retransmits"] == 0
+    assert not [n for n in namespaces() if n.startswith(f"wr{os.getpid()}")]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from wanreduce.host import netdemo, netio
-from wanreduce.host.aggd import GoldenEngine, site_layout
+from wanreduce.host.aggd import BatchEngine, GoldenEngine, site_layout
 from wanreduce.host.reference import run_reference
 from wanreduce.host.wan import SiteTimeout
 from wanreduce.spec.errors import WanreduceError
@@ -44,7 +44,7 @@ def _tensors(seed, n=3000):
     ]
 
 
-def _run(seed, job, faults=None, dtype=DType.FP32, slack_s=None):
+def _run(seed, job, faults=None, dtype=DType.FP32, slack_s=None, engine=GoldenEngine):
     layout = site_layout(SCHEDULE, dtype=dtype)
     tensors = _tensors(seed)
     run = netdemo.run_sites(
@@ -53,7 +53,7 @@ def _run(seed, job, faults=None, dtype=DType.FP32, slack_s=None):
         layout=layout,
         one_way_s=DELAYS,
         site_Bps=1.25e9,
-        make_engine=lambda s, r, lay: GoldenEngine(s, r, lay, job=job),
+        make_engine=lambda s, r, lay: engine(s, r, lay, job=job),
         dtype=dtype,
         faults=faults or netdemo.NetFaults(),
         port=_port(),
@@ -93,7 +93,8 @@ def test_loss_duplication_reordering_and_corruption_still_exact():
     faults = netdemo.NetFaults(loss=0.03, dup=0.03, reorder=True, corrupt=0.02, seed=4)
     # What is checked is exactness, not timing: a generous allowance for software latency keeps the test
     # from mistaking a machine busy compiling beside it for a dead site.
-    tensors, run = _run(seed=7, job=13, faults=faults, slack_s=0.3)
+    # The batched engine: its runs of intact datagrams and its corrupted frames one at a time.
+    tensors, run = _run(seed=7, job=13, faults=faults, slack_s=0.3, engine=BatchEngine)
     ref = run_reference(SCHEDULE, tensors)[-1]
     assert all(np.array_equal(a, b) for a, b in zip(run.values, ref, strict=True))
     assert sum(t.retransmits + t.resends_on_result for t in run.transports) > 0

@@ -1,0 +1,193 @@
+"""Batched UDP system calls: many datagrams per ``recvmmsg``/``sendmmsg`` call, into and out of numpy rows.
+
+Python's socket module reads and writes one datagram per call, and at 8 KiB a datagram the call itself
+costs as much as the work on it. :class:`Receiver` reads up to ``batch`` datagrams per ``recvmmsg(2)``
+straight into the rows of a preallocated ``(batch, row_bytes)`` uint8 array and returns how many arrived
+and their lengths; :class:`Sender` hands ``sendmmsg(2)`` a list of byte ranges of numpy arrays, all to
+one destination. Both call libc through ctypes; the message headers are ctypes arrays viewed as numpy
+structured arrays, so a batch's addresses and lengths are filled with one vectorised assignment each.
+Where libc has no such calls (not Linux), both fall back to one ``recv_into``/``sendto`` per datagram with
+the same results (:data:`HAVE_MMSG` says which is used).
+
+Back-pressure: both are non-blocking; a receive returns what is queued (possibly nothing), a send returns
+how many of the datagrams the socket's buffer took (the caller keeps the rest).
+"""
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import socket
+
+import numpy as np
+
+__all__ = ["Receiver", "Sender", "HAVE_MMSG"]
+
+_MSG_DONTWAIT = 0x40
+_MSG_TRUNC = 0x20  # on receive: report a datagram's real length even when the row holds only its start
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class _Msghdr(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("namelen", ctypes.c_uint32),
+        ("iov", ctypes.c_void_p),
+        ("iovlen", ctypes.c_size_t),
+        ("control", ctypes.c_void_p),
+        ("controllen", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+    ]
+
+
+class _Mmsghdr(ctypes.Structure):
+    _fields_ = [("hdr", _Msghdr), ("len", ctypes.c_uint32)]
+
+
+class _SockaddrIn(ctypes.Structure):
+    _fields_ = [
+        ("family", ctypes.c_ushort),
+        ("port", ctypes.c_uint16),
+        ("addr", ctypes.c_uint8 * 4),
+        ("zero", ctypes.c_uint8 * 8),
+    ]
+
+
+def _libc():
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        recv, send = lib.recvmmsg, lib.sendmmsg
+    except (OSError, AttributeError):
+        return None
+    recv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+    send.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+    recv.restype = send.restype = ctypes.c_int
+    return recv, send
+
+
+_CALLS = _libc()
+#: Whether ``recvmmsg``/``sendmmsg`` are used (else one system call per datagram).
+HAVE_MMSG = _CALLS is not None
+
+
+def _np_dtype(struct, base=0):
+    """A numpy structured dtype with the ctypes structure's own field offsets (nested ones flattened)."""
+    names, formats, offsets = [], [], []
+    for name, kind in struct._fields_:
+        pos = base + getattr(struct, name).offset
+        if issubclass(kind, ctypes.Structure):
+            inner = _np_dtype(kind, pos)
+            names += inner.names
+            formats += [inner.fields[f][0] for f in inner.names]
+            offsets += [inner.fields[f][1] for f in inner.names]
+        else:
+            names.append(name)
+            formats.append(np.dtype(kind))
+            offsets.append(pos)
+    size = ctypes.sizeof(struct)
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": size})
+
+
+def _headers(n):
+    """``n`` message headers and ``n`` iovecs (one per message), as ctypes arrays and numpy views."""
+    msgs = (_Mmsghdr * n)()
+    iovs = (_Iovec * n)()
+    m = np.frombuffer(msgs, _np_dtype(_Mmsghdr))
+    v = np.frombuffer(iovs, _np_dtype(_Iovec))
+    m["iov"] = ctypes.addressof(iovs) + np.arange(n, dtype=np.uint64) * ctypes.sizeof(_Iovec)
+    m["iovlen"] = 1
+    return msgs, m, iovs, v
+
+
+class Receiver:
+    """Reads up to ``batch`` datagrams of at most ``row_bytes`` bytes per call into :attr:`rows`.
+
+    ``recv(sock)`` → how many datagrams arrived (0: none was queued); their lengths are
+    ``lengths[:n]`` and their bytes ``rows[i, :lengths[i]]``, valid until the next call. A datagram longer
+    than a row keeps only its first ``row_bytes`` bytes, but ``lengths`` has its real length (Linux's
+    ``MSG_TRUNC``), so header rules on the length judge it as they would the whole datagram.
+    """
+
+    def __init__(self, *, batch=256, row_bytes=16384, mmsg=None):
+        if batch < 1 or row_bytes < 1:
+            raise ValueError("The batch and the row size must be positive.")
+        self.batch, self.row_bytes = int(batch), int(row_bytes)
+        self.rows = np.zeros((self.batch, self.row_bytes), np.uint8)
+        self.rows.fill(0)  # its pages now, not in the first calls
+        self.lengths = np.zeros(self.batch, np.int64)
+        self.mmsg = HAVE_MMSG if mmsg is None else bool(mmsg) and HAVE_MMSG
+        self._views = [memoryview(row) for row in self.rows]
+        if self.mmsg:
+            self._msgs, self._m, self._iovs, v = _headers(self.batch)
+            v["base"] = self.rows.ctypes.data + np.arange(self.batch, dtype=np.uint64) * self.row_bytes
+            v["len"] = self.row_bytes
+
+    def recv(self, sock, limit=None):
+        limit = self.batch if limit is None else min(limit, self.batch)
+        if not self.mmsg:
+            n = 0
+            try:
+                while n < limit:
+                    self.lengths[n] = sock.recv_into(self._views[n], 0, _MSG_TRUNC)
+                    n += 1
+            except BlockingIOError:
+                pass
+            return n
+        flags = _MSG_DONTWAIT | _MSG_TRUNC
+        got = _CALLS[0](sock.fileno(), ctypes.addressof(self._msgs), limit, flags, None)
+        if got < 0:
+            err = ctypes.get_errno()
+            if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                return 0
+            raise OSError(err, os.strerror(err))
+        self.lengths[:got] = self._m["len"][:got]
+        return got
+
+
+class Sender:
+    """Sends byte ranges of numpy arrays as datagrams to one ``(address, port)``, up to ``batch`` a call."""
+
+    def __init__(self, dest, *, batch=256, mmsg=None):
+        self.dest = (str(dest[0]), int(dest[1]))
+        self.batch = int(batch)
+        self.mmsg = HAVE_MMSG if mmsg is None else bool(mmsg) and HAVE_MMSG
+        if self.mmsg:
+            self._msgs, self._m, self._iovs, self._v = _headers(self.batch)
+            self._addr = _SockaddrIn(socket.AF_INET, socket.htons(self.dest[1]))
+            self._addr.addr[:] = socket.inet_aton(self.dest[0])
+            self._m["name"] = ctypes.addressof(self._addr)
+            self._m["namelen"] = ctypes.sizeof(_SockaddrIn)
+
+    def send(self, sock, base, starts, lengths):
+        """Datagram ``i`` is ``lengths[i]`` bytes of the C-contiguous array ``base`` from byte ``starts[i]``;
+        returns how many were sent (fewer when the socket's buffer is full)."""
+        starts = np.asarray(starts, np.int64)
+        lengths = np.asarray(lengths, np.int64)
+        total = len(starts)
+        if not self.mmsg:
+            flat = memoryview(base.reshape(-1).view(np.uint8))
+            for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+                try:
+                    sock.sendto(flat[s : s + n], self.dest)
+                except BlockingIOError:
+                    return i
+            return total
+        addr = base.ctypes.data
+        done = 0
+        while done < total:
+            k = min(self.batch, total - done)
+            self._v["base"][:k] = addr + starts[done : done + k]
+            self._v["len"][:k] = lengths[done : done + k]
+            got = _CALLS[1](sock.fileno(), ctypes.addressof(self._msgs), k, _MSG_DONTWAIT)
+            if got < 0:
+                err = ctypes.get_errno()
+                if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                    return done
+                raise OSError(err, os.strerror(err))
+            done += got
+            if got < k:
+                return done
+        return done
