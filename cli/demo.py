@@ -27,11 +27,6 @@ from ._common import (
 
 __all__ = ["register", "run"]
 
-#: What the demo's figures depend on, by aggregator.
-_SOURCES = {
-    "rtl": ("spec", "hw", "host", "sim/verilator", "sim/verify", "sim/figures.py", "cli/demo.py"),
-    "golden": ("spec", "host", "sim/verify/demo.py", "sim/figures.py", "cli/demo.py"),
-}
 _PARSER = None
 
 
@@ -177,7 +172,7 @@ def run(args):
     )
     # The figures' provenance is of the code as it was when the run started.
     prov = figures.provenance(
-        _SOURCES[args.aggregator], _command(args), output=str(report_path) if report_path else None
+        figures.module_sources(__name__), _command(args), output=str(report_path) if report_path else None
     )
     account = sys.stderr if args.json else sys.stdout
     report = demo.run(

@@ -155,7 +155,6 @@ def register(subparsers):
 
 
 #: What the training figures depend on: the experiment, the cost model, the aggregation it runs.
-_SOURCES = ("spec", "host", "cli/train.py")
 
 
 def _argv(args):
@@ -326,7 +325,9 @@ def _run_lm(args, methods):
     out_png = outs.add(_figure(args.plot), "--plot")
     progress("train", base.describe())
     # The figures' provenance is of the code as it was when the run started.
-    prov = figures.provenance(_SOURCES, ["wanreduce", "train", *_argv(args)], output=args.output)
+    prov = figures.provenance(
+        figures.module_sources(__name__), ["wanreduce", "train", *_argv(args)], output=args.output
+    )
     result = run_lm_experiment(cfg, base, log=lambda text: progress("train", text))
     named = lm_figures(result)
     result["figures"] = figures.records(
@@ -396,7 +397,9 @@ def run(args):
     out_json = outs.add(args.output, "--output")
     out_png = outs.add(_figure(args.plot), "--plot")
     progress("train", base.describe())
-    prov = figures.provenance(_SOURCES, ["wanreduce", "train", *_argv(args)], output=args.output)
+    prov = figures.provenance(
+        figures.module_sources(__name__), ["wanreduce", "train", *_argv(args)], output=args.output
+    )
     result = run_experiment(cfg, base, log=lambda text: progress("train", text))
     # A run at another wire dtype records beside the default one rather than over it.
     prefix = "train_" if args.dtype == Config().dtype else f"train_{args.dtype}_"

@@ -167,9 +167,9 @@ def module_sources(name, *, extra=(), root=ROOT):
     other files beside those modules that their code names (a C++ harness, a waiver, a topology), plus
     ``extra``. A figure recorded with these sources goes stale exactly when code it ran changes."""
     root = Path(root)
-    todo, seen, strings = [name], set(), set()
+    todo, seen, strings = [(name, True)], set(), set()
     while todo:
-        mod = todo.pop()
+        mod, imported = todo.pop()
         if mod in seen or (mod in _BOOKKEEPING and mod != name):
             continue
         seen.add(mod)
@@ -177,8 +177,13 @@ def module_sources(name, *, extra=(), root=ROOT):
         if path is None:
             continue
         parts = mod.split(".")
-        todo.extend(".".join(parts[:i]) for i in range(2, len(parts)))  # parent packages run first
-        todo.extend(m for m in _imports(path, mod, strings) if m.startswith("wanreduce."))
+        # parent packages run first; what they only name (a registry of commands) does not run
+        todo.extend((".".join(parts[:i]), False) for i in range(2, len(parts)))
+        mine = set()
+        for m in _imports(path, mod, mine):
+            if m.startswith("wanreduce.") and (imported or m not in mine):
+                todo.append((m, True))
+        strings |= mine
     files = set(extra)
     for mod in seen:
         path = _module_file(mod, root)
