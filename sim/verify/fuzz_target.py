@@ -85,7 +85,8 @@ class Targeter:
                     for k in range(-2, 3):
                         for off in range(step):
                             c = base + k * step + off
-                            if 0 <= c <= 0xFFFFFFFF and s.slot(job, r, c) == index:
+                            # Another root's chunk is forwarded whatever its slot holds.
+                            if 0 <= c <= 0xFFFFFFFF and s.slot(job, r, c) == index and s.owns(job, r, c):
                                 seen.add((r, c))
             for r, c in seen:
                 tag = (job, r, c)
