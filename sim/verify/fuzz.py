@@ -34,6 +34,7 @@ API::
 
 import collections
 import dataclasses
+import functools
 import random
 import struct
 
@@ -199,15 +200,29 @@ class Scenario:
         period = self.jobs.get(job)
         return period[round_ % len(period)] if period else 0
 
+    @functools.cached_property
+    def _periods(self):
+        """Per job, per entry of its period: (expected bitmap, stripe or None); the generator asks often."""
+        out = {}
+        for job, period in self.jobs.items():
+            rows = []
+            for entry in period:
+                ranks = getattr(entry, "order", entry)
+                bitmap = ranks if isinstance(ranks, int) else sum(1 << r for r in ranks)
+                rows.append((bitmap, (entry.lo, entry.hi) if isinstance(entry, RootEntry) else None))
+            out[job] = rows
+        return out
+
     def expected(self, job, round_):
         """The expected set of (job, round) as a bitmap."""
-        entry = getattr(self.entry(job, round_), "order", self.entry(job, round_))
-        return entry if isinstance(entry, int) else sum(1 << r for r in entry)
+        rows = self._periods.get(job)
+        return rows[round_ % len(rows)][0] if rows else 0
 
     def owns(self, job, round_, chunk):
         """Whether the chunk is this site's work: inside its root stripe, if (job, round) has one."""
-        entry = self.entry(job, round_)
-        return not isinstance(entry, RootEntry) or entry.lo <= chunk <= entry.hi
+        rows = self._periods.get(job)
+        stripe = rows[round_ % len(rows)][1] if rows else None
+        return stripe is None or stripe[0] <= chunk <= stripe[1]
 
     def bank(self, job):
         """log2 of the slots in one round bank of ``job``."""

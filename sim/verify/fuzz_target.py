@@ -71,6 +71,13 @@ class Targeter:
         step = 1 << s.bank(job)
         out = collections.defaultdict(list)
         cursor = self.gen.cursor[job][0]
+        # A chunk's slot depends on its round mod P and its chunk mod the bank only: per (round mod P, slot)
+        # the offsets within a bank-aligned block of chunks that land there.
+        offsets = {
+            (p, index): [off for off in range(step) if s.slot(job, p, off) == index]
+            for p in range(period)
+            for index in range(s.slots)
+        }
         for index in range(s.slots):
             slot, shadow = cl.slots[index], cl.shadow[index]
             anchors = [t for t in (slot[1] if slot else None, shadow) if t is not None and t[0] == job]
@@ -82,11 +89,12 @@ class Targeter:
                     if not 0 <= r <= 0xFFFFFFFF or not s.expected(job, r):
                         continue
                     base = c0 - c0 % step
+                    offs = offsets[r % period, index]
                     for k in range(-2, 3):
-                        for off in range(step):
+                        for off in offs:
                             c = base + k * step + off
                             # Another root's chunk is forwarded whatever its slot holds.
-                            if 0 <= c <= 0xFFFFFFFF and s.slot(job, r, c) == index and s.owns(job, r, c):
+                            if 0 <= c <= 0xFFFFFFFF and s.owns(job, r, c):
                                 seen.add((r, c))
             for r, c in seen:
                 tag = (job, r, c)
