@@ -20,7 +20,8 @@ independent classifier and every RESULT (and every forwarded frame) against the 
 
 * ``fuzz_state_code_pairs_min_hits``: the fewest targeted inputs of any (slot state, drop code) pair that
   can happen at its entry point, over every configuration (:mod:`wanreduce.sim.verify.fuzz_target`:
-  free, live, live with a shadow, a tag that would evict, a stale tag, crossed with every code); per
+  free, live, live with a shadow, a tag that would evict, a stale tag, crossed with every code, and for
+  the root builds with a foreign CONTRIB as well); per
   configuration ``fuzz_pairs_min_hits_*`` and ``fuzz_pairs_hit_*`` (pairs hit at least once) beside
   ``fuzz_pairs_possible_*``.
 
@@ -36,7 +37,6 @@ import sys
 import warnings
 
 from ..verify.fuzz import FuzzReport, FuzzSim, run_fuzz
-from ..verify.fuzz_target import pairs_for
 
 __all__ = ["run", "CONFIGS"]
 
@@ -74,11 +74,11 @@ def run(configs=CONFIGS, seeds=SEEDS, frames_per_run=FRAMES_PER_RUN):
                 )
             )
         name = f"w{width}_{inline or entry}" + ("" if slots == 4 else f"_s{slots}")
-        possible = pairs_for(entry)
-        figures[f"fuzz_pairs_min_hits_{name}"] = float(total.min_pair_hits(entry))
+        possible = total.possible
+        figures[f"fuzz_pairs_min_hits_{name}"] = float(total.min_pair_hits())
         figures[f"fuzz_pairs_hit_{name}"] = float(sum(1 for p in possible if total.pairs[p]))
         figures[f"fuzz_pairs_possible_{name}"] = float(len(possible))
-        pair_mins.append(total.min_pair_hits(entry))
+        pair_mins.append(total.min_pair_hits())
         for key in ("frames", "violations", "results", "reemits", "evictions", "wedged", "max_stall"):
             figures[f"fuzz_{key}_{name}"] = float(getattr(total, key))
         figures[f"fuzz_ready_bound_{name}"] = float(total.bound)

@@ -54,7 +54,7 @@ from ...spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERS
 from ..verilator.agg_driver import beats_to_packets, packets_to_beats
 from ..verilator.harness import Harness
 from .fuzz_classify import CODES, Classifier
-from .fuzz_target import Targeter, pairs_for
+from .fuzz_target import FOREIGN, Targeter, pairs_for
 
 __all__ = [
     "TracedCore",
@@ -217,6 +217,11 @@ class Scenario:
         """The expected set of (job, round) as a bitmap."""
         rows = self._periods.get(job)
         return rows[round_ % len(rows)][0] if rows else 0
+
+    @property
+    def has_stripes(self):
+        """Whether some round of a job is a root entry (chunks outside its stripe are foreign)."""
+        return any(row[1] is not None for rows in self._periods.values() for row in rows)
 
     def owns(self, job, round_, chunk):
         """Whether the chunk is this site's work: inside its root stripe, if (job, round) has one."""
@@ -1021,9 +1026,10 @@ class FuzzReport:
     slot back), ``max_stall`` and ``bound`` (cycles of ``i.ready`` low), ``pairs`` (targeted inputs per
     (slot state, drop code) pair, :mod:`wanreduce.sim.verify.fuzz_target`)."""
 
-    def min_pair_hits(self, entry):
-        """The fewest hits of any pair that can happen at ``entry``."""
-        return min(self.pairs[p] for p in pairs_for(entry))
+    def min_pair_hits(self, entry=None):
+        """The fewest hits of any pair that can happen at ``entry`` (default: in the runs' scenarios,
+        :attr:`possible`)."""
+        return min(self.pairs[p] for p in (pairs_for(entry) if entry else self.possible))
 
     frames: int = 0
     violations: int = 0
@@ -1042,8 +1048,10 @@ class FuzzReport:
 
     forwarded: int = 0
     overflows: int = 0
+    possible: frozenset = frozenset()
 
     def add(self, other):
+        self.possible |= other.possible
         self.forwarded += other.forwarded
         self.overflows += other.overflows
         self.frames += other.frames
@@ -1089,7 +1097,7 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
     gen = FrameGen(s, entry=sim.entry, seed=seed, classifier=classifier, target_share=target_share)
     feed = classifier.frame if sim.entry == "frame" else classifier.payload
     inputs, want_codes, want_out, want_forwarded = [], [], [], []
-    report = FuzzReport()
+    report = FuzzReport(possible=pairs_for(sim.entry, foreign=s.has_stripes))
     inline = bool(s.bypass_bytes)
 
     def add(data):
@@ -1107,7 +1115,8 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
         report.mutations[label] += 1
         add(data)
         if label == "targeted":
-            pair = (gen.target_state, want_codes[-1][0])
+            code = want_codes[-1][0]
+            pair = (gen.target_state, FOREIGN if code == 21 and classifier.foreign else code)
             report.pairs[pair] += 1
             gen.targeter.hits[pair] += 1
     tail, fresh, wedged = gen.recovery()
