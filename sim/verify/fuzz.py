@@ -34,26 +34,27 @@ API::
 
 import collections
 import dataclasses
+import functools
 import random
 import struct
 
 import numpy as np
-from amaranth.hdl import Cat, Module
+from amaranth.hdl import Cat, Const, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...host import control
-from ...host.frames import build_frame, ones_complement_sum
-from ...host.golden import Destination, GoldenAggregator
+from ...host.frames import build_frame, ones_complement_sum, parse_mac
+from ...host.golden import Destination, GoldenAggregator, RootEntry
 from ...hw.control import ControlSignature
 from ...hw.core import AggregatorCore
 from ...hw.layouts import Beat
 from ...spec import addressing
-from ...spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERSION, Kind
+from ...spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERSION, Kind, forwarded
 from ..verilator.agg_driver import beats_to_packets, packets_to_beats
 from ..verilator.harness import Harness
 from .fuzz_classify import CODES, Classifier
-from .fuzz_target import Targeter, pairs_for
+from .fuzz_target import FOREIGN, Targeter, pairs_for
 
 __all__ = [
     "TracedCore",
@@ -63,6 +64,9 @@ __all__ = [
     "FuzzReport",
     "run_fuzz",
     "ready_bound",
+    "inline_ready_bound",
+    "split_outputs",
+    "root_jobs",
     "scenario_for",
     "JOBS",
     "MUTATIONS",
@@ -75,19 +79,28 @@ class TracedCore(wiring.Component):
     ``trace.valid`` is high for one cycle per packet that leaves the slot table's decision stage (one per
     input frame, in input order) and ``trace.payload`` is its drop code (0: stored) in bits 0-4, "it
     completed a chunk" in bit 5, "its chunk's RESULT is sent again" in bit 6 and "it took its slot back
-    from a newer live chunk" in bit 7. Test-only: the events are the ones the counters count, read from the
-    slot table inside the core, so the core itself needs no debug port.
+    from a newer live chunk" in bit 7; an in-line core adds "it is foreign" (another root's chunk) in bit
+    8. Test-only: the events are the ones the counters count, read from the slot table inside the core, so
+    the core itself needs no debug port.
+
+    An in-line core (``bypass_bytes`` > 0) has two outputs; the harness reads one. Here ``o`` carries both
+    side by side in every beat: the RESULT beat in the first ``B + 1`` bytes of the record, the bypass
+    beat in the next ``B + 1``, then their valid flags (bit 0: RESULT, bit 1: bypass); both take
+    ``o.ready``, so with no back-pressure neither output ever waits for the other (:func:`split_outputs`).
     """
 
     def __init__(self, **params):
         self.core = AggregatorCore(**params)
         width = params["width"]
+        self.inline = bool(params.get("bypass_bytes"))
+        record = 8 * (width // 8 + 1)
+        out = Beat(width) if not self.inline else 2 * record + 2
         super().__init__(
             {
                 "i": In(stream.Signature(Beat(width))),
-                "o": Out(stream.Signature(Beat(width))),
+                "o": Out(stream.Signature(out)),
                 "ctl": In(ControlSignature()),
-                "trace": Out(wiring.Signature({"valid": Out(1), "payload": Out(8)})),
+                "trace": Out(wiring.Signature({"valid": Out(1), "payload": Out(9 if self.inline else 8)})),
             }
         )
 
@@ -95,14 +108,38 @@ class TracedCore(wiring.Component):
         m = Module()
         m.submodules.core = core = self.core
         wiring.connect(m, wiring.flipped(self.i), core.i)
-        wiring.connect(m, core.o, wiring.flipped(self.o))
+        if not self.inline:
+            wiring.connect(m, core.o, wiring.flipped(self.o))
         wiring.connect(m, wiring.flipped(self.ctl), core.ctl)
         st = core.slot_table
-        m.d.comb += [
-            self.trace.valid.eq(st.ev_valid),
-            self.trace.payload.eq(Cat(st.ev_code, st.ev_result, st.ev_reemit, st.ev_evict)),
-        ]
+        event = [st.ev_code, st.ev_result, st.ev_reemit, st.ev_evict]
+        if self.inline:
+            # Records are byte-aligned so that each half decodes as an end point's beat record.
+            record = 8 * (core.width // 8 + 1)
+            res, byp = core.o.payload.as_value(), core.bypass.payload.as_value()
+            pad = record - len(res)
+            m.d.comb += [
+                self.o.payload.eq(Cat(res, _zeros(pad), byp, _zeros(pad), core.o.valid, core.bypass.valid)),
+                self.o.valid.eq(core.o.valid | core.bypass.valid),
+                core.o.ready.eq(self.o.ready),
+                core.bypass.ready.eq(self.o.ready),
+            ]
+            event.append(st.ev_foreign)
+        m.d.comb += [self.trace.valid.eq(st.ev_valid), self.trace.payload.eq(Cat(*event))]
         return m
+
+
+def _zeros(n):
+    """``n`` zero bits of padding (none for 0)."""
+    return Const(0, n) if n else Cat()
+
+
+def split_outputs(records, width):
+    """The output records of an in-line :class:`TracedCore` → ``(RESULT beat records, bypass beat
+    records)``, each in the end point's record format (:mod:`wanreduce.sim.verilator.agg_driver`)."""
+    b = width // 8 + 1
+    flags = records[:, 2 * b]
+    return records[flags & 1 == 1, :b], records[flags & 2 == 2, b : 2 * b]
 
 
 #: Core parameters of the fuzz builds: few slots and members so that slot conflicts (stale, ahead of the
@@ -113,18 +150,30 @@ _BUILD = {
 }
 
 
-class FuzzSim:
-    """One :class:`TracedCore` build (cached on disk by its Verilog text), run through the C++ harness."""
+#: The bypass buffer of the in-line fuzz builds: small, so that frames to forward longer than it (lost and
+#: counted under ``bypass_overflow``) are as easy to make as ones that fit.
+INLINE_BYPASS_BYTES = {64: 256, 512: 512}
 
-    def __init__(self, *, width, entry, dests=2, jobs=2, rounds=4, **params):
+
+class FuzzSim:
+    """One :class:`TracedCore` build (cached on disk by its Verilog text), run through the C++ harness.
+    ``inline`` is None (an end point), "bypass" (an in-line core: bypass port, plain schedule entries) or
+    "root" (an in-line core whose entries are root stripes with a RESULT group)."""
+
+    def __init__(self, *, width, entry, dests=2, jobs=2, rounds=4, inline=None, **params):
+        if inline not in (None, "bypass", "root"):
+            raise ValueError(f"The in-line variant must be None, 'bypass' or 'root', not {inline!r}.")
+        if inline and entry != "frame":
+            raise ValueError("An in-line build takes Ethernet frames: its entry point must be 'frame'.")
         params = {**_BUILD.get(width, _BUILD[64]), **params}
+        if inline:
+            params.setdefault("bypass_bytes", INLINE_BYPASS_BYTES.get(width, 8 * width))
         self.params = dict(width=width, entry=entry, dests=dests, jobs=jobs, rounds=rounds, **params)
         self.top = TracedCore(**self.params)
         self.core = self.top.core
-        self.width, self.entry = width, entry
-        self.harness = Harness(
-            self.top, top=f"agg_fuzz_w{width}_{entry}", key=("TracedCore", sorted(self.params.items()))
-        )
+        self.width, self.entry, self.inline = width, entry, inline
+        name = f"agg_fuzz_w{width}_{entry}" + ("_inline" if inline else "")
+        self.harness = Harness(self.top, top=name, key=("TracedCore", sorted(self.params.items())))
 
 
 @dataclasses.dataclass
@@ -144,11 +193,41 @@ class Scenario:
     ip: str = addressing.aggregator_ip(5)
     destinations: tuple = ()
 
+    bypass_bytes: int = 0
+
+    def entry(self, job, round_):
+        """The schedule entry of (job, round): a bitmap, ranks in summation order or a root entry."""
+        period = self.jobs.get(job)
+        return period[round_ % len(period)] if period else 0
+
+    @functools.cached_property
+    def _periods(self):
+        """Per job, per entry of its period: (expected bitmap, stripe or None); the generator asks often."""
+        out = {}
+        for job, period in self.jobs.items():
+            rows = []
+            for entry in period:
+                ranks = getattr(entry, "order", entry)
+                bitmap = ranks if isinstance(ranks, int) else sum(1 << r for r in ranks)
+                rows.append((bitmap, (entry.lo, entry.hi) if isinstance(entry, RootEntry) else None))
+            out[job] = rows
+        return out
+
     def expected(self, job, round_):
         """The expected set of (job, round) as a bitmap."""
-        period = self.jobs.get(job)
-        entry = period[round_ % len(period)] if period else 0
-        return entry if isinstance(entry, int) else sum(1 << r for r in entry)
+        rows = self._periods.get(job)
+        return rows[round_ % len(rows)][0] if rows else 0
+
+    @property
+    def has_stripes(self):
+        """Whether some round of a job is a root entry (chunks outside its stripe are foreign)."""
+        return any(row[1] is not None for rows in self._periods.values() for row in rows)
+
+    def owns(self, job, round_, chunk):
+        """Whether the chunk is this site's work: inside its root stripe, if (job, round) has one."""
+        rows = self._periods.get(job)
+        stripe = rows[round_ % len(rows)][1] if rows else None
+        return stripe is None or stripe[0] <= chunk <= stripe[1]
 
     def bank(self, job):
         """log2 of the slots in one round bank of ``job``."""
@@ -166,16 +245,40 @@ class Scenario:
 JOBS = {0: [[63, 0, 5], [40, 5, 1, 9], 0], 0xFFFF: [[5], [17, 5, 2]]}
 
 
+def root_jobs(slots):
+    """:data:`JOBS` as a root sees them: every round in which the site takes part has a stripe (a chunk
+    range covering every slot of the round's bank, so every slot stays reachable) and a RESULT group; the
+    chunks outside it are another root's."""
+    out = {}
+    for job, period in JOBS.items():
+        bank = slots if job == 0 else max(1, slots // 2)
+        out[job] = [
+            RootEntry(
+                tuple(entry),
+                lo=k % 2,
+                hi=k % 2 + bank - 1 + k,
+                mdest=addressing.result_group_ip(job=job, round=k, group=k, period=len(period)),
+            )
+            if entry
+            else entry
+            for k, entry in enumerate(period)
+        ]
+    return out
+
+
 def scenario_for(sim, job):
     """The site of a fuzz run: rank 5, serving one job of :data:`JOBS` (PROTOCOL.md: under faults only one
     job may be in flight per core, since the slot index has no job term); job 0xFFFF in round banks of S/2
     slots. The job id, rank and round-modulo limits are all in play, and the summation orders are not
-    ascending. Frames for the other job id, and for any other, are ``unexpected_src``."""
+    ascending. Frames for the other job id, and for any other, are ``unexpected_src``. A root build
+    (``sim.inline == "root"``) has the jobs of :func:`root_jobs`."""
     core = sim.core
     banks = {0xFFFF: max(0, core.slots.bit_length() - 2)}
+    jobs = root_jobs(core.slots) if getattr(sim, "inline", None) == "root" else JOBS
     return Scenario(
         rank=5,
-        jobs={job: JOBS[job]},
+        jobs={job: jobs[job]},
+        bypass_bytes=getattr(core, "bypass_bytes", 0),
         bank_bits={job: banks[job]} if job in banks else {},
         slots=core.slots,
         members=core.members,
@@ -198,6 +301,15 @@ def ready_bound(core):
     result_beats = -(-(FRAME_OVERHEAD + HEADER_BYTES + core.slot_bytes) // (core.width // 8))
     per_chunk = core.members * ring * words + core.dests * (result_beats + 2) + 16
     return (core.queue_depth + 2) * per_chunk + core.slots + 16
+
+
+def inline_ready_bound(core):
+    """What an in-line core's bypass buffer adds to :func:`ready_bound`: its input waits for room in the
+    buffer, which frees when the oldest frame's verdict comes (the slot table's decision, itself subject to
+    :func:`ready_bound`, plus the pipeline from input to verdict, a few dozen cycles) and that frame is read
+    out, one beat per cycle, at most a whole buffer of beats; and the frame limit waits the same way."""
+    buffer = core.bypass_buffer
+    return buffer.depth + 2 * buffer.out_depth + 64
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -312,6 +424,7 @@ class FrameGen:
         heal_every=50,
         target_share=0.3,
         target_prefix=600,
+        inline_share=0.12,
     ):
         self.s = scenario
         # A share of the inputs aims at (slot state, drop code) pairs (sim.verify.fuzz_target); the state of
@@ -321,6 +434,7 @@ class FrameGen:
         self.target_state = None
         self.classifier = classifier
         self.heal_every = heal_every
+        self.inline_share = inline_share  # in-line builds: the share of frames only they see
         self.n = 0
         self.entry = entry
         self.py = random.Random(seed)
@@ -640,6 +754,105 @@ class FrameGen:
     )
     _NO_FIX = {"udp_csum"}
 
+    # Traffic only an in-line build sees: frames it must forward unchanged.
+
+    INLINE_TRAFFIC = ("other_traffic", "root_result", "foreign", "oversize")
+
+    def _udp(self, payload, *, dst_ip, dport, checksum=True):
+        return bytearray(
+            build_frame(
+                payload,
+                src_mac=addressing.host_mac(self.py.randrange(64)),
+                dst_mac=addressing.multicast_mac(dst_ip) if dst_ip.startswith("239.") else self.s.mac,
+                src_ip=addressing.host_ip(self.py.randrange(64)),
+                dst_ip=dst_ip,
+                sport=self.py.choice([self.s.port, 53, 40000]),
+                dport=dport,
+                udp_checksum=checksum,
+            )
+        )
+
+    def other_traffic(self, size=None):
+        """A frame that is not wanreduce work: ARP, IPv6, 802.1Q, TCP, ICMP, UDP to another port, IPv4
+        with options or a fragment (all with valid checksums), of ``size`` bytes (at least an Ethernet
+        minimum of 60) or a random size."""
+        size = max(60, self.py.randint(60, 2 * self.s.bypass_bytes) if size is None else size)
+        body = bytes(self.rng.integers(0, 256, size, dtype=np.uint8))
+        kind = self.py.choice(["arp", "ipv6", "vlan", "tcp", "icmp", "udp_port", "options", "fragment"])
+        if kind in ("arp", "ipv6", "vlan"):
+            ethertype = {"arp": 0x0806, "ipv6": 0x86DD, "vlan": 0x8100}[kind]
+            return bytes.fromhex("ffffffffffff02aabbccddee") + struct.pack("!H", ethertype) + body[14:]
+        dport = self.py.choice([53, 5353, self.s.port + 1]) if kind == "udp_port" else self.s.port
+        f = self._udp(body[FRAME_OVERHEAD:], dst_ip=self.s.ip, dport=dport)
+        if kind in ("tcp", "icmp"):
+            f[23] = 6 if kind == "tcp" else 1
+        elif kind == "options":
+            f[14] = 0x46
+            f[34:34] = b"\x01\x01\x01\x00"
+            f[16:18] = struct.pack("!H", len(f) - 14)
+        elif kind == "fragment":
+            f[20:22] = struct.pack("!H", self.py.choice([0x2000, 0x00B9, 0x20B9]))
+        _fix_ip(f)
+        return bytes(f)
+
+    def root_result(self, size=None):
+        """A RESULT of another root on its way to this site's hosts: a valid frame to the group's RESULT
+        address, for a (job, round) near the senders' window, of random length (up to twice this site's
+        chunks) or of ``size`` bytes (fp16 elements, one byte of padding for an odd size)."""
+        job = next(iter(self.s.jobs))
+        round_ = max(0, self.cursor[job][0] - self.py.randrange(3))
+        dtype = 1 if size else self.py.randrange(3)
+        count = (size - FRAME_OVERHEAD - HEADER_BYTES) // 2 if size else 0
+        count = max(1, count or self.py.randint(1, 2 * self.s.slot_bytes // _SIZE[dtype]))
+        header = _header(
+            magic=MAGIC,
+            version=VERSION,
+            kind=int(Kind.RESULT),
+            dtype=dtype,
+            flags=0,
+            job=job,
+            round=round_,
+            chunk=self.py.randrange(2 * self.s.slots),
+            src=self.py.randrange(64),
+            group=0,
+            count=count,
+            reserved=0,
+            bitmap=self.s.expected(job, round_) or 1,
+        )
+        period = len(self.s.jobs[job])
+        group = addressing.result_group_ip(job=job, round=round_ % period, group=0, period=period)
+        frame = self._udp(header + _elements(self.rng, dtype, count), dst_ip=group, dport=self.s.port)
+        return bytes(frame).ljust(size or 0, b"\0")
+
+    def foreign(self):
+        """A valid CONTRIB of another root's chunk (outside this site's stripe of a rooted round), or None
+        when no round of the job has a stripe."""
+        job = next(iter(self.s.jobs))
+        cur = self.cursor[job][0]
+        period = len(self.s.jobs[job])
+        rooted = [r for r in range(cur, cur + period) if isinstance(self.s.entry(job, r), RootEntry)]
+        if not rooted:
+            return None
+        round_ = self.py.choice(rooted)
+        entry = self.s.entry(job, round_)
+        chunk = self.py.choice([c for c in range(4 * self.s.slots) if not entry.lo <= c <= entry.hi])
+        ranks = [r for r in range(64) if self.s.expected(job, round_) >> r & 1]
+        src = self.py.choice(ranks) if self.py.random() < 0.8 else self.py.randrange(64)
+        return self.wrap(self.contrib(job, round_, chunk, src), src=src, udp_checksum=True)
+
+    def oversize(self):
+        """A frame to forward at the bypass buffer's limit: exactly its size, one byte more, or far more."""
+        size = self.py.choice([self.s.bypass_bytes, self.s.bypass_bytes + 1, 2 * self.s.bypass_bytes + 7])
+        return self.other_traffic(size) if self.py.random() < 0.5 else self.root_result(size)
+
+    def inline_traffic(self):
+        """One frame of :data:`INLINE_TRAFFIC`: ``(bytes, label)``."""
+        kind = self.py.choice(self.INLINE_TRAFFIC)
+        data = self.foreign() if kind == "foreign" else getattr(self, kind)()
+        if data is None:
+            kind, data = "other_traffic", self.other_traffic()
+        return data, kind
+
     def garbage(self):
         """Noise between valid frames: random bytes, or a believable frame start followed by noise."""
         n = self.py.choice(
@@ -699,6 +912,8 @@ class FrameGen:
             if made is not None:
                 data, self.target_state, _ = made
                 return data, "targeted"
+        if self.s.bypass_bytes and self.py.random() < self.inline_share:
+            return self.inline_traffic()
         r = self.py.random()
         if r < self.mutate_share:
             return self.mutated()
@@ -738,8 +953,8 @@ class FrameGen:
             if round_ > 0xFFFFFFFF:
                 return None
             if self.s.expected(job, round_):
-                for chunk in range(self.s.slots):
-                    if self.s.slot(job, round_, chunk) == index:
+                for chunk in range(4 * self.s.slots):
+                    if self.s.slot(job, round_, chunk) == index and self.s.owns(job, round_, chunk):
                         return round_, chunk
         return None
 
@@ -811,9 +1026,10 @@ class FuzzReport:
     slot back), ``max_stall`` and ``bound`` (cycles of ``i.ready`` low), ``pairs`` (targeted inputs per
     (slot state, drop code) pair, :mod:`wanreduce.sim.verify.fuzz_target`)."""
 
-    def min_pair_hits(self, entry):
-        """The fewest hits of any pair that can happen at ``entry``."""
-        return min(self.pairs[p] for p in pairs_for(entry))
+    def min_pair_hits(self, entry=None):
+        """The fewest hits of any pair that can happen at ``entry`` (default: in the runs' scenarios,
+        :attr:`possible`)."""
+        return min(self.pairs[p] for p in (pairs_for(entry) if entry else self.possible))
 
     frames: int = 0
     violations: int = 0
@@ -830,7 +1046,14 @@ class FuzzReport:
     cycles: int = 0
     sim_seconds: float = 0.0
 
+    forwarded: int = 0
+    overflows: int = 0
+    possible: frozenset = frozenset()
+
     def add(self, other):
+        self.possible |= other.possible
+        self.forwarded += other.forwarded
+        self.overflows += other.overflows
         self.frames += other.frames
         self.violations += other.violations
         self.details += other.details
@@ -864,24 +1087,36 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
     """
     s = scenario_for(sim, sorted(JOBS)[seed % 2] if job is None else job)
     classifier = Classifier(
-        jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port, bank_bits=s.bank_bits
+        jobs=s.jobs,
+        slots=s.slots,
+        slot_bytes=s.slot_bytes,
+        port=s.port,
+        bank_bits=s.bank_bits,
+        bypass_bytes=s.bypass_bytes,
     )
     gen = FrameGen(s, entry=sim.entry, seed=seed, classifier=classifier, target_share=target_share)
     feed = classifier.frame if sim.entry == "frame" else classifier.payload
-    inputs, want_codes, want_out = [], [], []
-    report = FuzzReport()
+    inputs, want_codes, want_out, want_forwarded = [], [], [], []
+    report = FuzzReport(possible=pairs_for(sim.entry, foreign=s.has_stripes))
+    inline = bool(s.bypass_bytes)
 
     def add(data):
         inputs.append(data)
         code, done = feed(data)
-        want_codes.append((code, done, classifier.reemitted, classifier.evicted))
+        event = (code, done, classifier.reemitted, classifier.evicted)
+        if inline:  # and whether it is to be forwarded (sent, or lost as too long)
+            event += (classifier.forwarded or classifier.overflow,)
+        want_codes.append(event)
+        if classifier.forwarded:
+            want_forwarded.append(data)
 
     for _ in range(n_frames):
         data, label = gen.next()
         report.mutations[label] += 1
         add(data)
         if label == "targeted":
-            pair = (gen.target_state, want_codes[-1][0])
+            code = want_codes[-1][0]
+            pair = (gen.target_state, FOREIGN if code == 21 and classifier.foreign else code)
             report.pairs[pair] += 1
             gen.targeter.hits[pair] += 1
     tail, fresh, wedged = gen.recovery()
@@ -903,6 +1138,7 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
         port=s.port,
         destinations=s.destinations,
         bank_bits=s.bank_bits,
+        bypass_bytes=s.bypass_bytes,
     )
     golden_feed = golden.feed_frame if sim.entry == "frame" else golden.feed_payload
     for data in inputs:
@@ -936,7 +1172,10 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
         allow_timeout=True,
     )
     report.cycles, report.sim_seconds = stats.cycles, stats.sim_seconds
-    report.max_stall, report.bound = stats.max_stall, ready_bound(c)
+    report.max_stall, report.bound = (
+        stats.max_stall,
+        ready_bound(c) + (inline_ready_bound(c) if inline else 0),
+    )
 
     if stats.timed_out:
         _fail(
@@ -947,6 +1186,8 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
 
     # Frame for frame: drop code and completion against the classifier.
     got = [(int(v) & 31, bool(v >> 5 & 1), bool(v >> 6 & 1), bool(v >> 7 & 1)) for v in stats.trace.tolist()]
+    if inline:
+        got = [(*e, forwarded(e[0], v >> 8 & 1)) for e, v in zip(got, stats.trace.tolist(), strict=True)]
     if len(got) != len(inputs):
         _fail(report, f"seed {seed}: {len(got)} packet events for {len(inputs)} frames")
     shown = 0
@@ -967,8 +1208,11 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
     counters = control.decode_counters(stats.ctl_reads)
     names = [*CODES.values(), "results", "results_reemitted", "evictions"]
     want_counters = {"frames_in": len(inputs), **{name: classifier.tally[name] for name in names}}
-    # The fuzzed core is an end point (no bypass port): nothing is forwarded.
-    want_counters.update(bypassed=0, bypass_overflow=0)
+    # An end point (no bypass port) forwards nothing: the classifier's tallies are 0 there.
+    want_counters.update(
+        bypassed=classifier.tally["bypassed"], bypass_overflow=classifier.tally["bypass_overflow"]
+    )
+    report.forwarded, report.overflows = want_counters["bypassed"], want_counters["bypass_overflow"]
     if counters != want_counters:
         keys = set(want_counters) | set(counters)
         diff = {
@@ -985,10 +1229,30 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
         }
         _fail(report, f"seed {seed}: counters (golden, core) differ: {diff}")
     stored = sum(1 for event in got if event[0] == 0)
-    if sum(counters[name] for name in CODES.values()) + stored != counters["frames_in"]:
-        _fail(report, f"seed {seed}: drop counters + {stored} stored != frames_in {counters['frames_in']}")
+    passed = counters.get("bypassed", 0) + counters.get("bypass_overflow", 0)
+    if sum(counters[name] for name in CODES.values()) + stored + passed != counters["frames_in"]:
+        _fail(
+            report,
+            f"seed {seed}: drop counters + {stored} stored + {passed} forwarded != frames_in "
+            f"{counters['frames_in']}",
+        )
 
     # Sums: every RESULT against the golden model, and the fresh chunks after the fuzz all complete.
+    if inline:
+        out, bypass_out = split_outputs(out, sim.width)
+        # Forwarded frames: byte for byte and in order, as the golden model and the classifier have them.
+        passed = beats_to_packets(bypass_out, sim.width)
+        for name, want in (("golden model", golden.forwarded), ("classifier", want_forwarded)):
+            if passed != want:
+                first = next(
+                    (k for k, (a, b) in enumerate(zip(passed, want, strict=False)) if a != b),
+                    min(len(passed), len(want)),
+                )
+                _fail(
+                    report,
+                    f"seed {seed}: forwarded frames differ from the {name}'s ({len(passed)} sent, "
+                    f"{len(want)} expected, first difference at {first})",
+                )
     packets = beats_to_packets(out, sim.width)
     if packets != want_out:
         first = next(
@@ -1002,9 +1266,13 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
         )
     fresh_done = sum(1 for event in want_codes[n_fuzz:] if event[1])
     live_left = sum(1 for slot in classifier.slots if slot is not None and slot[0] == "live")
-    per_result = len(s.destinations) if sim.entry == "frame" else 1
     sent = golden.counters["results"] + golden.counters["results_reemitted"]
-    if live_left or fresh_done < fresh or len(want_out) != per_result * sent:
+    if sim.entry == "payload":
+        copies = len(want_out)
+    else:  # one copy of each RESULT goes to the first destination (a root's also go to its group)
+        first_mac = parse_mac(s.destinations[0].mac)
+        copies = sum(1 for f in want_out if f[:6] == first_mac)
+    if live_left or fresh_done < fresh or copies != sent:
         _fail(
             report,
             f"seed {seed}: recovery left {live_left} chunks live and completed {fresh_done} "
@@ -1014,12 +1282,13 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
 
 
 def _name(event):
-    code, done, reemit, evict = event
+    code, done, reemit, evict = event[:4]
     return (
         ("stored" if code == 0 else f"{code} {CODES.get(code, '?')}")
         + (" +RESULT" if done else "")
         + (" +re-emit" if reemit else "")
         + (" +evict" if evict else "")
+        + (" +forward" if event[4:5] == (True,) else "")
     )
 
 

@@ -15,10 +15,21 @@ API::
     c.tally                                     # {counter name: frames}, "accepted", "results" and
                                                 # "results_reemitted" too
 
+    # An in-line build (bypass port of 256 bytes) that roots chunks 1..6 of round 0 (an object with
+    # ``order``, ``lo`` and ``hi`` as the entry, read by attribute only):
+    c = Classifier(jobs={7: [Root(order=(3, 0, 1), lo=1, hi=6), 0]}, slots=4, slot_bytes=64, bypass_bytes=256)
+    c.frame(frame_bytes)                        # the code as before; then
+    c.forwarded, c.overflow                     # it left on the bypass port / it was to, and was too long
+
 The slot decision is PROTOCOL.md's, in the page's order, with the slot's shadow tag D (the last chunk it
 completed): T = D is a ``duplicate`` that sends the stored RESULT again; T older than D is ``stale``; then
 the live-slot rules, where a T older than the live chunk (and not older than D) evicts it and claims the
 slot.
+
+In-line (PROTOCOL.md, "In-line bypass"): a frame whose lowest code is ``not_ipv4``, ``bad_ip_header``,
+``not_udp``, ``wrong_port`` or ``result_on_input``, or ``unexpected_src`` for a *foreign* CONTRIB (a
+configured job's round whose entry is a root stripe, the chunk outside ``lo ..= hi``) is forwarded and
+counted under ``bypassed`` (``bypass_overflow`` when longer than the bypass buffer), not under its code.
 """
 
 import struct
@@ -57,6 +68,8 @@ CODES = {
 _ETH, _IP, _UDP, _HDR = 14, 20, 8, 32
 _ELEMENT_BYTES = {0: 4, 1: 2, 2: 2}  # fp32, fp16, bf16
 _CONTRIB, _RESULT = 0, 1
+#: The codes of frames that are not an in-line aggregator's work (unexpected_src only when foreign).
+_NOT_OUR_WORK = {2, 3, 5, 6, 18}
 
 
 def _csum(data):
@@ -137,6 +150,7 @@ def payload_code(payload, *, slot_bytes):
 def _order(entry):
     """An expected entry, a bitmap (ascending rank order) or a sequence of ranks in summation order, as
     the tuple of ranks in summation order."""
+    entry = getattr(entry, "order", entry)  # a root entry: its group in summation order
     if isinstance(entry, int):
         return tuple(r for r in range(64) if entry >> r & 1)
     return tuple(int(r) for r in entry)
@@ -147,12 +161,18 @@ class Classifier:
     checks. ``jobs`` maps a job id to the expected entries of one schedule period (round ``r`` uses entry
     ``r mod P``; a bitmap or a sequence of ranks; 0 means this site waits); ``bank_bits`` maps a job id to
     its bank bits ``b`` (default log2 S): the slot of a chunk is ``((round mod P) << b | chunk mod 2^b) mod
-    S``."""
+    S``. An entry with ``lo`` and ``hi`` attributes is a root entry: chunks outside ``lo ..= hi`` are
+    another root's. ``bypass_bytes`` > 0 is an in-line build with forwarding on (the longest frame it
+    forwards); 0 an end point."""
 
-    def __init__(self, *, jobs, slots, slot_bytes, port=47000, bank_bits=None):
+    def __init__(self, *, jobs, slots, slot_bytes, port=47000, bank_bits=None, bypass_bytes=0):
         if slots < 1 or slots & (slots - 1):
             raise ValueError(f"The slot count must be a power of two, not {slots}.")
         self.jobs = {int(j): [sum(1 << r for r in _order(e)) for e in period] for j, period in jobs.items()}
+        self.stripes = {
+            int(j): [(e.lo, e.hi) if hasattr(e, "lo") else None for e in period] for j, period in jobs.items()
+        }
+        self.bypass_bytes = bypass_bytes
         full = slots.bit_length() - 1
         self.bank_bits = {j: full for j in self.jobs}
         self.bank_bits.update({int(j): int(b) for j, b in (bank_bits or {}).items()})
@@ -162,24 +182,36 @@ class Classifier:
         # the shadow: the tag of the last chunk the slot completed.
         self.slots = [None] * slots
         self.shadow = [None] * slots
-        self.reemitted = self.evicted = False
+        self.reemitted = self.evicted = self.forwarded = self.overflow = False
+        self.foreign = False
+        self._size = 0
         self.tally = dict.fromkeys(CODES.values(), 0)
         self.tally.update(accepted=0, results=0, results_reemitted=0, evictions=0)
+        self.tally.update(bypassed=0, bypass_overflow=0)
 
     def frame(self, frame):
         """Classify one Ethernet frame (and apply it to the slots): ``(code, completes)``."""
-        self.reemitted = self.evicted = False
+        self.reemitted = self.evicted = self.forwarded = self.overflow = self.foreign = False
+        self._size = len(frame)
         code, payload = frame_code(frame, port=self.port)
-        return self._count(code, False) if code else self.payload(payload)
+        return self._count(code, False) if code else self._payload(payload)
 
     def payload(self, payload):
         """Classify one bare UDP payload (and apply it to the slots): ``(code, completes)``."""
-        self.reemitted = self.evicted = False
+        self.reemitted = self.evicted = self.forwarded = self.overflow = self.foreign = False
+        self._size = 0
+        return self._payload(payload)
+
+    def _payload(self, payload):
         code, h = payload_code(payload, slot_bytes=self.slot_bytes)
         if code:
             return self._count(code, False)
         period = self.jobs.get(h["job"])
         expected = period[h["round"] % len(period)] if period else 0
+        stripe = self.stripes[h["job"]][h["round"] % len(period)] if period else None
+        if stripe is not None and not stripe[0] <= h["chunk"] <= stripe[1]:
+            self.foreign = True
+            return self._count(21, False)
         if not expected >> h["src"] & 1:
             return self._count(21, False)
         tag = (h["job"], h["round"], h["chunk"])
@@ -218,6 +250,11 @@ class Classifier:
         return self._count(0, completes)
 
     def _count(self, code, completes):
+        if self.bypass_bytes and self._size and (code in _NOT_OUR_WORK or code == 21 and self.foreign):
+            self.overflow = self._size > self.bypass_bytes
+            self.forwarded = not self.overflow
+            self.tally["bypass_overflow" if self.overflow else "bypassed"] += 1
+            return code, completes
         self.tally["accepted" if code == 0 else CODES[code]] += 1
         self.tally["results"] += completes
         return code, completes

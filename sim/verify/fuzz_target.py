@@ -9,6 +9,10 @@ the slots allow now, makes a contribution whose tag puts its slot in that state,
 with that code: one of the header codes (9-21), a frame code (1-8, frame entry), a repeated rank
 (``duplicate``), a different dtype or count (``slot_mismatch``), or none. :data:`PAIRS` lists the pairs
 that can happen; the pair a frame really hit is (its state, the classifier's code for it).
+
+A root build (root stripes, in-line) adds the pseudo-code :data:`FOREIGN`: a valid CONTRIB of another
+root's chunk whose slot is free, would be evicted by it or holds a newer shadow; the core must forward it
+and leave the slot as it was.
 """
 
 import collections
@@ -17,9 +21,11 @@ import struct
 from ...spec.protocol import HEADER_BYTES
 from .traffic import late_drop
 
-__all__ = ["STATES", "pairs_for", "Targeter"]
+__all__ = ["STATES", "FOREIGN", "pairs_for", "Targeter"]
 
 STATES = ("free", "live", "live_shadow", "evict", "stale")
+#: Not a drop code: the pair code of a foreign CONTRIB (``unexpected_src``, forwarded by an in-line build).
+FOREIGN = 100
 
 # The frame codes by the mutation of sim.verify.traffic.late_drop that makes them.
 _FRAME = {
@@ -38,12 +44,15 @@ _FIELDS += ("reserved", "bitmap")
 _SIZE = {0: 4, 1: 2, 2: 2}
 
 
-def pairs_for(entry):
-    """The (state, code) pairs a frame can hit at ``entry`` ("frame" or "payload")."""
+def pairs_for(entry, *, foreign=False):
+    """The (state, code) pairs a frame can hit at ``entry`` ("frame" or "payload"); with ``foreign`` (a
+    site with root stripes) also the :data:`FOREIGN` pairs (a tag never stored here is never live)."""
     codes = [c for c in range(1, 22) if entry == "frame" or c > 8]
     pairs = {(s, c) for s in STATES for c in codes}
     pairs |= {("free", 0), ("live", 0), ("live_shadow", 0), ("evict", 0), ("stale", 22)}
     pairs |= {(s, c) for s in ("live", "live_shadow") for c in (24, 25)}
+    if foreign:
+        pairs |= {(s, FOREIGN) for s in ("free", "evict", "stale")}
     return frozenset(pairs)
 
 
@@ -62,37 +71,51 @@ class Targeter:
         self.s = gen.s
         self.job = next(iter(self.s.jobs))
         self.hits = collections.Counter()
-        self.pairs = pairs_for(gen.entry)
+        self.pairs = pairs_for(gen.entry, foreign=self.s.has_stripes)
 
     def _candidates(self):
-        """state → [(slot index, tag)] for tags near the slots' live and shadow tags."""
+        """state → [(slot index, tag)] for tags near the slots' live and shadow tags (this site's chunks),
+        and the same for another root's chunks."""
         s, cl, job = self.s, self.gen.classifier, self.job
         period = len(s.jobs[job])
         step = 1 << s.bank(job)
-        out = collections.defaultdict(list)
+        out, foreign = collections.defaultdict(list), collections.defaultdict(list)
         cursor = self.gen.cursor[job][0]
+        # A chunk's slot depends on its round mod P and its chunk mod the bank only: per (round mod P, slot)
+        # the offsets within a bank-aligned block of chunks that land there.
+        offsets = {
+            (p, index): [off for off in range(step) if s.slot(job, p, off) == index]
+            for p in range(period)
+            for index in range(s.slots)
+        }
         for index in range(s.slots):
             slot, shadow = cl.slots[index], cl.shadow[index]
             anchors = [t for t in (slot[1] if slot else None, shadow) if t is not None and t[0] == job]
             anchors.append((job, cursor, 0))
-            seen = set()
+            seen, others = set(), set()
             for _, r0, c0 in anchors:
                 for dr in (-period, -1, 0, 1, period):
                     r = r0 + dr
                     if not 0 <= r <= 0xFFFFFFFF or not s.expected(job, r):
                         continue
                     base = c0 - c0 % step
+                    offs = offsets[r % period, index]
                     for k in range(-2, 3):
-                        for off in range(step):
+                        for off in offs:
                             c = base + k * step + off
-                            if 0 <= c <= 0xFFFFFFFF and s.slot(job, r, c) == index:
-                                seen.add((r, c))
+                            # Another root's chunk is forwarded whatever its slot holds.
+                            if 0 <= c <= 0xFFFFFFFF:
+                                (seen if s.owns(job, r, c) else others).add((r, c))
             for r, c in seen:
                 tag = (job, r, c)
                 state = self._state(slot, shadow, tag)
                 if state:
                     out[state].append((index, tag))
-        return out
+            for r, c in others:
+                state = self._state(slot, shadow, (job, r, c))
+                if state:
+                    foreign[state].append((index, (job, r, c)))
+        return out, foreign
 
     @staticmethod
     def _state(slot, shadow, tag):
@@ -109,8 +132,8 @@ class Targeter:
         return "free"
 
     def next(self):
-        cands = self._candidates()
-        options = [p for p in self.pairs if cands.get(p[0])]
+        cands, foreign = self._candidates()
+        options = [p for p in self.pairs if (foreign if p[1] == FOREIGN else cands).get(p[0])]
         if not options:
             return None
         py = self.gen.py
@@ -124,6 +147,9 @@ class Targeter:
         options = [p for p in options if p[1] != 0 or p[0] not in live or live[p[0]]]
         least = min(self.hits[p] for p in options)
         state, code = py.choice(sorted(p for p in options if self.hits[p] == least))
+        if code == FOREIGN:
+            index, tag = py.choice(foreign[state])
+            return self._make(index, tag, state, 0), state, code
         index, tag = py.choice(live[state] if code == 0 and state in live else cands[state])
         return self._make(index, tag, state, code), state, code
 

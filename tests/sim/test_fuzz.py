@@ -7,6 +7,7 @@ spec's order, hand-made frames get the code PROTOCOL.md gives, and on the genera
 with the golden aggregator (which is built on the host validator) frame for frame.
 """
 
+import collections
 import struct
 import warnings
 
@@ -146,16 +147,27 @@ def test_round_banks_from_the_page():
 class _Build:
     """The parameters of a fuzz build, without building it."""
 
-    def __init__(self, width, entry):
-        self.width, self.entry = width, entry
-        self.core = type("Core", (), fuzz._BUILD[width])()
+    def __init__(self, width, entry, inline=None):
+        self.width, self.entry, self.inline = width, entry, inline
+        bypass = fuzz.INLINE_BYPASS_BYTES[width] if inline else 0
+        self.core = type("Core", (), {**fuzz._BUILD[width], "bypass_bytes": bypass})()
 
 
-@pytest.mark.parametrize("entry,job", [("frame", 0), ("payload", 0xFFFF)])
-def test_classifier_agrees_with_golden(entry, job):
-    sim = _Build(64, entry)
+@pytest.mark.parametrize(
+    "entry,job,inline",
+    [("frame", 0, None), ("payload", 0xFFFF, None), ("frame", 0, "root"), ("frame", 0xFFFF, "bypass")],
+)
+def test_classifier_agrees_with_golden(entry, job, inline):
+    sim = _Build(64, entry, inline)
     s = fuzz.scenario_for(sim, job)
-    cl = Classifier(jobs=s.jobs, slots=s.slots, slot_bytes=s.slot_bytes, port=s.port, bank_bits=s.bank_bits)
+    cl = Classifier(
+        jobs=s.jobs,
+        slots=s.slots,
+        slot_bytes=s.slot_bytes,
+        port=s.port,
+        bank_bits=s.bank_bits,
+        bypass_bytes=s.bypass_bytes,
+    )
     gen = fuzz.FrameGen(s, entry=entry, seed=11, classifier=cl)
     golden = GoldenAggregator(
         rank=s.rank,
@@ -165,33 +177,49 @@ def test_classifier_agrees_with_golden(entry, job):
         slot_bytes=s.slot_bytes,
         port=s.port,
         bank_bits=s.bank_bits,
+        bypass_bytes=s.bypass_bytes,
     )
     feed = cl.frame if entry == "frame" else cl.payload
     golden_feed = golden.feed_frame if entry == "frame" else golden.feed_payload
+    labels, groups = collections.Counter(), 0
     for _ in range(3000):
-        data, _label = gen.next()
+        data, label = gen.next()
+        labels[label] += 1
         before = dict(golden.counters)
-        golden_feed(data)
+        groups += sum(1 for f in golden_feed(data) if entry == "frame" and f[30] == 239 and 96 <= f[31] < 104)
         code, done = feed(data)
         bumped = [
             k
             for k, v in golden.counters.items()
             if v != before[k] and k not in ("frames_in", "results", "results_reemitted", "evictions")
         ]
-        assert bumped == ([] if code == 0 else [CODES[code]]), data.hex()
+        passed = ["bypassed"] if cl.forwarded else ["bypass_overflow"] if cl.overflow else None
+        assert bumped == (passed or ([] if code == 0 else [CODES[code]])), data.hex()
+        if cl.forwarded:
+            assert golden.forwarded[-1] == data
         assert golden.counters["results"] - before["results"] == done
         assert golden.counters["results_reemitted"] - before["results_reemitted"] == cl.reemitted
     assert golden.counters["evictions"] == cl.tally["evictions"]
     # The stream reaches every code the entry point can see.
     reachable = set(CODES.values()) - ({CODES[c] for c in range(1, 9)} if entry == "payload" else set())
+    if inline:  # with forwarding on, frames that are not this core's work are counted under bypassed
+        reachable -= {CODES[c] for c in (2, 3, 5, 6, 18)}
     assert {k for k in reachable if cl.tally[k]} == reachable
     assert cl.tally["results"] > 100  # a third of the inputs aim at slot states instead of completing chunks
+    if inline:
+        # The in-line traffic is there, and both fates of a frame to forward happen.
+        assert {"other_traffic", "root_result", "oversize"} <= set(labels)
+        assert cl.tally["bypassed"] > 100 and cl.tally["bypass_overflow"] > 10
+        assert ("foreign" in labels) == (inline == "root")
+        assert (groups > 50) == (inline == "root")  # a root's RESULTs also go to its RESULT group
+    else:
+        assert cl.tally["bypassed"] == cl.tally["bypass_overflow"] == 0
 
 
-def _sim(width, entry):
+def _sim(width, entry, inline=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fuzz.FuzzSim(width=width, entry=entry)
+        return fuzz.FuzzSim(width=width, entry=entry, inline=inline)
 
 
 # 10,000 frames in all, at W=64 only to keep the suite's Verilator builds small; `make bench` covers W=512.
@@ -234,3 +262,39 @@ def test_fuzz_checks_can_fail(monkeypatch):
     assert "expected 22 stale, core 23 ahead_of_window" in text
     assert "counters (classifier, core) differ" in text
     assert "i.ready low for" in text
+
+
+@pytest.mark.rtl
+def test_fuzz_inline_slice():
+    """The in-line fuzz path (a root build: stripes, a RESULT group, the bypass port) at a small volume;
+    ``make bench`` runs both in-line variants at W = 64 and 512 and S = 2."""
+    n = 3000
+    report = fuzz.run_fuzz(_sim(64, "frame", "root"), n_frames=n, seed=3)
+    assert report.violations == 0, "\n".join(report.details)
+    assert report.frames > n and report.wedged < 4
+    assert report.forwarded > 300 and report.overflows > 30
+    assert {"other_traffic", "root_result", "foreign", "oversize"} <= set(report.mutations)
+    # Every pair, the foreign CONTRIBs in each slot state they can meet included.
+    assert report.possible == fuzz_target.pairs_for("frame", foreign=True)
+    assert report.min_pair_hits() > 0, sorted(p for p in report.possible if not report.pairs[p])
+    assert report.results > n // 20
+    assert 0 < report.max_stall <= report.bound
+
+
+@pytest.mark.rtl
+def test_fuzz_inline_checks_can_fail(monkeypatch):
+    """A classifier that takes foreign CONTRIBs for this site's drops disagrees with the core on the
+    forward verdict, the forwarded frames and the counters, and the run says so."""
+
+    class Wrong(Classifier):
+        def _count(self, code, completes):
+            self.foreign = False
+            return super()._count(code, completes)
+
+    monkeypatch.setattr(fuzz, "Classifier", Wrong)
+    report = fuzz.run_fuzz(_sim(64, "frame", "root"), n_frames=600, seed=4, target_share=0)
+    text = "\n".join(report.details)
+    assert report.violations > 3
+    assert "expected 21 unexpected_src, core 21 unexpected_src +forward" in text
+    assert "forwarded frames differ from the classifier's" in text
+    assert "counters (classifier, core) differ" in text
