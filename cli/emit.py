@@ -15,11 +15,11 @@ import numpy as np
 
 from ..host.emit import bank_slots_of, emit_sites, load_grads, site_gbps_of, topology_for
 from ..host.packet import MAX_COUNT
-from ..host.protocol import MAX_RANKS, DType
 from ..host.replay import parse_udp_url, send_datagrams, udp_datagram, write_pcap_timed
 from ..host.topology import EMBEDDED
 from ..host.units import format_seconds
 from ..spec.errors import WanreduceError
+from ..spec.protocol import MAX_RANKS, DType
 from ..spec.schedfile import load_schedule
 from ._common import Outputs, add_force_option, int_in
 from .emit_live import add_options as add_live_options

@@ -5,8 +5,8 @@ from collections import Counter
 
 from ..host.frames import parse_frame
 from ..host.pcap import read_pcap
-from ..host.protocol import UDP_PORT, Drop, DType, Kind
 from ..host.validate import check_payload
+from ..spec.protocol import UDP_PORT, Drop, DType, Kind
 from ._common import add_json_option, int_in, print_json
 
 __all__ = ["register", "run", "describe"]

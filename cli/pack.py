@@ -3,9 +3,9 @@
 from ..host.frames import build_frames
 from ..host.packet import MAX_COUNT, pack_tensor
 from ..host.pcap import write_pcap
-from ..host.protocol import MAX_RANKS, UDP_PORT, DType
 from ..spec import addressing
 from ..spec.errors import WanreduceError
+from ..spec.protocol import MAX_RANKS, UDP_PORT, DType
 from ._common import Outputs, add_force_option, int_in, load_npy
 
 __all__ = ["register", "run"]

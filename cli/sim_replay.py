@@ -32,13 +32,13 @@ from ..host.golden import Destination
 from ..host.pacing import aggregator_slots
 from ..host.packet import header_of
 from ..host.pcap import read_pcap, write_pcap
-from ..host.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..host.validate import check_payload
 from ..host.wan_lean import root_entries
 from ..sim.verilator.agg_driver import CoreSim
 from ..sim.verilator.runner import build_progress
 from ..spec import addressing
 from ..spec.errors import WanreduceError
+from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
 from ._common import Outputs, add_force_option, add_json_option, int_in, print_json, progress
 

@@ -11,9 +11,9 @@ import io
 
 import numpy as np
 
-from ..host.protocol import MAX_RANKS
 from ..host.replay import collect_results, read_pcap_timed, result_payloads
 from ..spec.errors import WanreduceError
+from ..spec.protocol import MAX_RANKS
 from ._common import Outputs, add_force_option, int_in
 
 __all__ = ["register", "run", "averaged"]

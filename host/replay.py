@@ -27,19 +27,11 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..spec.errors import WanreduceError
+from ..spec.protocol import FLAG_LAST, FRAME_OVERHEAD, HEADER_BYTES, VERSION, DType, Kind
 from .frames import build_frame, parse_frame
 from .packet import Payloads, decode_headers, header_of, unpack_payloads
 from .pcap import LINKTYPE_ETHERNET, read_pcap
-from .protocol import (
-    FLAG_LAST,
-    FRAME_OVERHEAD,
-    HEADER_BYTES,
-    VERSION,
-    DType,
-    Kind,
-    bits_dtype,
-    np_dtype,
-)
+from .protocol import bits_dtype, np_dtype
 from .reference import ordered_sum, run_reference
 
 __all__ = [

@@ -44,8 +44,8 @@ import math
 import numpy as np
 
 from ..spec import addressing
+from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
-from .errors import WanreduceError
 from .frames import build_frame, parse_frame
 from .golden import Destination, GoldenAggregator
 from .packet import decode_headers, pack_tensor

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..errors import WanreduceError
+from ...spec.errors import WanreduceError
 from ..topology import load_topology
 from .methods import METHODS, Setting, build_costs, simulate_clock
 

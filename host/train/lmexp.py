@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..errors import WanreduceError
+from ...spec.errors import WanreduceError
 from ..topology import load_topology
 from .methods import LM_METHODS, Setting, build_costs, latency_floor, simulate_clock
 

@@ -6,7 +6,7 @@ import queue as queue_module
 import tempfile
 import time
 
-from ..errors import WanreduceError
+from ...spec.errors import WanreduceError
 
 __all__ = ["run_sites"]
 

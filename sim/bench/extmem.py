@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from ...host.golden import Destination
-from ...host.protocol import UDP_PORT, DType
 from ...spec import addressing
+from ...spec.protocol import UDP_PORT, DType
 from ..verify import traffic
 
 __all__ = ["run"]

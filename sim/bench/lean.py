@@ -33,9 +33,9 @@ import numpy as np
 from wanreduce.host import lean, wan_lean
 from wanreduce.host.baselines import all_baselines
 from wanreduce.host.costmodel import CostModel, CostParams
-from wanreduce.host.protocol import DType
 from wanreduce.host.reference import run_reference
 from wanreduce.host.topology import load_topology
+from wanreduce.spec.protocol import DType
 
 __all__ = ["run"]
 

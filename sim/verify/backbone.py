@@ -23,9 +23,9 @@ Two workloads, each one deterministic run (no jitter, no seed matters once the s
 from ...host import wan
 from ...host.costmodel import CostModel, CostParams
 from ...host.pacing import aggregator_slots
-from ...host.protocol import DType
 from ...host.schedule import optimize, plan_to_schedule
 from ...host.topology import load_topology, parse_topology_csv
+from ...spec.protocol import DType
 
 __all__ = ["LINE", "line_topology", "backbone_bound"]
 

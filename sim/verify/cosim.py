@@ -29,11 +29,10 @@ from ...host import control
 from ...host.frames import parse_frame
 from ...host.golden import Destination, RootEntry
 from ...host.packet import decode_headers
-from ...host.protocol import HEADER_BYTES, Kind
 from ...host.wan import result_msg
 from ...hw.core import AggregatorCore
 from ...spec import addressing
-from ...spec.protocol import UDP_PORT
+from ...spec.protocol import HEADER_BYTES, UDP_PORT, Kind
 from ..verilator import runner, toolchain
 from ..verilator.agg_driver import beats_to_packets, packets_to_beats
 

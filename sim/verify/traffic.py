@@ -14,20 +14,9 @@ import numpy as np
 
 from ...host import frames as fr
 from ...host.golden import GoldenAggregator, expected_order
-from ...host.protocol import (
-    FLAG_LAST,
-    HEADER_BYTES,
-    HEADER_DTYPE,
-    MAGIC,
-    MAX_RANKS,
-    UDP_PORT,
-    VERSION,
-    DType,
-    Kind,
-    bits_dtype,
-    np_dtype,
-)
+from ...host.protocol import HEADER_DTYPE, bits_dtype, np_dtype
 from ...spec import addressing
+from ...spec.protocol import FLAG_LAST, HEADER_BYTES, MAGIC, MAX_RANKS, UDP_PORT, VERSION, DType, Kind
 
 __all__ = [
     "contrib",

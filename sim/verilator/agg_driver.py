@@ -20,10 +20,10 @@ import dataclasses
 import numpy as np
 
 from ...host import control
-from ...host.protocol import UDP_PORT
 from ...hw.core import AggregatorCore
 from ...hw.layouts import Beat
 from ...spec import regmap
+from ...spec.protocol import UDP_PORT
 from .harness import Harness
 
 __all__ = ["packets_to_beats", "beats_to_packets", "CoreSim", "CoreResult", "TOP"]

@@ -4,9 +4,9 @@ import pytest
 
 from wanreduce.host import control
 from wanreduce.host.golden import Destination
-from wanreduce.host.protocol import Drop
 from wanreduce.spec import regmap
 from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.protocol import Drop
 
 CAPS = {"max_jobs": 2, "rounds": 4, "members": 3, "max_dests": 2}
 

@@ -12,7 +12,6 @@ from wanreduce.host.emit import bank_slots_of, emit_site
 from wanreduce.host.frames import build_frame
 from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.host.pcap import read_pcap, write_pcap
-from wanreduce.host.protocol import DType
 from wanreduce.host.replay import (
     Receiver,
     arrival_order,
@@ -30,6 +29,7 @@ from wanreduce.host.replay import (
 )
 from wanreduce.host.topology import load_topology
 from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.protocol import DType
 from wanreduce.spec.schedfile import schedule_from_obj
 
 NINE = ["AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO"]
