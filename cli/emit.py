@@ -15,7 +15,8 @@ import numpy as np
 
 from ..host.emit import bank_slots_of, emit_sites, load_grads, site_gbps_of, topology_for
 from ..host.packet import MAX_COUNT
-from ..host.replay import parse_udp_url, send_datagrams, udp_datagram, write_pcap_timed
+from ..host.pcap import write_pcap_timed
+from ..host.replay import parse_udp_url, send_datagrams, udp_datagram
 from ..host.topology import EMBEDDED
 from ..host.units import format_seconds
 from ..spec.errors import WanreduceError

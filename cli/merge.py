@@ -11,7 +11,8 @@ import warnings
 import numpy as np
 
 from ..host.packet import header_of
-from ..host.replay import arrival_order, read_pcap_timed, sources, udp_datagram, write_pcap_timed
+from ..host.pcap import read_pcap_timed, write_pcap_timed
+from ..host.replay import arrival_order, sources, udp_datagram
 from ..spec.errors import WanreduceError, WanreduceWarning
 from ..spec.protocol import Kind
 from ..spec.schedfile import group_of, load_schedule

@@ -9,7 +9,8 @@ packets per second and how late the datagrams left against their due times.
 """
 
 from ..host.emit import topology_for
-from ..host.replay import arrival_order, parse_udp_url, read_pcap_timed, send_datagrams, sources, udp_datagram
+from ..host.pcap import read_pcap_timed
+from ..host.replay import arrival_order, parse_udp_url, send_datagrams, sources, udp_datagram
 from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS

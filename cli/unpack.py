@@ -11,7 +11,8 @@ import io
 
 import numpy as np
 
-from ..host.replay import collect_results, read_pcap_timed, result_payloads
+from ..host.pcap import read_pcap_timed
+from ..host.replay import collect_results, result_payloads
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS
 from ._common import Outputs, add_force_option, int_in

@@ -8,7 +8,8 @@ RESULT matches, 1 when some do not (each mismatch is listed), 2 on bad input.
 """
 
 from ..host.emit import load_grads
-from ..host.replay import check_results, collect_results, read_pcap_timed, result_payloads
+from ..host.pcap import read_pcap_timed
+from ..host.replay import check_results, collect_results, result_payloads
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
 from ._common import add_json_option, print_json

@@ -14,9 +14,10 @@ import numpy as np
 
 from ...host import frames as fr
 from ...host.golden import GoldenAggregator, expected_order
+from ...host.packet import encode_headers
 from ...host.protocol import HEADER_DTYPE, bits_dtype, np_dtype
 from ...spec import addressing
-from ...spec.protocol import FLAG_LAST, HEADER_BYTES, MAGIC, MAX_RANKS, UDP_PORT, VERSION, DType, Kind
+from ...spec.protocol import FLAG_LAST, HEADER_BYTES, MAX_RANKS, UDP_PORT, VERSION, DType, Kind
 
 __all__ = [
     "contrib",
@@ -33,10 +34,7 @@ __all__ = [
 
 def contrib(*, job, round, chunk, src, group, dtype, elems_bits, flags=0, **override):
     """One CONTRIB payload (bytes) with the given element bit patterns (a uint array of dtype's width)."""
-    h = np.zeros(1, HEADER_DTYPE)
     fields = dict(
-        magic=MAGIC,
-        version=VERSION,
         kind=int(Kind.CONTRIB),
         dtype=int(dtype),
         flags=flags,
@@ -46,12 +44,9 @@ def contrib(*, job, round, chunk, src, group, dtype, elems_bits, flags=0, **over
         src=src,
         group=group,
         count=len(elems_bits),
-        reserved=0,
         bitmap=1 << src if src < 64 else 0,
     )
-    fields.update(override)
-    for k, v in fields.items():
-        h[k] = v
+    h = encode_headers(1, **{**fields, **override})
     return h.tobytes() + np.asarray(elems_bits, bits_dtype(dtype)).tobytes()
 
 
