@@ -28,6 +28,7 @@ from ...hw.reduce import Reduce
 from ...hw.result_builder import ResultBuilder
 from ...hw.schedule_table import ScheduleTable
 from ...hw.slot_table import SlotTable
+from ...spec.core import DEFAULT as CORE_DEFAULT
 from ...spec.protocol import HEADER_BYTES
 from ..verilator import toolchain
 
@@ -45,20 +46,11 @@ __all__ = [
     "options",
 ]
 
-#: The default build: W = 512 for a 100G MAC, groups of up to 9, 1 KiB chunks, 64 slots (612 KiB of
-#: reorder buffer, an on-chip configuration; docs/aggregator.md sizes S for a given WAN), 4 destinations,
-#: 4 jobs of up to 64 rounds, frames in and out.
+#: The default build: the core's (:data:`wanreduce.spec.core.DEFAULT`: W = 512 for a 100G MAC, groups of up
+#: to 9, 1 KiB chunks, 64 slots, 4 destinations, 4 jobs of up to 64 rounds, frames in and out) with its
+#: member buffers on chip; the last four name the external-memory build of docs/extmem.md.
 DEFAULTS = {
-    "width": 512,
-    "slots": 64,
-    "members": 9,
-    "chunk_bytes": 1024,
-    "dests": 4,
-    "jobs": 4,
-    "rounds": 64,
-    "entry": "frame",
-    "bypass_bytes": 9216,
-    "mod_stages": 16,
+    **CORE_DEFAULT.as_dict(),
     "buffers": "internal",
     "mem_ports": 1,
     "mem_addr_width": 34,
@@ -87,22 +79,9 @@ def build(*, kind="axi", ctl_domain="axil", fifo_beats=None, **config):
     """
     if kind not in KINDS:
         raise ValueError(f"The top must be one of {', '.join(KINDS)}, not {kind!r}.")
-    c = _config(**config)
+    # The gateware names a member buffer's payload bytes slot_bytes; every other parameter keeps its name.
     core = AggregatorCore(
-        width=c["width"],
-        slots=c["slots"],
-        members=c["members"],
-        slot_bytes=c["chunk_bytes"],
-        dests=c["dests"],
-        jobs=c["jobs"],
-        rounds=c["rounds"],
-        entry=c["entry"],
-        bypass_bytes=c["bypass_bytes"],
-        mod_stages=c["mod_stages"],
-        buffers=c["buffers"],
-        mem_ports=c["mem_ports"],
-        mem_addr_width=c["mem_addr_width"],
-        mem_id_width=c["mem_id_width"],
+        **{"slot_bytes" if k == "chunk_bytes" else k: v for k, v in _config(**config).items()}
     )
     if kind == "core":
         return core
@@ -348,100 +327,61 @@ def write_blocks(out_dir, width, **config):
     return paths
 
 
-def add_arguments(parser):
-    """The build options, of ``wanreduce verilog``."""
-    d = DEFAULTS
-    parser.add_argument(
-        "--width",
-        type=int,
-        default=d["width"],
-        choices=WIDTHS,
-        help=f"datapath width W in bits (default: {d['width']})",
-    )
-    parser.add_argument(
-        "--slots",
-        type=int,
-        default=d["slots"],
-        help=f"reorder-buffer slots S, a power of two (default: {d['slots']})",
-    )
-    parser.add_argument(
-        "--members",
-        type=int,
-        default=d["members"],
-        help=f"member buffers per slot G_max, 1..64 (default: {d['members']})",
-    )
-    parser.add_argument(
-        "--chunk-bytes",
-        type=int,
-        default=d["chunk_bytes"],
-        help=f"bytes per member buffer C, a multiple of 4 (default: {d['chunk_bytes']})",
-    )
-    parser.add_argument(
-        "--dests", type=int, default=d["dests"], help=f"destination entries D (default: {d['dests']})"
-    )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=d["jobs"],
-        help=f"schedule-table jobs, a power of two (default: {d['jobs']})",
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=d["rounds"],
-        help=f"rounds per job (longest period), a power of two (default: {d['rounds']})",
-    )
-    parser.add_argument(
-        "--entry",
-        choices=("frame", "payload"),
-        default=d["entry"],
-        help="frame: Ethernet frames in and out; payload: bare UDP payloads behind a vendor "
-        f"UDP stack (default: {d['entry']})",
-    )
-    parser.add_argument(
-        "--bypass-bytes",
-        type=int,
-        default=None,
-        help="longest frame the in-line bypass port forwards, a multiple of W/8 bytes; 0: no bypass port, "
-        f"every frame the core does not take is dropped (default: {d['bypass_bytes']} for --entry frame, "
+#: The option of each build parameter (``--`` and its name with dashes): its help, and what argparse needs
+#: besides an int type and the default of :data:`DEFAULTS` (``default=None``: the default depends on other
+#: options, and the help says how). A help without ``(default:`` gets the default appended.
+_BUILD_OPTIONS = {
+    "width": ("datapath width W in bits", dict(choices=WIDTHS)),
+    "slots": ("reorder-buffer slots S, a power of two", {}),
+    "members": ("member buffers per slot G_max, 1..64", {}),
+    "chunk_bytes": ("bytes per member buffer C, a multiple of 4", {}),
+    "dests": ("destination entries D", {}),
+    "jobs": ("schedule-table jobs, a power of two", {}),
+    "rounds": ("rounds per job (longest period), a power of two", {}),
+    "entry": (
+        "frame: Ethernet frames in and out; payload: bare UDP payloads behind a vendor UDP stack",
+        dict(type=str, choices=("frame", "payload")),
+    ),
+    "bypass_bytes": (
+        "longest frame the in-line bypass port forwards, a multiple of W/8 bytes; 0: no bypass port, every "
+        f"frame the core does not take is dropped (default: {DEFAULTS['bypass_bytes']} for --entry frame, "
         "0 for --entry payload)",
-    )
-    parser.add_argument(
-        "--mod-stages",
-        type=int,
-        default=d["mod_stages"],
-        choices=(1, 2, 4, 8, 16, 32),
-        help="pipeline stages of the schedule table's round-modulo division: more stages, shorter paths, "
-        f"more flip-flops and latency (16 closes W=64 on ECP5; default: {d['mod_stages']})",
-    )
-    parser.add_argument(
-        "--buffers",
-        choices=("internal", "external"),
-        default=d["buffers"],
-        help="where the member buffers live: internal (on-chip memory) or external (HBM/DDR behind AXI4 "
-        f"master ports m_axi_mem<k>, slot states on chip; docs/extmem.md) (default: {d['buffers']})",
-    )
-    parser.add_argument(
-        "--mem-ports",
-        type=int,
-        default=d["mem_ports"],
-        choices=(1, 2, 4, 8),
-        help="external buffers: AXI4 master ports K, slots interleaved across them "
-        f"(default: {d['mem_ports']})",
-    )
-    parser.add_argument(
-        "--mem-addr-width",
-        type=int,
-        default=d["mem_addr_width"],
-        help=f"external buffers: AXI address bits per port (default: {d['mem_addr_width']}, 16 GiB)",
-    )
-    parser.add_argument(
-        "--mem-id-width",
-        type=int,
-        default=None,
-        help="external buffers: AXI ID bits; fewer bits, fewer chunks read at once (default: enough for "
-        "16 chunks of G_max member reads)",
-    )
+        dict(default=None),
+    ),
+    "mod_stages": (
+        "pipeline stages of the schedule table's round-modulo division: more stages, shorter paths, more "
+        "flip-flops and latency (16 closes W=64 on ECP5)",
+        dict(choices=(1, 2, 4, 8, 16, 32)),
+    ),
+    "buffers": (
+        "where the member buffers live: internal (on-chip memory) or external (HBM/DDR behind AXI4 master "
+        "ports m_axi_mem<k>, slot states on chip; docs/extmem.md)",
+        dict(type=str, choices=("internal", "external")),
+    ),
+    "mem_ports": (
+        "external buffers: AXI4 master ports K, slots interleaved across them",
+        dict(choices=(1, 2, 4, 8)),
+    ),
+    "mem_addr_width": (
+        f"external buffers: AXI address bits per port (default: {DEFAULTS['mem_addr_width']}, 16 GiB)",
+        {},
+    ),
+    "mem_id_width": (
+        "external buffers: AXI ID bits; fewer bits, fewer chunks read at once (default: enough for 16 chunks "
+        "of G_max member reads)",
+        dict(default=None),
+    ),
+}
+assert _BUILD_OPTIONS.keys() == DEFAULTS.keys()
+
+
+def add_arguments(parser):
+    """The build options, of ``wanreduce verilog``: one a build parameter, then the top's own."""
+    for name, (text, extra) in _BUILD_OPTIONS.items():
+        kw = dict(type=int, default=DEFAULTS[name]) | extra
+        if "(default:" not in text:
+            text = f"{text} (default: {DEFAULTS[name]})"
+        parser.add_argument("--" + name.replace("_", "-"), help=text, **kw)
     parser.add_argument(
         "--top",
         choices=KINDS,
@@ -476,18 +416,5 @@ def options(args):
         top=args.name,
         fifo_beats=args.fifo_beats,
         ctl_domain="sync" if args.single_clock else "axil",
-        width=args.width,
-        slots=args.slots,
-        members=args.members,
-        chunk_bytes=args.chunk_bytes,
-        dests=args.dests,
-        jobs=args.jobs,
-        rounds=args.rounds,
-        entry=args.entry,
-        bypass_bytes=args.bypass_bytes,
-        mod_stages=args.mod_stages,
-        buffers=args.buffers,
-        mem_ports=args.mem_ports,
-        mem_addr_width=args.mem_addr_width,
-        mem_id_width=args.mem_id_width,
+        **{name: getattr(args, name) for name in DEFAULTS},
     )
