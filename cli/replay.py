@@ -15,8 +15,7 @@ from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS
 from ..spec.schedfile import load_schedule
-from ._common import add_json_option, int_in, print_json
-from .emit import add_speed_options, add_wan_option
+from ._common import add_json_option, add_speed_options, add_wan_option, int_in, print_json
 
 __all__ = ["register", "run", "wan_and_rank"]
 
