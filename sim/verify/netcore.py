@@ -50,11 +50,7 @@ class RtlEngine:
             rank=rank,
             jobs={job: period},
             destinations=[dest],
-            max_jobs=core.jobs,
-            rounds=core.rounds,
-            members=core.members,
-            max_dests=core.dests,
-            slots=core.slots,
+            core=core,
             bank_bits={job: layout.bank_bits},
         )
         self.cores.configure(0, writes)

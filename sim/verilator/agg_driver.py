@@ -110,11 +110,7 @@ class CoreSim:
             mac=mac,
             ip=ip,
             port=port,
-            max_jobs=c.jobs,
-            rounds=c.rounds,
-            members=c.members,
-            max_dests=c.dests,
-            slots=c.slots,
+            core=c,
             bank_bits=bank_bits,
         )
 
