@@ -67,7 +67,7 @@ class RtlCores:
         self.has_bypass = "bypass__payload" in ports
         if self.has_bypass:
             defines += " -DHAS_BYPASS"
-        source = _SOURCE.read_text()
+        source = toolchain.driver_text(_SOURCE)
 
         def do_build(out):
             if progress:

@@ -160,7 +160,7 @@ class Harness:
         )
         if self.has_trace:
             defines += " -DHAS_TRACE=1"
-        source = _SOURCE.read_text()
+        source = toolchain.driver_text(_SOURCE)
 
         def do_build(out):
             try:

@@ -49,6 +49,8 @@ __all__ = [
     "WAIVER",
     "BASE_ARGS",
     "build_cpp",
+    "driver_text",
+    "PORTS_HEADER",
 ]
 
 #: Verilator control file applied to every Amaranth design: Amaranth's Verilog is correct but not lint
@@ -143,6 +145,16 @@ def build_root():
 BASE_ARGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style")
 
 
+#: The port helpers every C++ driver includes (``#include "ports.h"``); build_cpp puts its folder on the
+#: include path.
+PORTS_HEADER = Path(__file__).resolve().with_name("ports.h")
+
+
+def driver_text(driver):
+    """A C++ driver's source and the shared header it includes: what a cached build of it depends on."""
+    return Path(driver).read_text() + "\0" + PORTS_HEADER.read_text()
+
+
 def build_cpp(
     out, *, top, verilog, driver, output, cflags="", ldflags=None, jobs=1, opt="-O2", slow_opt="-O1"
 ):
@@ -158,7 +170,7 @@ def build_cpp(
     cmd = [str(verilator_root() / "bin" / "verilator"), "--cc", "--exe", "--build", "-j", str(jobs), "-O3"]
     cmd += ["--x-assign", "fast", "--x-initial", "fast", "--noassert", *BASE_ARGS]
     cmd += ["--top-module", top, "--prefix", "Vtop", "-Mdir", str(out / "obj"), "-o", output]
-    cmd += ["-CFLAGS", cflags] if cflags else []
+    cmd += ["-CFLAGS", f"-I{PORTS_HEADER.parent} {cflags}".strip()]
     cmd += ["-LDFLAGS", ldflags] if ldflags else []
     cmd += ["-MAKEFLAGS", f"OPT_FAST={opt} OPT_GLOBAL={opt} OPT_SLOW={slow_opt}"]
     cmd += [str(WAIVER), str(vfile), str(driver)]
