@@ -45,6 +45,7 @@ __all__ = [
     "int_in",
     "positive_float",
     "number",
+    "add_fault_options",
     "add_wan_option",
     "wan_of",
     "add_speed_options",
@@ -84,34 +85,35 @@ def int_in(lo, hi, what):
     return convert
 
 
-def probability(what):
-    """An argparse type: a probability in [0, 1), with a message naming the option."""
+def _float_type(what, noun, ok, rule):
+    """An argparse type: a float for which ``ok(value)`` holds; the messages name the option (``what``),
+    what the text should have been (``noun``) and the rule it broke."""
 
     def convert(text):
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a probability, not {text!r}") from None
-        if not 0.0 <= value < 1.0:
-            raise argparse.ArgumentTypeError(f"{what} must be in [0, 1), not {text}")
+            raise argparse.ArgumentTypeError(f"{what} must be {noun}, not {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{what} must be {rule}, not {text}")
         return value
 
     return convert
+
+
+def probability(what):
+    """An argparse type: a probability in [0, 1), with a message naming the option."""
+    return _float_type(what, "a probability", lambda v: 0.0 <= v < 1.0, "in [0, 1)")
 
 
 def non_negative(what):
     """An argparse type: a finite number from 0 up (below a million), with a message naming the option."""
+    return _float_type(what, "a number", lambda v: 0.0 <= v < 1e6, "at least 0")
 
-    def convert(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
-        if not 0.0 <= value < 1e6:
-            raise argparse.ArgumentTypeError(f"{what} must be at least 0, not {text}")
-        return value
 
-    return convert
+def positive_float(what):
+    """An argparse type: a finite number above 0, with a message naming the option."""
+    return _float_type(what, "a number", lambda v: v > 0 and math.isfinite(v), "a positive number")
 
 
 _NPY_MAGIC = b"\x93NUMPY"
@@ -321,17 +323,33 @@ def progress(command, text):
 # -- option groups that several commands share, and their parse-time checks --------------------------
 
 
-def positive_float(what):
-    def convert(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
-        if not (value > 0 and np.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"{what} must be a positive number, not {text}")
-        return value
+#: The WAN's seeded faults, in the order of ``--help``: (option, what it does; None for a flag).
+_FAULTS = (
+    ("--loss", "probability that the WAN loses a CONTRIB copy or a RESULT"),
+    ("--dup", "probability that the WAN delivers a CONTRIB copy or a RESULT twice"),
+    ("--reorder", None),
+    ("--corrupt", "probability that one bit of a CONTRIB copy flips"),
+)
 
-    return convert
+
+def add_fault_options(p):
+    """The WAN's seeded faults (``--loss``, ``--dup``, ``--reorder``, ``--corrupt``) and ``--kill``."""
+    for name, text in _FAULTS:
+        if text is None:
+            p.add_argument(
+                name,
+                action="store_true",
+                help="delay every CONTRIB copy by up to one round trip of its pair, so copies overtake",
+            )
+        else:
+            kw = dict(type=probability(name), default=0.0, metavar="P")
+            p.add_argument(name, help=f"{text} (default: 0)", **kw)
+    p.add_argument(
+        "--kill",
+        metavar="SITE@ROUND",
+        help="that site (name or rank) sends nothing from that round on; the run must stop with "
+        "an error naming it",
+    )
 
 
 def add_wan_option(p, *, default_help):
