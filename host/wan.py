@@ -740,6 +740,15 @@ def simulate(
 
 def contrib_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, period):
     """One CONTRIB frame of chunk ``chunk``, from site ``rank``'s hosts to its group's multicast address."""
+    ip = addressing.contrib_group_ip(job=job, round=round_index, group=group, period=period)
+    header = dict(dtype=dtype, rank=rank, job=job, round_index=round_index, group=group, last=last)
+    return chunk_frame(
+        elems, chunk=chunk, chunk_elems=chunk_elems, dst_mac=addressing.multicast_mac(ip), dst_ip=ip, **header
+    )
+
+
+def chunk_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, dst_mac, dst_ip):
+    """One CONTRIB frame of chunk ``chunk`` from site ``rank``'s hosts to ``dst_mac``/``dst_ip``."""
     payloads = pack_tensor(
         elems,
         dtype=dtype,
@@ -751,13 +760,12 @@ def contrib_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_e
         first_chunk=chunk,
         last=last,
     )
-    ip = addressing.contrib_group_ip(job=job, round=round_index, group=group, period=period)
     return build_frame(
         next(iter(payloads)),
         src_mac=addressing.host_mac(rank),
-        dst_mac=addressing.multicast_mac(ip),
+        dst_mac=dst_mac,
         src_ip=addressing.host_ip(rank),
-        dst_ip=ip,
+        dst_ip=dst_ip,
         sport=UDP_PORT,
         dport=UDP_PORT,
     )

@@ -44,12 +44,11 @@ from ..spec import addressing
 from ..spec.core import bank_slot
 from ..spec.errors import WanreduceError
 from ..spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
-from .frames import build_frame, parse_frame
+from .frames import parse_frame
 from .golden import Destination, GoldenAggregator, RootEntry
 from .pacing import aggregator_slots, member_buffer_bytes
-from .packet import pack_tensor
 from .protocol import bits_dtype, np_dtype
-from .wan import Msg, bank_layout, chunk_count, result_msg
+from .wan import Msg, bank_layout, chunk_count, chunk_frame, result_msg
 
 __all__ = [
     "LeanRun",
@@ -139,26 +138,9 @@ def background_frame(rng, site, size):
 
 def lean_contrib_frame(elems, *, dtype, rank, root, job, round_index, group, chunk, chunk_elems, last):
     """One CONTRIB frame of chunk ``chunk`` from site ``rank``'s hosts, unicast to ``root``'s aggregator."""
-    payloads = pack_tensor(
-        elems,
-        dtype=dtype,
-        rank=rank,
-        job=job,
-        round=round_index,
-        group=group,
-        chunk_elems=chunk_elems,
-        first_chunk=chunk,
-        last=last,
-    )
-    return build_frame(
-        next(iter(payloads)),
-        src_mac=addressing.host_mac(rank),
-        dst_mac=addressing.aggregator_mac(root),
-        src_ip=addressing.host_ip(rank),
-        dst_ip=addressing.aggregator_ip(root),
-        sport=UDP_PORT,
-        dport=UDP_PORT,
-    )
+    header = dict(dtype=dtype, rank=rank, job=job, round_index=round_index, group=group, last=last)
+    dst = dict(dst_mac=addressing.aggregator_mac(root), dst_ip=addressing.aggregator_ip(root))
+    return chunk_frame(elems, chunk=chunk, chunk_elems=chunk_elems, **header, **dst)
 
 
 @dataclasses.dataclass(frozen=True)
