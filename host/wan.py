@@ -46,6 +46,7 @@ import numpy as np
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
+from ..spec.schedfile import group_of
 from .frames import build_frame, parse_frame
 from .golden import Destination, GoldenAggregator
 from .packet import decode_headers, pack_tensor
@@ -245,10 +246,7 @@ def result_msg(frame):
 
 
 def _members(schedule, rank, round_index):
-    for grp in schedule.rounds[round_index % schedule.period]:
-        if rank in grp:
-            return tuple(grp)
-    return ()
+    return tuple(group_of(schedule, rank, round_index)[1])
 
 
 @dataclasses.dataclass

@@ -101,18 +101,10 @@ class CoreSim:
         self.width = params["width"]
         self.harness = Harness(self.core, top=TOP, key=("AggregatorCore", sorted(params.items())))
 
-    def config_writes(self, *, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PORT, bank_bits=None):
-        c = self.core
-        return control.config_writes(
-            rank=rank,
-            jobs=jobs,
-            destinations=destinations,
-            mac=mac,
-            ip=ip,
-            port=port,
-            core=c,
-            bank_bits=bank_bits,
-        )
+    def config_writes(self, **site):
+        """The control-port writes that configure this core: the keywords of
+        :func:`wanreduce.host.control.config_writes` but the core's capacities."""
+        return control.config_writes(core=self.core, **site)
 
     def run(
         self,
