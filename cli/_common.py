@@ -40,12 +40,14 @@ from ..host.lean import DEFAULT_JITTER_S
 from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_size, parse_size
 from ..spec.errors import WanreduceError
+from ..spec.protocol import UDP_PORT
 
 __all__ = [
     "int_in",
     "positive_float",
     "number",
     "add_fault_options",
+    "add_port_option",
     "add_wan_option",
     "wan_of",
     "add_speed_options",
@@ -349,6 +351,13 @@ def add_fault_options(p):
         metavar="SITE@ROUND",
         help="that site (name or rank) sends nothing from that round on; the run must stop with "
         "an error naming it",
+    )
+
+
+def add_port_option(p, what):
+    """``--port``: a UDP port, 1..65535, wanreduce's own by default; ``what`` says which port it is."""
+    p.add_argument(
+        "--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT, help=f"{what} (default: {UDP_PORT})"
     )
 
 

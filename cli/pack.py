@@ -5,8 +5,8 @@ from ..host.packet import MAX_COUNT, pack_tensor
 from ..host.pcap import write_pcap
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import MAX_RANKS, UDP_PORT, DType
-from ._common import Outputs, add_force_option, int_in, load_npy
+from ..spec.protocol import MAX_RANKS, DType
+from ._common import Outputs, add_force_option, add_port_option, int_in, load_npy
 
 __all__ = ["register", "run"]
 
@@ -77,12 +77,7 @@ def register(sub):
         "group) in PROTOCOL.md's addressing plan; needs --group 0..255, the address's last "
         "octet; give --dst-ip and --dst-mac for larger ids)",
     )
-    p.add_argument(
-        "--port",
-        type=int_in(1, 0xFFFF, "--port"),
-        default=UDP_PORT,
-        help=f"UDP source and destination port (default: {UDP_PORT})",
-    )
+    add_port_option(p, "UDP source and destination port")
     p.add_argument(
         "--no-udp-checksum",
         action="store_true",
