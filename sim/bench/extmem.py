@@ -79,6 +79,7 @@ def run(*, n_chunks=100, seed=0):
         bpath, rpath = Path(tmp) / "beats.npy", Path(tmp) / "result.json"
         np.save(bpath, beats)
         params = {
+            "width": WIDTH,
             "latency": LATENCY,
             "mem_ports": PORTS,
             "mem_bytes": 1 << 24,

