@@ -73,6 +73,18 @@ ECP5_LUTS = 83_640
 ECP5_EBR = 208
 
 
+def _ecp5_use(util):
+    """What nextpnr's utilisation report says of an ECP5 build: the cells used and the device's."""
+    return {
+        "luts": util["TRELLIS_COMB"]["used"],
+        "ffs": util["TRELLIS_FF"]["used"],
+        "ebr": util["DP16KD"]["used"],
+        "mult18": util.get("MULT18X18D", {}).get("used", 0),
+        "device_luts": util["TRELLIS_COMB"]["available"],
+        "device_ebr": util["DP16KD"]["available"],
+    }
+
+
 def _run(cmd, *, cwd, log, what):
     """Run a tool with its output streamed into ``cwd/log`` (so a long run can be watched); return seconds."""
     t0 = time.perf_counter()
@@ -279,12 +291,7 @@ def ecp5(config=None, *, freq=125, seeds=(1,), name="ecp5_core", mod_stages=None
         "tmg_ripup": tmg_ripup,
         "source": _source_rev(),
         "mod_stages": mod_stages or vexport.DEFAULTS["mod_stages"],
-        "luts": util["TRELLIS_COMB"]["used"],
-        "ffs": util["TRELLIS_FF"]["used"],
-        "ebr": util["DP16KD"]["used"],
-        "mult18": util.get("MULT18X18D", {}).get("used", 0),
-        "device_luts": util["TRELLIS_COMB"]["available"],
-        "device_ebr": util["DP16KD"]["available"],
+        **_ecp5_use(util),
         "fmax_mhz": round(statistics.median(fmaxes), 2),
         "fmax_min_mhz": min(fmaxes),
         "fmax_max_mhz": max(fmaxes),
@@ -605,12 +612,7 @@ def bitstream(board="ecpix5_85", *, freq=None, seeds=BOARD_SEEDS, out_dir=None):
         "tries": {
             str(s): {"fmax_mhz": t["fmax_mhz"], "critical_path": t["critical_path"]} for s, t in tries.items()
         },
-        "luts": util["TRELLIS_COMB"]["used"],
-        "ffs": util["TRELLIS_FF"]["used"],
-        "ebr": util["DP16KD"]["used"],
-        "mult18": util.get("MULT18X18D", {}).get("used", 0),
-        "device_luts": util["TRELLIS_COMB"]["available"],
-        "device_ebr": util["DP16KD"]["available"],
+        **_ecp5_use(util),
         "fmax_mhz": b["fmax_mhz"],
         "fmax_all": b["fmax_all"],
         "request_mhz": info["freq_mhz"],

@@ -37,6 +37,16 @@ CORE = {"width": 64, "slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jo
 #: Core cycles per UART bit in the simulated build (the board's 115200 baud would be 1085).
 UART_DIVISOR = 4
 CORE_NS, ETH_NS = 8, 8
+#: How both boards are built for simulation: DDR cell models, the small core, a fast UART, short PHY times.
+_SIM_BOARD = dict(
+    primitive="model",
+    core=CORE,
+    uart_divisor=UART_DIVISOR,
+    mdc_divisor=4,
+    phy_reset_cycles=50,
+    phy_settle_cycles=50,
+    poll_cycles=5000,
+)
 
 
 def _site(rank):
@@ -50,15 +60,7 @@ def board_design():
     """The board top as the testbench runs it: DDR models, a small core, a fast UART, short PHY times."""
     from ...hw.eth.board import EthBoard
 
-    return EthBoard(
-        primitive="model",
-        core=CORE,
-        uart_divisor=UART_DIVISOR,
-        mdc_divisor=4,
-        phy_reset_cycles=50,
-        phy_settle_cycles=50,
-        poll_cycles=5000,
-    )
+    return EthBoard(**_SIM_BOARD)
 
 
 class UartHost:
@@ -327,15 +329,7 @@ def inline_design():
     """The in-line board as the testbench runs it: DDR models, a small core with a bypass port."""
     from ...hw.eth.inline import EthInlineBoard
 
-    return EthInlineBoard(
-        primitive="model",
-        core=CORE,
-        uart_divisor=UART_DIVISOR,
-        mdc_divisor=4,
-        phy_reset_cycles=50,
-        phy_settle_cycles=50,
-        poll_cycles=5000,
-    )
+    return EthInlineBoard(**_SIM_BOARD)
 
 
 def _other_frames(rng, n):
