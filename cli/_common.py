@@ -47,6 +47,7 @@ __all__ = [
     "positive_float",
     "number",
     "add_fault_options",
+    "add_grads_option",
     "add_port_option",
     "add_wan_option",
     "wan_of",
@@ -351,6 +352,16 @@ def add_fault_options(p):
         metavar="SITE@ROUND",
         help="that site (name or rank) sends nothing from that round on; the run must stop with "
         "an error naming it",
+    )
+
+
+def add_grads_option(p):
+    """``--grads GRADS.npz``: every site's tensor (:func:`wanreduce.host.emit.load_grads` reads it)."""
+    p.add_argument(
+        "--grads",
+        metavar="GRADS.npz",
+        required=True,
+        help="every site's gradients, keyed by site name or rank<R> (required)",
     )
 
 

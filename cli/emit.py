@@ -19,6 +19,7 @@ from ..spec.schedfile import load_schedule
 from ._common import (
     Outputs,
     add_force_option,
+    add_grads_option,
     add_speed_options,
     add_wan_option,
     int_in,
@@ -51,12 +52,7 @@ def register(sub):
     p.add_argument(
         "--schedule", metavar="S.json", required=True, help="schedule file of PROTOCOL.md (required)"
     )
-    p.add_argument(
-        "--grads",
-        metavar="GRADS.npz",
-        required=True,
-        help="every site's gradients, keyed by site name or rank<R> (required)",
-    )
+    add_grads_option(p)
     p.add_argument(
         "--rank",
         type=rank_or_all,
