@@ -40,10 +40,11 @@ from ..host.lean import DEFAULT_JITTER_S
 from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_size, parse_size
 from ..spec.errors import WanreduceError
-from ..spec.protocol import UDP_PORT
+from ..spec.protocol import HEADER_LAYOUT, UDP_PORT
 
 __all__ = [
     "int_in",
+    "header_field",
     "positive_float",
     "number",
     "add_fault_options",
@@ -86,6 +87,13 @@ def int_in(lo, hi, what):
         return value
 
     return convert
+
+
+def header_field(name, option=None):
+    """An argparse type for a header field's option (``--NAME`` unless ``option`` says otherwise): an
+    integer that fits the field, whose width is the one of PROTOCOL.md's header layout."""
+    size = HEADER_LAYOUT[name][1]
+    return int_in(0, (1 << (8 * size)) - 1, option or f"--{name}")
 
 
 def _float_type(what, noun, ok, rule):

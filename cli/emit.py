@@ -22,6 +22,7 @@ from ._common import (
     add_grads_option,
     add_speed_options,
     add_wan_option,
+    header_field,
     int_in,
     positive_float,
     wan_of,
@@ -79,7 +80,7 @@ def register(sub):
         default=None,
         help="rounds to emit (default: one schedule period)",
     )
-    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
+    p.add_argument("--job", type=header_field("job"), default=0, help="job id (default: 0)")
     add_wan_option(p, default_help="default: the schedule's params.topology if embedded, else nine-city")
     p.add_argument(
         "--chunk-elems",

@@ -6,7 +6,7 @@ from ..host.pcap import write_pcap
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS, DType
-from ._common import Outputs, add_force_option, add_port_option, int_in, load_npy
+from ._common import Outputs, add_force_option, add_port_option, header_field, int_in, load_npy
 
 __all__ = ["register", "run"]
 
@@ -38,12 +38,12 @@ def register(sub):
         required=True,
         help="this site's rank, 0..63 (required)",
     )
-    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
+    p.add_argument("--job", type=header_field("job"), default=0, help="job id (default: 0)")
     p.add_argument(
-        "--round", type=int_in(0, 0xFFFFFFFF, "--round"), default=0, help="schedule round number (default: 0)"
+        "--round", type=header_field("round"), default=0, help="schedule round number (default: 0)"
     )
     p.add_argument(
-        "--group", type=int_in(0, 0xFFFF, "--group"), default=0, help="group id within the round (default: 0)"
+        "--group", type=header_field("group"), default=0, help="group id within the round (default: 0)"
     )
     p.add_argument(
         "--chunk-elems",
@@ -53,7 +53,7 @@ def register(sub):
     )
     p.add_argument(
         "--first-chunk",
-        type=int_in(0, 0xFFFFFFFF, "--first-chunk"),
+        type=header_field("chunk", "--first-chunk"),
         default=0,
         help="index of the first chunk (default: 0)",
     )
