@@ -115,7 +115,7 @@ def _rtl(topo):
         sim = wan_lean.simulate_lean(
             sched,
             one_way_s=topo.one_way_s,
-            site_Bps=model.site_rate / params.wire_eff,
+            site_Bps=model.site_wire_Bps,
             chunk_elems=chunk // 4,
             elements=tensor // 4,
             memory_bytes=memory,

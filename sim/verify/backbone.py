@@ -68,7 +68,7 @@ def backbone_bound(topology, *, elements, memory=1 << 30, chunk_elems=256, site_
     _, bank_slots = wan.bank_layout(slots, schedule.period)
     common = dict(
         one_way_s=topo.one_way_s,
-        site_Bps=model.site_rate / params.wire_eff,
+        site_Bps=model.site_wire_Bps,
         chunk_elems=chunk_elems,
         elements=elements,
         dtype=dtype,

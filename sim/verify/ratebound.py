@@ -92,7 +92,7 @@ def rate_bound(
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(3)]
     common = dict(
         one_way_s=topo.one_way_s,
-        site_Bps=model.site_rate / params.wire_eff,
+        site_Bps=model.site_wire_Bps,
         chunk_elems=chunk_elems,
         elements=elements,
         dtype=dtype,
