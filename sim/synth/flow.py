@@ -73,6 +73,17 @@ ECP5_LUTS = 83_640
 ECP5_EBR = 208
 
 
+def _ecp5_use_rows(r):
+    """The head of an ECP5 report's table and its rows of the cells used (of :func:`_ecp5_use`)."""
+    return [
+        "| figure | value |",
+        "| --- | ---: |",
+        f"| LUT4 (TRELLIS_COMB) | {r['luts']:,} of {r['device_luts']:,} |",
+        f"| flip-flops | {r['ffs']:,} |",
+        f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
+    ]
+
+
 def _ecp5_use(util):
     """What nextpnr's utilisation report says of an ECP5 build: the cells used and the device's."""
     return {
@@ -723,11 +734,7 @@ def report(out=None):
             f"{r['request_mhz']} MHz, {_seeds_text(r)}, schedule-table modulo stages "
             f"{r.get('mod_stages', '(core default)')}; source {r.get('source') or 'not recorded'}.",
             "",
-            "| figure | value |",
-            "| --- | ---: |",
-            f"| LUT4 (TRELLIS_COMB) | {r['luts']:,} of {r['device_luts']:,} |",
-            f"| flip-flops | {r['ffs']:,} |",
-            f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
+            *_ecp5_use_rows(r),
             f"| MULT18X18D | {r['mult18']} |",
             f"| Fmax (`clk`){' (median of the seeds)' if len(r.get('seeds', [0])) > 1 else ''} | {_mhz(r)} |",
             f"| tool time | yosys {r['seconds']['yosys']:.0f} s, nextpnr {r['seconds']['nextpnr']:.0f} s |",
@@ -791,11 +798,7 @@ def report(out=None):
             f"({_config_line(r['config'])}), the UART bridge and LEDs. Flow: {r['flow']}; "
             f"{r['seconds']:.0f} s in all; source {r.get('source') or 'not recorded'}.",
             "",
-            "| figure | value |",
-            "| --- | ---: |",
-            f"| LUT4 (TRELLIS_COMB) | {r['luts']:,} of {r['device_luts']:,} |",
-            f"| flip-flops | {r['ffs']:,} |",
-            f"| EBR (DP16KD) | {r['ebr']} of {r['device_ebr']} |",
+            *_ecp5_use_rows(r),
             f"| Fmax of the core clock | {_mhz(r)} |",
             f"| bitstream | `{r['bitstream']}`, {r['bytes']:,} bytes |",
             "",
