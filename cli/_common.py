@@ -12,9 +12,15 @@ succeeded, so a failure, even in the second output, never leaves half a file or 
         write_pcap(outs.temp(pcap), frames)
         outs.write_text(counters, text)
 
+Shared option groups, each with the function that reads it: the WAN (:func:`add_wan_option`,
+:func:`wan_of`), the pace of a replay (:func:`add_speed_options`), the topology and cost model
+(:func:`add_model_arguments`, :func:`topology_from_args`, :func:`params_from_args`), the aggregation modes
+(:func:`add_mode_arguments`, :func:`modes_from_args`).
+
 Tables: :func:`add_json_option` adds ``--json`` and :func:`print_json` prints a value as JSON on stdout
 (infinities and NaN as ``null``). Long steps: :func:`progress` prints one line to stderr (so stdout
-stays a table, or JSON, for a pipe). Inputs: :func:`int_in` (an argparse type), :func:`load_npy`.
+stays a table, or JSON, for a pipe). Inputs: :func:`int_in`, :func:`positive_float`, :func:`probability`,
+:func:`non_negative` (argparse types), :func:`number` (a checked conversion after parsing), :func:`load_npy`.
 """
 
 import argparse
@@ -28,10 +34,33 @@ from pathlib import Path
 
 import numpy as np
 
+from ..host.costmodel import CostModel, CostParams
+from ..host.emit import topology_for
+from ..host.lean import DEFAULT_JITTER_S
+from ..host.topology import EMBEDDED, load_topology
+from ..host.units import format_size, parse_size
 from ..spec.errors import WanreduceError
+from ..spec.protocol import HEADER_LAYOUT, UDP_PORT
 
 __all__ = [
     "int_in",
+    "header_field",
+    "positive_float",
+    "number",
+    "add_fault_options",
+    "add_grads_option",
+    "add_port_option",
+    "add_wan_option",
+    "wan_of",
+    "add_speed_options",
+    "add_model_arguments",
+    "add_mode_arguments",
+    "modes_from_args",
+    "topology_from_args",
+    "params_from_args",
+    "model_from_args",
+    "MODES",
+    "SLOW_SEARCH_S",
     "probability",
     "non_negative",
     "load_npy",
@@ -60,34 +89,42 @@ def int_in(lo, hi, what):
     return convert
 
 
-def probability(what):
-    """An argparse type: a probability in [0, 1), with a message naming the option."""
+def header_field(name, option=None):
+    """An argparse type for a header field's option (``--NAME`` unless ``option`` says otherwise): an
+    integer that fits the field, whose width is the one of PROTOCOL.md's header layout."""
+    size = HEADER_LAYOUT[name][1]
+    return int_in(0, (1 << (8 * size)) - 1, option or f"--{name}")
+
+
+def _float_type(what, noun, ok, rule):
+    """An argparse type: a float for which ``ok(value)`` holds; the messages name the option (``what``),
+    what the text should have been (``noun``) and the rule it broke."""
 
     def convert(text):
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a probability, not {text!r}") from None
-        if not 0.0 <= value < 1.0:
-            raise argparse.ArgumentTypeError(f"{what} must be in [0, 1), not {text}")
+            raise argparse.ArgumentTypeError(f"{what} must be {noun}, not {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{what} must be {rule}, not {text}")
         return value
 
     return convert
+
+
+def probability(what):
+    """An argparse type: a probability in [0, 1), with a message naming the option."""
+    return _float_type(what, "a probability", lambda v: 0.0 <= v < 1.0, "in [0, 1)")
 
 
 def non_negative(what):
     """An argparse type: a finite number from 0 up (below a million), with a message naming the option."""
+    return _float_type(what, "a number", lambda v: 0.0 <= v < 1e6, "at least 0")
 
-    def convert(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
-        if not 0.0 <= value < 1e6:
-            raise argparse.ArgumentTypeError(f"{what} must be at least 0, not {text}")
-        return value
 
-    return convert
+def positive_float(what):
+    """An argparse type: a finite number above 0, with a message naming the option."""
+    return _float_type(what, "a number", lambda v: v > 0 and math.isfinite(v), "a positive number")
 
 
 _NPY_MAGIC = b"\x93NUMPY"
@@ -292,3 +329,257 @@ def print_json(value):
 def progress(command, text):
     """One progress line on stderr, ``wanreduce COMMAND: text``, flushed at once."""
     print(f"wanreduce {command}: {text}", file=sys.stderr, flush=True)
+
+
+# -- option groups that several commands share, and their parse-time checks --------------------------
+
+
+#: The WAN's seeded faults, in the order of ``--help``: (option, what it does; None for a flag).
+_FAULTS = (
+    ("--loss", "probability that the WAN loses a CONTRIB copy or a RESULT"),
+    ("--dup", "probability that the WAN delivers a CONTRIB copy or a RESULT twice"),
+    ("--reorder", None),
+    ("--corrupt", "probability that one bit of a CONTRIB copy flips"),
+)
+
+
+def add_fault_options(p):
+    """The WAN's seeded faults (``--loss``, ``--dup``, ``--reorder``, ``--corrupt``) and ``--kill``."""
+    for name, text in _FAULTS:
+        if text is None:
+            p.add_argument(
+                name,
+                action="store_true",
+                help="delay every CONTRIB copy by up to one round trip of its pair, so copies overtake",
+            )
+        else:
+            kw = dict(type=probability(name), default=0.0, metavar="P")
+            p.add_argument(name, help=f"{text} (default: 0)", **kw)
+    p.add_argument(
+        "--kill",
+        metavar="SITE@ROUND",
+        help="that site (name or rank) sends nothing from that round on; the run must stop with "
+        "an error naming it",
+    )
+
+
+def add_grads_option(p):
+    """``--grads GRADS.npz``: every site's tensor (:func:`wanreduce.host.emit.load_grads` reads it)."""
+    p.add_argument(
+        "--grads",
+        metavar="GRADS.npz",
+        required=True,
+        help="every site's gradients, keyed by site name or rank<R> (required)",
+    )
+
+
+def add_port_option(p, what):
+    """``--port``: a UDP port, 1..65535, wanreduce's own by default; ``what`` says which port it is."""
+    p.add_argument(
+        "--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT, help=f"{what} (default: {UDP_PORT})"
+    )
+
+
+def add_wan_option(p, *, default_help):
+    p.add_argument(
+        "--wan",
+        metavar="NAME|FILE.csv",
+        default=None,
+        help=f"the WAN whose one-way delays apply: {' or '.join(EMBEDDED)} or a topology CSV; its "
+        f"sites must be the schedule's, in the same order ({default_help})",
+    )
+
+
+def wan_of(args, schedule):
+    """The topology of ``--wan``; by default the one the schedule was made for (its params.topology: an
+    embedded name, or a CSV that still exists at that path), else nine-city."""
+    name = args.wan
+    recorded = schedule.params.get("topology")
+    if name is None:
+        usable = isinstance(recorded, str) and (recorded in EMBEDDED or os.path.isfile(recorded))
+        name = recorded if usable else "nine-city"
+    try:
+        return topology_for(name, schedule.sites)
+    except WanreduceError as exc:
+        if args.wan is None and isinstance(recorded, str) and recorded != name:
+            raise WanreduceError(f"{exc}; the schedule was made for {recorded}: give it with --wan") from None
+        raise
+
+
+def add_speed_options(p):
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--speed",
+        type=positive_float("--speed"),
+        default=1.0,
+        help="play the timestamps this many times faster (default: 1, real time)",
+    )
+    g.add_argument(
+        "--topspeed",
+        action="store_true",
+        help="ignore the timestamps and send back to back, as fast as the socket takes them",
+    )
+
+
+#: ``--mode`` choices: which aggregation modes may win.
+MODES = {"auto": ("gather", "root"), "gather": ("gather",), "root": ("root",)}
+
+
+#: Jitter beyond a minute is no WAN's: a typo, which would give a period of centuries.
+MAX_JITTER_MS = 60_000
+
+
+def add_model_arguments(p, *, memory_help=None):
+    """Options shared by ``schedule`` and ``sweep``: the topology and every cost-model parameter."""
+    d = CostParams()
+    p.add_argument(
+        "--topology",
+        default="nine-city",
+        metavar="NAME|FILE.csv",
+        help=f"{' or '.join(EMBEDDED)}, or a CSV of public links (City1,City2,Latency[,Bandwidth]"
+        ") or private links (Device1,Device2,Latency,Bandwidth); latencies are RTT in ms "
+        "(default: nine-city)",
+    )
+    p.add_argument(
+        "--sites",
+        default=None,
+        metavar="A,B,...",
+        help="use only these cities, in this rank order (default: every city, sorted)",
+    )
+    if memory_help is not None:
+        p.add_argument("--memory", default=format_size(d.memory_bytes), metavar="SIZE", help=memory_help)
+    p.add_argument(
+        "--chunk-bytes",
+        default=str(d.chunk_bytes),
+        metavar="SIZE",
+        help=f"payload bytes per packet (default: {d.chunk_bytes})",
+    )
+    p.add_argument(
+        "--tensor-bytes",
+        default=format_size(d.tensor_bytes),
+        metavar="SIZE",
+        help=f"bytes each site contributes per sync (default: {format_size(d.tensor_bytes)})",
+    )
+    p.add_argument(
+        "--site-gbps",
+        default=d.site_gbps,
+        metavar="GBPS",
+        help=f"each site's access link, Gbit/s per direction, unless the topology gives it "
+        f"(default: {d.site_gbps:g})",
+    )
+    p.add_argument(
+        "--fpga-ingress-gbps",
+        default=d.fpga_ingress_gbps,
+        metavar="GBPS",
+        help=f"sum of the aggregator's input ports, Gbit/s (default: {d.fpga_ingress_gbps:g})",
+    )
+    p.add_argument(
+        "--clock-mhz",
+        default=d.clock_mhz,
+        metavar="MHZ",
+        help=f"aggregator datapath clock, one bus beat per cycle (default: {d.clock_mhz:g})",
+    )
+    p.add_argument(
+        "--bus-bits",
+        default=d.bus_bits,
+        metavar="BITS",
+        help=f"aggregator datapath width in bits (default: {d.bus_bits})",
+    )
+    p.add_argument(
+        "--link-gbps",
+        default=None,
+        metavar="GBPS",
+        help="capacity of public links without a Bandwidth column, Gbit/s per direction (default: unlimited)",
+    )
+    p.add_argument(
+        "--epsilon",
+        default=d.epsilon,
+        metavar="EPS",
+        help=f"consensus target for schedules that are not exact (default: {d.epsilon:g})",
+    )
+    p.add_argument(
+        "--time-limit",
+        default=20.0,
+        metavar="SECONDS",
+        help="search budget for the optimizer; small networks finish well before (default: 20)",
+    )
+    p.add_argument("--seed", default=0, help="seed of the randomised search (default: 0)")
+
+
+def add_mode_arguments(p):
+    """Options shared by ``schedule`` and ``sweep``: the aggregation modes and the WAN jitter."""
+    p.add_argument(
+        "--mode",
+        choices=sorted(MODES),
+        default="auto",
+        help="aggregation mode: gather (every member aggregates), root (one root per stripe "
+        "sums and multicasts the RESULT, docs/lean.md) or auto, the faster (default: auto)",
+    )
+    p.add_argument(
+        "--jitter-ms",
+        default=DEFAULT_JITTER_S * 1e3,
+        metavar="MS",
+        help="one-way WAN jitter that root mode's send offsets absorb; a root's slot lives 2x "
+        f"this (default: {DEFAULT_JITTER_S * 1e3:g})",
+    )
+
+
+def modes_from_args(args):
+    """``(jitter_s, modes)`` from ``--jitter-ms`` and ``--mode``."""
+    jitter_ms = number(args.jitter_ms, "--jitter-ms", positive=False)
+    if not 0 <= jitter_ms <= MAX_JITTER_MS:
+        raise WanreduceError(
+            f"--jitter-ms must be in 0..{MAX_JITTER_MS} (a WAN's one-way jitter), got {args.jitter_ms}"
+        )
+    return jitter_ms / 1e3, MODES[args.mode]
+
+
+def number(text, what, *, kind=float, positive=True, allow_none=False):
+    """Convert an option's text, with a one-line error naming the option (argparse's would be two)."""
+    if text is None and allow_none:
+        return None
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        noun = "an integer" if kind is int else "a number"
+        raise WanreduceError(f"{what} must be {noun}, got {text!r}") from None
+    if kind is float and not math.isfinite(value):
+        raise WanreduceError(f"{what} must be a finite number, got {text!r}")
+    if positive and value <= 0:
+        raise WanreduceError(f"{what} must be positive, got {text}")
+    return value
+
+
+def topology_from_args(args):
+    sites = None
+    if args.sites is not None:
+        sites = [s.strip() for s in args.sites.split(",")]
+        if any(not s for s in sites):
+            raise WanreduceError(f"--sites {args.sites!r} has an empty name")
+    link = number(args.link_gbps, "--link-gbps", allow_none=True)
+    return load_topology(args.topology, link_gbps=link, sites=sites)
+
+
+def params_from_args(args, *, memory=None):
+    args.time_limit = number(args.time_limit, "--time-limit")
+    args.seed = number(args.seed, "--seed", kind=int, positive=False)
+    if memory is None:
+        memory = parse_size(args.memory, what="--memory")
+    return CostParams(
+        memory_bytes=memory,
+        chunk_bytes=parse_size(args.chunk_bytes, what="--chunk-bytes"),
+        tensor_bytes=parse_size(args.tensor_bytes, what="--tensor-bytes"),
+        site_gbps=number(args.site_gbps, "--site-gbps"),
+        fpga_ingress_gbps=number(args.fpga_ingress_gbps, "--fpga-ingress-gbps"),
+        clock_mhz=number(args.clock_mhz, "--clock-mhz"),
+        bus_bits=number(args.bus_bits, "--bus-bits", kind=int),
+        epsilon=number(args.epsilon, "--epsilon"),
+    )
+
+
+def model_from_args(args):
+    return CostModel(topology_from_args(args), params_from_args(args))
+
+
+#: Searches allowed longer than this print a progress line first.
+SLOW_SEARCH_S = 5.0

@@ -10,7 +10,7 @@ from ..host.board import BAUDS, BoardLink, board_config_writes, read_counters
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS
 from ..spec.schedfile import load_schedule
-from ._common import add_json_option, int_in, print_json
+from ._common import add_json_option, header_field, int_in, print_json
 
 __all__ = ["register", "run"]
 
@@ -31,7 +31,7 @@ def register(sub):
     )
     p.add_argument(
         "--job",
-        type=int_in(0, 0xFFFF, "--job"),
+        type=header_field("job"),
         action="append",
         default=None,
         help="a job id to run the schedule for; repeat for several (default: 0)",

@@ -16,12 +16,12 @@ from ..sim.verify import demo
 from ..spec.protocol import DType
 from ._common import (
     Outputs,
+    add_fault_options,
     add_force_option,
     add_json_option,
     int_in,
     non_negative,
     print_json,
-    probability,
     progress,
 )
 
@@ -104,38 +104,7 @@ def register(sub):
         default=40,
         help="root mode: frames of other traffic mixed into each site's input (default: 40)",
     )
-    p.add_argument(
-        "--loss",
-        type=probability("--loss"),
-        default=0.0,
-        metavar="P",
-        help="probability that the WAN loses a CONTRIB copy or a RESULT (default: 0)",
-    )
-    p.add_argument(
-        "--dup",
-        type=probability("--dup"),
-        default=0.0,
-        metavar="P",
-        help="probability that the WAN delivers a CONTRIB copy or a RESULT twice (default: 0)",
-    )
-    p.add_argument(
-        "--reorder",
-        action="store_true",
-        help="delay every CONTRIB copy by up to one round trip of its pair, so copies overtake",
-    )
-    p.add_argument(
-        "--corrupt",
-        type=probability("--corrupt"),
-        default=0.0,
-        metavar="P",
-        help="probability that one bit of a CONTRIB copy flips (default: 0)",
-    )
-    p.add_argument(
-        "--kill",
-        metavar="SITE@ROUND",
-        help="that site (name or rank) sends nothing from that round on; the run must stop with "
-        "an error naming it",
-    )
+    add_fault_options(p)
     p.add_argument(
         "-o",
         "--output",

@@ -8,82 +8,33 @@ schedule (schedule file version 3, ``docs/lean.md``) sends each chunk unicast to
 aggregator instead, at the schedule's send offsets and pacing interval.
 """
 
-import argparse
-import os
-
-import numpy as np
-
-from ..host.emit import bank_slots_of, emit_sites, load_grads, site_gbps_of, topology_for
+from ..host.emit import bank_slots_of, emit_sites, load_grads, site_gbps_of
 from ..host.packet import MAX_COUNT
-from ..host.protocol import MAX_RANKS, DType
-from ..host.replay import parse_udp_url, send_datagrams, udp_datagram, write_pcap_timed
-from ..host.topology import EMBEDDED
+from ..host.pcap import write_pcap_timed
+from ..host.replay import parse_udp_url, send_datagrams, udp_datagram
 from ..host.units import format_seconds
 from ..spec.errors import WanreduceError
+from ..spec.protocol import MAX_RANKS, DType
 from ..spec.schedfile import load_schedule
-from ._common import Outputs, add_force_option, int_in
+from ._common import (
+    Outputs,
+    add_force_option,
+    add_grads_option,
+    add_speed_options,
+    add_wan_option,
+    header_field,
+    int_in,
+    positive_float,
+    wan_of,
+)
 from .emit_live import add_options as add_live_options
 from .emit_live import run_live
 
-__all__ = ["register", "run", "add_wan_option", "wan_of", "positive_float", "add_speed_options"]
-
-
-def positive_float(what):
-    def convert(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
-        if not (value > 0 and np.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"{what} must be a positive number, not {text}")
-        return value
-
-    return convert
+__all__ = ["register", "run"]
 
 
 def rank_or_all(text):
     return "all" if text == "all" else int_in(0, MAX_RANKS - 1, "--rank")(text)
-
-
-def add_wan_option(p, *, default_help):
-    p.add_argument(
-        "--wan",
-        metavar="NAME|FILE.csv",
-        default=None,
-        help=f"the WAN whose one-way delays apply: {' or '.join(EMBEDDED)} or a topology CSV; its "
-        f"sites must be the schedule's, in the same order ({default_help})",
-    )
-
-
-def wan_of(args, schedule):
-    """The topology of ``--wan``; by default the one the schedule was made for (its params.topology: an
-    embedded name, or a CSV that still exists at that path), else nine-city."""
-    name = args.wan
-    recorded = schedule.params.get("topology")
-    if name is None:
-        usable = isinstance(recorded, str) and (recorded in EMBEDDED or os.path.isfile(recorded))
-        name = recorded if usable else "nine-city"
-    try:
-        return topology_for(name, schedule.sites)
-    except WanreduceError as exc:
-        if args.wan is None and isinstance(recorded, str) and recorded != name:
-            raise WanreduceError(f"{exc}; the schedule was made for {recorded}: give it with --wan") from None
-        raise
-
-
-def add_speed_options(p):
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "--speed",
-        type=positive_float("--speed"),
-        default=1.0,
-        help="play the timestamps this many times faster (default: 1, real time)",
-    )
-    g.add_argument(
-        "--topspeed",
-        action="store_true",
-        help="ignore the timestamps and send back to back, as fast as the socket takes them",
-    )
 
 
 def register(sub):
@@ -102,12 +53,7 @@ def register(sub):
     p.add_argument(
         "--schedule", metavar="S.json", required=True, help="schedule file of PROTOCOL.md (required)"
     )
-    p.add_argument(
-        "--grads",
-        metavar="GRADS.npz",
-        required=True,
-        help="every site's gradients, keyed by site name or rank<R> (required)",
-    )
+    add_grads_option(p)
     p.add_argument(
         "--rank",
         type=rank_or_all,
@@ -134,7 +80,7 @@ def register(sub):
         default=None,
         help="rounds to emit (default: one schedule period)",
     )
-    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
+    p.add_argument("--job", type=header_field("job"), default=0, help="job id (default: 0)")
     add_wan_option(p, default_help="default: the schedule's params.topology if embedded, else nine-city")
     p.add_argument(
         "--chunk-elems",

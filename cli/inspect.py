@@ -5,9 +5,9 @@ from collections import Counter
 
 from ..host.frames import parse_frame
 from ..host.pcap import read_pcap
-from ..host.protocol import UDP_PORT, Drop, DType, Kind
 from ..host.validate import check_payload
-from ._common import add_json_option, int_in, print_json
+from ..spec.protocol import Drop, DType, Kind
+from ._common import add_json_option, add_port_option, int_in, print_json
 
 __all__ = ["register", "run", "describe"]
 
@@ -22,12 +22,7 @@ def register(sub):
         "frame would be dropped.",
     )
     p.add_argument("pcap", metavar="FILE.pcap", help="capture to read (classic pcap, Ethernet)")
-    p.add_argument(
-        "--port",
-        type=int_in(1, 0xFFFF, "--port"),
-        default=UDP_PORT,
-        help=f"UDP destination port of wanreduce traffic (default: {UDP_PORT})",
-    )
+    add_port_option(p, "UDP destination port of wanreduce traffic")
     p.add_argument(
         "--slot-bytes",
         type=int_in(1, 1 << 30, "--slot-bytes"),

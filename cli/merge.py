@@ -11,9 +11,10 @@ import warnings
 import numpy as np
 
 from ..host.packet import header_of
-from ..host.protocol import Kind
-from ..host.replay import arrival_order, read_pcap_timed, sources, udp_datagram, write_pcap_timed
+from ..host.pcap import read_pcap_timed, write_pcap_timed
+from ..host.replay import arrival_order, sources, udp_datagram
 from ..spec.errors import WanreduceError, WanreduceWarning
+from ..spec.protocol import Kind
 from ..spec.schedfile import group_of, load_schedule
 from ._common import Outputs, add_force_option, same_file
 from .replay import add_site_options, wan_and_rank

@@ -3,10 +3,10 @@
 from ..host.frames import build_frames
 from ..host.packet import MAX_COUNT, pack_tensor
 from ..host.pcap import write_pcap
-from ..host.protocol import MAX_RANKS, UDP_PORT, DType
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option, int_in, load_npy
+from ..spec.protocol import MAX_RANKS, DType
+from ._common import Outputs, add_force_option, add_port_option, header_field, int_in, load_npy
 
 __all__ = ["register", "run"]
 
@@ -38,12 +38,12 @@ def register(sub):
         required=True,
         help="this site's rank, 0..63 (required)",
     )
-    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
+    p.add_argument("--job", type=header_field("job"), default=0, help="job id (default: 0)")
     p.add_argument(
-        "--round", type=int_in(0, 0xFFFFFFFF, "--round"), default=0, help="schedule round number (default: 0)"
+        "--round", type=header_field("round"), default=0, help="schedule round number (default: 0)"
     )
     p.add_argument(
-        "--group", type=int_in(0, 0xFFFF, "--group"), default=0, help="group id within the round (default: 0)"
+        "--group", type=header_field("group"), default=0, help="group id within the round (default: 0)"
     )
     p.add_argument(
         "--chunk-elems",
@@ -53,7 +53,7 @@ def register(sub):
     )
     p.add_argument(
         "--first-chunk",
-        type=int_in(0, 0xFFFFFFFF, "--first-chunk"),
+        type=header_field("chunk", "--first-chunk"),
         default=0,
         help="index of the first chunk (default: 0)",
     )
@@ -77,12 +77,7 @@ def register(sub):
         "group) in PROTOCOL.md's addressing plan; needs --group 0..255, the address's last "
         "octet; give --dst-ip and --dst-mac for larger ids)",
     )
-    p.add_argument(
-        "--port",
-        type=int_in(1, 0xFFFF, "--port"),
-        default=UDP_PORT,
-        help=f"UDP source and destination port (default: {UDP_PORT})",
-    )
+    add_port_option(p, "UDP source and destination port")
     p.add_argument(
         "--no-udp-checksum",
         action="store_true",

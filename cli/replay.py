@@ -9,13 +9,13 @@ packets per second and how late the datagrams left against their due times.
 """
 
 from ..host.emit import topology_for
-from ..host.protocol import MAX_RANKS
-from ..host.replay import arrival_order, parse_udp_url, read_pcap_timed, send_datagrams, sources, udp_datagram
+from ..host.pcap import read_pcap_timed
+from ..host.replay import arrival_order, parse_udp_url, send_datagrams, sources, udp_datagram
 from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
+from ..spec.protocol import MAX_RANKS
 from ..spec.schedfile import load_schedule
-from ._common import add_json_option, int_in, print_json
-from .emit import add_speed_options, add_wan_option
+from ._common import add_json_option, add_speed_options, add_wan_option, int_in, print_json
 
 __all__ = ["register", "run", "wan_and_rank"]
 

@@ -9,186 +9,29 @@ import os
 import time
 
 from ..host.baselines import all_baselines
-from ..host.costmodel import CostModel, CostParams
-from ..host.lean import DEFAULT_JITTER_S, LeanPlan, best_plan, lean_to_schedule
+from ..host.lean import LeanPlan, best_plan, lean_to_schedule
 from ..host.schedule import exhaustive, optimize, shapes, write_schedule
-from ..host.topology import EMBEDDED, load_topology
-from ..host.units import format_seconds, format_size, parse_size
+from ..host.units import format_seconds, format_size
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS
-from ._common import Outputs, add_force_option, add_json_option, print_json, progress
+from ._common import (
+    SLOW_SEARCH_S,
+    Outputs,
+    add_force_option,
+    add_json_option,
+    add_mode_arguments,
+    add_model_arguments,
+    model_from_args,
+    modes_from_args,
+    number,
+    print_json,
+    progress,
+)
 
-__all__ = [
-    "register",
-    "run",
-    "add_model_arguments",
-    "model_from_args",
-    "topology_from_args",
-    "number",
-    "add_mode_arguments",
-    "modes_from_args",
-    "MODES",
-]
+__all__ = ["register", "run"]
 
-#: ``--mode`` choices: which aggregation modes may win.
-MODES = {"auto": ("gather", "root"), "gather": ("gather",), "root": ("root",)}
 
 DEFAULT_OUT = os.path.join("build", "schedule.json")
-
-#: Jitter beyond a minute is no WAN's: a typo, which would give a period of centuries.
-MAX_JITTER_MS = 60_000
-
-
-def add_model_arguments(p, *, memory_help=None):
-    """Options shared by ``schedule`` and ``sweep``: the topology and every cost-model parameter."""
-    d = CostParams()
-    p.add_argument(
-        "--topology",
-        default="nine-city",
-        metavar="NAME|FILE.csv",
-        help=f"{' or '.join(EMBEDDED)}, or a CSV of public links (City1,City2,Latency[,Bandwidth]"
-        ") or private links (Device1,Device2,Latency,Bandwidth); latencies are RTT in ms "
-        "(default: nine-city)",
-    )
-    p.add_argument(
-        "--sites",
-        default=None,
-        metavar="A,B,...",
-        help="use only these cities, in this rank order (default: every city, sorted)",
-    )
-    if memory_help is not None:
-        p.add_argument("--memory", default=format_size(d.memory_bytes), metavar="SIZE", help=memory_help)
-    p.add_argument(
-        "--chunk-bytes",
-        default=str(d.chunk_bytes),
-        metavar="SIZE",
-        help=f"payload bytes per packet (default: {d.chunk_bytes})",
-    )
-    p.add_argument(
-        "--tensor-bytes",
-        default=format_size(d.tensor_bytes),
-        metavar="SIZE",
-        help=f"bytes each site contributes per sync (default: {format_size(d.tensor_bytes)})",
-    )
-    p.add_argument(
-        "--site-gbps",
-        default=d.site_gbps,
-        metavar="GBPS",
-        help=f"each site's access link, Gbit/s per direction, unless the topology gives it "
-        f"(default: {d.site_gbps:g})",
-    )
-    p.add_argument(
-        "--fpga-ingress-gbps",
-        default=d.fpga_ingress_gbps,
-        metavar="GBPS",
-        help=f"sum of the aggregator's input ports, Gbit/s (default: {d.fpga_ingress_gbps:g})",
-    )
-    p.add_argument(
-        "--clock-mhz",
-        default=d.clock_mhz,
-        metavar="MHZ",
-        help=f"aggregator datapath clock, one bus beat per cycle (default: {d.clock_mhz:g})",
-    )
-    p.add_argument(
-        "--bus-bits",
-        default=d.bus_bits,
-        metavar="BITS",
-        help=f"aggregator datapath width in bits (default: {d.bus_bits})",
-    )
-    p.add_argument(
-        "--link-gbps",
-        default=None,
-        metavar="GBPS",
-        help="capacity of public links without a Bandwidth column, Gbit/s per direction (default: unlimited)",
-    )
-    p.add_argument(
-        "--epsilon",
-        default=d.epsilon,
-        metavar="EPS",
-        help=f"consensus target for schedules that are not exact (default: {d.epsilon:g})",
-    )
-    p.add_argument(
-        "--time-limit",
-        default=20.0,
-        metavar="SECONDS",
-        help="search budget for the optimizer; small networks finish well before (default: 20)",
-    )
-    p.add_argument("--seed", default=0, help="seed of the randomised search (default: 0)")
-
-
-def add_mode_arguments(p):
-    """Options shared by ``schedule`` and ``sweep``: the aggregation modes and the WAN jitter."""
-    p.add_argument(
-        "--mode",
-        choices=sorted(MODES),
-        default="auto",
-        help="aggregation mode: gather (every member aggregates), root (one root per stripe "
-        "sums and multicasts the RESULT, docs/lean.md) or auto, the faster (default: auto)",
-    )
-    p.add_argument(
-        "--jitter-ms",
-        default=DEFAULT_JITTER_S * 1e3,
-        metavar="MS",
-        help="one-way WAN jitter that root mode's send offsets absorb; a root's slot lives 2x "
-        f"this (default: {DEFAULT_JITTER_S * 1e3:g})",
-    )
-
-
-def modes_from_args(args):
-    """``(jitter_s, modes)`` from ``--jitter-ms`` and ``--mode``."""
-    jitter_ms = number(args.jitter_ms, "--jitter-ms", positive=False)
-    if not 0 <= jitter_ms <= MAX_JITTER_MS:
-        raise WanreduceError(
-            f"--jitter-ms must be in 0..{MAX_JITTER_MS} (a WAN's one-way jitter), got {args.jitter_ms}"
-        )
-    return jitter_ms / 1e3, MODES[args.mode]
-
-
-def number(text, what, *, kind=float, positive=True, allow_none=False):
-    """Convert an option's text, with a one-line error naming the option (argparse's would be two)."""
-    if text is None and allow_none:
-        return None
-    try:
-        value = kind(text)
-    except (TypeError, ValueError):
-        noun = "an integer" if kind is int else "a number"
-        raise WanreduceError(f"{what} must be {noun}, got {text!r}") from None
-    if kind is float and not math.isfinite(value):
-        raise WanreduceError(f"{what} must be a finite number, got {text!r}")
-    if positive and value <= 0:
-        raise WanreduceError(f"{what} must be positive, got {text}")
-    return value
-
-
-def topology_from_args(args):
-    sites = None
-    if args.sites is not None:
-        sites = [s.strip() for s in args.sites.split(",")]
-        if any(not s for s in sites):
-            raise WanreduceError(f"--sites {args.sites!r} has an empty name")
-    link = number(args.link_gbps, "--link-gbps", allow_none=True)
-    return load_topology(args.topology, link_gbps=link, sites=sites)
-
-
-def params_from_args(args, *, memory=None):
-    args.time_limit = number(args.time_limit, "--time-limit")
-    args.seed = number(args.seed, "--seed", kind=int, positive=False)
-    if memory is None:
-        memory = parse_size(args.memory, what="--memory")
-    return CostParams(
-        memory_bytes=memory,
-        chunk_bytes=parse_size(args.chunk_bytes, what="--chunk-bytes"),
-        tensor_bytes=parse_size(args.tensor_bytes, what="--tensor-bytes"),
-        site_gbps=number(args.site_gbps, "--site-gbps"),
-        fpga_ingress_gbps=number(args.fpga_ingress_gbps, "--fpga-ingress-gbps"),
-        clock_mhz=number(args.clock_mhz, "--clock-mhz"),
-        bus_bits=number(args.bus_bits, "--bus-bits", kind=int),
-        epsilon=number(args.epsilon, "--epsilon"),
-    )
-
-
-def model_from_args(args):
-    return CostModel(topology_from_args(args), params_from_args(args))
 
 
 def register(subparsers):
@@ -218,10 +61,6 @@ def register(subparsers):
     add_force_option(p, "FILE.json")
     add_json_option(p)
     p.set_defaults(func=run)
-
-
-#: Searches allowed longer than this print a progress line first.
-SLOW_SEARCH_S = 5.0
 
 
 def _names(topo, group):

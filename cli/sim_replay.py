@@ -32,15 +32,16 @@ from ..host.golden import Destination
 from ..host.pacing import aggregator_slots
 from ..host.packet import header_of
 from ..host.pcap import read_pcap, write_pcap
-from ..host.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..host.validate import check_payload
 from ..host.wan_lean import root_entries
 from ..sim.verilator.agg_driver import CoreSim
 from ..sim.verilator.runner import build_progress
 from ..spec import addressing
+from ..spec.core import WIDTHS
 from ..spec.errors import WanreduceError
+from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
-from ._common import Outputs, add_force_option, add_json_option, int_in, print_json, progress
+from ._common import Outputs, add_force_option, add_json_option, add_port_option, int_in, print_json, progress
 
 __all__ = [
     "register",
@@ -126,7 +127,7 @@ def register(sub):
     p.add_argument(
         "--width",
         type=int,
-        choices=(64, 128, 256, 512),
+        choices=WIDTHS,
         default=64,
         help="datapath width in bits (default: 64; every width gives the same frames)",
     )
@@ -136,12 +137,7 @@ def register(sub):
         default=None,
         help="member buffers per slot G (default: the schedule's largest group)",
     )
-    p.add_argument(
-        "--port",
-        type=int_in(1, 0xFFFF, "--port"),
-        default=UDP_PORT,
-        help=f"UDP port the core listens on and sends from (default: {UDP_PORT})",
-    )
+    add_port_option(p, "UDP port the core listens on and sends from")
     p.add_argument(
         "--mac", default=None, help="the aggregator's MAC (default: the rank's aggregator MAC, PROTOCOL.md)"
     )
@@ -424,11 +420,7 @@ def _replay_inline(frames, geometry, args, *, rank, jobs, dests, mac, ip, note, 
         mac=mac,
         ip=ip,
         port=args.port,
-        max_jobs=c.jobs,
-        rounds=c.rounds,
-        members=c.members,
-        max_dests=c.dests,
-        slots=c.slots,
+        core=c,
         bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits),
         bypass=True,
     )

@@ -9,14 +9,18 @@ import time
 from ..host.sweep import crossover, has_groups_of_3, sweep
 from ..host.units import format_seconds, format_size, parse_size_range
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option, add_json_option, print_json, progress
-from .schedule import (
+from ._common import (
     SLOW_SEARCH_S,
+    Outputs,
+    add_force_option,
+    add_json_option,
     add_mode_arguments,
     add_model_arguments,
     modes_from_args,
     number,
     params_from_args,
+    print_json,
+    progress,
     topology_from_args,
 )
 

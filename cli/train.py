@@ -10,8 +10,6 @@ method) and a figure of accuracy against simulated time. Needs the ``train`` ext
 scikit-learn).
 """
 
-import argparse
-import math
 import os
 
 from ..host.train.experiment import Config, plot, run_experiment, write_json
@@ -19,26 +17,13 @@ from ..host.train.lmexp import LMConfig, run_lm_experiment
 from ..host.train.methods import LM_METHODS, METHODS, Setting
 from ..sim import figures
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option, int_in, progress
+from ._common import Outputs, add_force_option, int_in, positive_float, progress
 from .train_udp import add_options, run_udp
 
 __all__ = ["register", "run", "table_text", "sweep_text"]
 
 DEFAULT_JSON = os.path.join("build", "train.json")
 DEFAULT_PLOT = os.path.join("build", "train.png")
-
-
-def _positive_float(what):
-    def convert(text):
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
-        if not (v > 0 and math.isfinite(v)):
-            raise argparse.ArgumentTypeError(f"{what} must be a positive number, got {text}")
-        return v
-
-    return convert
 
 
 def register(subparsers):
@@ -69,7 +54,7 @@ def register(subparsers):
     )
     p.add_argument(
         "--target",
-        type=_positive_float("the target"),
+        type=positive_float("the target"),
         default=None,
         help=f"lm: validation loss (nats per byte) every site's model must reach (default: {dl.target}); "
         f"digits: test accuracy (default: {d.target})",
@@ -123,20 +108,20 @@ def register(subparsers):
     )
     p.add_argument(
         "--params",
-        type=_positive_float("the parameter count"),
+        type=positive_float("the parameter count"),
         default=s.params,
         help=f"parameters of the stated model the clock charges (default: {s.params:g})",
     )
     p.add_argument(
         "--step-s",
-        type=_positive_float("the step time"),
+        type=positive_float("the step time"),
         default=None,
         help=f"compute time per step of the stated model, s (default: {s.step_s:.3f}, from "
         "6 x params x tokens over 8 H100 at 40%% MFU)",
     )
     p.add_argument(
         "--schedule-time",
-        type=_positive_float("the schedule search time"),
+        type=positive_float("the schedule search time"),
         default=d.schedule_time_s,
         help=f"seconds of schedule search per memory size (default: {d.schedule_time_s:g})",
     )

@@ -12,8 +12,7 @@ from ..host.costmodel import CostModel, CostParams
 from ..host.schedule import optimize, plan_to_schedule
 from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
-from ..spec.protocol import UDP_PORT
-from ._common import int_in, progress
+from ._common import add_port_option, int_in, progress
 
 __all__ = ["add_options", "run_udp"]
 
@@ -33,12 +32,7 @@ def add_options(p):
         default=5,
         help="with --transport udp: DDP steps to train (default: 5)",
     )
-    p.add_argument(
-        "--port",
-        type=int_in(1, 65535, "--port"),
-        default=UDP_PORT,
-        help=f"with --transport udp: UDP port (default: {UDP_PORT})",
-    )
+    add_port_option(p, "with --transport udp: UDP port")
 
 
 def run_udp(args):

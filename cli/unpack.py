@@ -11,10 +11,11 @@ import io
 
 import numpy as np
 
-from ..host.protocol import MAX_RANKS
-from ..host.replay import collect_results, read_pcap_timed, result_payloads
+from ..host.pcap import read_pcap_timed
+from ..host.replay import collect_results, result_payloads
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option, int_in
+from ..spec.protocol import MAX_RANKS
+from ._common import Outputs, add_force_option, header_field, int_in
 
 __all__ = ["register", "run", "averaged"]
 
@@ -45,13 +46,13 @@ def register(sub):
     )
     p.add_argument(
         "--job",
-        type=int_in(0, 0xFFFF, "--job"),
+        type=header_field("job"),
         default=None,
         help="job id (default: the only one in the capture)",
     )
     p.add_argument(
         "--round",
-        type=int_in(0, 0xFFFFFFFF, "--round"),
+        type=header_field("round"),
         default=None,
         help="round (default: the last one in the capture)",
     )

@@ -8,10 +8,11 @@ RESULT matches, 1 when some do not (each mismatch is listed), 2 on bad input.
 """
 
 from ..host.emit import load_grads
-from ..host.replay import check_results, collect_results, read_pcap_timed, result_payloads
+from ..host.pcap import read_pcap_timed
+from ..host.replay import check_results, collect_results, result_payloads
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
-from ._common import add_json_option, print_json
+from ._common import add_grads_option, add_json_option, print_json
 
 __all__ = ["register", "run"]
 
@@ -25,12 +26,7 @@ def register(sub):
         "order, in the RESULTs' dtype. Exit status 0: all bit-exact; 1: mismatches (listed); 2: bad input.",
     )
     p.add_argument("input", metavar="RESULTS.pcap", help="capture holding RESULT frames")
-    p.add_argument(
-        "--grads",
-        metavar="GRADS.npz",
-        required=True,
-        help="every site's gradients, keyed by site name or rank<R> (required)",
-    )
+    add_grads_option(p)
     p.add_argument(
         "--schedule",
         metavar="S.json",

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ..sim.synth import verilog
+from ..spec.core import CoreConfig
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option
 
@@ -50,17 +51,10 @@ _KEYWORDS = set(
 
 
 def _check(args):
-    limits = (
-        ("--slots", args.slots, 1, 1 << 16),
-        ("--members", args.members, 1, 64),
-        ("--chunk-bytes", args.chunk_bytes, 4, 1 << 16),
-        ("--dests", args.dests, 1, 64),
-        ("--jobs", args.jobs, 1, 1 << 12),
-        ("--rounds", args.rounds, 1, 1 << 12),
-    )
-    for name, value, lo, hi in limits:
-        if not lo <= value <= hi:
-            raise WanreduceError(f"{name} must be in {lo}..{hi}, not {value}")
+    for name, (lo, hi) in CoreConfig.ranges().items():
+        value = getattr(args, name)
+        if value is not None and not lo <= value <= hi:
+            raise WanreduceError(f"--{name.replace('_', '-')} must be in {lo}..{hi}, not {value}")
     if args.name is not None:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.name):
             raise WanreduceError(f"--name {args.name!r} is not a plain Verilog identifier")

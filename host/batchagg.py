@@ -22,22 +22,11 @@ import math
 import numpy as np
 
 from ..spec.core import bank_slot
+from ..spec.protocol import FLAGS_VALID, HEADER_BYTES, MAGIC, MAX_RANKS, UDP_PORT, VERSION, Drop, DType, Kind
 from ..spec.regmap import COUNTER_NAMES
 from .frames import parse_frame
 from .golden import expected_order
-from .protocol import (
-    FLAGS_VALID,
-    HEADER_BYTES,
-    HEADER_DTYPE,
-    MAGIC,
-    MAX_RANKS,
-    UDP_PORT,
-    VERSION,
-    Drop,
-    DType,
-    Kind,
-    np_dtype,
-)
+from .protocol import HEADER_DTYPE, np_dtype
 
 __all__ = ["BatchAggregator"]
 

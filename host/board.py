@@ -155,11 +155,7 @@ def board_config_writes(schedule, rank, geometry, *, job_ids=(0,), mac=None, ip=
         destinations=destinations,
         mac=mac or addressing.aggregator_mac(rank),
         ip=ip or addressing.aggregator_ip(rank),
-        max_jobs=geometry["jobs"],
-        rounds=geometry["rounds"],
-        members=geometry["members"],
-        max_dests=geometry["dests"],
-        slots=geometry["slots"],
+        core=geometry,
     )
 
 

@@ -9,6 +9,8 @@ reads back into a dict keyed by the drop counter names plus ``frames_in`` and ``
 golden aggregator's ``counters``.
 """
 
+from collections.abc import Mapping
+
 from ..spec import addressing
 from ..spec import regmap as rm
 from ..spec.errors import WanreduceError
@@ -16,12 +18,26 @@ from ..spec.protocol import MAX_RANKS, UDP_PORT
 from .frames import parse_ip, parse_mac
 from .golden import entry_stripe, expected_order
 
-__all__ = ["config_writes", "counter_reads", "decode_counters", "perf_reads", "decode_perf"]
+__all__ = [
+    "config_writes",
+    "core_capacities",
+    "counter_reads",
+    "decode_counters",
+    "perf_reads",
+    "decode_perf",
+]
 
 
 def _mac_words(mac):
     b = parse_mac(mac)
     return int.from_bytes(b[:2], "big"), int.from_bytes(b[2:], "big")
+
+
+def core_capacities(core):
+    """``(jobs, rounds, members, dests, slots)`` of a core: a :class:`wanreduce.spec.core.CoreConfig`, a
+    built core (the same attributes), or a mapping of its build keywords."""
+    get = core.__getitem__ if isinstance(core, Mapping) else lambda name: getattr(core, name)
+    return tuple(get(name) for name in ("jobs", "rounds", "members", "dests", "slots"))
 
 
 def config_writes(
@@ -32,15 +48,19 @@ def config_writes(
     mac=None,
     ip=None,
     port=UDP_PORT,
-    max_jobs,
-    rounds,
-    members,
-    max_dests,
+    core=None,
+    max_jobs=None,
+    rounds=None,
+    members=None,
+    max_dests=None,
     slots=None,
     bank_bits=None,
     bypass=None,
 ):
-    """The ``(address, data)`` writes that configure a core built with the given capacities.
+    """The ``(address, data)`` writes that configure a core built with the given capacities: ``core`` (a
+    :class:`wanreduce.spec.core.CoreConfig`, a built core, or a mapping of its build keywords) gives them
+    all; without it, ``max_jobs``, ``rounds``, ``members`` and ``max_dests`` (and ``slots``, for round
+    banks) say them one by one.
 
     ``jobs`` maps a job id to the expected entries of one period, as the golden aggregator takes them (a
     bitmap, summed in ascending rank order, or a sequence of ranks in summation order); ``bank_bits`` maps
@@ -54,6 +74,12 @@ def config_writes(
     cannot hold: too many jobs or destinations, a period longer than the table, an expected set larger
     than the ``members`` buffers of a slot, or banks that do not fit the slots.
     """
+    if core is not None:
+        if any(v is not None for v in (max_jobs, rounds, members, max_dests, slots)):
+            raise ValueError("Give the core or its capacities one by one, not both.")
+        max_jobs, rounds, members, max_dests, slots = core_capacities(core)
+    elif None in (max_jobs, rounds, members, max_dests):
+        raise ValueError("Give the core, or its max_jobs, rounds, members and max_dests.")
     if not 0 <= int(rank) < MAX_RANKS:
         raise WanreduceError(f"the rank must be in 0..{MAX_RANKS - 1}, not {rank}")
     if not 0 < int(port) < 1 << 16:

@@ -183,6 +183,12 @@ class CostModel:
         self._cache = {}
         self._link_limited = topology.links_limited
 
+    @property
+    def site_wire_Bps(self):
+        """Each site's access-link rate in bytes/s on the wire, frame overheads included: what the
+        discrete-event WAN simulators charge a frame's bytes against."""
+        return self.site_rate / self.params.wire_eff
+
     def bank_slots(self, period, members):
         """Slots per round bank of a core built for groups of up to ``members`` and ``period`` rounds."""
         slots = aggregator_slots(

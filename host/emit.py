@@ -30,10 +30,11 @@ import numpy as np
 from ..spec import addressing
 from ..spec.addressing import contrib_group_ip, host_ip, host_mac, multicast_mac
 from ..spec.errors import WanreduceError
+from ..spec.protocol import UDP_PORT, WIRE_OVERHEAD, DType
 from .frames import build_frames
 from .pacing import bank_slots_for, timeline
 from .packet import MAX_COUNT, pack_tensor
-from .protocol import UDP_PORT, WIRE_OVERHEAD, DType, np_dtype
+from .protocol import np_dtype
 from .reference import run_reference
 from .topology import load_topology
 from .wan_lean import simulate_lean

@@ -10,7 +10,7 @@ import ipaddress
 import numpy as np
 
 from ..spec.errors import WanreduceError
-from .protocol import (
+from ..spec.protocol import (
     ETH_HEADER_BYTES,
     ETHERTYPE_IPV4,
     FRAME_OVERHEAD,

@@ -8,8 +8,8 @@ and ml_dtypes do the arithmetic). Each slot keeps a shadow of the last RESULT it
 that chunk is dropped as ``duplicate`` and makes the aggregator send the stored RESULT again
 (``results_reemitted``), which is how a site whose RESULT was lost gets it back. A chunk older than a live
 slot's chunk but newer than its shadow takes the slot back (``evictions``). Every drop is counted
-under its :class:`~.protocol.Drop` name. The RTL is compared with this model byte for byte, so it favours
-being obviously right over being fast.
+under its :class:`~wanreduce.spec.protocol.Drop` name. The RTL is compared with this model byte for
+byte, so it favours being obviously right over being fast.
 
 Root aggregation and the in-line bypass (PROTOCOL.md "Root aggregation", "In-line bypass"): a round's entry
 may be a :class:`RootEntry`, which adds this site's stripe (the chunks it aggregates; the others of that
@@ -24,10 +24,10 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.core import bank_slot
-from ..spec.protocol import forwarded
+from ..spec.protocol import HEADER_BYTES, MAX_RANKS, UDP_PORT, Drop, DType, Kind, forwarded
 from ..spec.regmap import COUNTER_NAMES
 from .frames import build_frame, parse_frame, parse_ip, parse_mac
-from .protocol import HEADER_BYTES, MAX_RANKS, UDP_PORT, Drop, DType, Kind, bits_dtype, np_dtype
+from .protocol import bits_dtype, np_dtype
 from .validate import check_payload
 
 __all__ = [

@@ -9,18 +9,8 @@ they are built as one (n, L) uint8 block with no Python loop per chunk or elemen
 import numpy as np
 
 from ..spec.errors import WanreduceError
-from .protocol import (
-    FLAG_LAST,
-    HEADER_BYTES,
-    HEADER_DTYPE,
-    MAGIC,
-    MAX_RANKS,
-    VERSION,
-    DType,
-    Kind,
-    bits_dtype,
-    np_dtype,
-)
+from ..spec.protocol import FLAG_LAST, HEADER_BYTES, MAGIC, MAX_RANKS, VERSION, DType, Kind
+from .protocol import HEADER_DTYPE, bits_dtype, np_dtype
 
 __all__ = [
     "Payloads",

@@ -11,7 +11,8 @@ A site in no group keeps its tensor.
 
 import numpy as np
 
-from .protocol import DType, bits_dtype, np_dtype
+from ..spec.protocol import DType
+from .protocol import bits_dtype, np_dtype
 
 __all__ = ["ordered_sum", "run_reference"]
 

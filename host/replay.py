@@ -1,9 +1,9 @@
-"""Captures in time: timestamped pcap I/O, the order a site's aggregator sees frames in, real UDP sending
-and receiving, and RESULTs collected back into tensors.
+"""Captures in time: the order a site's aggregator sees frames in, real UDP sending and receiving, and
+RESULTs collected back into tensors.
 
-* Timestamps. :func:`read_pcap_timed` and :func:`write_pcap_timed` keep each frame's time (seconds from
-  the start of the run, nanosecond resolution: the pacing model spaces 1 KiB frames about 85 ns apart at
-  100 Gbit/s, closer than the microseconds of :func:`wanreduce.host.pcap.write_pcap`).
+* Timestamps. Captures keep each frame's time through :func:`wanreduce.host.pcap.read_pcap_timed` and
+  :func:`wanreduce.host.pcap.write_pcap_timed` (nanosecond resolution: the pacing model spaces 1 KiB frames
+  about 85 ns apart at 100 Gbit/s, closer than the microseconds of :func:`wanreduce.host.pcap.write_pcap`).
 * Arrival order. A frame sent by rank ``s`` at time ``t`` reaches rank ``R``'s aggregator at
   ``t + one_way_s[s, R]`` (``s`` is the header's ``src``); :func:`arrival_order` sorts by that, ties in
   input order.
@@ -16,9 +16,7 @@ and receiving, and RESULTs collected back into tensors.
 """
 
 import math
-import os
 import socket
-import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -27,25 +25,14 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..spec.errors import WanreduceError
+from ..spec.protocol import FLAG_LAST, FRAME_OVERHEAD, HEADER_BYTES, VERSION, DType, Kind
 from .frames import build_frame, parse_frame
 from .packet import Payloads, decode_headers, header_of, unpack_payloads
-from .pcap import LINKTYPE_ETHERNET, read_pcap
-from .protocol import (
-    FLAG_LAST,
-    FRAME_OVERHEAD,
-    HEADER_BYTES,
-    VERSION,
-    DType,
-    Kind,
-    bits_dtype,
-    np_dtype,
-)
+from .protocol import bits_dtype, np_dtype
 from .reference import ordered_sum, run_reference
 
 __all__ = [
     "result_payloads",
-    "read_pcap_timed",
-    "write_pcap_timed",
     "udp_datagram",
     "udp_payloads",
     "sources",
@@ -59,61 +46,6 @@ __all__ = [
     "collect_results",
     "check_results",
 ]
-
-_NS_MAGIC = 0xA1B23C4D
-
-
-def read_pcap_timed(path):
-    """``(times, frames)``: seconds as float64 (relative to the file's epoch) and the frames (bytes)."""
-    frames = read_pcap(path)  # checks the file and gives the one-line errors
-    with open(path, "rb") as f:
-        data = f.read()
-    endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
-    scale = 1e-9 if data[:4] in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d") else 1e-6
-    rec = struct.Struct(endian + "IIII")
-    times = np.empty(len(frames))
-    pos = 24
-    for i, frame in enumerate(frames):
-        sec, frac, _, _ = rec.unpack_from(data, pos)
-        times[i] = sec + frac * scale
-        pos += 16 + len(frame)
-    return times, frames
-
-
-def write_pcap_timed(path, times, frames, *, overwrite=False, protect=()):
-    """Write frames with their times (seconds >= 0) as a nanosecond pcap; creates parent folders.
-
-    ``protect`` lists the command's inputs, which are never written; ``overwrite=False`` refuses an existing
-    file. The file appears whole or not at all.
-    """
-    times = np.asarray(times, dtype=float)
-    if len(times) != len(frames):
-        raise ValueError(f"{len(times)} times were given for {len(frames)} frames.")
-    if len(times) and (not np.isfinite(times).all() or times.min() < 0):
-        raise WanreduceError(f"{path}: frame times must be finite and not negative")
-    for p in protect:
-        if os.path.exists(p) and os.path.exists(path) and os.path.samefile(p, path):
-            raise WanreduceError(f"{path}: is also an input; choose another output file")
-    if not overwrite and os.path.exists(path):
-        raise WanreduceError(f"{path}: exists; pass --force to replace it")
-    if os.path.isdir(path):
-        raise WanreduceError(f"{path}: is a directory")
-    ns = np.rint(times * 1e9).astype(np.int64)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<IHHiIII", _NS_MAGIC, 2, 4, 0, 0, 65535, LINKTYPE_ETHERNET))
-            for t, frame in zip(ns.tolist(), frames, strict=True):
-                frame = bytes(frame)
-                f.write(struct.pack("<IIII", t // 1_000_000_000, t % 1_000_000_000, len(frame), len(frame)))
-                f.write(frame)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise WanreduceError(f"{path}: cannot write it ({exc.strerror})") from None
 
 
 def udp_payloads(frames, *, source="capture"):

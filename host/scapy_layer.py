@@ -16,7 +16,8 @@ from scapy.fields import (
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from .protocol import HEADER_DTYPE, MAGIC, UDP_PORT, VERSION, DType, Kind
+from ..spec.protocol import MAGIC, UDP_PORT, VERSION, DType, Kind
+from .protocol import HEADER_DTYPE
 
 __all__ = ["Wanreduce"]
 

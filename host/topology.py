@@ -12,7 +12,7 @@ between two sites follows the shortest path by latency, so a triangle-inequality
 measured mesh is routed around. Nodes are cities: the switches of one city (``NYC1``..``NYC4``) are
 merged, since the site's aggregator sits at the city's edge and reaches all of them.
 
-Everything a user can get wrong raises :class:`~wanreduce.host.errors.WanreduceError` with one sentence.
+Everything a user can get wrong raises :class:`~wanreduce.spec.errors.WanreduceError` with one sentence.
 """
 
 import csv

@@ -4,7 +4,8 @@ Codes 1-8 (framing) are in :mod:`.frames`; codes 21-25 need the schedule and the
 :mod:`.golden`. Each check returns the lowest code that applies, as the RTL's header parser does.
 """
 
-from .protocol import FLAGS_VALID, HEADER_BYTES, HEADER_DTYPE, MAGIC, MAX_RANKS, VERSION, Drop, DType, Kind
+from ..spec.protocol import FLAGS_VALID, HEADER_BYTES, MAGIC, MAX_RANKS, VERSION, Drop, DType, Kind
+from .protocol import HEADER_DTYPE
 
 __all__ = ["Header", "parse_header", "check_payload"]
 

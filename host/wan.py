@@ -44,8 +44,9 @@ import math
 import numpy as np
 
 from ..spec import addressing
+from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
-from .errors import WanreduceError
+from ..spec.schedfile import group_of
 from .frames import build_frame, parse_frame
 from .golden import Destination, GoldenAggregator
 from .packet import decode_headers, pack_tensor
@@ -245,10 +246,7 @@ def result_msg(frame):
 
 
 def _members(schedule, rank, round_index):
-    for grp in schedule.rounds[round_index % schedule.period]:
-        if rank in grp:
-            return tuple(grp)
-    return ()
+    return tuple(group_of(schedule, rank, round_index)[1])
 
 
 @dataclasses.dataclass
@@ -362,157 +360,257 @@ def simulate(
     the frames queue on its capacitated links (:class:`Backbone`); without it, or without a capacitated
     link, the backbone only delays.
     """
-    dtype = DType(dtype)
-    n, period = schedule.n, schedule.period
-    rounds = period if rounds is None else int(rounds)
-    n_chunks = chunk_count(elements, chunk_elems)
-    if bank_slots < 1:
-        raise ValueError("Every round bank needs at least one slot.")
-    D = np.asarray(one_way_s, float)
-    site_Bps = np.broadcast_to(np.asarray(site_Bps, float), (n,))
-    frame_s = (chunk_elems * dtype.size + WIRE_OVERHEAD) / site_Bps
-    sites = sites if sites is not None else [CountingSite(schedule, s) for s in range(n)]
-    with_data = tensors is not None
-    if faults is not None and not with_data:
-        raise ValueError("Fault injection needs a run with data (tensors and frame-level aggregators).")
-    rng = np.random.default_rng(faults.seed) if faults is not None else None
-    links = Backbone(backbone) if backbone is not None and backbone.links_limited else None
-    if links is not None and not np.allclose(backbone.one_way_s, D):
-        raise ValueError("The backbone's one-way delays must be the ones the WAN is given.")
-    kill_site, kill_round = faults.kill if faults is not None and faults.kill is not None else (None, None)
-    vt = np_dtype(dtype)
-    if with_data:
+    sim = _WanSim(
+        schedule,
+        one_way_s=one_way_s,
+        site_Bps=site_Bps,
+        chunk_elems=chunk_elems,
+        elements=elements,
+        dtype=DType(dtype),
+        bank_slots=bank_slots,
+        sites=sites,
+        tensors=tensors,
+        rounds=schedule.period if rounds is None else int(rounds),
+        job=job,
+        progress=progress,
+        faults=faults,
+        backbone=backbone,
+    )
+    sim.start()
+    sim.run_events()
+    if sim.outstanding:
+        sim.raise_stalled()
+    return sim.report()
+
+
+class _WanSim:
+    """The state of one :func:`simulate` run: each site's chunks waiting on their data and window, its
+    ready queue and access link, the frames on the WAN, the aggregators, and the event queue."""
+
+    def __init__(
+        self,
+        schedule,
+        *,
+        one_way_s,
+        site_Bps,
+        chunk_elems,
+        elements,
+        dtype,
+        bank_slots,
+        sites,
+        tensors,
+        rounds,
+        job,
+        progress,
+        faults,
+        backbone,
+    ):
+        n = self.n = schedule.n
+        self.schedule, self.period, self.rounds = schedule, schedule.period, rounds
+        self.dtype, self.chunk_elems, self.job, self.progress = dtype, chunk_elems, job, progress
+        self.n_chunks = chunk_count(elements, chunk_elems)
+        if bank_slots < 1:
+            raise ValueError("Every round bank needs at least one slot.")
+        self.bank_slots = bank_slots
+        D = self.D = np.asarray(one_way_s, float)
+        site_Bps = np.broadcast_to(np.asarray(site_Bps, float), (n,))
+        self.frame_bytes = chunk_elems * dtype.size + WIRE_OVERHEAD
+        self.frame_s = (chunk_elems * dtype.size + WIRE_OVERHEAD) / site_Bps
+        self.sites = sites if sites is not None else [CountingSite(schedule, s) for s in range(n)]
+        self.with_data = tensors is not None
+        if faults is not None and not self.with_data:
+            raise ValueError("Fault injection needs a run with data (tensors and frame-level aggregators).")
+        self.faults = faults
+        self.rng = np.random.default_rng(faults.seed) if faults is not None else None
+        self.links = Backbone(backbone) if backbone is not None and backbone.links_limited else None
+        if self.links is not None and not np.allclose(backbone.one_way_s, D):
+            raise ValueError("The backbone's one-way delays must be the ones the WAN is given.")
+        kill = faults.kill if faults is not None and faults.kill is not None else (None, None)
+        self.kill_site, self.kill_round = kill
+        self.vt = np_dtype(dtype)
+        self.current = None
+        if self.with_data:
+            self._load(tensors, elements)
+        self._index_rounds()
+        self.send = np.full((n, rounds, self.n_chunks), np.nan)
+        self.result = np.full((n, rounds, self.n_chunks), np.nan)
+        self.waiting = {}  # (site, round, chunk) -> unmet conditions
+        self.ready = [[] for _ in range(n)]  # per site: heap of (ready time, round, chunk, resend)
+        self.link_busy = [False] * n
+        self.events, self.seq = [], 0
+        self.ingress = [0] * n
+        self.emitted = 0
+        self.rec = Recovery()
+        self.sent_frames = {}  # (site, round, chunk) -> the CONTRIB frame, resent byte for byte
+        # (site, round, chunk) -> (when a repeated RESULT last caused a resend, how many did)
+        self.echoed = {}
+        self.outstanding = sum(self.n_chunks for s in range(n) for r in range(rounds) if self.member_of[s][r])
+        self.polling = set()
+        self.reported = -1
+
+    def _load(self, tensors, elements):
+        """Each site's starting chunks, in the wire dtype."""
+        vt, ce = self.vt, self.chunk_elems
         values = [np.asarray(t).astype(vt).reshape(-1).copy() for t in tensors]
         if any(v.size != elements for v in values):
             raise ValueError(f"Every tensor must hold {elements} elements.")
-        current = [
-            [v[c * chunk_elems : (c + 1) * chunk_elems].copy() for c in range(n_chunks)] for v in values
-        ]
-    member_of = [[_members(schedule, s, r) for r in range(rounds)] for s in range(n)]
-    group_id = [
-        [
-            next((g for g, grp in enumerate(schedule.rounds[r % period]) if s in grp), None)
-            for r in range(rounds)
-        ]
-        for s in range(n)
-    ]
-    # First retransmission timeout of each (site, round): a round trip across the group's widest pair plus
-    # a few frame times; doubled on every retry.
-    timeout0 = [
-        [
-            TIMEOUT_DELAYS * max((D[j, k] for j in g for k in g), default=0.0) + TIMEOUT_FRAMES * frame_s[s]
-            for g in member_of[s]
-        ]
-        for s in range(n)
-    ]
-    # Previous round each site took part in, for the data dependency.
-    prev_round = [[None] * rounds for _ in range(n)]
-    for s in range(n):
-        last = None
-        for r in range(rounds):
-            if member_of[s][r]:
-                prev_round[s][r] = last
-                last = r
+        self.current = [[v[c * ce : (c + 1) * ce].copy() for c in range(self.n_chunks)] for v in values]
 
-    send = np.full((n, rounds, n_chunks), np.nan)
-    result = np.full((n, rounds, n_chunks), np.nan)
-    waiting = {}  # (site, round, chunk) -> unmet conditions
-    ready = [[] for _ in range(n)]  # per site: heap of (ready time, round, chunk, resend)
-    link_busy = [False] * n
-    events = []
-    seq = 0
-    ingress = [0] * n
-    emitted = 0
-    rec = Recovery()
-    sent_frames = {}  # (site, round, chunk) -> the CONTRIB frame, resent byte for byte
-    echoed = {}  # (site, round, chunk) -> (when a repeated RESULT last caused a resend, how many did)
-    outstanding = sum(n_chunks for s in range(n) for r in range(rounds) if member_of[s][r])
+    def _index_rounds(self):
+        """Each site's group and group id per round, its first retransmission timeout per round, and its
+        previous and next round (the data dependency)."""
+        n, rounds, schedule, D = self.n, self.rounds, self.schedule, self.D
+        self.member_of = [[_members(schedule, s, r) for r in range(rounds)] for s in range(n)]
+        self.group_id = [
+            [
+                next((g for g, grp in enumerate(schedule.rounds[r % self.period]) if s in grp), None)
+                for r in range(rounds)
+            ]
+            for s in range(n)
+        ]
+        # First retransmission timeout of each (site, round): a round trip across the group's widest pair
+        # plus a few frame times; doubled on every retry.
+        self.timeout0 = [
+            [
+                TIMEOUT_DELAYS * max((D[j, k] for j in g for k in g), default=0.0)
+                + TIMEOUT_FRAMES * self.frame_s[s]
+                for g in self.member_of[s]
+            ]
+            for s in range(n)
+        ]
+        self.prev_round = [[None] * rounds for _ in range(n)]
+        self.next_round = [[None] * rounds for _ in range(n)]
+        for s in range(n):
+            last = None
+            for r in range(rounds):
+                if self.member_of[s][r]:
+                    self.prev_round[s][r] = last
+                    if last is not None:
+                        self.next_round[s][last] = r
+                    last = r
 
-    def push(t, kind, *data):
-        nonlocal seq
-        heapq.heappush(events, (t, seq, kind, data))
-        seq += 1
+    def _push(self, t, kind, *data):
+        heapq.heappush(self.events, (t, self.seq, kind, data))
+        self.seq += 1
 
-    def window_pred(r, c):
-        if c >= bank_slots:
-            return r, c - bank_slots
-        if r - period < 0:
+    def _killed(self, s, r):
+        """Whether site ``s`` has stopped sending by round ``r``."""
+        return s == self.kill_site and r >= self.kill_round
+
+    # -- the window: chunk c of round r reuses the slot of the chunk bank_slots before it ----------------
+    def _window_pred(self, r, c):
+        if c >= self.bank_slots:
+            return r, c - self.bank_slots
+        if r - self.period < 0:
             return None
-        lane_last = c + ((n_chunks - 1 - c) // bank_slots) * bank_slots
-        return r - period, lane_last
+        lane_last = c + ((self.n_chunks - 1 - c) // self.bank_slots) * self.bank_slots
+        return r - self.period, lane_last
 
-    def condition_met(s, r, c, t):
+    def _window_succ(self, r, c):
+        if c + self.bank_slots < self.n_chunks:
+            return r, c + self.bank_slots
+        if r + self.period < self.rounds:
+            return r + self.period, c % self.bank_slots
+        return None
+
+    def _holds_contribution(self, s, r, c):
+        """The hosts keep a chunk's CONTRIB until their RESULT for the slot's next chunk is in: then every
+        member has its RESULT for this one (the window rule), so nobody can need it again."""
+        succ = self._window_succ(r, c)
+        return succ is None or not self.member_of[s][succ[0]] or np.isnan(self.result[s, succ[0], succ[1]])
+
+    # -- senders ----------------------------------------------------------------------------------------
+    def start(self):
+        """Initial conditions: data and window, each counted once per chunk of every round a site takes
+        part in; the chunks that need neither are ready at time 0."""
+        for s in range(self.n):
+            for r in range(self.rounds):
+                if not self.member_of[s][r]:
+                    continue
+                for c in range(self.n_chunks):
+                    need = (self.prev_round[s][r] is not None) + (self._window_pred(r, c) is not None)
+                    if need:
+                        self.waiting[(s, r, c)] = need
+                    else:
+                        heapq.heappush(self.ready[s], (0.0, r, c, False))
+        for s in range(self.n):
+            if self.ready[s]:
+                self._start_send(s, 0.0)
+
+    def _condition_met(self, s, r, c, t):
         key = (s, r, c)
-        left = waiting.get(key)
+        left = self.waiting.get(key)
         if left is None:
             return
         left -= 1
         if left:
-            waiting[key] = left
+            self.waiting[key] = left
             return
-        del waiting[key]
-        heapq.heappush(ready[s], (t, r, c, False))
-        if not link_busy[s]:
-            start_send(s, t)
+        del self.waiting[key]
+        self._enqueue(s, r, c, t, False)
 
-    def resend(s, r, c, t):
-        heapq.heappush(ready[s], (t, r, c, True))
-        if not link_busy[s]:
-            start_send(s, t)
+    def _enqueue(self, s, r, c, t, again):
+        heapq.heappush(self.ready[s], (t, r, c, again))
+        if not self.link_busy[s]:
+            self._start_send(s, t)
 
-    def start_send(s, t):
-        while ready[s]:
-            _, r, c, again = heapq.heappop(ready[s])
-            if s == kill_site and r >= kill_round:
-                continue  # the dead site sends nothing of this round on
-            break
+    def _start_send(self, s, t):
+        """Site ``s``'s access link is free at ``t``: send its earliest ready chunk (a dead site's chunks
+        of its last rounds are skipped) to every member of its group."""
+        ready = self.ready[s]
+        while ready:
+            _, r, c, again = heapq.heappop(ready)
+            if not self._killed(s, r):
+                break
         else:
-            link_busy[s] = False
+            self.link_busy[s] = False
             return
-        link_busy[s] = True
-        grp = member_of[s][r]
-        gid = group_id[s][r]
+        self.link_busy[s] = True
+        grp = self.member_of[s][r]
+        gid = self.group_id[s][r]
         if again:
-            frame = sent_frames[(s, r, c)]
+            frame = self.sent_frames[(s, r, c)]
         else:
-            send[s, r, c] = t
+            self.send[s, r, c] = t
             frame = None
-            if with_data:
+            if self.with_data:
                 frame = contrib_frame(
-                    current[s][c],
-                    dtype=dtype,
+                    self.current[s][c],
+                    dtype=self.dtype,
                     rank=s,
-                    job=job,
+                    job=self.job,
                     round_index=r,
                     group=gid,
                     chunk=c,
-                    chunk_elems=chunk_elems,
-                    last=c == n_chunks - 1,
-                    period=period,
+                    chunk_elems=self.chunk_elems,
+                    last=c == self.n_chunks - 1,
+                    period=self.period,
                 )
-            if faults is not None:
-                sent_frames[(s, r, c)] = frame
-        arrive = t + frame_s[s]
+            if self.faults is not None:
+                self.sent_frames[(s, r, c)] = frame
+        arrive = t + self.frame_s[s]
         msg = Msg(s, r, c, gid, frame=frame)
-        if links is None:
-            arrivals = [(m, arrive + D[s, m]) for m in grp]
+        if self.links is None:
+            arrivals = [(m, arrive + self.D[s, m]) for m in grp]
         else:
-            hops, arrivals = links.send(s, arrive, grp)
+            hops, arrivals = self.links.send(s, arrive, grp)
             for t_hop, e, dests in hops:
-                push(t_hop, "hop", s, e, dests, msg)
+                self._push(t_hop, "hop", s, e, dests, msg)
         for m, t_m in arrivals:
-            arrived(s, m, t_m, msg)
-        if faults is not None and not again:
-            push(arrive + timeout0[s][r], "timer", s, r, c, 0)
-        push(arrive, "link_free", s)
+            self._arrived(s, m, t_m, msg)
+        if self.faults is not None and not again:
+            self._push(arrive + self.timeout0[s][r], "timer", s, r, c, 0)
+        self._push(arrive, "link_free", s)
 
-    def arrived(s, m, t, msg):
-        if faults is None:
-            push(t, "deliver", m, msg)
+    # -- the WAN ----------------------------------------------------------------------------------------
+    def _arrived(self, s, m, t, msg):
+        if self.faults is None:
+            self._push(t, "deliver", m, msg)
         else:
-            deliver_with_faults(t - D[s, m], s, m, msg)
+            self._deliver_with_faults(t - self.D[s, m], s, m, msg)
 
-    def deliver_with_faults(t, s, m, msg):
+    def _deliver_with_faults(self, t, s, m, msg):
+        faults, rng, rec, D = self.faults, self.rng, self.rec, self.D
         rtt = D[s, m] + D[m, s]
         copies = 1
         if rng.random() < faults.dup:
@@ -525,7 +623,7 @@ def simulate(
             if faults.reorder:
                 delay += rng.uniform(0.0, rtt) if rtt > 0 else 0.0
             if k:
-                delay += frame_s[s] + (rng.uniform(0.0, rtt) if rtt > 0 else 0.0)
+                delay += self.frame_s[s] + (rng.uniform(0.0, rtt) if rtt > 0 else 0.0)
             frame = msg.frame
             if faults.corrupt and rng.random() < faults.corrupt:
                 rec.corrupted += 1
@@ -533,21 +631,130 @@ def simulate(
                 frame = bytearray(frame)
                 frame[bit // 8] ^= 1 << (bit % 8)
                 frame = bytes(frame)
-            push(t + delay, "deliver", m, dataclasses.replace(msg, frame=frame))
+            self._push(t + delay, "deliver", m, dataclasses.replace(msg, frame=frame))
 
-    def give_up(s, r, c, t):
+    def _emit(self, m, t, outs):
+        """Send a site's RESULTs to its hosts; keep polling an aggregator that works on in time."""
+        faults, rng, rec = self.faults, self.rng, self.rec
+        for t_out, res in outs:
+            self.emitted += 1
+            copies = 1
+            if faults is not None:
+                if rng.random() < faults.dup:
+                    copies, rec.results_duplicated = 2, rec.results_duplicated + 1
+            for k in range(copies):
+                if faults is not None and faults.loss and rng.random() < faults.loss:
+                    rec.results_lost += 1
+                    continue
+                self._push(max(t_out, t) + self.frame_s[m] * (1 + k), "result", m, res)
+        later = getattr(self.sites[m], "next_poll", None)
+        when = later(t) if later is not None else None
+        if when is not None and (m, when) not in self.polling:
+            self.polling.add((m, when))
+            self._push(when, "poll", m)
+
+    # -- the event loop ---------------------------------------------------------------------------------
+    def run_events(self):
+        """Pop events in time order until every RESULT is in or nothing is left to happen."""
+        events, pop = self.events, heapq.heappop
+        while events and self.outstanding:
+            t, _, kind, data = pop(events)
+            if kind == "link_free":
+                self._start_send(data[0], t)
+            elif kind == "hop":
+                self._hop(t, *data)
+            elif kind == "timer":
+                self._timer(t, *data)
+            elif kind == "deliver":
+                m, msg = data
+                self.ingress[m] += len(msg.frame) if msg.frame is not None else self.frame_bytes
+                self._emit(m, t, self.sites[m].feed(t, [msg]))
+            elif kind == "poll":
+                self._emit(data[0], t, self.sites[data[0]].poll(t))
+            elif kind == "result":
+                self._result_in(t, *data)
+
+    def _hop(self, t, s, e, dests, msg):
+        """A frame has crossed backbone link ``e``: on to the next links, or in at its members."""
+        nbytes = len(msg.frame) if msg.frame is not None else self.frame_bytes
+        hops, arrivals = self.links.cross(t, s, e, dests, nbytes)
+        for t_hop, e2, ds in hops:
+            self._push(t_hop, "hop", s, e2, ds, msg)
+        for m, t_m in arrivals:
+            self._arrived(s, m, t_m, msg)
+
+    def _timer(self, t, s, r, c, k):
+        """A chunk's retransmission timer: send again unless its RESULT is in, and give up after RETRIES."""
+        if not np.isnan(self.result[s, r, c]) or self._killed(s, r):
+            return
+        if k >= RETRIES:
+            self._give_up(s, r, c)
+        self.rec.retransmits += 1
+        self._enqueue(s, r, c, t, True)
+        self._push(t + self.timeout0[s][r] * (2 << k), "timer", s, r, c, k + 1)
+
+    def _result_in(self, t, s, res):
+        """Site ``s``'s hosts receive a RESULT: apply it once and release what waited on it."""
+        r, c = res.round, res.chunk
+        if not (0 <= r < self.rounds and 0 <= c < self.n_chunks):
+            return  # not ours to apply (the aggregator's counters say why)
+        if not np.isnan(self.result[s, r, c]):
+            self._repeated_result(t, s, r, c)
+            return
+        self.result[s, r, c] = t
+        self.outstanding -= 1
+        if self.with_data:
+            vt = self.vt
+            g = len(self.member_of[s][r])
+            elems = np.frombuffer(res.payload, bits_dtype(self.dtype), offset=HEADER_BYTES).view(vt)
+            with np.errstate(all="ignore"):
+                self.current[s][c] = (elems / vt.type(g)).astype(vt)
+        nr = self.next_round[s][r]
+        if nr is not None:
+            self._condition_met(s, nr, c, t)
+        succ = self._window_succ(r, c)
+        if succ is not None and self.member_of[s][succ[0]]:
+            self._condition_met(s, succ[0], succ[1], t)
+        if (
+            self.progress is not None
+            and r > self.reported
+            and np.all(~np.isnan(self.result[:, r][[bool(self.member_of[x][r]) for x in range(self.n)]]))
+        ):
+            self.reported = r
+            self.progress(f"round {r} complete at {t * 1e3:.1f} ms simulated")
+
+    def _repeated_result(self, t, s, r, c):
+        """A RESULT for a chunk applied already. It came again because some member sent this chunk to our
+        aggregator after it completed (or the WAN copied it): a member may still be missing our
+        contribution, so send it once more. Our resend makes the other members' aggregators send their
+        RESULTs again too, so without a hold-off two done members would keep answering each other; the
+        hold-off starts at one timeout and doubles, as the asking member's retries do."""
+        self.rec.results_ignored += 1
+        last, n_echo = self.echoed.get((s, r, c), (-math.inf, 0))
+        if (
+            self.faults is not None
+            and not self._killed(s, r)
+            and t - last >= self.timeout0[s][r] * (1 << n_echo)
+            and self._holds_contribution(s, r, c)
+        ):
+            self.echoed[(s, r, c)] = (t, n_echo + 1)
+            self.rec.resends_on_result += 1
+            self._enqueue(s, r, c, t, True)
+
+    # -- the end ----------------------------------------------------------------------------------------
+    def _give_up(self, s, r, c):
         """The chunk ran out of retransmissions: name who is missing, from what can be read."""
-        grp = member_of[s][r]
-        names = schedule.sites
-        missing = getattr(sites[s], "missing", None)
-        held = missing(job, r, c) if missing is not None else None
+        grp = self.member_of[s][r]
+        names = self.schedule.sites
+        missing = getattr(self.sites[s], "missing", None)
+        held = missing(self.job, r, c) if missing is not None else None
         if held is None:
             # The aggregator's slot state is not readable (the RTL): the members that never sent the chunk.
-            held = tuple(m for m in grp if np.isnan(send[m, r, c]))
+            held = tuple(m for m in grp if np.isnan(self.send[m, r, c]))
             how = "never sent it"
         else:
             how = f"{names[s]}'s aggregator holds no contribution from {'them' if len(held) > 1 else 'it'}"
-        waited = timeout0[s][r] * ((1 << (RETRIES + 1)) - 1)
+        waited = self.timeout0[s][r] * ((1 << (RETRIES + 1)) - 1)
         if held:
             who = ", ".join(f"{names[m]} (rank {m})" for m in held)
             msg = (
@@ -570,176 +777,58 @@ def simulate(
             )
         raise SiteTimeout(msg, site=s, round=r, chunk=c, missing=held)
 
-    # Initial conditions: data and window, each counted once per chunk of every round a site takes part in.
-    for s in range(n):
-        for r in range(rounds):
-            if not member_of[s][r]:
-                continue
-            for c in range(n_chunks):
-                need = (prev_round[s][r] is not None) + (window_pred(r, c) is not None)
-                if need:
-                    waiting[(s, r, c)] = need
-                else:
-                    heapq.heappush(ready[s], (0.0, r, c, False))
-    for s in range(n):
-        if ready[s]:
-            start_send(s, 0.0)
-
-    # Which (site, round, chunk) each RESULT unlocks.
-    next_round = [[None] * rounds for _ in range(n)]
-    for s in range(n):
-        for r in range(rounds):
-            if prev_round[s][r] is not None:
-                next_round[s][prev_round[s][r]] = r
-
-    def window_succ(r, c):
-        if c + bank_slots < n_chunks:
-            return r, c + bank_slots
-        if r + period < rounds:
-            return r + period, c % bank_slots
-        return None
-
-    def holds_contribution(s, r, c):
-        """The hosts keep a chunk's CONTRIB until their RESULT for the slot's next chunk is in: then every
-        member has its RESULT for this one (the window rule), so nobody can need it again."""
-        succ = window_succ(r, c)
-        return succ is None or not member_of[s][succ[0]] or np.isnan(result[s, succ[0], succ[1]])
-
-    polling = set()
-
-    def emit(m, t, outs):
-        """Send a site's RESULTs to its hosts; keep polling an aggregator that works on in time."""
-        nonlocal emitted
-        for t_out, res in outs:
-            emitted += 1
-            copies = 1
-            if faults is not None:
-                if rng.random() < faults.dup:
-                    copies, rec.results_duplicated = 2, rec.results_duplicated + 1
-            for k in range(copies):
-                if faults is not None and faults.loss and rng.random() < faults.loss:
-                    rec.results_lost += 1
-                    continue
-                push(max(t_out, t) + frame_s[m] * (1 + k), "result", m, res)
-        later = getattr(sites[m], "next_poll", None)
-        when = later(t) if later is not None else None
-        if when is not None and (m, when) not in polling:
-            polling.add((m, when))
-            push(when, "poll", m)
-
-    reported = -1
-    while events and outstanding:
-        t, _, kind, data = heapq.heappop(events)
-        if kind == "link_free":
-            start_send(data[0], t)
-        elif kind == "hop":
-            s, e, dests, msg = data
-            nbytes = len(msg.frame) if msg.frame is not None else chunk_elems * dtype.size + WIRE_OVERHEAD
-            hops, arrivals = links.cross(t, s, e, dests, nbytes)
-            for t_hop, e2, ds in hops:
-                push(t_hop, "hop", s, e2, ds, msg)
-            for m, t_m in arrivals:
-                arrived(s, m, t_m, msg)
-        elif kind == "timer":
-            s, r, c, k = data
-            if not np.isnan(result[s, r, c]) or (s == kill_site and r >= kill_round):
-                continue
-            if k >= RETRIES:
-                give_up(s, r, c, t)
-            rec.retransmits += 1
-            resend(s, r, c, t)
-            push(t + timeout0[s][r] * (2 << k), "timer", s, r, c, k + 1)
-        elif kind == "deliver":
-            m, msg = data
-            if msg.frame is not None:
-                ingress[m] += len(msg.frame)
-            else:
-                ingress[m] += chunk_elems * dtype.size + WIRE_OVERHEAD
-            emit(m, t, sites[m].feed(t, [msg]))
-        elif kind == "poll":
-            emit(data[0], t, sites[data[0]].poll(t))
-        elif kind == "result":
-            s, res = data
-            r, c = res.round, res.chunk
-            if not (0 <= r < rounds and 0 <= c < n_chunks):
-                continue  # not ours to apply (the aggregator's counters say why)
-            if not np.isnan(result[s, r, c]):
-                rec.results_ignored += 1
-                # Applied already. The RESULT came again because some member sent this chunk to our
-                # aggregator after it completed (or the WAN copied it): a member may still be missing our
-                # contribution, so send it once more. Our resend makes the other members' aggregators send
-                # their RESULTs again too, so without a hold-off two done members would keep answering each
-                # other; the hold-off starts at one timeout and doubles, as the asking member's retries do.
-                last, n_echo = echoed.get((s, r, c), (-math.inf, 0))
-                if (
-                    faults is not None
-                    and not (s == kill_site and r >= kill_round)
-                    and t - last >= timeout0[s][r] * (1 << n_echo)
-                    and holds_contribution(s, r, c)
-                ):
-                    echoed[(s, r, c)] = (t, n_echo + 1)
-                    rec.resends_on_result += 1
-                    resend(s, r, c, t)
-                continue
-            result[s, r, c] = t
-            outstanding -= 1
-            if with_data:
-                g = len(member_of[s][r])
-                elems = np.frombuffer(res.payload, bits_dtype(dtype), offset=HEADER_BYTES).view(vt)
-                with np.errstate(all="ignore"):
-                    current[s][c] = (elems / vt.type(g)).astype(vt)
-            nr = next_round[s][r]
-            if nr is not None:
-                condition_met(s, nr, c, t)
-            succ = window_succ(r, c)
-            if succ is not None and member_of[s][succ[0]]:
-                condition_met(s, succ[0], succ[1], t)
-            if (
-                progress is not None
-                and r > reported
-                and np.all(~np.isnan(result[:, r][[bool(member_of[x][r]) for x in range(n)]]))
-            ):
-                reported = r
-                progress(f"round {r} complete at {t * 1e3:.1f} ms simulated")
-
-    if outstanding:
+    def raise_stalled(self):
+        """Nothing is left to happen but a RESULT is missing: a killed site stopped it, or a bug did."""
         s, r, c = next(
             (s, r, c)
-            for s in range(n)
-            for r in range(rounds)
-            if member_of[s][r]
-            for c in range(n_chunks)
-            if np.isnan(result[s, r, c])
+            for s in range(self.n)
+            for r in range(self.rounds)
+            if self.member_of[s][r]
+            for c in range(self.n_chunks)
+            if np.isnan(self.result[s, r, c])
         )
-        if kill_site is None:
+        if self.kill_site is None:
             raise RuntimeError(f"The co-simulation stalled: site {s} has no RESULT for round {r} chunk {c}.")
-        names = schedule.sites
+        names = self.schedule.sites
         raise SiteTimeout(
-            f"round {kill_round}: site {names[kill_site]} (rank {kill_site}) stopped sending "
+            f"round {self.kill_round}: site {names[self.kill_site]} (rank {self.kill_site}) stopped sending "
             f"and no other member of its groups is left to time out; {names[s]} has no RESULT "
             f"for round {r}",
             site=s,
             round=r,
             chunk=c,
-            missing=(kill_site,),
+            missing=(self.kill_site,),
         )
 
-    stats = []
-    for r in range(rounds):
-        sr = send[:, r][~np.isnan(send[:, r])]
-        rr = result[:, r][~np.isnan(result[:, r])]
-        stats.append(
-            RoundStats(r, float(sr.min()) if sr.size else math.nan, float(rr.max()) if rr.size else math.nan)
-        )
-    finish = float(np.nanmax(result)) if np.isfinite(result).any() else math.nan
-    final = None
-    if with_data:
-        final = [np.concatenate(current[s]) for s in range(n)]
-    return WanRun(stats, finish, send, result, ingress, [a.counters() for a in sites], final, emitted, rec)
+    def report(self):
+        """The run as a :class:`WanRun`."""
+        send, result = self.send, self.result
+        stats = []
+        for r in range(self.rounds):
+            sr = send[:, r][~np.isnan(send[:, r])]
+            rr = result[:, r][~np.isnan(result[:, r])]
+            stats.append(
+                RoundStats(
+                    r, float(sr.min()) if sr.size else math.nan, float(rr.max()) if rr.size else math.nan
+                )
+            )
+        finish = float(np.nanmax(result)) if np.isfinite(result).any() else math.nan
+        final = [np.concatenate(self.current[s]) for s in range(self.n)] if self.with_data else None
+        counters = [a.counters() for a in self.sites]
+        return WanRun(stats, finish, send, result, self.ingress, counters, final, self.emitted, self.rec)
 
 
 def contrib_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, period):
     """One CONTRIB frame of chunk ``chunk``, from site ``rank``'s hosts to its group's multicast address."""
+    ip = addressing.contrib_group_ip(job=job, round=round_index, group=group, period=period)
+    header = dict(dtype=dtype, rank=rank, job=job, round_index=round_index, group=group, last=last)
+    return chunk_frame(
+        elems, chunk=chunk, chunk_elems=chunk_elems, dst_mac=addressing.multicast_mac(ip), dst_ip=ip, **header
+    )
+
+
+def chunk_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, dst_mac, dst_ip):
+    """One CONTRIB frame of chunk ``chunk`` from site ``rank``'s hosts to ``dst_mac``/``dst_ip``."""
     payloads = pack_tensor(
         elems,
         dtype=dtype,
@@ -751,13 +840,12 @@ def contrib_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_e
         first_chunk=chunk,
         last=last,
     )
-    ip = addressing.contrib_group_ip(job=job, round=round_index, group=group, period=period)
     return build_frame(
         next(iter(payloads)),
         src_mac=addressing.host_mac(rank),
-        dst_mac=addressing.multicast_mac(ip),
+        dst_mac=dst_mac,
         src_ip=addressing.host_ip(rank),
-        dst_ip=ip,
+        dst_ip=dst_ip,
         sport=UDP_PORT,
         dport=UDP_PORT,
     )

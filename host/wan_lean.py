@@ -44,12 +44,11 @@ from ..spec import addressing
 from ..spec.core import bank_slot
 from ..spec.errors import WanreduceError
 from ..spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
-from .frames import build_frame, parse_frame
+from .frames import parse_frame
 from .golden import Destination, GoldenAggregator, RootEntry
 from .pacing import aggregator_slots, member_buffer_bytes
-from .packet import pack_tensor
 from .protocol import bits_dtype, np_dtype
-from .wan import Msg, bank_layout, chunk_count, result_msg
+from .wan import Msg, bank_layout, chunk_count, chunk_frame, result_msg
 
 __all__ = [
     "LeanRun",
@@ -139,26 +138,9 @@ def background_frame(rng, site, size):
 
 def lean_contrib_frame(elems, *, dtype, rank, root, job, round_index, group, chunk, chunk_elems, last):
     """One CONTRIB frame of chunk ``chunk`` from site ``rank``'s hosts, unicast to ``root``'s aggregator."""
-    payloads = pack_tensor(
-        elems,
-        dtype=dtype,
-        rank=rank,
-        job=job,
-        round=round_index,
-        group=group,
-        chunk_elems=chunk_elems,
-        first_chunk=chunk,
-        last=last,
-    )
-    return build_frame(
-        next(iter(payloads)),
-        src_mac=addressing.host_mac(rank),
-        dst_mac=addressing.aggregator_mac(root),
-        src_ip=addressing.host_ip(rank),
-        dst_ip=addressing.aggregator_ip(root),
-        sport=UDP_PORT,
-        dport=UDP_PORT,
-    )
+    header = dict(dtype=dtype, rank=rank, job=job, round_index=round_index, group=group, last=last)
+    dst = dict(dst_mac=addressing.aggregator_mac(root), dst_ip=addressing.aggregator_ip(root))
+    return chunk_frame(elems, chunk=chunk, chunk_elems=chunk_elems, **header, **dst)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,35 +233,36 @@ def simulate_lean(
             "the schedule has no 'lean' section: it is a gather-mode schedule "
             "(use wanreduce.host.wan.simulate)"
         )
-    dtype = DType(dtype)
-    n, period = schedule.n, schedule.period
-    rounds = period if rounds is None else int(rounds)
-    n_chunks = chunk_count(elements, chunk_elems)
-    chunk_bytes = chunk_elems * dtype.size
-    memory_bytes = schedule.params.get("memory_bytes") if memory_bytes is None else memory_bytes
-    if not isinstance(memory_bytes, int) or memory_bytes < 1:
-        raise WanreduceError(f"the aggregator memory {memory_bytes!r} is not a positive byte count")
-    with_data = tensors is not None
-    if with_data and stripe_limit is not None:
-        raise ValueError("A run with data simulates every chunk; stripe_limit is for timing-only runs.")
-    gmax = max(len(g) for rnd in schedule.rounds for g in rnd)
-    slots = aggregator_slots(memory_bytes, chunk_bytes=chunk_bytes, members=gmax, width=width)
-    bits, bank = bank_layout(slots, period)
-    if bank < 1:
-        raise WanreduceError(
-            f"{memory_bytes} bytes of aggregator memory hold no round bank of {gmax}-member "
-            f"slots of {chunk_bytes}-byte chunks"
-        )
-    mbb = member_buffer_bytes(chunk_bytes, width)
-    D = np.asarray(one_way_s, float)
-    site_Bps = np.broadcast_to(np.asarray(site_Bps, float), (n,))
-    frame_bytes = chunk_bytes + WIRE_OVERHEAD
-    frame_s = frame_bytes / site_Bps
-    jitter = _Jitter(jitter_s, seed)
-    vt = np_dtype(dtype)
+    sim = _LeanSim(
+        schedule,
+        rounds=schedule.period if rounds is None else int(rounds),
+        dtype=DType(dtype),
+        chunk_elems=chunk_elems,
+        elements=elements,
+        memory_bytes=schedule.params.get("memory_bytes") if memory_bytes is None else memory_bytes,
+        with_data=tensors is not None,
+        stripe_limit=stripe_limit,
+        width=width,
+        one_way_s=one_way_s,
+        site_Bps=site_Bps,
+        jitter=_Jitter(jitter_s, seed),
+        job=job,
+    )
+    if tensors is not None:
+        sim.load_inline_sites(tensors, sites or golden_sites)
+    if pacing is not None and sim.rounds != 1:
+        raise ValueError("Self-paced senders are modelled for one round.")
+    sim.schedule_sends(pacing)
+    if tensors is not None and background:
+        sim.schedule_background(int(background), seed)
+    sim.run_events()
+    return sim.report()
 
-    # Per (round, site): group id, members, and per chunk the root and the scheduled send time.
-    plan = []  # per round: list of (members, stripes)
+
+def _stripe_plan(schedule, rounds, n_chunks, chunk_elems):
+    """Per round of the run, per group: ``(members, stripes)``; refuses a plan made for another tensor."""
+    period = schedule.period
+    plan = []
     for r in range(rounds):
         lr = schedule.lean["rounds"][r % period]
         grp = []
@@ -295,260 +278,333 @@ def simulate_lean(
                 )
             grp.append((tuple(members), lg["stripes"]))
         plan.append(grp)
-    member_of = [[None] * rounds for _ in range(n)]  # (gid, members) of site s in round r
-    root_of = [dict() for _ in range(rounds)]  # per round: (gid, chunk) -> root
-    for r, grp in enumerate(plan):
-        for gid, (members, stripes) in enumerate(grp):
-            if not stripes:
-                continue  # a group of one sends nothing and keeps its value: it waits this round
-            for m in members:
-                member_of[m][r] = (gid, members)
-            for st in stripes:
-                lim = st["chunks"] if stripe_limit is None else min(st["chunks"], int(stripe_limit))
-                for c in range(st["first_chunk"], st["first_chunk"] + lim):
-                    root_of[r][(gid, c)] = st["root"]
-    prev_round = [[None] * rounds for _ in range(n)]
-    next_round = [[None] * rounds for _ in range(n)]
-    for s in range(n):
-        last = None
-        for r in range(rounds):
-            if member_of[s][r] is not None:
-                prev_round[s][r] = last
-                if last is not None:
-                    next_round[s][last] = r
-                last = r
+    return plan
 
-    beat = width // 8
-    # The bypass buffer holds any standard frame and any RESULT of this tensor's chunks.
-    bypass_bytes = -(-max(1518, FRAME_OVERHEAD + HEADER_BYTES + chunk_bytes) // beat) * beat
-    if with_data:
-        values = [np.asarray(t).astype(vt).reshape(-1).copy() for t in tensors]
-        if len(values) != n or any(v.size != elements for v in values):
-            raise ValueError(f"Give {n} tensors of {elements} elements each.")
-        current = [
-            [v[c * chunk_elems : (c + 1) * chunk_elems].copy() for c in range(n_chunks)] for v in values
-        ]
-        configs = []
-        for q in range(n):
-            configs.append(
-                dict(
-                    rank=q,
-                    jobs={job: root_entries(schedule, q, job=job)},
-                    slots=slots,
-                    members=gmax,
-                    slot_bytes=chunk_bytes,
-                    bank_bits={job: bits},
-                    destinations=[Destination(addressing.host_mac(q), addressing.site_group_ip(q), UDP_PORT)],
-                    bypass_bytes=bypass_bytes,
-                )
+
+# Events are flat tuples (time, sequence, kind, a, b, c, d); the sequence number breaks ties in the
+# order the events were made, so a run is the same whatever the heap's layout.
+_READY, _LINK_FREE, _DELIVER, _RESULT, _INBOUND = 0, 1, 2, 3, 4
+
+
+class _LeanSim:
+    """The state of one :func:`simulate_lean` run: the plan, the senders' queues and links, the roots'
+    slots, and the event queue that moves frames between them."""
+
+    def __init__(
+        self,
+        schedule,
+        *,
+        rounds,
+        dtype,
+        chunk_elems,
+        elements,
+        memory_bytes,
+        with_data,
+        stripe_limit,
+        width,
+        one_way_s,
+        site_Bps,
+        jitter,
+        job,
+    ):
+        if not isinstance(memory_bytes, int) or memory_bytes < 1:
+            raise WanreduceError(f"the aggregator memory {memory_bytes!r} is not a positive byte count")
+        if with_data and stripe_limit is not None:
+            raise ValueError("A run with data simulates every chunk; stripe_limit is for timing-only runs.")
+        self.schedule, self.rounds, self.dtype, self.job = schedule, rounds, dtype, job
+        self.n, self.period = schedule.n, schedule.period
+        self.chunk_elems, self.elements = chunk_elems, elements
+        self.n_chunks = chunk_count(elements, chunk_elems)
+        self.chunk_bytes = chunk_bytes = chunk_elems * dtype.size
+        self.stripe_limit, self.width, self.with_data = stripe_limit, width, with_data
+        self.gmax = gmax = max(len(g) for rnd in schedule.rounds for g in rnd)
+        self.slots = aggregator_slots(memory_bytes, chunk_bytes=chunk_bytes, members=gmax, width=width)
+        self.bits, bank = bank_layout(self.slots, self.period)
+        if bank < 1:
+            raise WanreduceError(
+                f"{memory_bytes} bytes of aggregator memory hold no round bank of {gmax}-member "
+                f"slots of {chunk_bytes}-byte chunks"
             )
-        aggs = (sites or golden_sites)(configs)
-        host_group = [bytes(int(x) for x in addressing.site_group_ip(q).split(".")) for q in range(n)]
+        self.mbb = member_buffer_bytes(chunk_bytes, width)
+        self.D = np.asarray(one_way_s, float)
+        self.frame_bytes = chunk_bytes + WIRE_OVERHEAD
+        self.frame_s = self.frame_bytes / np.broadcast_to(np.asarray(site_Bps, float), (self.n,))
+        self.jitter = jitter
+        self.vt = np_dtype(dtype)
+        self.plan = _stripe_plan(schedule, rounds, self.n_chunks, chunk_elems)
+        self._index_membership()
+        n = self.n
+        self.aggs = self.current = self.host_group = None
+        self.send = np.full((n, rounds, self.n_chunks), np.nan)
+        self.result = np.full((n, rounds, self.n_chunks), np.nan)
+        self.sched = {}  # (site, round, chunk) -> planned send time, released by the previous round's RESULT
+        self.events, self.seq = [], 0
+        self.bg_in = [[] for _ in range(n)]
+        self.bg_out = [[] for _ in range(n)]
+        self.ready = [[] for _ in range(n)]
+        self.link_busy = [False] * n
+        self.ingress = [0] * n
+        self.seen = {}  # (root, round, chunk) -> contributors so far
+        self.live = [dict() for _ in range(n)]  # per root: slot -> (round, chunk)
+        self.peak = {}
+        self.conflicts = 0
+        self.emitted = 0
+        self.pacing = self.host_rng = None
+        self.stripe_end = {}  # (round, group, chunk) -> one past the stripe's last chunk (self-paced runs)
 
-    send = np.full((n, rounds, n_chunks), np.nan)
-    result = np.full((n, rounds, n_chunks), np.nan)
-    sched = {}
-    # Events are flat tuples (time, sequence, kind, a, b, c, d): kinds below, fields per kind.
-    READY, LINK_FREE, DELIVER, RESULT, INBOUND = 0, 1, 2, 3, 4
-    events, seq = [], 0
-    bg_in = [[] for _ in range(n)]
-    bg_out = [[] for _ in range(n)]
-    ready = [[] for _ in range(n)]
-    link_busy = [False] * n
-    ingress = [0] * n
-    seen = {}  # (root, round, chunk) -> contributors so far
-    live = [dict() for _ in range(n)]  # per root: slot -> (round, chunk)
-    peak = {}
-    conflicts = 0
-    emitted = 0
-    push = heapq.heappush
-    pop = heapq.heappop
+    def _limit(self, stripe):
+        """How many of the stripe's chunks the run sends."""
+        return (
+            stripe["chunks"] if self.stripe_limit is None else min(stripe["chunks"], int(self.stripe_limit))
+        )
 
-    if pacing is not None and rounds != 1:
-        raise ValueError("Self-paced senders are modelled for one round.")
-    host_rng = np.random.default_rng(pacing.seed) if pacing is not None else None
-
-    def host_delay():
-        return float(host_rng.exponential(pacing.jitter_s)) if pacing.jitter_s > 0 else 0.0
-
-    stripe_end = {}  # (round, group, chunk) -> one past the stripe's last chunk (self-paced runs)
-    for r, grp in enumerate(plan):
-        start = _round_start(schedule, r)
-        for gid, (members, stripes) in enumerate(grp):
-            for st in stripes:
-                lim = st["chunks"] if stripe_limit is None else min(st["chunks"], int(stripe_limit))
-                if pacing is not None:
-                    first = st["first_chunk"]
-                    for c in range(first, first + lim):
-                        stripe_end[(r, gid, c)] = first + lim
-                    for s in members:
-                        for c in range(first, first + min(lim, pacing.window)):
-                            events.append((start + host_delay(), seq, READY, s, r, c, None))
-                            seq += 1
-                    continue
-                for k, s in enumerate(members):
-                    t0 = start + st["offsets_s"][k]
-                    first, step = st["first_chunk"], st["interval_s"]
-                    if prev_round[s][r] is None:
-                        for i in range(lim):
-                            events.append((t0 + i * step, seq, READY, s, r, first + i, None))
-                            seq += 1
-                    else:
-                        for i in range(lim):
-                            sched[(s, r, first + i)] = t0 + i * step
-    if with_data and background:
-        # Other traffic for each site, spread over the run's first round (seeded).
-        brng = np.random.default_rng(seed + 1)
-        span = max(_round_start(schedule, 0) + 1e-3, float(np.max(D)) * 2)
+    def _index_membership(self):
+        """Who is in which group each round, the root of every chunk, and each site's previous and next
+        round, so that a RESULT can release the same chunk of the site's next round."""
+        n, rounds = self.n, self.rounds
+        self.member_of = [[None] * rounds for _ in range(n)]  # (gid, members) of site s in round r
+        self.root_of = [dict() for _ in range(rounds)]  # per round: (gid, chunk) -> root
+        for r, grp in enumerate(self.plan):
+            for gid, (members, stripes) in enumerate(grp):
+                if not stripes:
+                    continue  # a group of one sends nothing and keeps its value: it waits this round
+                for m in members:
+                    self.member_of[m][r] = (gid, members)
+                for st in stripes:
+                    for c in range(st["first_chunk"], st["first_chunk"] + self._limit(st)):
+                        self.root_of[r][(gid, c)] = st["root"]
+        self.prev_round = [[None] * rounds for _ in range(n)]
+        self.next_round = [[None] * rounds for _ in range(n)]
         for s in range(n):
-            times = np.sort(brng.random(int(background))) * span
+            last = None
+            for r in range(rounds):
+                if self.member_of[s][r] is not None:
+                    self.prev_round[s][r] = last
+                    if last is not None:
+                        self.next_round[s][last] = r
+                    last = r
+
+    def load_inline_sites(self, tensors, build):
+        """Each site's starting chunks and its in-line aggregator, configured for the stripes it roots."""
+        n, job, chunk_elems = self.n, self.job, self.chunk_elems
+        values = [np.asarray(t).astype(self.vt).reshape(-1).copy() for t in tensors]
+        if len(values) != n or any(v.size != self.elements for v in values):
+            raise ValueError(f"Give {n} tensors of {self.elements} elements each.")
+        self.current = [
+            [v[c * chunk_elems : (c + 1) * chunk_elems].copy() for c in range(self.n_chunks)] for v in values
+        ]
+        beat = self.width // 8
+        # The bypass buffer holds any standard frame and any RESULT of this tensor's chunks.
+        bypass_bytes = -(-max(1518, FRAME_OVERHEAD + HEADER_BYTES + self.chunk_bytes) // beat) * beat
+        configs = [
+            dict(
+                rank=q,
+                jobs={job: root_entries(self.schedule, q, job=job)},
+                slots=self.slots,
+                members=self.gmax,
+                slot_bytes=self.chunk_bytes,
+                bank_bits={job: self.bits},
+                destinations=[Destination(addressing.host_mac(q), addressing.site_group_ip(q), UDP_PORT)],
+                bypass_bytes=bypass_bytes,
+            )
+            for q in range(n)
+        ]
+        self.aggs = build(configs)
+        self.host_group = [bytes(int(x) for x in addressing.site_group_ip(q).split(".")) for q in range(n)]
+
+    def _push(self, t, kind, a, b=None, c=None, d=None):
+        heapq.heappush(self.events, (t, self.seq, kind, a, b, c, d))
+        self.seq += 1
+
+    def _host_delay(self):
+        return float(self.host_rng.exponential(self.pacing.jitter_s)) if self.pacing.jitter_s > 0 else 0.0
+
+    def schedule_sends(self, pacing):
+        """The first sends of every round: at the plan's offsets and interval (a site's later rounds wait
+        for its RESULT of the same chunk), or, self-paced, the first window of each stripe at once."""
+        self.pacing = pacing
+        self.host_rng = np.random.default_rng(pacing.seed) if pacing is not None else None
+        for r, grp in enumerate(self.plan):
+            start = _round_start(self.schedule, r)
+            for gid, (members, stripes) in enumerate(grp):
+                for st in stripes:
+                    lim, first = self._limit(st), st["first_chunk"]
+                    if pacing is not None:
+                        for c in range(first, first + lim):
+                            self.stripe_end[(r, gid, c)] = first + lim
+                        for s in members:
+                            for c in range(first, first + min(lim, pacing.window)):
+                                self._push(start + self._host_delay(), _READY, s, r, c)
+                        continue
+                    step = st["interval_s"]
+                    for k, s in enumerate(members):
+                        t0 = start + st["offsets_s"][k]
+                        for i in range(lim):
+                            if self.prev_round[s][r] is None:
+                                self._push(t0 + i * step, _READY, s, r, first + i)
+                            else:
+                                self.sched[(s, r, first + i)] = t0 + i * step
+
+    def schedule_background(self, count, seed):
+        """Other traffic for each site, spread over the run's first round (seeded)."""
+        brng = np.random.default_rng(seed + 1)
+        span = max(_round_start(self.schedule, 0) + 1e-3, float(np.max(self.D)) * 2)
+        for s in range(self.n):
+            times = np.sort(brng.random(count)) * span
             for t_bg in times:
                 f = background_frame(brng, s, int(brng.integers(60, 1519)))
-                bg_in[s].append(f)
-                events.append((float(t_bg), seq, INBOUND, s, f, None, None))
-                seq += 1
-    heapq.heapify(events)
+                self.bg_in[s].append(f)
+                self._push(float(t_bg), _INBOUND, s, f)
 
-    def route(q, outs):
-        """Where the frames out of site ``q``'s in-line aggregator go."""
-        nonlocal seq, emitted
-        for t_out, port, f in outs:
-            if port == "o":
-                msg = result_msg(f)
-                members = plan[msg.round][msg.group][0]
-                if f[30:34] == host_group[q]:  # the copy for q's own hosts
-                    emitted += 1
-                    slot = bank_slot(msg.round, msg.chunk, period=period, bank_bits=bits, slots=slots)
-                    if live[q].get(slot) == (msg.round, msg.chunk):
-                        del live[q][slot]
-                    seen.pop((q, msg.round, msg.chunk), None)
-                    push(events, (t_out + frame_s[q], seq, RESULT, q, msg, None, None))
-                    seq += 1
-                else:  # the group copy: over the WAN to the other members' aggregators
-                    for m in members:
-                        if m != q:
-                            push(events, (t_out + D[q, m] + jitter(), seq, INBOUND, m, f, None, None))
-                            seq += 1
-            elif parse_frame(f, port=UDP_PORT)[2] is None:  # another root's RESULT, forwarded
-                push(events, (t_out + frame_s[q], seq, RESULT, q, result_msg(f), None, None))
-                seq += 1
+    def run_events(self):
+        """Pop events in time order until none is left."""
+        pop, events = heapq.heappop, self.events
+        while events:
+            t, _, kind, a, b, c, d = pop(events)
+            if kind == _READY:
+                heapq.heappush(self.ready[a], (t, b, c))
+                if not self.link_busy[a]:
+                    self._start_send(a, t)
+            elif kind == _LINK_FREE:
+                self._start_send(a, t)
+            elif kind == _INBOUND:
+                self._route(a, self.aggs[a].feed(t, [b]))
+            elif kind == _DELIVER:
+                self._deliver(t, a, b, c, d)
             else:
-                bg_out[q].append(f)
+                self._result_in(t, a, b)
 
-    def start_send(s, t):
-        nonlocal seq
-        if not ready[s]:
-            link_busy[s] = False
+    def _start_send(self, s, t):
+        """Site ``s``'s access link is free at ``t``: send its earliest ready chunk to the chunk's root."""
+        if not self.ready[s]:
+            self.link_busy[s] = False
             return
-        _, r, c = pop(ready[s])
-        link_busy[s] = True
-        send[s, r, c] = t
-        gid = member_of[s][r][0]
-        q = root_of[r][(gid, c)]
+        _, r, c = heapq.heappop(self.ready[s])
+        self.link_busy[s] = True
+        self.send[s, r, c] = t
+        gid = self.member_of[s][r][0]
+        q = self.root_of[r][(gid, c)]
         frame = None
-        if with_data:
+        if self.with_data:
             frame = lean_contrib_frame(
-                current[s][c],
-                dtype=dtype,
+                self.current[s][c],
+                dtype=self.dtype,
                 rank=s,
                 root=q,
-                job=job,
+                job=self.job,
                 round_index=r,
                 group=gid,
                 chunk=c,
-                chunk_elems=chunk_elems,
-                last=c == n_chunks - 1,
+                chunk_elems=self.chunk_elems,
+                last=c == self.n_chunks - 1,
             )
-        done = t + frame_s[s]
-        push(events, (done + D[s, q] + jitter(), seq, DELIVER, q, s, (r, c, gid), frame))
-        push(events, (done, seq + 1, LINK_FREE, s, None, None, None))
-        seq += 2
+        done = t + self.frame_s[s]
+        self._push(done + self.D[s, q] + self.jitter(), _DELIVER, q, s, (r, c, gid), frame)
+        self._push(done, _LINK_FREE, s)
 
-    while events:
-        t, _, kind, a, b, c_, d_ = pop(events)
-        if kind == READY:
-            push(ready[a], (t, b, c_))
-            if not link_busy[a]:
-                start_send(a, t)
-        elif kind == LINK_FREE:
-            start_send(a, t)
-        elif kind == INBOUND:
-            route(a, aggs[a].feed(t, [b]))
-        elif kind == DELIVER:
-            q, src, (r, c, gid), frame = a, b, c_, d_
-            members = member_of[src][r][1]
-            ingress[q] += len(frame) if frame is not None else frame_bytes
-            key = (q, r, c)
-            got = seen.get(key)
-            slot = bank_slot(r, c, period=period, bank_bits=bits, slots=slots)
-            if got is None:
-                got = seen[key] = set()
-                if slot in live[q]:
-                    conflicts += 1
-                live[q][slot] = (r, c)
-                if len(live[q]) > peak.get(q, 0):
-                    peak[q] = len(live[q])
-            got.add(src)
-            out = None
-            if with_data:
-                route(q, aggs[q].feed(t, [frame]))
-            elif len(got) == len(members):
-                out = Msg(q, r, c, gid)
-            if out is not None:
-                emitted += 1
-                if live[q].get(slot) == (r, c):
-                    del live[q][slot]
-                del seen[key]
-                for m in members:
-                    push(events, (t + D[q, m] + jitter() + frame_s[m], seq, RESULT, m, out, None, None))
-                    seq += 1
-        else:
-            m, res = a, b
-            r, c = res.round, res.chunk
-            if not np.isnan(result[m, r, c]):
-                continue
-            result[m, r, c] = t
-            if with_data:
-                g = len(member_of[m][r][1])
-                elems = np.frombuffer(res.payload, bits_dtype(dtype), offset=HEADER_BYTES).view(vt)
-                with np.errstate(all="ignore"):
-                    current[m][c] = (elems / vt.type(g)).astype(vt)
-            if pacing is not None and member_of[m][r] is not None:
-                nxt = c + pacing.window
-                if nxt < stripe_end.get((r, member_of[m][r][0], c), 0):
-                    push(events, (t + host_delay(), seq, READY, m, r, nxt, None))
-                    seq += 1
-            nr = next_round[m][r]
-            if nr is not None and (m, nr, c) in sched:
-                push(events, (max(t, sched.pop((m, nr, c))), seq, READY, m, nr, c, None))
-                seq += 1
+    def _slot(self, r, c):
+        return bank_slot(r, c, period=self.period, bank_bits=self.bits, slots=self.slots)
 
-    sizes = {}
-    for grp in plan:
-        for members, stripes in grp:
-            for st in stripes:
-                sizes[st["root"]] = max(sizes.get(st["root"], 0), len(members))
-    finish = float(np.nanmax(result)) if np.isfinite(result).any() else math.nan
-    simulated = (
-        n_chunks
-        if stripe_limit is None
-        else sum(min(st["chunks"], int(stripe_limit)) for st in plan[0][0][1])
-    )
-    return LeanRun(
-        finish_s=finish,
-        send=send,
-        result=result,
-        peak_slots=dict(peak),
-        peak_slot_bytes={q: p * (sizes.get(q, gmax) + 1) * mbb for q, p in peak.items()},
-        slot_conflicts=conflicts,
-        ingress_bytes=ingress,
-        results_emitted=emitted,
-        counters={q: a.counters() for q, a in enumerate(aggs)} if with_data else {},
-        values=[np.concatenate(current[s]) for s in range(n)] if with_data else None,
-        chunks_simulated=simulated,
-        background_in=bg_in,
-        background_out=bg_out,
-    )
+    def _free(self, q, r, c):
+        """The root's slot for chunk ``c`` of round ``r`` is released (its RESULT is out)."""
+        self.emitted += 1
+        slot = self._slot(r, c)
+        if self.live[q].get(slot) == (r, c):
+            del self.live[q][slot]
+
+    def _deliver(self, t, q, src, key, frame):
+        """A contribution reaches root ``q``: take a slot on the chunk's first one, and without data send
+        the RESULT when the group's last is in (with data the aggregator decides)."""
+        r, c, gid = key
+        members = self.member_of[src][r][1]
+        self.ingress[q] += len(frame) if frame is not None else self.frame_bytes
+        got = self.seen.get((q, r, c))
+        if got is None:
+            got = self.seen[(q, r, c)] = set()
+            slot = self._slot(r, c)
+            if slot in self.live[q]:
+                self.conflicts += 1
+            self.live[q][slot] = (r, c)
+            if len(self.live[q]) > self.peak.get(q, 0):
+                self.peak[q] = len(self.live[q])
+        got.add(src)
+        if self.with_data:
+            self._route(q, self.aggs[q].feed(t, [frame]))
+        elif len(got) == len(members):
+            self._free(q, r, c)
+            del self.seen[(q, r, c)]
+            out = Msg(q, r, c, gid)
+            for m in members:
+                self._push(t + self.D[q, m] + self.jitter() + self.frame_s[m], _RESULT, m, out)
+
+    def _route(self, q, outs):
+        """Where the frames out of site ``q``'s in-line aggregator go."""
+        for t_out, port, f in outs:
+            if port == "o":
+                msg = result_msg(f)
+                members = self.plan[msg.round][msg.group][0]
+                if f[30:34] == self.host_group[q]:  # the copy for q's own hosts
+                    self._free(q, msg.round, msg.chunk)
+                    self.seen.pop((q, msg.round, msg.chunk), None)
+                    self._push(t_out + self.frame_s[q], _RESULT, q, msg)
+                else:  # the group copy: over the WAN to the other members' aggregators
+                    for m in members:
+                        if m != q:
+                            self._push(t_out + self.D[q, m] + self.jitter(), _INBOUND, m, f)
+            elif parse_frame(f, port=UDP_PORT)[2] is None:  # another root's RESULT, forwarded
+                self._push(t_out + self.frame_s[q], _RESULT, q, result_msg(f))
+            else:
+                self.bg_out[q].append(f)
+
+    def _result_in(self, t, m, res):
+        """A RESULT reaches site ``m``'s hosts: record it, take its value, and release what waited on it
+        (the next self-paced chunk, or the same chunk of the site's next round)."""
+        r, c = res.round, res.chunk
+        if not np.isnan(self.result[m, r, c]):
+            return
+        self.result[m, r, c] = t
+        if self.with_data:
+            vt = self.vt
+            g = len(self.member_of[m][r][1])
+            elems = np.frombuffer(res.payload, bits_dtype(self.dtype), offset=HEADER_BYTES).view(vt)
+            with np.errstate(all="ignore"):
+                self.current[m][c] = (elems / vt.type(g)).astype(vt)
+        if self.pacing is not None and self.member_of[m][r] is not None:
+            nxt = c + self.pacing.window
+            if nxt < self.stripe_end.get((r, self.member_of[m][r][0], c), 0):
+                self._push(t + self._host_delay(), _READY, m, r, nxt)
+        nr = self.next_round[m][r]
+        if nr is not None and (m, nr, c) in self.sched:
+            self._push(max(t, self.sched.pop((m, nr, c))), _READY, m, nr, c)
+
+    def report(self):
+        """The run as a :class:`LeanRun`."""
+        sizes = {}
+        for grp in self.plan:
+            for members, stripes in grp:
+                for st in stripes:
+                    sizes[st["root"]] = max(sizes.get(st["root"], 0), len(members))
+        result = self.result
+        finish = float(np.nanmax(result)) if np.isfinite(result).any() else math.nan
+        simulated = (
+            self.n_chunks if self.stripe_limit is None else sum(self._limit(st) for st in self.plan[0][0][1])
+        )
+        with_data = self.with_data
+        return LeanRun(
+            finish_s=finish,
+            send=self.send,
+            result=result,
+            peak_slots=dict(self.peak),
+            peak_slot_bytes={q: p * (sizes.get(q, self.gmax) + 1) * self.mbb for q, p in self.peak.items()},
+            slot_conflicts=self.conflicts,
+            ingress_bytes=self.ingress,
+            results_emitted=self.emitted,
+            counters={q: a.counters() for q, a in enumerate(self.aggs)} if with_data else {},
+            values=[np.concatenate(self.current[s]) for s in range(self.n)] if with_data else None,
+            chunks_simulated=simulated,
+            background_in=self.bg_in,
+            background_out=self.bg_out,
+        )
 
 
 def offset_gap(schedule, run, *, skip=0, round_index=0):

@@ -45,7 +45,8 @@ def closure(root=ROOT):
         for text in dist.requires or []:
             req = Requirement(text)
             if req.marker is not None and not any(
-                    req.marker.evaluate({**env, "extra": e}) for e in ("", *extras)):
+                req.marker.evaluate({**env, "extra": e}) for e in ("", *extras)
+            ):
                 continue
             todo.append((req.name, tuple(req.extras)))
     found.pop(_norm(root), None)  # the project itself is installed from the checkout, never pinned

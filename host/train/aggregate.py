@@ -19,10 +19,11 @@ period with identical bits.
 
 import numpy as np
 
-from ..errors import WanreduceError
+from ...spec.errors import WanreduceError
+from ...spec.protocol import DType
 from ..golden import GoldenAggregator
 from ..packet import pack_tensor, unpack_payloads
-from ..protocol import DType, bits_dtype, np_dtype
+from ..protocol import bits_dtype, np_dtype
 
 __all__ = [
     "wire_dtype",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import WanreduceError
+from ...spec.errors import WanreduceError
 
 __all__ = ["LMSplit", "load_lm_split", "stdlib_sources", "EXCLUDED"]
 

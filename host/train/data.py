@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import WanreduceError
+from ...spec.errors import WanreduceError
 
 __all__ = ["Split", "load_split"]
 

@@ -8,9 +8,17 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..errors import WanreduceError
-from ..topology import load_topology
-from .methods import METHODS, Setting, build_costs, simulate_clock
+from ...spec.errors import WanreduceError
+from .compare import (
+    best_wanreduce,
+    check_common,
+    mean_sync_s,
+    pick_methods,
+    run_topology,
+    setting_for,
+    setting_record,
+)
+from .methods import METHODS, build_costs, simulate_clock
 
 __all__ = ["Config", "run_experiment", "trajectory_key", "plot"]
 
@@ -42,18 +50,9 @@ class Config:
     sweep_tokens: tuple = (128 * 2048, 256 * 2048, 512 * 2048, 1024 * 2048, 2048 * 2048)
 
     def check(self):
-        if not 2 <= self.sites <= 64:
-            raise WanreduceError(f"training needs 2..64 sites, got {self.sites}")
         if not 0 < self.target <= 1:
             raise WanreduceError(f"the target accuracy must be in (0, 1], got {self.target}")
-        for name in ("h", "max_steps", "diloco_steps", "eval_every", "batch", "hidden", "chunk_elems"):
-            if getattr(self, name) < 1:
-                value = getattr(self, name)
-                raise WanreduceError(f"{name.replace('_', ' ')} must be at least 1, got {value}")
-        if self.engine not in ("fast", "packets"):
-            raise WanreduceError(f"the aggregation engine must be fast or packets, not {self.engine!r}")
-        if self.dtype not in ("fp32", "fp16", "bf16"):
-            raise WanreduceError(f"unknown wire dtype {self.dtype!r}; choose fp32, fp16 or bf16")
+        check_common(self, ("h", "max_steps", "diloco_steps", "eval_every", "batch", "hidden", "chunk_elems"))
 
 
 def trajectory_key(method, cost):
@@ -72,36 +71,35 @@ def _time_to_target(evals, clock, target):
     return None, None
 
 
-def _best_wanreduce(entries):
-    wr = [
-        (e["ratio_vs_colocated"], n)
-        for n, e in entries.items()
-        if n.startswith("wanreduce") and e.get("ratio_vs_colocated") is not None
-    ]
-    return min(wr) if wr else (None, None)
-
-
 def run_experiment(cfg, setting=None, *, log=print):
     """Train, clock and compare every method; returns the JSON-ready result."""
     from .runner import run_sites
 
     cfg.check()
-    setting = setting or Setting(wire_bytes={"fp32": 4, "fp16": 2, "bf16": 2}[cfg.dtype])
-    topo = load_topology(cfg.topology)
-    if topo.n < cfg.sites:
-        raise WanreduceError(f"the {topo.name} topology has {topo.n} sites, fewer than {cfg.sites}")
-    if topo.n > cfg.sites:  # the reduced runs: the first sites of the topology
-        topo = load_topology(cfg.topology, sites=list(topo.sites[: cfg.sites]))
-    methods = [m for m in METHODS(cfg.h) if not cfg.methods or m.name in cfg.methods]
-    unknown = set(cfg.methods) - {m.name for m in METHODS(cfg.h)}
-    if unknown:
-        raise WanreduceError(
-            f"unknown method(s) {', '.join(sorted(unknown))}; known: "
-            f"{', '.join(m.name for m in METHODS(cfg.h))}"
-        )
+    setting = setting_for(cfg, setting)
+    topo = run_topology(cfg)
+    methods = pick_methods(METHODS(cfg.h), cfg.methods)
     t0 = time.perf_counter()
     costs, missing = build_costs(topo, setting, methods, time_limit_s=cfg.schedule_time_s, seed=cfg.seed)
     log(f"costs and schedules: {time.perf_counter() - t0:.1f} s")
+    trajs, key_of = _distinct_runs(methods, costs, cfg)
+    log(f"training {len(trajs)} distinct runs for {len(key_of)} methods on {cfg.sites} site processes")
+    t0 = time.perf_counter()
+    results = run_sites(cfg.sites, _worker_cfg(cfg), list(trajs.values()))
+    train_wall = time.perf_counter() - t0
+    log(f"training: {train_wall:.1f} s")
+    out_methods = {
+        m.name: _method_entry(m, costs[m.name], missing, setting, cfg, results, key_of.get(m.name))
+        for m in methods
+    }
+    _add_ratios(out_methods)
+    best = best_wanreduce({n: e.get("ratio_vs_colocated") for n, e in out_methods.items()})
+    sweep = _compute_sweep(methods, costs, setting, cfg, {n: results[k]["evals"] for n, k in key_of.items()})
+    return _report(cfg, setting, topo, methods, costs, out_methods, sweep, best, train_wall, results)
+
+
+def _distinct_runs(methods, costs, cfg):
+    """``(runs, key_of)``: one training run per distinct trajectory, and each available method's run."""
     trajs, key_of = {}, {}
     for m in methods:
         if costs[m.name] is None:
@@ -119,63 +117,55 @@ def run_experiment(cfg, setting=None, *, log=print):
                 eval_every=m.h if m.algorithm == "diloco" else cfg.eval_every,
                 syncs=costs[m.name].rounds,
             )
-    wcfg = dict(
-        seed=cfg.seed,
-        hidden=cfg.hidden,
-        lr=cfg.lr,
-        momentum=cfg.momentum,
-        outer_lr=cfg.outer_lr,
-        batch=cfg.batch,
-        dtype=cfg.dtype,
-        engine=cfg.engine,
-        chunk_elems=cfg.chunk_elems,
-        target=cfg.target,
-        past_target=cfg.past_target,
+    return trajs, key_of
+
+
+def _worker_cfg(cfg):
+    """What every site process trains with."""
+    keys = ("seed", "hidden", "lr", "momentum", "outer_lr", "batch", "dtype", "engine", "chunk_elems")
+    return {k: getattr(cfg, k) for k in (*keys, "target", "past_target")}
+
+
+def _method_entry(m, cost, missing, setting, cfg, results, key):
+    """One method's record: what it is, and (when it could be planned) its run ``results[key]``, which
+    it may share with other methods, on its own clock."""
+    entry = {
+        "algorithm": m.algorithm,
+        "transport": m.transport,
+        "memory": m.memory,
+        "h": m.h,
+        "per_sync": m.per_sync,
+        "pipelined": m.pipelined,
+        "note": m.note,
+        "sync_bytes": setting.bytes_for(m),
+        "wire_dtype": "fp32" if m.weights else cfg.dtype,
+    }
+    if cost is None:
+        entry.update(available=False, reason=missing[m.name], time_to_target_s=None)
+        return entry
+    evals = results[key]["evals"]
+    last = evals[-1][0]
+    clock = simulate_clock(m, cost, setting, last, cfg.sites)
+    step, ttt = _time_to_target(evals, clock, cfg.target)
+    entry.update(
+        available=True,
+        detail=cost.detail,
+        sync_s=mean_sync_s(cost),
+        steps_to_target=step,
+        time_to_target_s=ttt,
+        s_per_step=float(clock[last] / last) if last else None,
+        final_accuracy_min=min(evals[-1][1]),
+        final_accuracy_mean=float(np.mean(evals[-1][1])),
+        max_weight_spread=max(e[2] for e in evals),
+        curve=[[float(clock[s]), min(a), float(np.mean(a))] for s, a, _ in evals],
+        shared_run=key,
+        train_wall_s=results[key]["wall_s"],
     )
-    log(f"training {len(trajs)} distinct runs for {len(key_of)} methods on {cfg.sites} site processes")
-    t0 = time.perf_counter()
-    results = run_sites(cfg.sites, wcfg, list(trajs.values()))
-    train_wall = time.perf_counter() - t0
-    log(f"training: {train_wall:.1f} s")
-    out_methods = {}
-    for m in methods:
-        entry = {
-            "algorithm": m.algorithm,
-            "transport": m.transport,
-            "memory": m.memory,
-            "h": m.h,
-            "per_sync": m.per_sync,
-            "pipelined": m.pipelined,
-            "note": m.note,
-            "sync_bytes": setting.bytes_for(m),
-            "wire_dtype": "fp32" if m.weights else cfg.dtype,
-        }
-        if costs[m.name] is None:
-            entry.update(available=False, reason=missing[m.name], time_to_target_s=None)
-            out_methods[m.name] = entry
-            continue
-        res = results[key_of[m.name]]
-        evals = res["evals"]
-        last = evals[-1][0]
-        clock = simulate_clock(m, costs[m.name], setting, last, cfg.sites)
-        step, ttt = _time_to_target(evals, clock, cfg.target)
-        cost = costs[m.name]
-        per_sync = [sum(max(b for b, _ in rnd) for rnd in times) for times in cost.times]
-        entry.update(
-            available=True,
-            detail=cost.detail,
-            sync_s=float(np.mean(per_sync)),
-            steps_to_target=step,
-            time_to_target_s=ttt,
-            s_per_step=float(clock[last] / last) if last else None,
-            final_accuracy_min=min(evals[-1][1]),
-            final_accuracy_mean=float(np.mean(evals[-1][1])),
-            max_weight_spread=max(e[2] for e in evals),
-            curve=[[float(clock[s]), min(a), float(np.mean(a))] for s, a, _ in evals],
-            shared_run=key_of[m.name],
-            train_wall_s=res["wall_s"],
-        )
-        out_methods[m.name] = entry
+    return entry
+
+
+def _add_ratios(out_methods):
+    """Each method's time to target and seconds per step over colocated's."""
     base = out_methods.get("colocated", {}).get("time_to_target_s")
     base_step = out_methods.get("colocated", {}).get("s_per_step")
     for entry in out_methods.values():
@@ -183,7 +173,10 @@ def run_experiment(cfg, setting=None, *, log=print):
         entry["ratio_vs_colocated"] = t / base if (t is not None and base) else None
         sps = entry.get("s_per_step")
         entry["step_ratio_vs_colocated"] = sps / base_step if (sps and base_step) else None
-    best = _best_wanreduce(out_methods)
+
+
+def _compute_sweep(methods, costs, setting, cfg, evals_of):
+    """The same runs on clocks of other tokens per step: the ratios to colocated on each."""
     sweep = []
     for tokens in cfg.sweep_tokens:
         s2 = replace(setting, tokens_per_step=tokens)
@@ -191,17 +184,14 @@ def run_experiment(cfg, setting=None, *, log=print):
         for m in methods:
             if costs[m.name] is None:
                 continue
-            evals = results[key_of[m.name]]["evals"]
+            evals = evals_of[m.name]
             clock = simulate_clock(m, costs[m.name], s2, evals[-1][0], cfg.sites)
             times[m.name] = _time_to_target(evals, clock, cfg.target)[1]
         ratios = {
             n: (t / times["colocated"] if t is not None and times.get("colocated") else None)
             for n, t in times.items()
         }
-        b = min(
-            ((r, n) for n, r in ratios.items() if n.startswith("wanreduce") and r is not None),
-            default=(None, None),
-        )
+        b = best_wanreduce(ratios)
         sweep.append(
             {
                 "tokens_per_step": tokens,
@@ -211,18 +201,18 @@ def run_experiment(cfg, setting=None, *, log=print):
                 "ratios": ratios,
             }
         )
+    return sweep
+
+
+def _report(cfg, setting, topo, methods, costs, out_methods, sweep, best, train_wall, results):
+    """The JSON-ready result."""
     plans = {}
     for m in methods:
         c = costs[m.name]
         if c is not None and c.plan:
             plans[f"{m.transport} at {m.memory} memory, {setting.bytes_for(m) / 1e9:g} GB"] = c.plan
     return {
-        "setting": {
-            **asdict(setting),
-            "step_s": setting.step_s,
-            "sync_bytes": setting.sync_bytes,
-            "described": setting.describe(),
-        },
+        "setting": setting_record(setting),
         "config": {k: v for k, v in asdict(cfg).items() if k != "methods"},
         "ratio_rule": "time to target accuracy over colocated's, same runs and clock; "
         "step_ratio_vs_colocated is seconds per step over colocated's, the utilisation measure "

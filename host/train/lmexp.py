@@ -16,9 +16,17 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..errors import WanreduceError
-from ..topology import load_topology
-from .methods import LM_METHODS, Setting, build_costs, latency_floor, simulate_clock
+from ...spec.errors import WanreduceError
+from .compare import (
+    best_wanreduce,
+    check_common,
+    mean_sync_s,
+    pick_methods,
+    run_topology,
+    setting_for,
+    setting_record,
+)
+from .methods import LM_METHODS, build_costs, latency_floor, simulate_clock
 
 __all__ = ["LMConfig", "run_lm_experiment", "DEFAULT_GRID"]
 
@@ -62,21 +70,11 @@ class LMConfig:
     sweep_tokens: tuple = (128 * 2048, 256 * 2048, 512 * 2048, 1024 * 2048, 2048 * 2048)
 
     def check(self):
-        if not 2 <= self.sites <= 64:
-            raise WanreduceError(f"training needs 2..64 sites, got {self.sites}")
         if not self.target > 0:
             raise WanreduceError(f"the target validation loss must be positive, got {self.target}")
-        for name in ("max_steps", "eval_every", "batch", "context", "layers", "width", "heads"):
-            if getattr(self, name) < 1:
-                raise WanreduceError(
-                    f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}"
-                )
+        check_common(self, ("max_steps", "eval_every", "batch", "context", "layers", "width", "heads"))
         if self.width % self.heads:
             raise WanreduceError(f"the width ({self.width}) must be a multiple of the heads ({self.heads})")
-        if self.engine not in ("fast", "packets"):
-            raise WanreduceError(f"the aggregation engine must be fast or packets, not {self.engine!r}")
-        if self.dtype not in ("fp32", "fp16", "bf16"):
-            raise WanreduceError(f"unknown wire dtype {self.dtype!r}; choose fp32, fp16 or bf16")
 
 
 def _family(m):
@@ -162,7 +160,6 @@ def _method_entry(m, cost, setting, cfg, runs, trajs):
             best = (rank, gi, evals, clock)
     _, gi, evals, clock = best
     chosen = grid[gi]
-    per_sync = [sum(max(b for b, _ in rnd) for rnd in times) for times in cost.times]
     return dict(
         algorithm=m.algorithm,
         transport=m.transport,
@@ -176,7 +173,7 @@ def _method_entry(m, cost, setting, cfg, runs, trajs):
         sync_bytes=setting.bytes_for(m),
         wire_dtype=cfg.dtype,
         detail=cost.detail,
-        sync_s=float(np.mean(per_sync)),
+        sync_s=mean_sync_s(cost),
         available=True,
         chosen=chosen["params"],
         steps_to_target=chosen["steps_to_target"],
@@ -202,10 +199,7 @@ def _sweep(methods, costs, setting, cfg, chosen):
             steps[m.name] = float(clock[last] / last)
         base, base_step = times.get("colocated"), steps.get("colocated")
         ratios = {n: (t / base if t is not None and base else None) for n, t in times.items()}
-        best = min(
-            ((r, n) for n, r in ratios.items() if n.startswith("wanreduce") and r is not None),
-            default=(None, None),
-        )
+        best = best_wanreduce(ratios)
         rows.append(
             dict(
                 tokens_per_step=tokens,
@@ -225,19 +219,10 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
     from .runner import run_sites
 
     cfg.check()
-    setting = setting or Setting(wire_bytes={"fp32": 4, "fp16": 2, "bf16": 2}[cfg.dtype])
-    topo = load_topology(cfg.topology)
-    if topo.n < cfg.sites:
-        raise WanreduceError(f"the {topo.name} topology has {topo.n} sites, fewer than {cfg.sites}")
-    if topo.n > cfg.sites:
-        topo = load_topology(cfg.topology, sites=list(topo.sites[: cfg.sites]))
+    setting = setting_for(cfg, setting)
+    topo = run_topology(cfg)
     known = LM_METHODS()
-    unknown = set(cfg.methods) - {m.name for m in known}
-    if unknown:
-        raise WanreduceError(
-            f"unknown method(s) {', '.join(sorted(unknown))}; known: {', '.join(m.name for m in known)}"
-        )
-    methods = [m for m in known if not cfg.methods or m.name in cfg.methods]
+    methods = pick_methods(known, cfg.methods)
     if "colocated" not in {m.name for m in methods}:
         methods.insert(0, known[0])  # every ratio is over colocated's
     t0 = time.perf_counter()
@@ -269,12 +254,7 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
         e["ratio_vs_colocated"] = t / base if (t is not None and base) else None
         e["per_step_ratio"] = e["s_per_step"] / base_step
         e["utilisation_vs_colocated"] = base_step / e["s_per_step"]
-    wr = [
-        (e["ratio_vs_colocated"], n)
-        for n, e in out.items()
-        if n.startswith("wanreduce") and e["ratio_vs_colocated"]
-    ]
-    best_ratio, best = min(wr) if wr else (None, None)
+    best_ratio, best = best_wanreduce({n: e["ratio_vs_colocated"] for n, e in out.items()})
     diameter, floor = latency_floor(topo, setting, base_step)
     sweep = _sweep(methods, costs, setting, cfg, chosen)
     plans = {}
@@ -284,12 +264,7 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
             plans[f"{m.transport} at {setting.memory_of(m)} B, {setting.bytes_for(m) / 1e9:g} GB"] = c.plan
     return {
         "task": "lm",
-        "setting": {
-            **asdict(setting),
-            "step_s": setting.step_s,
-            "sync_bytes": setting.sync_bytes,
-            "described": setting.describe(),
-        },
+        "setting": setting_record(setting),
         "memory_assumption": "on-chip build: 42 MB (root mode) and 1 MiB; the ample-memory build is "
         "assumed to hold at most 16 GB per card, with the cost model as it is",
         "config": {k: v for k, v in asdict(cfg).items() if k != "methods"},

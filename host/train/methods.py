@@ -26,14 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import lean as _lean
 from ..baselines import colocated, ring, unicast
 from ..costmodel import CostModel, CostParams
 from ..schedule import evaluate, optimize
-
-try:  # root ("lean") mode, issue #10: reported as not available where the host model lacks it
-    from .. import lean as _lean
-except ImportError:  # pragma: no cover - only on a tree without issue #10
-    _lean = None
 
 __all__ = [
     "Setting",
@@ -46,7 +42,6 @@ __all__ = [
     "SyncCost",
     "build_costs",
     "simulate_clock",
-    "lean_available",
 ]
 
 
@@ -288,21 +283,21 @@ def _lm_methods(hs=(10, 50)):
 LM_METHODS = _lm_methods
 
 
-def lean_available():
-    """(available, reason): whether the host model has root ("lean") mode, issue #10."""
-    if _lean is None:
-        return False, "the root (lean) mode's cost model (issue #10) is not in wanreduce.host"
-    return True, ""
-
-
-def _lean_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
+def _models(topo, setting, memory, nbytes):
+    """The cost models of one sync: at its bytes, and at one gradient bucket's."""
     big = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=nbytes))
     small = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=setting.bucket_bytes))
-    _, gather_per = optimize(big, time_limit_s=time_limit_s, seed=seed)
-    best, _ = _lean.optimize_lean(big, gather_per_shape=gather_per)
-    tail = _lean.lean_plan(small, best.rounds)
-    rounds = [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in best.rounds]
-    info = {
+    return big, small
+
+
+def _rounds_of(plan):
+    """A plan's rounds as lists of ranks, groups of nobody left out."""
+    return [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in plan.rounds]
+
+
+def _plan_record(best, tail, rounds, **extra):
+    """What the results record of a sync's plan: its construction, times, rounds and bounds."""
+    return {
         "construction": best.name,
         "period_s": best.period_s,
         "score_s": best.score_s,
@@ -311,9 +306,17 @@ def _lean_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
         "bounds": [rc.bound for rc in best.round_costs],
         "period_bucket_s": tail.period_s,
         "exact": bool(best.exact),
-        "mode": "root",
+        **extra,
     }
-    return rounds, None, info
+
+
+def _lean_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
+    big, small = _models(topo, setting, memory, nbytes)
+    _, gather_per = optimize(big, time_limit_s=time_limit_s, seed=seed)
+    best, _ = _lean.optimize_lean(big, gather_per_shape=gather_per)
+    tail = _lean.lean_plan(small, best.rounds)
+    rounds = _rounds_of(best)
+    return rounds, None, _plan_record(best, tail, rounds, mode="root")
 
 
 @dataclass
@@ -333,10 +336,9 @@ class SyncCost:
 
 
 def _plan_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
-    big = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=nbytes))
-    small = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=setting.bucket_bytes))
+    big, small = _models(topo, setting, memory, nbytes)
     best, _ = optimize(big, time_limit_s=time_limit_s, seed=seed)
-    rounds = [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in best.rounds]
+    rounds = _rounds_of(best)
     # Group times as the plan costs them (round banks and all), at the sync's bytes and at one bucket's.
     tail = evaluate(small, best.rounds)
     times = []
@@ -344,17 +346,7 @@ def _plan_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
         bulk_of = {tuple(sorted(g.members)): g.time_s for g in bulk_rc.groups}
         tail_of = {tuple(sorted(g.members)): g.time_s for g in tail_rc.groups}
         times.append([(bulk_of[tuple(sorted(g))], tail_of[tuple(sorted(g))]) for g in rnd])
-    info = {
-        "construction": best.name,
-        "period_s": best.period_s,
-        "score_s": best.score_s,
-        "rounds": rounds,
-        "round_s": best.round_s,
-        "bounds": [rc.bound for rc in best.round_costs],
-        "period_bucket_s": tail.period_s,
-        "exact": bool(best.exact),
-    }
-    return rounds, times, info
+    return rounds, times, _plan_record(best, tail, rounds)
 
 
 def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
@@ -363,11 +355,6 @@ def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
     everyone = [list(range(n))]
     costs, missing, plans = {}, {}, {}
     for m in methods:
-        if m.transport == "lean":
-            ok, why = lean_available()
-            if not ok:
-                costs[m.name], missing[m.name] = None, why
-                continue
         if m.transport in ("colocated", "ring", "unicast"):
             fn = {
                 "colocated": lambda mod: colocated(

@@ -6,9 +6,9 @@ import queue as queue_module
 import tempfile
 import time
 
-from ..errors import WanreduceError
+from ...spec.errors import WanreduceError
 
-__all__ = ["run_sites"]
+__all__ = ["run_sites", "next_from_sites", "stop_sites"]
 
 
 def run_sites(n, cfg, trajectories, *, timeout_s=1800, transport="processes", log=None):
@@ -59,24 +59,34 @@ def run_sites(n, cfg, trajectories, *, timeout_s=1800, transport="processes", lo
             p.start()
         deadline = time.monotonic() + timeout_s
         try:
-            while True:
-                try:
-                    results = queue.get(timeout=1.0)
-                    break
-                except queue_module.Empty:
-                    failed = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0)}
-                    if failed:
-                        raise WanreduceError(
-                            f"site process(es) failed with exit codes {failed}; their error is printed above"
-                        ) from None
-                    if time.monotonic() > deadline:
-                        raise WanreduceError(
-                            f"the site processes did not finish in {timeout_s:g} s"
-                        ) from None
+            results = next_from_sites(queue, procs, deadline, timeout_s)
         finally:
-            for p in procs:
-                p.join(timeout=30)
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
+            stop_sites(procs)
     return results
+
+
+def next_from_sites(queue, procs, deadline, timeout_s):
+    """The next item the site processes ``procs`` put on ``queue``. A process that died, or the
+    ``deadline`` (``time.monotonic()``) passing, is a one-line error instead of a wait without end."""
+    while True:
+        try:
+            return queue.get(timeout=1.0)
+        except queue_module.Empty:
+            failed = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0)}
+            if failed:
+                raise WanreduceError(
+                    f"site process(es) failed with exit codes {failed}; their error is printed above"
+                ) from None
+            if time.monotonic() > deadline:
+                raise WanreduceError(f"the site processes did not finish in {timeout_s:g} s") from None
+
+
+def stop_sites(procs, grace_s=30):
+    """Wait up to ``grace_s`` in all for the site processes to end, then kill those still running."""
+    end = time.monotonic() + grace_s
+    for p in procs:
+        p.join(timeout=max(0.0, end - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()

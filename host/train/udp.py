@@ -17,7 +17,6 @@ site, over UDP or over the fast path, returning every site's final weights.
 
 import multiprocessing
 import os
-import queue as queue_module
 import tempfile
 import time
 
@@ -28,6 +27,7 @@ from ...spec.protocol import UDP_PORT
 from ..aggd import GoldenEngine, site_layout
 from ..transport import SiteTransport
 from .aggregate import wire_dtype
+from .runner import next_from_sites, stop_sites
 
 __all__ = ["UdpSyncer", "train_sites"]
 
@@ -191,33 +191,13 @@ def train_sites(schedule, *, transport, steps=3, dtype="fp32", seed=0, port=UDP_
                 p.start()
             try:
                 deadline = time.monotonic() + timeout_s
-                got = 0
-                while got < n:
-                    try:
-                        rank, vec = out.get(timeout=1.0)
-                    except queue_module.Empty:
-                        failed = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0)}
-                        if failed:
-                            raise WanreduceError(
-                                f"site process(es) failed with exit codes {failed}"
-                            ) from None
-                        if time.monotonic() > deadline:
-                            raise WanreduceError(
-                                f"the site processes did not finish in {timeout_s:g} s"
-                            ) from None
-                        continue
+                for _ in range(n):
+                    rank, vec = next_from_sites(out, procs, deadline, timeout_s)
                     if isinstance(vec, str):
                         raise WanreduceError(f"site {schedule.sites[rank]}: {vec}")
                     finals[rank] = vec
-                    got += 1
             finally:
-                end = time.monotonic() + 30
-                for p in procs:
-                    p.join(timeout=max(0.0, end - time.monotonic()))
-                for p in procs:
-                    if p.is_alive():
-                        p.kill()
-                        p.join()
+                stop_sites(procs)
     return finals
 
 

@@ -21,8 +21,8 @@ import warnings
 import numpy as np
 
 from ...host.golden import Destination
-from ...host.protocol import UDP_PORT, DType
 from ...spec import addressing
+from ...spec.protocol import UDP_PORT, DType
 from ..verify import traffic
 
 __all__ = ["run", "line_rate", "reduce_rate", "NOTES", "RUNS"]

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from ...host.golden import Destination
-from ...host.protocol import UDP_PORT, DType
 from ...spec import addressing
+from ...spec.protocol import UDP_PORT, DType
 from ..verify import traffic
 
 __all__ = ["run"]
@@ -79,6 +79,7 @@ def run(*, n_chunks=100, seed=0):
         bpath, rpath = Path(tmp) / "beats.npy", Path(tmp) / "result.json"
         np.save(bpath, beats)
         params = {
+            "width": WIDTH,
             "latency": LATENCY,
             "mem_ports": PORTS,
             "mem_bytes": 1 << 24,

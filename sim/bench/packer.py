@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from wanreduce.host.packet import pack_tensor, unpack_payloads
-from wanreduce.host.protocol import DType
+from wanreduce.spec.protocol import DType
 
 TENSOR_BYTES = 256 << 20
 CHUNK_ELEMS = 256  # 1 KiB of fp32

@@ -41,7 +41,7 @@ def run():
     _, bank = bank_layout(aggregator_slots(memory, chunk_bytes=1024, members=topo.n, width=64), 1)
     kw = dict(
         one_way_s=topo.one_way_s,
-        site_Bps=model.site_rate / params.wire_eff,
+        site_Bps=model.site_wire_Bps,
         chunk_elems=256,
         elements=tensor // 4,
         memory_bytes=memory,

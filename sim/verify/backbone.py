@@ -23,9 +23,9 @@ Two workloads, each one deterministic run (no jitter, no seed matters once the s
 from ...host import wan
 from ...host.costmodel import CostModel, CostParams
 from ...host.pacing import aggregator_slots
-from ...host.protocol import DType
 from ...host.schedule import optimize, plan_to_schedule
 from ...host.topology import load_topology, parse_topology_csv
+from ...spec.protocol import DType
 
 __all__ = ["LINE", "line_topology", "backbone_bound"]
 
@@ -68,7 +68,7 @@ def backbone_bound(topology, *, elements, memory=1 << 30, chunk_elems=256, site_
     _, bank_slots = wan.bank_layout(slots, schedule.period)
     common = dict(
         one_way_s=topo.one_way_s,
-        site_Bps=model.site_rate / params.wire_eff,
+        site_Bps=model.site_wire_Bps,
         chunk_elems=chunk_elems,
         elements=elements,
         dtype=dtype,

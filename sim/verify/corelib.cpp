@@ -20,38 +20,8 @@
 #include <vector>
 
 #include "Vtop.h"
+#include "ports.h"
 #include "verilated.h"
-
-#ifndef IN_BITS
-#error "IN_BITS must be defined"
-#endif
-#ifndef OUT_BITS
-#error "OUT_BITS must be defined"
-#endif
-
-static constexpr size_t IN_BYTES = (IN_BITS + 7) / 8;
-static constexpr size_t OUT_BYTES = (OUT_BITS + 7) / 8;
-
-template <typename T>
-static inline void put_port(T& port, const uint8_t* src, size_t nbytes) {
-    if constexpr (VlIsVlWide<T>::value) {
-        std::memcpy(port.data(), src, nbytes);
-    } else {
-        uint64_t v = 0;
-        std::memcpy(&v, src, nbytes);
-        port = static_cast<T>(v);
-    }
-}
-
-template <typename T>
-static inline void get_port(const T& port, uint8_t* dst, size_t nbytes) {
-    if constexpr (VlIsVlWide<T>::value) {
-        std::memcpy(dst, port.data(), nbytes);
-    } else {
-        uint64_t v = static_cast<uint64_t>(port);
-        std::memcpy(dst, &v, nbytes);
-    }
-}
 
 struct Core {
     std::unique_ptr<VerilatedContext> ctx;
@@ -79,34 +49,9 @@ struct Core {
         tick();
     }
 
-    void tick() {
-        top->clk = 0;
-        top->eval();
-        top->clk = 1;
-        top->eval();
-    }
-
-    void ctl_write(uint32_t addr, uint32_t data) {
-        top->ctl___05Faddr = addr;
-        top->ctl___05Fwdata = data;
-        top->ctl___05Fwe = 1;
-        tick();
-        top->ctl___05Fwe = 0;
-    }
-
-    uint32_t ctl_read(uint32_t addr) {
-        top->ctl___05Faddr = addr;
-        top->ctl___05Fre = 1;
-        tick();
-        top->ctl___05Fre = 0;
-        tick();  // rdata is valid two cycles after re
-        top->clk = 0;
-        top->eval();
-        uint32_t v = static_cast<uint32_t>(top->ctl___05Frdata);
-        top->clk = 1;
-        top->eval();
-        return v;
-    }
+    void tick() { ::tick(top.get()); }
+    void ctl_write(uint32_t addr, uint32_t data) { ::ctl_write(top.get(), addr, data); }
+    uint32_t ctl_read(uint32_t addr) { return ::ctl_read(top.get(), addr); }
 
     // Clock until the input queue is empty and no beat has gone in or out for `drain` cycles (or max_cycles).
     // Returns 0, or 1 if max_cycles was reached first.

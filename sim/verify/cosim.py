@@ -29,15 +29,23 @@ from ...host import control
 from ...host.frames import parse_frame
 from ...host.golden import Destination, RootEntry
 from ...host.packet import decode_headers
-from ...host.protocol import HEADER_BYTES, Kind
 from ...host.wan import result_msg
 from ...hw.core import AggregatorCore
 from ...spec import addressing
-from ...spec.protocol import UDP_PORT
-from ..verilator import runner, toolchain
+from ...spec.protocol import HEADER_BYTES, UDP_PORT, Kind
+from ...spec.schedfile import group_of
+from ..verilator import cxx, runner, toolchain
 from ..verilator.agg_driver import beats_to_packets, packets_to_beats
 
-__all__ = ["RtlCores", "RtlSite", "RtlTimedSite", "RtlInlineSite", "inline_sites", "CLOCK_HZ"]
+__all__ = [
+    "gather_site_writes",
+    "RtlCores",
+    "RtlSite",
+    "RtlTimedSite",
+    "RtlInlineSite",
+    "inline_sites",
+    "CLOCK_HZ",
+]
 
 _SOURCE = Path(__file__).with_name("corelib.cpp")
 #: The 100G build's clock (CMAC user clock).
@@ -68,7 +76,7 @@ class RtlCores:
         self.has_bypass = "bypass__payload" in ports
         if self.has_bypass:
             defines += " -DHAS_BYPASS"
-        source = _SOURCE.read_text()
+        source = cxx.driver_text(_SOURCE)
 
         def do_build(out):
             if progress:
@@ -82,7 +90,7 @@ class RtlCores:
                 verilog=text,
                 driver=_SOURCE,
                 output="libcores.so",
-                cflags=f"-fPIC {defines}",
+                cflags=cxx.cflags(f"-fPIC {defines}"),
                 ldflags="-shared",
                 jobs=2,
                 opt="-O1",
@@ -218,23 +226,9 @@ class RtlCores:
         instead of :class:`RtlSite` (bursts, for runs the WAN's delays dominate)."""
         if schedule.n != self.count:
             raise ValueError(f"{self.count} cores cannot serve a schedule of {schedule.n} sites.")
-        c = self.core
         out = []
         for s in range(schedule.n):
-            period = [_members(schedule, s, r) for r in range(schedule.period)]
-            dest = Destination(addressing.host_mac(s), addressing.site_group_ip(s), UDP_PORT)
-            writes = control.config_writes(
-                rank=s,
-                jobs={job: period},
-                destinations=[dest],
-                max_jobs=c.jobs,
-                rounds=c.rounds,
-                members=c.members,
-                max_dests=c.dests,
-                slots=c.slots,
-                bank_bits={job: bank_bits},
-            )
-            self.configure(s, writes)
+            self.configure(s, gather_site_writes(schedule, s, self.core, job=job, bank_bits=bank_bits))
             out.append(
                 RtlTimedSite(self, s, clock_hz, schedule, poll_cycles=poll_cycles)
                 if timed
@@ -244,10 +238,17 @@ class RtlCores:
 
 
 def _members(schedule, rank, round_index):
-    for grp in schedule.rounds[round_index % schedule.period]:
-        if rank in grp:
-            return tuple(grp)
-    return ()
+    return tuple(group_of(schedule, rank, round_index)[1])
+
+
+def gather_site_writes(schedule, rank, core, *, job, bank_bits):
+    """The control-port writes that make ``core`` site ``rank``'s aggregator under a gather-mode
+    ``schedule``: the rank's group in each round of the period, RESULTs to the site's hosts' group."""
+    period = [_members(schedule, rank, r) for r in range(schedule.period)]
+    dest = Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)
+    return control.config_writes(
+        rank=rank, jobs={job: period}, destinations=[dest], core=core, bank_bits={job: bank_bits}
+    )
 
 
 def _last_flags(meta, width):
@@ -405,11 +406,7 @@ def inline_sites(*, width, clock_hz, dests=2, jobs=4, rounds=64, progress=None, 
                 rank=cfg["rank"],
                 jobs=cfg["jobs"],
                 destinations=cfg["destinations"],
-                max_jobs=c.jobs,
-                rounds=c.rounds,
-                members=c.members,
-                max_dests=c.dests,
-                slots=c.slots,
+                core=c,
                 bank_bits=cfg["bank_bits"],
                 bypass=True,
             )

@@ -199,7 +199,7 @@ def run(config, *, echo=_noop, progress=_noop):
     wan_args = dict(
         one_way_s=topo.one_way_s,
         backbone=topo,
-        site_Bps=model.site_rate / params.wire_eff,
+        site_Bps=model.site_wire_Bps,
         chunk_elems=config.chunk_elems,
         elements=config.elements,
         dtype=config.dtype,
@@ -450,7 +450,7 @@ def _run_root(config, topo, model, params, echo, progress):
     sim = wan_lean.simulate_lean(
         schedule,
         one_way_s=topo.one_way_s,
-        site_Bps=model.site_rate / params.wire_eff,
+        site_Bps=model.site_wire_Bps,
         chunk_elems=config.chunk_elems,
         elements=config.elements,
         dtype=config.dtype,

@@ -23,10 +23,11 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, Timer, with_timeout
 
 from ...host import control
-from ...host.golden import Destination, GoldenAggregator
+from ...host.golden import Destination
 from ...spec import addressing, ethernet, protocol, regmap
 from ..verilator import runner
 from . import traffic
+from .core_tb import counter_diff, expected_of, golden_of
 
 __all__ = ["TOP", "CORE", "UART_DIVISOR", "board_design", "UartHost", "BoardTB"]
 
@@ -36,6 +37,16 @@ CORE = {"width": 64, "slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jo
 #: Core cycles per UART bit in the simulated build (the board's 115200 baud would be 1085).
 UART_DIVISOR = 4
 CORE_NS, ETH_NS = 8, 8
+#: How both boards are built for simulation: DDR cell models, the small core, a fast UART, short PHY times.
+_SIM_BOARD = dict(
+    primitive="model",
+    core=CORE,
+    uart_divisor=UART_DIVISOR,
+    mdc_divisor=4,
+    phy_reset_cycles=50,
+    phy_settle_cycles=50,
+    poll_cycles=5000,
+)
 
 
 def _site(rank):
@@ -49,15 +60,7 @@ def board_design():
     """The board top as the testbench runs it: DDR models, a small core, a fast UART, short PHY times."""
     from ...hw.eth.board import EthBoard
 
-    return EthBoard(
-        primitive="model",
-        core=CORE,
-        uart_divisor=UART_DIVISOR,
-        mdc_divisor=4,
-        phy_reset_cycles=50,
-        phy_settle_cycles=50,
-        poll_cycles=5000,
-    )
+    return EthBoard(**_SIM_BOARD)
 
 
 class UartHost:
@@ -185,34 +188,13 @@ async def board_end_to_end(dut):
         frames=True,
     )
     frames = [_padded(f) for f in frames]  # what the wire delivers: the sender pads short frames
-    golden = GoldenAggregator(
-        rank=rank,
-        jobs=jobs,
-        slots=CORE["slots"],
-        members=CORE["members"],
-        slot_bytes=CORE["slot_bytes"],
-        mac=mac,
-        ip=ip,
-        destinations=dests,
-    )
-    expected = []
-    for f in frames:
-        expected += golden.feed_frame(f)
+    site = dict(rank=rank, jobs=jobs, mac=mac, ip=ip, destinations=dests)
+    golden = golden_of(CORE, **site)
+    expected = expected_of(golden, frames)
 
     tb = BoardTB(dut)
     await tb.start()
-    writes = control.config_writes(
-        rank=rank,
-        jobs=jobs,
-        destinations=dests,
-        mac=mac,
-        ip=ip,
-        max_jobs=CORE["jobs"],
-        rounds=CORE["rounds"],
-        members=CORE["members"],
-        max_dests=CORE["dests"],
-        slots=CORE["slots"],
-    )
+    writes = control.config_writes(core=CORE, **site)
     for addr, data in writes:
         await tb.uart.write(addr, data)
     assert await tb.uart.read(regmap.REG_ID) == regmap.ID_VALUE, "the control port does not answer"
@@ -240,8 +222,8 @@ async def board_end_to_end(dut):
         assert bytes(f.get_payload()) == _padded(want), f"RESULT frame {n} differs from the golden model"
 
     counters = control.decode_counters([await tb.uart.read(a) for a in control.counter_reads()])
-    assert counters == golden.counters, "core counters differ from the golden model: " + str(
-        {k: (v, golden.counters[k]) for k, v in counters.items() if v != golden.counters[k]}
+    assert counters == golden.counters, (
+        f"core counters differ from the golden model: {counter_diff(counters, golden)}"
     )
     board = await tb.board_counters()
     want = {n: 0 for n in regmap.BOARD_NAMES}
@@ -347,15 +329,7 @@ def inline_design():
     """The in-line board as the testbench runs it: DDR models, a small core with a bypass port."""
     from ...hw.eth.inline import EthInlineBoard
 
-    return EthInlineBoard(
-        primitive="model",
-        core=CORE,
-        uart_divisor=UART_DIVISOR,
-        mdc_divisor=4,
-        phy_reset_cycles=50,
-        phy_settle_cycles=50,
-        poll_cycles=5000,
-    )
+    return EthInlineBoard(**_SIM_BOARD)
 
 
 def _other_frames(rng, n):
@@ -424,21 +398,9 @@ async def inline_end_to_end(dut):
     for o in others:
         wan_in.insert(int(rng.integers(0, len(wan_in) + 1)), _padded(o))
     lan_in = [_padded(f) for f in _other_frames(rng, 8)]
-    golden = GoldenAggregator(
-        rank=rank,
-        jobs=jobs,
-        slots=CORE["slots"],
-        members=CORE["members"],
-        slot_bytes=CORE["slot_bytes"],
-        mac=mac,
-        ip=ip,
-        destinations=dests,
-        bypass_bytes=INLINE_BYPASS_BYTES,
-    )
-    results = []
-    for f in wan_in:
-        results += golden.feed_frame(f)
-    results = [_padded(r) for r in results]
+    site = dict(rank=rank, jobs=jobs, mac=mac, ip=ip, destinations=dests)
+    golden = golden_of(CORE, bypass_bytes=INLINE_BYPASS_BYTES, **site)
+    results = [_padded(r) for r in expected_of(golden, wan_in)]
     forwarded = [_padded(f) for f in golden.forwarded]
 
     d = dut
@@ -452,19 +414,7 @@ async def inline_end_to_end(dut):
     tb = BoardTB.__new__(BoardTB)
     tb.dut, tb.uart = d, UartHost(d, d.clk, UART_DIVISOR)
     await tb.start()
-    writes = control.config_writes(
-        rank=rank,
-        jobs=jobs,
-        destinations=dests,
-        mac=mac,
-        ip=ip,
-        max_jobs=CORE["jobs"],
-        rounds=CORE["rounds"],
-        members=CORE["members"],
-        max_dests=CORE["dests"],
-        slots=CORE["slots"],
-        bypass=True,
-    )
+    writes = control.config_writes(core=CORE, bypass=True, **site)
     for addr, data in writes:
         await tb.uart.write(addr, data)
     for f in wan_in:

@@ -24,6 +24,7 @@ from cocotb.utils import get_sim_time, get_time_from_sim_steps
 from ...spec import ethernet
 from ..verilator import runner
 from ..verilator.agg_driver import beats_to_packets, packets_to_beats
+from .core_tb import CoreTB
 
 __all__ = ["MacTB", "TOP", "mac_design", "stable_verilog"]
 
@@ -123,17 +124,7 @@ class MacTB:
 
     async def send(self, frames):
         """Offer ``frames`` (bytes, no FCS) on ``i``, a beat per core cycle while the MAC takes them."""
-        d = self.dut
-        for rec in packets_to_beats(frames, self.width):
-            d.i__payload.value = int.from_bytes(rec.tobytes(), "little")
-            d.i__valid.value = 1
-            while True:
-                await ReadOnly()
-                taken = bool(d.i__ready.value)
-                await RisingEdge(d.clk)
-                if taken:
-                    break
-        d.i__valid.value = 0
+        await CoreTB(self.dut, width=self.width).send(packets_to_beats(frames, self.width))
 
     def counters(self):
         from ...hw.eth.mac import RX_COUNTERS, TX_COUNTERS

@@ -14,13 +14,10 @@ toward the socket; the core's own input stalls are absorbed by the harness.
 
 import time
 
-from ...host import control
 from ...host.aggd import contrib_frame_of, members_of
 from ...host.frames import parse_frame
-from ...host.golden import Destination
-from ...spec import addressing
 from ...spec.protocol import UDP_PORT
-from .cosim import _DRAIN_FIXED, CLOCK_HZ, RtlCores
+from .cosim import _DRAIN_FIXED, CLOCK_HZ, RtlCores, gather_site_writes
 
 __all__ = ["RtlEngine", "prepare"]
 
@@ -44,20 +41,7 @@ class RtlEngine:
     def __init__(self, schedule, rank, layout, *, job=0, clock_hz=CLOCK_HZ, cores=None):
         self.cores = RtlCores(count=1, **_params(layout)) if cores is None else cores
         core = self.cores.core
-        period = [members_of(schedule, rank, r)[1] for r in range(schedule.period)]
-        dest = Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)
-        writes = control.config_writes(
-            rank=rank,
-            jobs={job: period},
-            destinations=[dest],
-            max_jobs=core.jobs,
-            rounds=core.rounds,
-            members=core.members,
-            max_dests=core.dests,
-            slots=core.slots,
-            bank_bits={job: layout.bank_bits},
-        )
-        self.cores.configure(0, writes)
+        self.cores.configure(0, gather_site_writes(schedule, rank, core, job=job, bank_bits=layout.bank_bits))
         self.period = schedule.period
         self.members = [set(members_of(schedule, rank, r)[1]) for r in range(schedule.period)]
         self.arrived = {}

@@ -26,10 +26,10 @@ import numpy as np
 from ...host import wan
 from ...host.costmodel import CostModel, CostParams
 from ...host.pacing import aggregator_slots
-from ...host.protocol import DType
 from ...host.reference import run_reference
 from ...host.schedule import optimize, plan_to_schedule
 from ...host.topology import from_rtt_matrix
+from ...spec.protocol import DType
 from .cosim import CLOCK_HZ, RtlCores
 
 __all__ = ["rate_bound", "metro_cores", "METRO_RTT_MS"]
@@ -92,7 +92,7 @@ def rate_bound(
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(3)]
     common = dict(
         one_way_s=topo.one_way_s,
-        site_Bps=model.site_rate / params.wire_eff,
+        site_Bps=model.site_wire_Bps,
         chunk_elems=chunk_elems,
         elements=elements,
         dtype=dtype,

@@ -14,20 +14,10 @@ import numpy as np
 
 from ...host import frames as fr
 from ...host.golden import GoldenAggregator, expected_order
-from ...host.protocol import (
-    FLAG_LAST,
-    HEADER_BYTES,
-    HEADER_DTYPE,
-    MAGIC,
-    MAX_RANKS,
-    UDP_PORT,
-    VERSION,
-    DType,
-    Kind,
-    bits_dtype,
-    np_dtype,
-)
+from ...host.packet import encode_headers
+from ...host.protocol import HEADER_DTYPE, bits_dtype, np_dtype
 from ...spec import addressing
+from ...spec.protocol import FLAG_LAST, HEADER_BYTES, MAX_RANKS, UDP_PORT, VERSION, DType, Kind
 
 __all__ = [
     "contrib",
@@ -44,10 +34,7 @@ __all__ = [
 
 def contrib(*, job, round, chunk, src, group, dtype, elems_bits, flags=0, **override):
     """One CONTRIB payload (bytes) with the given element bit patterns (a uint array of dtype's width)."""
-    h = np.zeros(1, HEADER_DTYPE)
     fields = dict(
-        magic=MAGIC,
-        version=VERSION,
         kind=int(Kind.CONTRIB),
         dtype=int(dtype),
         flags=flags,
@@ -57,12 +44,9 @@ def contrib(*, job, round, chunk, src, group, dtype, elems_bits, flags=0, **over
         src=src,
         group=group,
         count=len(elems_bits),
-        reserved=0,
         bitmap=1 << src if src < 64 else 0,
     )
-    fields.update(override)
-    for k, v in fields.items():
-        h[k] = v
+    h = encode_headers(1, **{**fields, **override})
     return h.tobytes() + np.asarray(elems_bits, bits_dtype(dtype)).tobytes()
 
 
@@ -167,30 +151,41 @@ def frame_of(payload, *, src, port=UDP_PORT, udp_checksum=True):
     )
 
 
+def _fix_ip(f):
+    """Recompute the IPv4 header checksum of frame ``f`` (a bytearray) after a change to the header."""
+    f[24:26] = b"\0\0"
+    f[24:26] = fr.ipv4_checksum(bytes(f[14:34])).to_bytes(2, "big")
+
+
+def _shared_damage(f, kind):
+    """The damage both fault makers do the same way, to ``f`` (a bytearray) in place: a fragment, a bad IPv4
+    checksum, another protocol than UDP, another port. False for any other ``kind``."""
+    if kind == "fragment":
+        f[20] |= 0x20
+        _fix_ip(f)
+    elif kind == "ip_checksum":
+        f[24] ^= 0x01
+    elif kind == "not_udp":
+        f[23] = 6
+        _fix_ip(f)
+    elif kind == "port":
+        f[36:38] = (UDP_PORT + 1).to_bytes(2, "big")
+    else:
+        return False
+    return True
+
+
 def frame_fault(rng, frame, kind):
     f = bytearray(frame)
-
-    def fix_ip():
-        f[24:26] = b"\0\0"
-        f[24:26] = fr.ipv4_checksum(bytes(f[14:34])).to_bytes(2, "big")
-
-    if kind == "truncated":
+    if _shared_damage(f, kind):
+        pass
+    elif kind == "truncated":
         f = f[: int(rng.integers(0, len(f)))]
     elif kind == "not_ipv4":
         f[12:14] = b"\x81\x00"
     elif kind == "ip_header":
         f[14] = 0x46 if rng.random() < 0.5 else 0x65
-        fix_ip()
-    elif kind == "fragment":
-        f[20] |= 0x20
-        fix_ip()
-    elif kind == "ip_checksum":
-        f[24] ^= 0x01
-    elif kind == "not_udp":
-        f[23] = 6
-        fix_ip()
-    elif kind == "port":
-        f[36:38] = (UDP_PORT + 1).to_bytes(2, "big")
+        _fix_ip(f)
     elif kind == "udp_length":
         f[38:40] = (int.from_bytes(f[38:40], "big") - 2).to_bytes(2, "big")
     elif kind == "udp_checksum":
@@ -370,25 +365,12 @@ def late_drop(payload, kind, *, src, frames):
             f"The late drop {kind!r} needs a frame; bare payloads have only count_long and count_short."
         )
     f = bytearray(frame_of(payload, src=src))
-
-    def fix_ip():
-        f[24:26] = b"\0\0"
-        f[24:26] = fr.ipv4_checksum(bytes(f[14:34])).to_bytes(2, "big")
-
-    if kind == "truncated":
+    if _shared_damage(f, kind):
+        pass
+    elif kind == "truncated":
         f = f[:-2]  # shorter than the IPv4 total length: the last element is cut
     elif kind == "not_ipv4":
         f[12:14] = b"\x86\xdd"
-    elif kind == "fragment":
-        f[20] |= 0x20
-        fix_ip()
-    elif kind == "ip_checksum":
-        f[24] ^= 0x01
-    elif kind == "not_udp":
-        f[23] = 6
-        fix_ip()
-    elif kind == "port":
-        f[36:38] = (UDP_PORT + 1).to_bytes(2, "big")
     elif kind == "udp_length":
         f[38:40] = (int.from_bytes(f[38:40], "big") - 4).to_bytes(2, "big")
     elif kind == "udp_checksum":

@@ -20,10 +20,10 @@ import dataclasses
 import numpy as np
 
 from ...host import control
-from ...host.protocol import UDP_PORT
 from ...hw.core import AggregatorCore
 from ...hw.layouts import Beat
 from ...spec import regmap
+from ...spec.protocol import UDP_PORT
 from .harness import Harness
 
 __all__ = ["packets_to_beats", "beats_to_packets", "CoreSim", "CoreResult", "TOP"]
@@ -101,22 +101,10 @@ class CoreSim:
         self.width = params["width"]
         self.harness = Harness(self.core, top=TOP, key=("AggregatorCore", sorted(params.items())))
 
-    def config_writes(self, *, rank, jobs, destinations=(), mac=None, ip=None, port=UDP_PORT, bank_bits=None):
-        c = self.core
-        return control.config_writes(
-            rank=rank,
-            jobs=jobs,
-            destinations=destinations,
-            mac=mac,
-            ip=ip,
-            port=port,
-            max_jobs=c.jobs,
-            rounds=c.rounds,
-            members=c.members,
-            max_dests=c.dests,
-            slots=c.slots,
-            bank_bits=bank_bits,
-        )
+    def config_writes(self, **site):
+        """The control-port writes that configure this core: the keywords of
+        :func:`wanreduce.host.control.config_writes` but the core's capacities."""
+        return control.config_writes(core=self.core, **site)
 
     def run(
         self,

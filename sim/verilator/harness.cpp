@@ -27,16 +27,9 @@
 #include <vector>
 
 #include "Vtop.h"
+#include "ports.h"
 #include "verilated.h"
 
-// Verilator escapes "__" in identifiers as "___05F", so Amaranth's i__payload is i___05Fpayload here.
-
-#ifndef IN_BITS
-#error "IN_BITS must be defined"
-#endif
-#ifndef OUT_BITS
-#error "OUT_BITS must be defined"
-#endif
 #ifndef HAS_RST
 #define HAS_RST 1
 #endif
@@ -46,31 +39,6 @@
 #ifndef HAS_TRACE
 #define HAS_TRACE 0
 #endif
-
-static constexpr size_t IN_BYTES = (IN_BITS + 7) / 8;
-static constexpr size_t OUT_BYTES = (OUT_BITS + 7) / 8;
-
-// Copy a little-endian byte record into a port, whatever Verilator made of it (C/S/I/QData or VlWide).
-template <typename T>
-static inline void put_port(T& port, const uint8_t* src, size_t nbytes) {
-    if constexpr (VlIsVlWide<T>::value) {
-        std::memcpy(port.data(), src, nbytes);
-    } else {
-        uint64_t v = 0;
-        std::memcpy(&v, src, nbytes);
-        port = static_cast<T>(v);
-    }
-}
-
-template <typename T>
-static inline void get_port(const T& port, uint8_t* dst, size_t nbytes) {
-    if constexpr (VlIsVlWide<T>::value) {
-        std::memcpy(dst, port.data(), nbytes);
-    } else {
-        uint64_t v = static_cast<uint64_t>(port);
-        std::memcpy(dst, &v, nbytes);
-    }
-}
 
 // xorshift64*: fast, seedable, good enough to decide idles and back-pressure.
 struct Rng {
@@ -162,12 +130,7 @@ int main(int argc, char** argv) {
     auto top = std::make_unique<Vtop>(ctx.get());
 
     uint64_t cycle = 0;  // counts rising edges since the start of the stream phase
-    auto tick = [&]() {
-        top->clk = 0;
-        top->eval();
-        top->clk = 1;
-        top->eval();
-    };
+    auto tick = [&]() { ::tick(top.get()); };
 
     top->i___05Fvalid = 0;
     top->o___05Fready = 0;
@@ -195,12 +158,8 @@ int main(int argc, char** argv) {
             uint32_t a, d;
             std::memcpy(&a, &w[k * 8], 4);
             std::memcpy(&d, &w[k * 8 + 4], 4);
-            top->ctl___05Faddr = a;
-            top->ctl___05Fwdata = d;
-            top->ctl___05Fwe = 1;
-            tick();
+            ctl_write(top.get(), a, d);
         }
-        top->ctl___05Fwe = 0;
         tick();
     }
 #endif
@@ -273,16 +232,7 @@ int main(int argc, char** argv) {
         for (uint64_t k = 0; k < n_r; ++k) {
             uint32_t a;
             std::memcpy(&a, &r[k * 4], 4);
-            top->ctl___05Faddr = a;
-            top->ctl___05Fre = 1;
-            tick();
-            top->ctl___05Fre = 0;
-            tick();  // rdata is valid two cycles after re
-            top->clk = 0;
-            top->eval();
-            ctl_reads.push_back(static_cast<uint32_t>(top->ctl___05Frdata));
-            top->clk = 1;
-            top->eval();
+            ctl_reads.push_back(ctl_read(top.get(), a));
         }
     }
 #endif

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import runner, toolchain
+from . import cxx, runner, toolchain
 
 __all__ = ["Harness", "RunStats", "HarnessError", "HarnessTimeout", "to_beats", "from_beats"]
 
@@ -160,12 +160,18 @@ class Harness:
         )
         if self.has_trace:
             defines += " -DHAS_TRACE=1"
-        source = _SOURCE.read_text()
+        source = cxx.driver_text(_SOURCE)
 
         def do_build(out):
             try:
                 toolchain.build_cpp(
-                    out, top=top, verilog=text, driver=_SOURCE, output="harness", cflags=defines, opt=opt
+                    out,
+                    top=top,
+                    verilog=text,
+                    driver=_SOURCE,
+                    output="harness",
+                    cflags=cxx.cflags(defines),
+                    opt=opt,
                 )
             except RuntimeError as exc:
                 raise HarnessError(str(exc)) from None

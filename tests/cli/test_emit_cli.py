@@ -10,9 +10,9 @@ import pytest
 import wanreduce.cli as cli
 from tests.support.wire import decode_frame, decode_payload
 from wanreduce.host.golden import Destination, GoldenAggregator
-from wanreduce.host.pcap import read_pcap, write_pcap
+from wanreduce.host.pcap import read_pcap, read_pcap_timed, write_pcap, write_pcap_timed
 from wanreduce.host.reference import run_reference
-from wanreduce.host.replay import Receiver, datagram_frames, read_pcap_timed, write_pcap_timed
+from wanreduce.host.replay import Receiver, datagram_frames
 from wanreduce.spec.schedfile import load_schedule
 
 MINE = [

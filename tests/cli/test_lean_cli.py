@@ -9,8 +9,7 @@ import pytest
 
 from wanreduce.cli import main
 from wanreduce.host.costmodel import CostParams
-from wanreduce.host.pcap import read_pcap
-from wanreduce.host.replay import read_pcap_timed
+from wanreduce.host.pcap import read_pcap, read_pcap_timed
 from wanreduce.host.topology import load_topology
 from wanreduce.spec import addressing
 from wanreduce.spec.schedfile import load_schedule

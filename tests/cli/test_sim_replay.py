@@ -10,9 +10,9 @@ from wanreduce.cli import main, sim_replay
 from wanreduce.cli.sim_replay import core_geometry, expectation_line, unexpected_by_round
 from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.host.pcap import read_pcap, write_pcap
-from wanreduce.host.protocol import Drop, DType
 from wanreduce.sim.verify import traffic
 from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.protocol import Drop, DType
 from wanreduce.spec.schedfile import expected_bitmap, load_schedule, schedule_from_obj
 
 SCHEDULE = {

@@ -4,9 +4,9 @@ import pytest
 
 from wanreduce.host import control
 from wanreduce.host.golden import Destination
-from wanreduce.host.protocol import Drop
 from wanreduce.spec import regmap
 from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.protocol import Drop
 
 CAPS = {"max_jobs": 2, "rounds": 4, "members": 3, "max_dests": 2}
 
@@ -62,3 +62,18 @@ def test_counter_names_follow_drop_codes():
     for d in Drop:
         assert decoded[d.counter] == 100 + int(d)
     assert control.counter_reads()[int(Drop.STALE)] == regmap.COUNTER_BASE + int(Drop.STALE)
+
+
+def test_core_gives_the_capacities():
+    # A CoreConfig, a mapping of build keywords and the capacities one by one configure the same core.
+    from wanreduce.spec.core import CoreConfig
+
+    core = CoreConfig(width=64, slots=8, members=3, chunk_bytes=64, dests=2, jobs=2, rounds=4)
+    site = {"rank": 1, "jobs": {3: [0b110, 0b011]}, "bank_bits": {3: 1}}
+    by_hand = control.config_writes(**site, **CAPS, slots=8)
+    assert control.config_writes(**site, core=core) == by_hand
+    assert control.config_writes(**site, core={**core.as_dict(), "slot_bytes": 64}) == by_hand
+    with pytest.raises(ValueError, match="not both"):
+        control.config_writes(**site, core=core, max_jobs=2)
+    with pytest.raises(ValueError, match="max_dests"):
+        control.config_writes(rank=1, jobs={3: [1]}, max_jobs=2)

@@ -9,9 +9,9 @@ import pytest
 
 from tests.support.wire import decode_frame, decode_payload
 from wanreduce.host.emit import bank_slots_of, emit_site, emit_sites, frame_seconds, load_grads, topology_for
-from wanreduce.host.protocol import DType
 from wanreduce.host.topology import load_topology
 from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.protocol import DType
 from wanreduce.spec.schedfile import schedule_from_obj
 
 NINE = ["AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO"]

@@ -7,7 +7,7 @@ from scapy.layers.l2 import Ether
 
 from tests.support.wire import decode_frame
 from wanreduce.host.frames import build_frame, build_frames, parse_frame
-from wanreduce.host.protocol import Drop
+from wanreduce.spec.protocol import Drop
 
 ADDR = dict(
     src_mac="02:00:00:00:00:01",

@@ -10,7 +10,8 @@ from tests.support.wire import decode_frame, decode_payload
 from wanreduce.host.frames import build_frame
 from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.host.packet import pack_tensor
-from wanreduce.host.protocol import DType, bits_dtype
+from wanreduce.host.protocol import bits_dtype
+from wanreduce.spec.protocol import DType
 
 NP = {DType.FP32: np.float32, DType.FP16: np.float16, DType.BF16: ml_dtypes.bfloat16}
 

@@ -7,8 +7,9 @@ from hypothesis.extra import numpy as hnp
 
 from tests.support.wire import decode_payload
 from wanreduce.host.packet import Payloads, pack_tensor, unpack_payloads
-from wanreduce.host.protocol import DType, np_dtype
+from wanreduce.host.protocol import np_dtype
 from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.protocol import DType
 
 BITS = {DType.FP32: np.uint32, DType.FP16: np.uint16, DType.BF16: np.uint16}
 

@@ -11,8 +11,7 @@ from tests.support.wire import decode_payload
 from wanreduce.host.emit import bank_slots_of, emit_site
 from wanreduce.host.frames import build_frame
 from wanreduce.host.golden import Destination, GoldenAggregator
-from wanreduce.host.pcap import read_pcap, write_pcap
-from wanreduce.host.protocol import DType
+from wanreduce.host.pcap import read_pcap, read_pcap_timed, write_pcap, write_pcap_timed
 from wanreduce.host.replay import (
     Receiver,
     arrival_order,
@@ -20,16 +19,15 @@ from wanreduce.host.replay import (
     collect_results,
     datagram_frames,
     parse_udp_url,
-    read_pcap_timed,
     result_payloads,
     send_datagrams,
     sources,
     udp_datagram,
     udp_payloads,
-    write_pcap_timed,
 )
 from wanreduce.host.topology import load_topology
 from wanreduce.spec.errors import WanreduceError
+from wanreduce.spec.protocol import DType
 from wanreduce.spec.schedfile import schedule_from_obj
 
 NINE = ["AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO"]

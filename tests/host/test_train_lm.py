@@ -60,7 +60,7 @@ def test_corpus_split_is_non_iid_by_module_and_holds_out_validation(tmp_path):
 
 
 def test_corpus_errors_name_the_problem(tmp_path):
-    from wanreduce.host.errors import WanreduceError
+    from wanreduce.spec.errors import WanreduceError
 
     with pytest.raises(WanreduceError, match="not found"):
         stdlib_sources(str(tmp_path / "missing"))

@@ -3,8 +3,8 @@ import struct
 import pytest
 
 from tests.support.wire import HEADER
-from wanreduce.host.protocol import Drop
 from wanreduce.host.validate import check_payload
+from wanreduce.spec.protocol import Drop
 
 
 def payload(count=4, dtype=0, **fields):

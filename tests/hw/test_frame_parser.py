@@ -5,9 +5,9 @@ import pytest
 
 from tests.support.streamsim import run_stream
 from wanreduce.host.frames import parse_frame
-from wanreduce.host.protocol import UDP_PORT
 from wanreduce.hw.frame_parser import FrameParser
 from wanreduce.sim.verify import traffic
+from wanreduce.spec.protocol import UDP_PORT
 
 
 def _beats(frame, width):

@@ -3,8 +3,9 @@
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
-from wanreduce.host.protocol import HEADER_DTYPE, Drop
+from wanreduce.host.protocol import HEADER_DTYPE
 from wanreduce.hw.layouts import HEADER_FIELD_OFFSETS, header_words, lowest_drop, payload_words
+from wanreduce.spec.protocol import Drop
 
 
 def test_header_offsets_match_numpy_layout():

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from tests.support.streamsim import run_stream
-from wanreduce.host.protocol import HEADER_BYTES, MAGIC, VERSION, DType, Kind
 from wanreduce.host.validate import Header
 from wanreduce.hw.result_builder import ResultBuilder
+from wanreduce.spec.protocol import HEADER_BYTES, MAGIC, VERSION, DType, Kind
 
 
 @pytest.mark.parametrize("width", [64, 512])

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from wanreduce.host.protocol import Drop
 from wanreduce.hw.schedule_table import ScheduleTable
+from wanreduce.spec.protocol import Drop
 from wanreduce.spec.regmap import ORDER_NONE
 
 G, S = 8, 16

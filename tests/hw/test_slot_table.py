@@ -8,9 +8,9 @@ import pytest
 from amaranth.sim import Simulator
 
 from wanreduce.host.golden import GoldenAggregator
-from wanreduce.host.protocol import Drop
 from wanreduce.hw.slot_table import SlotTable
 from wanreduce.sim.verify import traffic
+from wanreduce.spec.protocol import Drop
 
 S, G, C = 4, 4, 64
 

@@ -18,23 +18,14 @@ from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
 
-CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "jobs": 4, "rounds": 64}
+CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jobs": 4, "rounds": 64}
 
 
 def _core(width, entry):
     """The core and its cache key (its class and parameters)."""
     from wanreduce.hw.core import AggregatorCore
 
-    params = dict(
-        width=width,
-        slots=CONFIG["slots"],
-        members=CONFIG["members"],
-        slot_bytes=CONFIG["slot_bytes"],
-        dests=2,
-        jobs=CONFIG["jobs"],
-        rounds=CONFIG["rounds"],
-        entry=entry,
-    )
+    params = dict(width=width, **CONFIG, entry=entry)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return AggregatorCore(**params), ("AggregatorCore", sorted(params.items()))

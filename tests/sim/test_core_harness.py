@@ -32,11 +32,7 @@ def _run(sim, packets, *, rank, jobs, bank_bits, seed):
         destinations=DESTS,
         mac=MAC,
         ip=IP,
-        max_jobs=core.jobs,
-        rounds=core.rounds,
-        members=core.members,
-        max_dests=core.dests,
-        slots=core.slots,
+        core=core,
         bank_bits=bank_bits,
     )
     beats = packets_to_beats(packets, sim.width)

@@ -14,9 +14,9 @@ import pytest
 
 from wanreduce.host import lean, wan_lean
 from wanreduce.host.costmodel import CostModel, CostParams
-from wanreduce.host.protocol import DType
 from wanreduce.host.reference import run_reference
 from wanreduce.host.topology import load_topology
+from wanreduce.spec.protocol import DType
 
 CLOCK_MHZ = 322.265625
 TENSOR, CHUNK, MEMORY = 256 << 10, 1024, 256 << 10

@@ -143,8 +143,7 @@ def _run(cores, index, kind, params):
     cores.configure(
         index,
         control.config_writes(
-            rank=rank, jobs=jobs, destinations=DESTS, max_jobs=c.jobs, rounds=c.rounds, members=c.members,
-            max_dests=c.dests, slots=c.slots,
+            rank=rank, jobs=jobs, destinations=DESTS, core=c,
         ),
     )  # fmt: skip
     got = [p for _, p in cores.feed(index, 0, packets)]

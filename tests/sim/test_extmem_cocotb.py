@@ -11,7 +11,7 @@ from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
 
-CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "jobs": 4, "rounds": 64, "mem_ports": 2}
+CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jobs": 4, "rounds": 64, "mem_ports": 2}
 
 
 def _core(width):
@@ -19,9 +19,7 @@ def _core(width):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AggregatorCore(
-            width=width, dests=2, entry="frame", buffers="external", mem_addr_width=16, **CONFIG
-        )
+        return AggregatorCore(width=width, entry="frame", buffers="external", mem_addr_width=16, **CONFIG)
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,8 @@ def fake_reduce(contributions, dtype):
     """What the reduce engine computes with :class:`FakeAdd` lanes: the golden model's stand-in."""
     import numpy as np
 
-    from wanreduce.host.protocol import DType, bits_dtype
+    from wanreduce.host.protocol import bits_dtype
+    from wanreduce.spec.protocol import DType
 
     dtype = DType(dtype)
     width = 8 * dtype.size

@@ -19,9 +19,9 @@ from cocotb.triggers import with_timeout
 
 from tests.support import tb_core
 from wanreduce.host import control
-from wanreduce.host.golden import GoldenAggregator
 from wanreduce.sim.verify import traffic
 from wanreduce.sim.verify.axi_mem import LatentAxiRam, check_handshakes
+from wanreduce.sim.verify.core_tb import CoreTB, counter_diff, expected_of, golden_of
 from wanreduce.sim.verilator import runner
 from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
 
@@ -42,69 +42,23 @@ def _workload(p, seed):
         bank_bits=bits,
     )
     banks = None if bits is None else {j: bits for j in jobs}
-    golden = GoldenAggregator(
-        rank=rank,
-        jobs=jobs,
-        slots=p["slots"],
-        members=p["members"],
-        slot_bytes=p["slot_bytes"],
-        mac=tb_core.MAC,
-        ip=tb_core.IP,
-        destinations=tb_core.DESTS,
-        bank_bits=banks,
+    site = dict(
+        rank=rank, jobs=jobs, mac=tb_core.MAC, ip=tb_core.IP, destinations=tb_core.DESTS, bank_bits=banks
     )
-    expected = []
-    for pkt in packets:
-        expected += golden.feed_frame(pkt)
-    writes = control.config_writes(
-        rank=rank,
-        jobs=jobs,
-        destinations=tb_core.DESTS,
-        mac=tb_core.MAC,
-        ip=tb_core.IP,
-        max_jobs=p["jobs"],
-        rounds=p["rounds"],
-        members=p["members"],
-        max_dests=len(tb_core.DESTS),
-        slots=p["slots"],
-        bank_bits=banks,
-    )
-    return golden, packets, expected, writes
+    golden = golden_of(p, **site)
+    return golden, packets, expected_of(golden, packets), control.config_writes(core=p, **site)
 
 
 def _evict_workload(p, kind):
     jobs, packets, rank = traffic.evict_drop_scenario(kind, frames=True, slots=p["slots"])
-    golden = GoldenAggregator(
-        rank=rank,
-        jobs=jobs,
-        slots=p["slots"],
-        members=p["members"],
-        slot_bytes=p["slot_bytes"],
-        mac=tb_core.MAC,
-        ip=tb_core.IP,
-        destinations=tb_core.DESTS,
-    )
-    expected = []
-    for pkt in packets:
-        expected += golden.feed_frame(pkt)
-    writes = control.config_writes(
-        rank=rank,
-        jobs=jobs,
-        destinations=tb_core.DESTS,
-        mac=tb_core.MAC,
-        ip=tb_core.IP,
-        max_jobs=p["jobs"],
-        rounds=p["rounds"],
-        members=p["members"],
-        max_dests=len(tb_core.DESTS),
-        slots=p["slots"],
-    )
-    return golden, packets, expected, writes
+    site = dict(rank=rank, jobs=jobs, mac=tb_core.MAC, ip=tb_core.IP, destinations=tb_core.DESTS)
+    golden = golden_of(p, **site)
+    return golden, packets, expected_of(golden, packets), control.config_writes(core=p, **site)
 
 
 async def _run(dut, p, seed, *, lat_hi, pause, idle, backpressure, bad=None, workload=None):
     golden, packets, expected, writes = workload or _workload(p, seed)
-    tb = tb_core.TB(dut, width=p["width"], idle=idle, backpressure=backpressure, seed=seed)
+    tb = CoreTB(dut, width=p["width"], idle=idle, backpressure=backpressure, seed=seed)
     await tb.reset()
     rams = []
     for k in range(p["mem_ports"]):
@@ -141,8 +95,8 @@ async def extmem_matches_golden(dut, lat_hi, stress):
         idle=0.3 if stress else 0.0,
         backpressure=0.5 if stress else 0.0,
     )
-    assert counters == golden.counters, "counters differ from the golden model: " + str(
-        {k: (v, golden.counters[k]) for k, v in counters.items() if v != golden.counters[k]}
+    assert counters == golden.counters, (
+        f"counters differ from the golden model: {counter_diff(counters, golden)}"
     )
     assert len(got) == len(expected), f"{len(got)} packets out, the golden model sent {len(expected)}"
     for n, (a, b) in enumerate(zip(got, expected, strict=True)):

@@ -1,0 +1,91 @@
+"""What the digits comparison (:mod:`.experiment`) and the language-model comparison (:mod:`.lmexp`) share:
+the checks of a run's configuration, the sites it trains on, the methods it picks, the setting's record,
+and the ratios to colocated training that both reduce their results to."""
+
+from dataclasses import asdict
+
+import numpy as np
+
+from ...spec.errors import WanreduceError
+from ..topology import load_topology
+from .methods import Setting
+
+__all__ = [
+    "WIRE_BYTES",
+    "check_common",
+    "setting_for",
+    "run_topology",
+    "pick_methods",
+    "mean_sync_s",
+    "setting_record",
+    "best_wanreduce",
+]
+
+#: Bytes per element of each wire dtype, which the stated sync volume is counted in.
+WIRE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def check_common(cfg, positive):
+    """The checks every comparison makes of its configuration: the sites, the integer fields named in
+    ``positive`` (each at least 1), the aggregation engine and the wire dtype."""
+    if not 2 <= cfg.sites <= 64:
+        raise WanreduceError(f"training needs 2..64 sites, got {cfg.sites}")
+    for name in positive:
+        value = getattr(cfg, name)
+        if value < 1:
+            raise WanreduceError(f"{name.replace('_', ' ')} must be at least 1, got {value}")
+    if cfg.engine not in ("fast", "packets"):
+        raise WanreduceError(f"the aggregation engine must be fast or packets, not {cfg.engine!r}")
+    if cfg.dtype not in WIRE_BYTES:
+        raise WanreduceError(f"unknown wire dtype {cfg.dtype!r}; choose fp32, fp16 or bf16")
+
+
+def setting_for(cfg, setting=None):
+    """The stated setting: the one given, else the default at the run's wire dtype."""
+    return setting or Setting(wire_bytes=WIRE_BYTES[cfg.dtype])
+
+
+def run_topology(cfg):
+    """The topology the run trains across: its first ``cfg.sites`` sites."""
+    topo = load_topology(cfg.topology)
+    if topo.n < cfg.sites:
+        raise WanreduceError(f"the {topo.name} topology has {topo.n} sites, fewer than {cfg.sites}")
+    if topo.n > cfg.sites:  # the reduced runs: the first sites of the topology
+        topo = load_topology(cfg.topology, sites=list(topo.sites[: cfg.sites]))
+    return topo
+
+
+def pick_methods(known, names):
+    """The methods of ``known`` named in ``names`` (all when empty), in ``known``'s order; an unknown name
+    is an error that lists the known ones."""
+    unknown = set(names) - {m.name for m in known}
+    if unknown:
+        raise WanreduceError(
+            f"unknown method(s) {', '.join(sorted(unknown))}; known: {', '.join(m.name for m in known)}"
+        )
+    return [m for m in known if not names or m.name in names]
+
+
+def mean_sync_s(cost):
+    """Seconds of one sync, the mean over a method's syncs: each round lasts its slowest group."""
+    per_sync = [sum(max(b for b, _ in rnd) for rnd in times) for times in cost.times]
+    return float(np.mean(per_sync))
+
+
+def setting_record(setting):
+    """The setting as the results record it: its fields and what they imply."""
+    return {
+        **asdict(setting),
+        "step_s": setting.step_s,
+        "sync_bytes": setting.sync_bytes,
+        "described": setting.describe(),
+    }
+
+
+def best_wanreduce(ratios):
+    """``(ratio, name)`` of the wanreduce method with the lowest ratio to colocated (``(None, None)``
+    when none has one)."""
+    return min(
+        ((r, n) for n, r in ratios.items() if n.startswith("wanreduce") and r is not None),
+        default=(None, None),
+    )

