@@ -91,14 +91,15 @@ def _np_dtype(struct, base=0):
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": size})
 
 
-def _headers(n):
-    """``n`` message headers and ``n`` iovecs (one per message), as ctypes arrays and numpy views."""
+def _headers(n, parts=1):
+    """``n`` message headers and ``parts`` iovecs per message (message ``i`` gathers iovecs
+    ``i * parts`` onwards), as ctypes arrays and numpy views."""
     msgs = (_Mmsghdr * n)()
-    iovs = (_Iovec * n)()
+    iovs = (_Iovec * (n * parts))()
     m = np.frombuffer(msgs, _np_dtype(_Mmsghdr))
     v = np.frombuffer(iovs, _np_dtype(_Iovec))
-    m["iov"] = ctypes.addressof(iovs) + np.arange(n, dtype=np.uint64) * ctypes.sizeof(_Iovec)
-    m["iovlen"] = 1
+    m["iov"] = ctypes.addressof(iovs) + np.arange(n, dtype=np.uint64) * (parts * ctypes.sizeof(_Iovec))
+    m["iovlen"] = parts
     return msgs, m, iovs, v
 
 
@@ -154,12 +155,59 @@ class Sender:
         self.dest = (str(dest[0]), int(dest[1]))
         self.batch = int(batch)
         self.mmsg = HAVE_MMSG if mmsg is None else bool(mmsg) and HAVE_MMSG
+        self._gather = None  # the two-part message headers of send_parts, made on its first use
         if self.mmsg:
-            self._msgs, self._m, self._iovs, self._v = _headers(self.batch)
             self._addr = _SockaddrIn(socket.AF_INET, socket.htons(self.dest[1]))
             self._addr.addr[:] = socket.inet_aton(self.dest[0])
-            self._m["name"] = ctypes.addressof(self._addr)
-            self._m["namelen"] = ctypes.sizeof(_SockaddrIn)
+            self._msgs, self._m, self._iovs, self._v = self._named(1)
+
+    def _named(self, parts):
+        msgs, m, iovs, v = _headers(self.batch, parts)
+        m["name"] = ctypes.addressof(self._addr)
+        m["namelen"] = ctypes.sizeof(_SockaddrIn)
+        return msgs, m, iovs, v
+
+    def send_parts(self, sock, heads, head_starts, head_len, addrs, lengths):
+        """Datagram ``i`` is ``head_len`` bytes of the C-contiguous array ``heads`` from byte
+        ``head_starts[i]`` followed by ``lengths[i]`` bytes at memory address ``addrs[i]`` (a payload left
+        where it is, in an array the caller keeps alive): no datagram is assembled in a buffer first.
+        Returns how many were sent (fewer when the socket's buffer is full)."""
+        head_starts = np.asarray(head_starts, np.int64)
+        addrs = np.asarray(addrs, np.uint64)
+        lengths = np.asarray(lengths, np.int64)
+        total = len(head_starts)
+        if not self.mmsg:
+            flat = heads.reshape(-1).view(np.uint8)
+            for i in range(total):
+                s = int(head_starts[i])
+                data = flat[s : s + head_len].tobytes() + ctypes.string_at(int(addrs[i]), int(lengths[i]))
+                try:
+                    sock.sendto(data, self.dest)
+                except BlockingIOError:
+                    return i
+            return total
+        if self._gather is None:
+            self._gather = self._named(2)
+        msgs, _, _, v = self._gather
+        pairs = v.reshape(self.batch, 2)
+        base = heads.ctypes.data
+        done = 0
+        while done < total:
+            k = min(self.batch, total - done)
+            pairs["base"][:k, 0] = base + head_starts[done : done + k]
+            pairs["len"][:k, 0] = head_len
+            pairs["base"][:k, 1] = addrs[done : done + k]
+            pairs["len"][:k, 1] = lengths[done : done + k]
+            got = _CALLS[1](sock.fileno(), ctypes.addressof(msgs), k, _MSG_DONTWAIT)
+            if got < 0:
+                err = ctypes.get_errno()
+                if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                    return done
+                raise OSError(err, os.strerror(err))
+            done += got
+            if got < k:
+                return done
+        return done
 
     def send(self, sock, base, starts, lengths):
         """Datagram ``i`` is ``lengths[i]`` bytes of the C-contiguous array ``base`` from byte ``starts[i]``;

@@ -183,3 +183,37 @@ def test_batched_send_and_receive_carry_every_datagram_intact(use_mmsg):
     finally:
         rx.close()
         tx.close()
+
+
+@pytest.mark.parametrize("use_mmsg", [True, False])
+def test_two_part_sends_join_a_header_row_and_a_payload_left_in_place(use_mmsg):
+    if use_mmsg and not mmsg.HAVE_MMSG:
+        pytest.skip("this libc has no recvmmsg/sendmmsg")
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.setblocking(False)
+        tx.setblocking(False)
+        rng = np.random.default_rng(3)
+        heads = rng.integers(0, 256, (50, 32), dtype=np.uint8)
+        body = rng.integers(0, 256, 50 * 1000, dtype=np.uint8)
+        order = rng.permutation(50)[:37]  # any rows, in any order
+        lengths = rng.integers(0, 1000, 37)
+        sender = mmsg.Sender(rx.getsockname(), batch=16, mmsg=use_mmsg)
+        addrs = body.ctypes.data + order.astype(np.uint64) * 1000
+        assert sender.send_parts(tx, heads, order * 32, 32, addrs, lengths) == 37
+        receiver = mmsg.Receiver(batch=64, row_bytes=2048, mmsg=use_mmsg)
+        n = receiver.recv(rx)
+        got = [receiver.rows[i, : receiver.lengths[i]].tobytes() for i in range(n)]
+        want = [
+            heads[c].tobytes() + body[c * 1000 : c * 1000 + k].tobytes()
+            for c, k in zip(order.tolist(), lengths.tolist(), strict=True)
+        ]
+        assert got == want
+        # The one-part sends of the same sender still address the same socket.
+        assert sender.send(tx, heads, [0], [32]) == 1
+        assert receiver.recv(rx) == 1 and receiver.rows[0, :32].tobytes() == heads[0].tobytes()
+    finally:
+        rx.close()
+        tx.close()
