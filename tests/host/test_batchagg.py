@@ -217,3 +217,40 @@ def test_two_part_sends_join_a_header_row_and_a_payload_left_in_place(use_mmsg):
     finally:
         rx.close()
         tx.close()
+
+
+def test_gso_sends_deliver_the_same_datagrams_as_one_per_message():
+    if not mmsg.HAVE_MMSG:
+        pytest.skip("this libc has no recvmmsg/sendmmsg")
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        rx.setblocking(False)
+        tx.setblocking(False)
+        rng = np.random.default_rng(4)
+        heads = rng.integers(0, 256, (300, 32), dtype=np.uint8)
+        body = rng.integers(0, 256, 300 * 1000, dtype=np.uint8)
+        # Whole 1032-byte datagrams in runs longer than one send (63 a send), broken by short ones.
+        lengths = np.full(300, 1000)
+        lengths[[5, 6, 150, 299]] = [10, 999, 0, 7]
+        order = np.arange(300)
+        order[200:210] = order[200:210][::-1]  # any rows, in any order
+        sender = mmsg.Sender(rx.getsockname(), batch=4, segment=1032)
+        assert sender.per_send == 63
+        addrs = body.ctypes.data + order.astype(np.uint64) * 1000
+        assert sender.send_parts(tx, heads, order * 32, 32, addrs, lengths) == 300
+        receiver = mmsg.Receiver(batch=512, row_bytes=2048)
+        n = receiver.recv(rx)
+        got = [receiver.rows[i, : receiver.lengths[i]].tobytes() for i in range(n)]
+        want = [
+            heads[c].tobytes() + body[c * 1000 : c * 1000 + k].tobytes()
+            for c, k in zip(order.tolist(), lengths.tolist(), strict=True)
+        ]
+        assert got == want
+        with pytest.raises(ValueError, match="longer than the 1032-byte segment"):
+            sender.send_parts(tx, heads, [0], 32, [body.ctypes.data], [1001])
+    finally:
+        rx.close()
+        tx.close()
