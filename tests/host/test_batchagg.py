@@ -254,3 +254,46 @@ def test_gso_sends_deliver_the_same_datagrams_as_one_per_message():
     finally:
         rx.close()
         tx.close()
+
+
+@pytest.mark.parametrize("dtype", [DType.FP32, DType.BF16])
+def test_clean_batches_take_the_whole_chunk_path_and_still_equal_the_golden_model(dtype):
+    rng = np.random.default_rng(11)
+    stream, cuts = [], []
+    for rnd in range(9):
+        order = PERIOD[rnd % len(PERIOD)]
+        if not order:
+            continue
+        per_rank = {}
+        for rank in order:
+            t = rng.standard_normal(420).astype(np.float32) * np.float32(10.0) ** rng.integers(-4, 5)
+            t[rng.integers(0, 420, 2)] = [np.nan, -np.inf]
+            per_rank[rank] = list(pack_tensor(t, dtype=dtype, rank=rank, job=JOB, round=rnd, chunk_elems=50))
+        for c in range(len(per_rank[order[0]])):  # the members' copies of a chunk together, any order
+            stream += [per_rank[rank][c] for rank in rng.permutation(order).tolist()]
+            cuts.append(len(stream))
+    golden, batch = _pair()
+    want = _golden_run(golden, stream)
+    taken = []
+    whole = batch._whole_chunks
+
+    def spy(h, good, *rest):
+        used = whole(h, good, *rest)
+        taken.append((used, good.size))
+        return used
+
+    batch._whole_chunks = spy
+    results, rows, at = [], np.zeros((64, 2048), np.uint8), 0
+    # Batches of whole chunks (two at most: a bank has two slots), and now and then a cut inside a chunk.
+    ends = [e for e in cuts[1::2]] + [cuts[-1]]
+    ends = sorted(set(ends + [int(x) + 1 for x in rng.choice(cuts[:-1], 4, replace=False)]))
+    for end in ends:
+        part = stream[at:end]
+        for j, p in enumerate(part):
+            rows[j, : len(p)] = np.frombuffer(p, np.uint8)
+        results += batch.results(batch.feed_batch(rows, np.array([len(p) for p in part])))
+        at = end
+    assert results == want and len(want) == 6 * 9
+    assert batch.counters == golden.counters
+    # Whole batches went at once, and batches cut inside a chunk went partly datagram by datagram.
+    assert sum(used == n for used, n in taken) >= 10 and any(used < n for used, n in taken)
