@@ -30,7 +30,7 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_LAYOUT, UDP_PORT, DType
+from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, UDP_PORT, DType
 from .batchagg import BatchAggregator
 from .frames import build_frame, parse_frame
 from .golden import Destination, GoldenAggregator
@@ -51,8 +51,10 @@ __all__ = [
 
 #: Longest the daemon waits for a datagram before looking at its stop flag and control requests again.
 POLL_S = 0.05
-#: Datagrams read per system call by a batch engine's daemon.
-BATCH = 256
+#: Datagrams read per system call by a batch engine's daemon: Linux's most per recvmmsg (UIO_MAXIOV), so
+#: that a whole window's queued contributions meet in one batch and complete there, judged and summed at
+#: once.
+BATCH = 1024
 #: Longest the daemon waits for room in its socket's send buffer before a RESULT counts as lost.
 SEND_WAIT_S = 0.2
 
@@ -194,6 +196,11 @@ class BatchEngine(GoldenEngine):
         return self.agg.row_bytes
 
     @property
+    def slot_bytes(self):
+        """The longest payload it takes (a whole chunk)."""
+        return self.agg.slot_bytes
+
+    @property
     def out(self):
         """``(array, byte offsets, lengths)`` of the last batch's RESULTs (first k of each)."""
         a = self.agg
@@ -281,9 +288,14 @@ class Aggd:
     def _send_rows(self, k):
         """Send the batch engine's first ``k`` RESULT rows, waiting a little for room if need be."""
         rows, starts, lengths = self.engine.out
+        # Header and payload as two parts of one datagram: runs of whole chunks go as one GSO send.
+        addrs = rows.ctypes.data + HEADER_BYTES + starts[:k].astype(np.uint64)
+        bodies = lengths[:k] - HEADER_BYTES
         done, end = 0, time.monotonic() + SEND_WAIT_S
         while done < k:
-            done += self._tx.send(self.sock, rows, starts[done:k], lengths[done:k])
+            done += self._tx.send_parts(
+                self.sock, rows, starts[done:k], HEADER_BYTES, addrs[done:], bodies[done:]
+            )
             room = done >= k or select.select([], [self.sock], [], SEND_WAIT_S)[1]
             if not room or time.monotonic() > end:
                 break  # lost, as on a congested link; the hosts' retransmissions recover it
@@ -335,7 +347,8 @@ class Aggd:
             # Rows as long as the longest datagram the engine can take: a longer one is dropped on its
             # header and length alone (its real length is reported), so its tail is never needed.
             self._rx = Receiver(batch=BATCH, row_bytes=getattr(self.engine, "row_bytes", RECV_BYTES))
-            self._tx = Sender(self.result_to, batch=BATCH)
+            whole = getattr(self.engine, "slot_bytes", None)
+            self._tx = Sender(self.result_to, batch=BATCH, segment=whole and HEADER_BYTES + whole)
         if self._sel is None:
             self._sel = selectors.DefaultSelector()
             self._sel.register(self.sock, selectors.EVENT_READ)

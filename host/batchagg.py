@@ -53,10 +53,11 @@ class _Work:
     chunks completed (slot, row, group, flags, bitmap) whose headers are still to write, and the RESULTs to
     send (a row of ``store`` each, and its length)."""
 
-    __slots__ = ("inrows", "done", "completed", "outs", "out_len")
+    __slots__ = ("inrows", "done", "completed", "outs", "out_len", "sums")
 
     def __init__(self):
         self.inrows, self.done, self.completed, self.outs, self.out_len = {}, [], set(), [], []
+        self.sums = {}  # (dtype, count, members) → chunks whose contributions all came in this batch
 
 
 class BatchAggregator:
@@ -172,34 +173,113 @@ class BatchAggregator:
         if good.size == 0:
             return 0
         rnd, chunk = h["round"][good].astype(np.uint64), h["chunk"][good].astype(np.uint64)
-        slot = bank_slot(
-            rnd, chunk, period=self.period, bank_bits=self.bank_bits, slots=self.n_slots
-        ).tolist()
-        key = ((rnd << np.uint64(32)) | chunk).tolist()  # Python ints: tags compare as (round, chunk)
+        slot = bank_slot(rnd, chunk, period=self.period, bank_bits=self.bank_bits, slots=self.n_slots)
+        tags = (rnd << np.uint64(32)) | chunk
+        w = _Work()
+        # The longest start of the batch made of whole chunks goes at once; the rest datagram by datagram.
+        used = self._whole_chunks(h, good, slot, tags, member[good], nbytes[good], rnd, w)
+        good, slot, tags, rnd = good[used:], slot[used:], tags[used:], rnd[used:]
+        member, nbytes = member[good], nbytes[good]
+        slot = slot.tolist()
+        key = tags.tolist()  # Python ints: tags compare as (round, chunk)
         fields = (
             good.tolist(),
             slot,
             key,
             h["src"][good].tolist(),
-            member[good].tolist(),
+            member.tolist(),
             h["dtype"][good].tolist(),
             h["count"][good].tolist(),
             h["group"][good].tolist(),
             h["flags"][good].tolist(),
             (rnd % np.uint64(self.period)).tolist(),
-            nbytes[good].tolist(),
+            nbytes.tolist(),
         )
-        return self._slots(rows, h, *fields)
+        return self._slots(rows, h, w, *fields)
 
-    def _slots(self, rows, h, idx, slots, keys, srcs, members, dtypes, counts, groups, flags, phases, sizes):
+    def _whole_chunks(self, h, good, slot, tags, member, nbytes, rnd, w):
+        """The usual batch, without a Python step per datagram: every slot its first ``u`` datagrams touch
+        is free (empty, or done with an older chunk) and gets exactly its round's members' contributions to
+        one chunk, all of one dtype and count, so each completes here. Returns ``u`` (0: no such start; the
+        chunks cut by the batch's end are left to :meth:`_slots`, which judges the rest datagram by
+        datagram with the same outcome as if all had gone so), the sums pending in ``w``."""
+        n = good.size
+        if n == 0:
+            return 0
+        order = np.lexsort((np.arange(n), slot))
+        ss = slot[order]
+        start = np.ones(n, bool)
+        start[1:] = ss[1:] != ss[:-1]
+        first = np.flatnonzero(start)
+        phase = (rnd[order][first] % np.uint64(self.period)).astype(np.int64)
+        short = np.diff(np.append(first, n)) < np.asarray(self._gsize)[phase]
+        if short.any():  # chunks not all in: the start before the first of their datagrams
+            run = np.cumsum(start) - 1
+            n = int(order[short[run]].min())
+            if n == 0:
+                return 0
+            good, slot, tags, member, nbytes, rnd = (a[:n] for a in (good, slot, tags, member, nbytes, rnd))
+        order = np.lexsort((np.arange(n), slot))  # by slot, each slot's datagrams in arrival order
+        ss = slot[order]
+        start = np.ones(n, bool)
+        start[1:] = ss[1:] != ss[:-1]
+        first = np.flatnonzero(start)
+        run = np.cumsum(start) - 1
+        tag = tags[order]
+        phase = (rnd[order][first] % np.uint64(self.period)).astype(np.int64)
+        g = np.asarray(self._gsize)[phase]
+        dt, cnt = h["dtype"][good], h["count"][good]
+        if (
+            (g != g[0]).any()
+            or (np.diff(np.append(first, n)) != g).any()
+            or (tag != tag[first][run]).any()
+            or (dt != dt[0]).any()
+            or (cnt != cnt[0]).any()
+        ):
+            return 0
+        src = h["src"][good][order].astype(np.uint64)
+        bitmap = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), src), first)
+        if (bitmap != np.asarray(self.expected, np.uint64)[phase]).any():
+            return 0  # g datagrams covering g expected bits: one from each member
+        slots, chunk_tags = ss[first].tolist(), tag[first].tolist()
+        state, key, last_key = self.state, self.key, self.last_key
+        for s, t in zip(slots, chunk_tags, strict=True):
+            if t == last_key[s] or state[s] == _LIVE or (state[s] == _DONE and t < key[s]):
+                return 0
+        # Accepted: the state each slot ends in, its RESULT in the order the chunks completed.
+        g, dt, cnt = int(g[0]), int(dt[0]), int(cnt[0])
+        idx = good[order]
+        last = idx[np.append(first[1:], n) - 1]  # the datagram that completes each chunk
+        flags = np.bitwise_or.reduceat(h["flags"][idx], first).tolist()
+        group = h["group"][idx[first]].tolist()
+        nb = int(nbytes[0])
+        rows_of = np.empty((len(first), g + 1), np.int64)
+        rows_of[:, 0] = ss[first]
+        rows_of[run, 1 + member[order]] = idx
+        w.sums[(dt, cnt, g)] = rows_of
+        bitmaps = bitmap.tolist()
+        done = np.argsort(last, kind="stable").tolist()
+        for j in done:
+            s, t, b = slots[j], chunk_tags[j], bitmaps[j]
+            self.state[s], key[s], last_key[s], self.bitmap[s] = _DONE, t, t, b
+            self.sdtype[s], self.scount[s], self.sgroup[s], self.sflags[s] = dt, cnt, group[j], flags[j]
+            self.shadow_len[s] = HEADER_BYTES + nb
+            w.done.append((s, int(last[j]), group[j], flags[j], b))
+            w.outs.append(s)
+            w.out_len.append(HEADER_BYTES + nb)
+            w.completed.add(s)
+        self.counters["results"] += len(done)
+        return n
+
+    def _slots(self, rows, h, w, *fields):
         """The reorder buffer's rules (codes 22-25) per datagram, in arrival order, on plain integers. A
         chunk that completes is summed at once, from this batch's rows and the member buffers; RESULT headers
         and the stores of contributions still waiting are done for the whole batch by :meth:`_finish`."""
+        idx, slots, keys, srcs, members, dtypes, counts, groups, flags, phases, sizes = fields
         c = self.counters
         state, key, last_key, bitmap = self.state, self.key, self.last_key, self.bitmap
         sdtype, scount, sflags, sgroup = self.sdtype, self.scount, self.sflags, self.sgroup
         expected, sizes_g, shadow_len = self.expected, self._gsize, self.shadow_len
-        w = _Work()
         inrows, outs, out_len = w.inrows, w.outs, w.out_len
         results = 0
         with np.errstate(all="ignore"):
@@ -247,8 +327,13 @@ class BatchAggregator:
                 if got != expected[ph]:
                     continue
                 if s in w.completed:
+                    self._flush(rows, w)
                     self._apart(h, w, s)
-                self._sum(rows, s, dt, cnt, sizes_g[ph], inrows.pop(s))
+                here, g = inrows.pop(s), sizes_g[ph]
+                if len(here) == g:  # the usual case: summed with the batch's other such chunks
+                    w.sums.setdefault((dt, cnt, g), []).append((s, *(here[m] for m in range(g))))
+                else:
+                    self._sum(rows, s, dt, cnt, g, here)
                 state[s], last_key[s] = _DONE, tag
                 shadow_len[s] = HEADER_BYTES + nb
                 results += 1
@@ -257,8 +342,34 @@ class BatchAggregator:
                 outs.append(s)
                 out_len.append(HEADER_BYTES + nb)
         c["results"] += results
+        self._flush(rows, w)
         self._rowvals.clear()
         return self._finish(rows, h, w)
+
+    def _rows_as(self, rows, dt):
+        rv = self._rowvals.get(dt)
+        if rv is None:
+            whole = rows.shape[1] - rows.shape[1] % 4
+            rv = self._rowvals[dt] = rows[:, HEADER_BYTES:whole].view(self._views[dt][0].dtype)
+        return rv
+
+    def _flush(self, rows, w):
+        """The chunks of this batch whose contributions all came in it, summed into their shadows a whole
+        (dtype, count, group size) at a time: the same additions in the same order as :meth:`_sum`, so
+        the same bits, with numpy's loop over chunks instead of Python's."""
+        for (dt, count, g), chunks in w.sums.items():
+            cols = np.array(chunks, np.int64)
+            rv = self._rows_as(rows, dt)[:, :count]
+            acc = rv[cols[:, 1]]  # a copy: the first term, then the others added in summation order
+            for j in range(2, g + 1):
+                np.add(acc, rv[cols[:, j]], out=acc)
+            mag, inf, canonical = _NAN[dt]
+            bits = acc.view(_BITS[dt])
+            odd = (bits & mag) > inf
+            if odd.any():
+                bits[odd] = canonical
+            self._views[dt][1][cols[:, 0], :count] = acc
+        w.sums.clear()
 
     def _sum(self, rows, s, dt, count, g, here):
         """Slot ``s``'s ``g`` contributions summed in summation order into its shadow's payload, one rounding

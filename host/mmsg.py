@@ -25,6 +25,9 @@ __all__ = ["Receiver", "Sender", "HAVE_MMSG"]
 
 _MSG_DONTWAIT = 0x40
 _MSG_TRUNC = 0x20  # on receive: report a datagram's real length even when the row holds only its start
+_UDP_SEGMENT = 103  # Linux 4.18: the socket cuts a long send into datagrams of this size (UDP GSO)
+#: A UDP send carries at most this many bytes, and GSO cuts it into at most this many datagrams.
+_UDP_MAX_BYTES, _GSO_MAX_SEGS = 65507, 64
 
 
 class _Iovec(ctypes.Structure):
@@ -91,14 +94,15 @@ def _np_dtype(struct, base=0):
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": size})
 
 
-def _headers(n):
-    """``n`` message headers and ``n`` iovecs (one per message), as ctypes arrays and numpy views."""
+def _headers(n, parts=1):
+    """``n`` message headers and ``parts`` iovecs per message (message ``i`` gathers iovecs
+    ``i * parts`` onwards), as ctypes arrays and numpy views."""
     msgs = (_Mmsghdr * n)()
-    iovs = (_Iovec * n)()
+    iovs = (_Iovec * (n * parts))()
     m = np.frombuffer(msgs, _np_dtype(_Mmsghdr))
     v = np.frombuffer(iovs, _np_dtype(_Iovec))
-    m["iov"] = ctypes.addressof(iovs) + np.arange(n, dtype=np.uint64) * ctypes.sizeof(_Iovec)
-    m["iovlen"] = 1
+    m["iov"] = ctypes.addressof(iovs) + np.arange(n, dtype=np.uint64) * (parts * ctypes.sizeof(_Iovec))
+    m["iovlen"] = parts
     return msgs, m, iovs, v
 
 
@@ -150,16 +154,73 @@ class Receiver:
 class Sender:
     """Sends byte ranges of numpy arrays as datagrams to one ``(address, port)``, up to ``batch`` a call."""
 
-    def __init__(self, dest, *, batch=256, mmsg=None):
+    def __init__(self, dest, *, batch=256, mmsg=None, segment=None):
         self.dest = (str(dest[0]), int(dest[1]))
         self.batch = int(batch)
         self.mmsg = HAVE_MMSG if mmsg is None else bool(mmsg) and HAVE_MMSG
+        self._gather = None  # the two-part message headers of send_parts, made on its first use
+        #: send_parts' datagrams of exactly ``segment`` bytes go up to ``per_send`` in one send (UDP GSO:
+        #: the kernel cuts them apart, a system call's and a route's work per send, not per datagram).
+        self.segment = int(segment) if segment and self.mmsg else None
+        self.per_send = min(_GSO_MAX_SEGS, _UDP_MAX_BYTES // self.segment) if self.segment else 1
+        if self.per_send < 2:
+            self.segment, self.per_send = None, 1
+        self._gso_socks = set()
+        self._runs = None  # the message headers of GSO sends, ``2 * per_send`` iovecs each
         if self.mmsg:
-            self._msgs, self._m, self._iovs, self._v = _headers(self.batch)
             self._addr = _SockaddrIn(socket.AF_INET, socket.htons(self.dest[1]))
             self._addr.addr[:] = socket.inet_aton(self.dest[0])
-            self._m["name"] = ctypes.addressof(self._addr)
-            self._m["namelen"] = ctypes.sizeof(_SockaddrIn)
+            self._msgs, self._m, self._iovs, self._v = self._named(1)
+
+    def _named(self, parts):
+        msgs, m, iovs, v = _headers(self.batch, parts)
+        m["name"] = ctypes.addressof(self._addr)
+        m["namelen"] = ctypes.sizeof(_SockaddrIn)
+        return msgs, m, iovs, v
+
+    def send_parts(self, sock, heads, head_starts, head_len, addrs, lengths):
+        """Datagram ``i`` is ``head_len`` bytes of the C-contiguous array ``heads`` from byte
+        ``head_starts[i]`` followed by ``lengths[i]`` bytes at memory address ``addrs[i]`` (a payload left
+        where it is, in an array the caller keeps alive): no datagram is assembled in a buffer first.
+        Returns how many were sent (fewer when the socket's buffer is full)."""
+        head_starts = np.asarray(head_starts, np.int64)
+        addrs = np.asarray(addrs, np.uint64)
+        lengths = np.asarray(lengths, np.int64)
+        total = len(head_starts)
+        if not self.mmsg:
+            flat = heads.reshape(-1).view(np.uint8)
+            for i in range(total):
+                s = int(head_starts[i])
+                data = flat[s : s + head_len].tobytes() + ctypes.string_at(int(addrs[i]), int(lengths[i]))
+                try:
+                    sock.sendto(data, self.dest)
+                except BlockingIOError:
+                    return i
+            return total
+        if self.segment is not None and self._gso_on(sock):
+            return self._send_gso(sock, heads, head_starts, head_len, addrs, lengths)
+        if self._gather is None:
+            self._gather = self._named(2)
+        msgs, _, _, v = self._gather
+        pairs = v.reshape(self.batch, 2)
+        base = heads.ctypes.data
+        done = 0
+        while done < total:
+            k = min(self.batch, total - done)
+            pairs["base"][:k, 0] = base + head_starts[done : done + k]
+            pairs["len"][:k, 0] = head_len
+            pairs["base"][:k, 1] = addrs[done : done + k]
+            pairs["len"][:k, 1] = lengths[done : done + k]
+            got = _CALLS[1](sock.fileno(), ctypes.addressof(msgs), k, _MSG_DONTWAIT)
+            if got < 0:
+                err = ctypes.get_errno()
+                if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                    return done
+                raise OSError(err, os.strerror(err))
+            done += got
+            if got < k:
+                return done
+        return done
 
     def send(self, sock, base, starts, lengths):
         """Datagram ``i`` is ``lengths[i]`` bytes of the C-contiguous array ``base`` from byte ``starts[i]``;
@@ -191,3 +252,61 @@ class Sender:
             if got < k:
                 return done
         return done
+
+    def _gso_on(self, sock):
+        """Set the socket's GSO segment size once; False (and no GSO from then on) where Linux has none."""
+        key = sock.fileno()
+        if key not in self._gso_socks:
+            try:
+                sock.setsockopt(socket.IPPROTO_UDP, _UDP_SEGMENT, self.segment)
+            except OSError:
+                self.segment, self.per_send = None, 1
+                return False
+            self._gso_socks.add(key)
+        return True
+
+    def _send_gso(self, sock, heads, head_starts, head_len, addrs, lengths):
+        """send_parts with runs of whole-segment datagrams (the last of a run may be shorter) as one send."""
+        total, per = len(head_starts), self.per_send
+        if total == 0:
+            return 0
+        size = head_len + lengths
+        if (size > self.segment).any():
+            raise ValueError(f"A datagram is longer than the {self.segment}-byte segment this sender cuts.")
+        if self._runs is None:
+            self._runs = self._named(2 * per)
+        msgs, m, _, v = self._runs
+        # A send ends at a datagram shorter than a segment (GSO's rule: only the last may be) and after
+        # ``per`` datagrams.
+        idx = np.arange(total)
+        starts = np.zeros(total, bool)
+        starts[0] = True
+        starts[1:] = size[:-1] != self.segment
+        first = np.flatnonzero(starts)
+        pos = idx - first[np.cumsum(starts) - 1]
+        starts |= pos % per == 0
+        run = np.cumsum(starts) - 1
+        first = np.flatnonzero(starts)
+        pos = idx - first[run]
+        ends = np.append(first[1:], total)
+        base = heads.ctypes.data
+        sent = 0  # sends done
+        while sent < len(first):
+            k = min(self.batch, len(first) - sent)
+            lo, hi = int(first[sent]), int(ends[sent + k - 1])
+            slot = (run[lo:hi] - sent) * (2 * per) + 2 * pos[lo:hi]
+            v["base"][slot] = base + head_starts[lo:hi]
+            v["len"][slot] = head_len
+            v["base"][slot + 1] = addrs[lo:hi]
+            v["len"][slot + 1] = lengths[lo:hi]
+            m["iovlen"][:k] = 2 * (ends[sent : sent + k] - first[sent : sent + k])
+            got = _CALLS[1](sock.fileno(), ctypes.addressof(msgs), k, _MSG_DONTWAIT)
+            if got < 0:
+                err = ctypes.get_errno()
+                if err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                    raise OSError(err, os.strerror(err))
+                got = 0
+            sent += got
+            if got < k:
+                break
+        return int(first[sent]) if sent < len(first) else total

@@ -17,6 +17,7 @@ __all__ = [
     "encode_headers",
     "decode_headers",
     "header_of",
+    "contrib_headers",
     "pack_tensor",
     "unpack_payloads",
     "to_wire_bits",
@@ -110,11 +111,11 @@ def to_wire_bits(tensor, dtype):
     return converted.view(bits_dtype(dtype).newbyteorder("=")).astype(bits_dtype(dtype), copy=False)
 
 
-def pack_tensor(tensor, *, dtype, rank, job=0, round=0, group=0, chunk_elems, first_chunk=0, last=True):
-    """A whole tensor → CONTRIB payloads (:class:`Payloads`), chunk ``first_chunk`` onwards.
-
-    ``last`` sets the LAST flag on the final chunk (PROTOCOL.md: last chunk of this round's tensor).
-    """
+def contrib_headers(total, *, dtype, rank, job=0, round=0, group=0, chunk_elems, first_chunk=0, last=True):
+    """The CONTRIB headers of a tensor of ``total`` elements cut into chunks of ``chunk_elems``, chunk
+    ``first_chunk`` onwards: an ``(n, HEADER_BYTES)`` uint8 array, one row per chunk (the last one shorter
+    when ``chunk_elems`` does not divide ``total``). ``last`` sets the LAST flag on the final chunk.
+    Raises WanreduceError when a field does not fit its header field."""
     dtype = DType(dtype)
     if not 0 <= rank < MAX_RANKS:
         raise WanreduceError(f"rank {rank} is outside 0..{MAX_RANKS - 1}")
@@ -123,34 +124,57 @@ def pack_tensor(tensor, *, dtype, rank, job=0, round=0, group=0, chunk_elems, fi
     for name, value, top in (("job", job, 0xFFFF), ("round", round, 0xFFFFFFFF), ("group", group, 0xFFFF)):
         if not 0 <= value <= top:
             raise WanreduceError(f"{name} {value} does not fit its header field (0..{top})")
-    bits = to_wire_bits(tensor, dtype)
-    total = bits.size
     if total == 0:
         raise WanreduceError("the tensor is empty; there is nothing to send")
-    n_full, tail = divmod(total, chunk_elems)
-    n = n_full + (1 if tail else 0)
+    n = -(-total // chunk_elems)
     if first_chunk + n - 1 > 0xFFFFFFFF:
         raise WanreduceError(f"{n} chunks do not fit the 32-bit chunk field")
+    count = np.full(n, chunk_elems, np.int64)
+    count[-1] = total - (n - 1) * chunk_elems
+    h = encode_headers(
+        n,
+        kind=Kind.CONTRIB,
+        dtype=dtype,
+        job=job,
+        round=round,
+        chunk=np.arange(first_chunk, first_chunk + n, dtype=np.uint64),
+        src=rank,
+        group=group,
+        count=count,
+        bitmap=np.uint64(1) << np.uint64(rank),
+    )
+    if last:
+        h["flags"][-1] = FLAG_LAST
+    return h.view(np.uint8).reshape(n, HEADER_BYTES)
+
+
+def pack_tensor(tensor, *, dtype, rank, job=0, round=0, group=0, chunk_elems, first_chunk=0, last=True):
+    """A whole tensor → CONTRIB payloads (:class:`Payloads`), chunk ``first_chunk`` onwards.
+
+    ``last`` sets the LAST flag on the final chunk (PROTOCOL.md: last chunk of this round's tensor).
+    """
+    dtype = DType(dtype)
+    if not 0 <= rank < MAX_RANKS:
+        raise WanreduceError(f"rank {rank} is outside 0..{MAX_RANKS - 1}")
+    bits = to_wire_bits(tensor, dtype)
+    heads = contrib_headers(
+        bits.size,
+        dtype=dtype,
+        rank=rank,
+        job=job,
+        round=round,
+        group=group,
+        chunk_elems=chunk_elems,
+        first_chunk=first_chunk,
+        last=last,
+    )
+    n_full, tail = divmod(bits.size, chunk_elems)
     raw = bits.view(np.uint8)
     size = dtype.size
 
     def block(start, count, elems):
-        h = encode_headers(
-            count,
-            kind=Kind.CONTRIB,
-            dtype=dtype,
-            job=job,
-            round=round,
-            chunk=np.arange(first_chunk + start, first_chunk + start + count, dtype=np.uint64),
-            src=rank,
-            group=group,
-            count=elems,
-            bitmap=np.uint64(1) << np.uint64(rank),
-        )
-        if last and start + count == n:
-            h["flags"][-1] = FLAG_LAST
         out = np.empty((count, HEADER_BYTES + elems * size), np.uint8)
-        out[:, :HEADER_BYTES] = h.view(np.uint8).reshape(count, HEADER_BYTES)
+        out[:, :HEADER_BYTES] = heads[start : start + count]
         out[:, HEADER_BYTES:] = raw[
             start * chunk_elems * size : (start * chunk_elems + count * elems) * size
         ].reshape(count, elems * size)

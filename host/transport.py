@@ -35,7 +35,7 @@ from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType, Kind
 from .aggd import members_of
 from .mmsg import Receiver, Sender
 from .netio import open_socket
-from .packet import pack_tensor
+from .packet import contrib_headers
 from .protocol import HEADER_DTYPE, bits_dtype, np_dtype
 from .wan import RETRIES, TIMEOUT_DELAYS, TIMEOUT_FRAMES, SiteTimeout, chunk_count
 
@@ -170,15 +170,18 @@ class _Run:
         self.rounds = R = sch.period if rounds is None else int(rounds)
         self.vt = np_dtype(tp.dtype)
         self.bits = bits_dtype(tp.dtype)
-        flat = np.asarray(tensor).astype(self.vt, copy=False).reshape(-1)  # copied once, into the grid
+        # The tensor itself (not copied when it is contiguous in the wire dtype): the first round this site
+        # takes part in sends its chunks straight from it.
+        self.flat = flat = np.ascontiguousarray(np.asarray(tensor).astype(self.vt, copy=False).reshape(-1))
         if flat.size == 0:
             raise WanreduceError("the tensor is empty; there is nothing to synchronise")
         self.ce, self.bank = lay.chunk_elems, lay.bank_slots
         self.n_chunks = N = chunk_count(flat.size, self.ce)
-        # The tensor padded to whole chunks, one row per chunk; ``values`` is the tensor's part of it.
-        self.grid = np.zeros((N, self.ce), self.vt)
-        self.grid.reshape(-1)[: flat.size] = flat
+        # The result padded to whole chunks, one row per chunk; ``values`` is the tensor's part of it. A
+        # chunk holds the tensor's values only once no RESULT came for it (``fresh``, see _settle).
+        self.grid = np.empty((N, self.ce), self.vt)
         self.values = self.grid.reshape(-1)[: flat.size]
+        self.fresh = np.ones(N, bool)
         self.counts = np.full(N, self.ce, np.int64)
         self.counts[-1] = flat.size - (N - 1) * self.ce
         self.t0 = time.monotonic() if t0 is None else t0
@@ -205,7 +208,8 @@ class _Run:
         self.due = np.full((R, N), np.inf)  # when the chunk's retransmission timer expires
         self.retries = np.zeros((R, N), np.int64)
         self.next_check = math.inf
-        self.tx = [None] * R  # per round: the CONTRIBs as rows (headers written once) and their lengths
+        self.heads = [None] * R  # per round: the CONTRIB headers, one row per chunk, written once
+        self.payloads = [None] * R  # per later round: the contributions as sent, kept for retransmissions
         self.senders = [None] * R
         self.ready = collections.deque()  # blocks (round, chunk array, again)
         self.echoed = {}
@@ -266,34 +270,45 @@ class _Run:
             out.append((r + self.sch.period, cs[~inside] % self.bank))
         return out
 
-    def _round_rows(self, r):
-        rows = self.tx[r]
-        if rows is None:
+    def _round_heads(self, r):
+        heads = self.heads[r]
+        if heads is None:
             gid = self.group[r][0]
-            size = self.tp.dtype.size
-            heads = pack_tensor(
-                self.values,  # the payloads are rewritten as each chunk goes out
+            heads = self.heads[r] = contrib_headers(
+                self.flat.size,
                 dtype=self.tp.dtype,
                 rank=self.tp.rank,
                 job=self.tp.job,
                 round=self.first + r,
                 group=gid,
                 chunk_elems=self.ce,
-            ).blocks
-            if len(heads) == 1 and heads[0].shape == (self.n_chunks, HEADER_BYTES + self.ce * size):
-                rows = heads[0]  # whole chunks only: the packed rows are the rows to send
-            else:
-                rows = np.zeros((self.n_chunks, HEADER_BYTES + self.ce * size), np.uint8)
-                c = 0
-                for block in heads:
-                    rows[c : c + len(block), :HEADER_BYTES] = block[:, :HEADER_BYTES]
-                    c += len(block)
+            )
+            if self.prev_round[r] is not None:
+                # A later round's contribution is the previous round's result, which the grid holds only
+                # until the next RESULT for the chunk: a retransmission must send the same bits again.
+                self.payloads[r] = np.empty((self.n_chunks, self.ce), self.vt)
             ip = addressing.contrib_group_ip(
                 job=self.tp.job, round=self.first + r, group=gid, period=self.sch.period
             )
-            self.tx[r] = rows
-            self.senders[r] = Sender((ip, self.tp.port), batch=RECV_BATCH)
-        return rows
+            whole = HEADER_BYTES + self.ce * self.tp.dtype.size
+            self.senders[r] = Sender((ip, self.tp.port), batch=RECV_BATCH, segment=whole)
+        return heads
+
+    def _payload_addrs(self, r, cs):
+        """Where the payloads of round ``r``'s chunks ``cs`` are (the tensor, or the round's own copy)."""
+        src = self.flat if self.payloads[r] is None else self.payloads[r]
+        return src.ctypes.data + cs.astype(np.uint64) * (self.ce * self.tp.dtype.size)
+
+    def _settle(self):
+        """The chunks no RESULT came for keep the tensor's values (a site with no round, or killed)."""
+        idx = np.flatnonzero(self.fresh)
+        if idx.size:
+            ce, N = self.ce, self.n_chunks
+            whole = idx[idx < N - 1]
+            self.grid[whole] = self.flat[: (N - 1) * ce].reshape(N - 1, ce)[whole]
+            if self.fresh[N - 1]:
+                self.values[(N - 1) * ce :] = self.flat[(N - 1) * ce :]
+            self.fresh[idx] = False
 
     def _send_ready(self, now):
         """Send what is ready, paced to the access link; False if the socket's buffer is full."""
@@ -304,12 +319,18 @@ class _Run:
             r, cs, again = self.ready[0]
             room = int((now + 1e-3 - max(now, self.link_free)) / frame_s) + 1 if frame_s > 0 else len(cs)
             part = cs[:room]
-            rows = self._round_rows(r)
-            if not again:
+            heads = self._round_heads(r)
+            if not again and self.payloads[r] is not None:
                 # The contribution is the tensor's chunk now: the last RESULT applied divided by the group.
-                rows[part, HEADER_BYTES:] = self.grid[part].view(np.uint8)
-            lengths = HEADER_BYTES + self.counts[part] * self.tp.dtype.size
-            k = self.senders[r].send(self.tp.sock, rows, part * rows.shape[1], lengths)
+                self.payloads[r][part] = self.grid[part]
+            k = self.senders[r].send_parts(
+                self.tp.sock,
+                heads,
+                part * HEADER_BYTES,
+                HEADER_BYTES,
+                self._payload_addrs(r, part),
+                self.counts[part] * self.tp.dtype.size,
+            )
             if k == len(cs):
                 self.ready.popleft()
             else:
@@ -430,15 +451,25 @@ class _Run:
             self.ready.append((r, np.array([c]), True))
 
     def _apply(self, r, cs, rows_idx, now):
-        g = len(self.group[r][1])
+        g = self.vt.type(len(self.group[r][1]))
+        k = len(cs)
         with np.errstate(all="ignore"):
             # The wire dtype's own division, as the numpy model of the schedule divides.
-            self.grid[cs] = self._rv[rows_idx, : self.ce].view(self.vt) / self.vt.type(g)
+            c0, i0 = int(cs[0]), int(rows_idx[0])
+            if k == 1 or ((np.diff(cs) == 1).all() and (np.diff(rows_idx) == 1).all()):
+                # In order (the usual case): divided from the received rows straight into the grid.
+                np.divide(self._rv[i0 : i0 + k, : self.ce].view(self.vt), g, out=self.grid[c0 : c0 + k])
+            else:
+                self.grid[cs] = self._rv[rows_idx, : self.ce].view(self.vt) / g
+        self.fresh[cs] = False
         self.applied[r, cs] = True
         self.due[r, cs] = math.inf
         sent = self.sent_at[r, cs]
-        for rtt in (now - sent[~np.isnan(sent)]).tolist():
-            self._sample(rtt)
+        timed = sent[~np.isnan(sent)]
+        if timed.size:
+            # One sample per batch (RFC 6298 asks for at least one per round trip), its slowest RESULT:
+            # a batch's RESULTs come back together, and a timer had better err long.
+            self._sample(now - float(timed.min()))
         self.outstanding -= len(cs)
         self.out.last_result_s[r] = max(
             now - self.t0, 0.0 if math.isnan(self.out.last_result_s[r]) else self.out.last_result_s[r]
@@ -527,4 +558,5 @@ class _Run:
                 self._receive(woke)
         finally:
             sel.close()
+            self._settle()
         return self.out

@@ -6,13 +6,14 @@
   (``recvmmsg``), aggregates and multicasts the RESULTs (``sendmmsg``); the figure is the contributions'
   payload bytes over the CPU time the daemon's process spent on them, system calls included.
 * ``transport_GBps_1k`` / ``_8k``: one site's host transport synchronising a tensor through its own
-  aggregator process (a one-member group, so the aggregator answers at once): the tensor's bytes over the
-  CPU time of the host's process (every CONTRIB sent and every RESULT received and applied).
+  aggregator process (a one-member group, so the aggregator answers at once; a window of ``WINDOW``
+  chunks): the tensor's bytes over the CPU time of the host's process (every CONTRIB sent and every
+  RESULT received and applied).
 
 1 KiB chunks fit a standard Ethernet MTU; 8 KiB chunks need jumbo frames on a real network (loopback's MTU
-is 64 KiB). Both are single-threaded Python: batched system calls, numpy per batch of headers and per
-chunk of values. Medians of ``REPEATS`` runs; CPU time, so other work on the machine costs them little,
-but caches and memory bandwidth are shared.
+is 64 KiB). Both are single-threaded Python: batched system calls (runs of whole chunks as one UDP GSO send,
+payloads sent from where they lie), numpy per batch of headers and of values. Medians of ``REPEATS`` runs;
+CPU time, so other work on the machine costs them little, but caches and memory bandwidth are shared.
 """
 
 import statistics
@@ -31,8 +32,11 @@ from wanreduce.spec.protocol import DType
 from wanreduce.spec.schedfile import Schedule
 
 REPEATS = 5
-#: Chunks per queued batch (and the transport's window), so that a batch fits a socket's receive buffer.
+#: Chunks per queued batch of the daemon's, so that a batch fits a socket's receive buffer.
 BATCH = {1024: 512, 8192: 96}
+#: The transport's window (its aggregator's round bank) in chunks: about 2 MiB of 8 KiB chunks in flight,
+#: within a socket's receive buffer; a window's fixed costs are shared by this many chunks.
+WINDOW = {1024: 512, 8192: 256}
 TENSOR_BYTES = 16 << 20
 PORT = 47990
 JOB = 7
@@ -99,7 +103,7 @@ def aggd_rate(chunk_bytes, batches=12):
 
 def transport_rate(chunk_bytes):
     """Tensor bytes one site's transport synchronises per CPU second of its process."""
-    schedule = _schedule(1, chunk_bytes, BATCH[chunk_bytes])
+    schedule = _schedule(1, chunk_bytes, WINDOW[chunk_bytes])
     layout = site_layout(schedule)
     tensor = np.random.default_rng(1).standard_normal(TENSOR_BYTES // 4).astype(np.float32)
 

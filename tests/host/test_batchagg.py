@@ -183,3 +183,117 @@ def test_batched_send_and_receive_carry_every_datagram_intact(use_mmsg):
     finally:
         rx.close()
         tx.close()
+
+
+@pytest.mark.parametrize("use_mmsg", [True, False])
+def test_two_part_sends_join_a_header_row_and_a_payload_left_in_place(use_mmsg):
+    if use_mmsg and not mmsg.HAVE_MMSG:
+        pytest.skip("this libc has no recvmmsg/sendmmsg")
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.setblocking(False)
+        tx.setblocking(False)
+        rng = np.random.default_rng(3)
+        heads = rng.integers(0, 256, (50, 32), dtype=np.uint8)
+        body = rng.integers(0, 256, 50 * 1000, dtype=np.uint8)
+        order = rng.permutation(50)[:37]  # any rows, in any order
+        lengths = rng.integers(0, 1000, 37)
+        sender = mmsg.Sender(rx.getsockname(), batch=16, mmsg=use_mmsg)
+        addrs = body.ctypes.data + order.astype(np.uint64) * 1000
+        assert sender.send_parts(tx, heads, order * 32, 32, addrs, lengths) == 37
+        receiver = mmsg.Receiver(batch=64, row_bytes=2048, mmsg=use_mmsg)
+        n = receiver.recv(rx)
+        got = [receiver.rows[i, : receiver.lengths[i]].tobytes() for i in range(n)]
+        want = [
+            heads[c].tobytes() + body[c * 1000 : c * 1000 + k].tobytes()
+            for c, k in zip(order.tolist(), lengths.tolist(), strict=True)
+        ]
+        assert got == want
+        # The one-part sends of the same sender still address the same socket.
+        assert sender.send(tx, heads, [0], [32]) == 1
+        assert receiver.recv(rx) == 1 and receiver.rows[0, :32].tobytes() == heads[0].tobytes()
+    finally:
+        rx.close()
+        tx.close()
+
+
+def test_gso_sends_deliver_the_same_datagrams_as_one_per_message():
+    if not mmsg.HAVE_MMSG:
+        pytest.skip("this libc has no recvmmsg/sendmmsg")
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        rx.setblocking(False)
+        tx.setblocking(False)
+        rng = np.random.default_rng(4)
+        heads = rng.integers(0, 256, (300, 32), dtype=np.uint8)
+        body = rng.integers(0, 256, 300 * 1000, dtype=np.uint8)
+        # Whole 1032-byte datagrams in runs longer than one send (63 a send), broken by short ones.
+        lengths = np.full(300, 1000)
+        lengths[[5, 6, 150, 299]] = [10, 999, 0, 7]
+        order = np.arange(300)
+        order[200:210] = order[200:210][::-1]  # any rows, in any order
+        sender = mmsg.Sender(rx.getsockname(), batch=4, segment=1032)
+        assert sender.per_send == 63
+        addrs = body.ctypes.data + order.astype(np.uint64) * 1000
+        assert sender.send_parts(tx, heads, order * 32, 32, addrs, lengths) == 300
+        receiver = mmsg.Receiver(batch=512, row_bytes=2048)
+        n = receiver.recv(rx)
+        got = [receiver.rows[i, : receiver.lengths[i]].tobytes() for i in range(n)]
+        want = [
+            heads[c].tobytes() + body[c * 1000 : c * 1000 + k].tobytes()
+            for c, k in zip(order.tolist(), lengths.tolist(), strict=True)
+        ]
+        assert got == want
+        with pytest.raises(ValueError, match="longer than the 1032-byte segment"):
+            sender.send_parts(tx, heads, [0], 32, [body.ctypes.data], [1001])
+    finally:
+        rx.close()
+        tx.close()
+
+
+@pytest.mark.parametrize("dtype", [DType.FP32, DType.BF16])
+def test_clean_batches_take_the_whole_chunk_path_and_still_equal_the_golden_model(dtype):
+    rng = np.random.default_rng(11)
+    stream, cuts = [], []
+    for rnd in range(9):
+        order = PERIOD[rnd % len(PERIOD)]
+        if not order:
+            continue
+        per_rank = {}
+        for rank in order:
+            t = rng.standard_normal(420).astype(np.float32) * np.float32(10.0) ** rng.integers(-4, 5)
+            t[rng.integers(0, 420, 2)] = [np.nan, -np.inf]
+            per_rank[rank] = list(pack_tensor(t, dtype=dtype, rank=rank, job=JOB, round=rnd, chunk_elems=50))
+        for c in range(len(per_rank[order[0]])):  # the members' copies of a chunk together, any order
+            stream += [per_rank[rank][c] for rank in rng.permutation(order).tolist()]
+            cuts.append(len(stream))
+    golden, batch = _pair()
+    want = _golden_run(golden, stream)
+    taken = []
+    whole = batch._whole_chunks
+
+    def spy(h, good, *rest):
+        used = whole(h, good, *rest)
+        taken.append((used, good.size))
+        return used
+
+    batch._whole_chunks = spy
+    results, rows, at = [], np.zeros((64, 2048), np.uint8), 0
+    # Batches of whole chunks (two at most: a bank has two slots), and now and then a cut inside a chunk.
+    ends = [e for e in cuts[1::2]] + [cuts[-1]]
+    ends = sorted(set(ends + [int(x) + 1 for x in rng.choice(cuts[:-1], 4, replace=False)]))
+    for end in ends:
+        part = stream[at:end]
+        for j, p in enumerate(part):
+            rows[j, : len(p)] = np.frombuffer(p, np.uint8)
+        results += batch.results(batch.feed_batch(rows, np.array([len(p) for p in part])))
+        at = end
+    assert results == want and len(want) == 6 * 9
+    assert batch.counters == golden.counters
+    # Whole batches went at once, and batches cut inside a chunk went partly datagram by datagram.
+    assert sum(used == n for used, n in taken) >= 10 and any(used < n for used, n in taken)

@@ -142,3 +142,34 @@ def test_root_mode_schedules_are_refused_with_one_line():
     lean = Schedule(sites=SITES, rounds=SCHEDULE.rounds, params=SCHEDULE.params, lean={"mode": "root"})
     with pytest.raises(WanreduceError, match="root-mode"):
         site_layout(lean)
+
+
+def test_one_site_sends_from_its_tensor_and_gives_back_a_new_array():
+    from wanreduce.host.transport import SiteTransport
+
+    # A one-member group: its RESULT is its own contribution, so the run must give the tensor back.
+    single = Schedule(sites=("LON",), rounds=([[0]],), params=SCHEDULE.params)
+    layout = site_layout(single)
+    port, job = _port(), 15
+    tensor = np.random.default_rng(9).standard_normal(1000)  # float64: sent as float32, the last chunk short
+    before = tensor.copy()
+    with netdemo.aggregators(
+        single,
+        layout=layout,
+        make_engine=lambda s, r, lay: BatchEngine(s, r, lay, job=job),
+        port=port,
+        job=job,
+    ):
+        tp = SiteTransport(
+            single, 0, layout=layout, one_way_s=np.zeros((1, 1)), site_Bps=1e12, port=port, job=job
+        )
+        try:
+            run = tp.run(tensor, deadline_s=60)
+            killed = tp.run(tensor, kill_round=0, first_round=1, deadline_s=60)
+        finally:
+            tp.close()
+    want = tensor.astype(np.float32)
+    assert np.array_equal(run.values.view(np.uint32), want.view(np.uint32)) and run.sent >= 16
+    # A site killed before its first round sends nothing and keeps its tensor's values.
+    assert killed.sent == 0 and np.array_equal(killed.values, want)
+    assert np.array_equal(tensor, before)
