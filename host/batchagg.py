@@ -292,6 +292,9 @@ class BatchAggregator:
                     c["results_reemitted"] += 1
                     outs.append(s)
                     out_len.append(shadow_len[s])
+                    # the re-emitted RESULT is the shadow as it is now: should the slot complete another
+                    # chunk later in this batch, it must move to a row of its own first
+                    w.completed.add(s)
                     continue
                 st, held = state[s], key[s]
                 if st == _LIVE and held != tag:

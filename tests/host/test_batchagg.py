@@ -297,3 +297,15 @@ def test_clean_batches_take_the_whole_chunk_path_and_still_equal_the_golden_mode
     assert batch.counters == golden.counters
     # Whole batches went at once, and batches cut inside a chunk went partly datagram by datagram.
     assert sum(used == n for used, n in taken) >= 10 and any(used < n for used, n in taken)
+
+
+@pytest.mark.parametrize("seed", [16, 42, 43, 56])
+def test_a_reemitted_shadow_is_sent_before_its_slot_completes_again_in_the_batch(seed):
+    # These streams re-emit a slot's shadow (a copy of a completed chunk) and complete the slot's next
+    # chunk later in the same batch: the re-emitted RESULT must still be the first chunk's, header and
+    # payload, as the golden model sends it (the batch engine once sent the second chunk's twice).
+    stream = _traffic(seed, DType.FP32)
+    golden, batch = _pair()
+    want = _golden_run(golden, stream)
+    assert _batch_run(batch, stream, np.random.default_rng(5)) == want
+    assert batch.counters == golden.counters
