@@ -43,7 +43,7 @@ from pathlib import Path
 from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Cat, Const, Cover, Elaboratable, Module, Mux, Signal, Value, signed
 
-from ...hw.layouts import ScheduledBeat
+from ...hw.layouts import Beat, PayloadBeat, ScheduledBeat
 from ...hw.slot_table import SlotState, SlotTable
 from ...spec import protocol
 
@@ -71,6 +71,8 @@ PROPERTIES = {
     "packet_count": "packets taken in = packet events out + packets inside (bounded); records likewise",
     "skid_stream": "SkidBuffer: o keeps valid and payload until ready; beats out = beats in, in order",
     "fifo_stream": "BlockFIFO: o keeps valid and payload until ready; words out = words in, in order",
+    "header_parser_stream": "HeaderParser: o keeps valid and payload until ready; no packet out of nothing",
+    "frame_parser_stream": "FrameParser: o keeps valid and payload until ready; no packet out of nothing",
 }
 
 #: Cover statements (non-vacuity: the assumptions admit these traces); run in sby's cover mode.
@@ -78,10 +80,23 @@ COVERS = {
     "cover_complete": "a chunk of G_max members completes and its record is taken",
     "cover_evict_late_drop": "an eviction commits, and a packet ends in a late drop code (1-9, 17)",
     "cover_stall_bound": "i.ready stays low stall_bound cycles on end while input is offered",
+    "cover_skid_flow": "four words leave the skid buffer",
+    "cover_fifo_flow": "four words leave the block FIFO",
+    "cover_header_parser_flow": "two packets leave the header parser",
+    "cover_frame_parser_flow": "two packets leave the frame parser",
 }
 
 #: Which harness checks which property (the slot table's unless named here).
-_PRIMITIVE = {"skid_stream": "skid", "fifo_stream": "fifo"}
+_PRIMITIVE = {
+    "skid_stream": "skid",
+    "fifo_stream": "fifo",
+    "header_parser_stream": "header_parser",
+    "frame_parser_stream": "frame_parser",
+    "cover_skid_flow": "skid",
+    "cover_fifo_flow": "fifo",
+    "cover_header_parser_flow": "header_parser",
+    "cover_frame_parser_flow": "frame_parser",
+}
 
 _SMALL = {"width": 512, "slots": 2, "members": 2, "slot_bytes": 8}  # one beat a packet: the deepest traces
 _WIDER = {"width": 512, "slots": 4, "members": 3, "slot_bytes": 8}
@@ -93,6 +108,7 @@ QUICK_PLAN = [
     ("dropped_state", "bmc", 8, _SMALL),
     ("ready_bound", "bmc", 14, _SMALL),
     ("skid_stream", "bmc", 12, {}),
+    ("header_parser_stream", "bmc", 8, {}),
     ("cover_complete", "cover", 12, _SMALL),
     ("cover_evict_late_drop", "cover", 14, _SMALL),
 ]
@@ -106,7 +122,15 @@ DEEP_PLAN = [
     ("packet_count", "bmc", 16, _WIDER),
     ("skid_stream", "bmc", 24, {}),
     ("fifo_stream", "bmc", 20, {"depth": 4}),
-    *((cover, "cover", 24, params) for cover in COVERS for params in (_SMALL, _WIDER)),
+    *(
+        (cover, "cover", 24, params)
+        for cover in COVERS
+        if cover not in _PRIMITIVE
+        for params in (_SMALL, _WIDER)
+    ),
+    ("header_parser_stream", "bmc", 16, {}),
+    ("frame_parser_stream", "bmc", 16, {}),
+    *((cover, "cover", 16, {}) for cover in COVERS if cover in _PRIMITIVE),
     *((prop, "prove", 8, _SMALL) for prop in ("done_stream", "dropped_state", "ready_bound", "packet_count")),
     ("skid_stream", "prove", 8, {}),
     ("fifo_stream", "prove", 8, {"depth": 4}),
@@ -149,7 +173,7 @@ class SlotTableHarness(Elaboratable):
         release_wait=4,
         stall_bound=None,
     ):
-        names = {p for p in PROPERTIES if p not in _PRIMITIVE} | set(COVERS)
+        names = {p for p in (*PROPERTIES, *COVERS) if p not in _PRIMITIVE}
         unknown = set(properties) - names
         if unknown:
             self._MustUse__silence = True  # refused: never elaborated
@@ -440,18 +464,26 @@ class StreamStageHarness(Elaboratable):
     (2 for the skid buffer, ``depth`` + 2 for the FIFO) and none is offered when none is inside; the skid
     buffer refuses input only when it holds two."""
 
-    def __init__(self, *, kind, depth=4):
-        if kind not in ("skid", "fifo"):
+    def __init__(self, *, kind, depth=4, width=64):
+        if kind not in ("skid", "fifo", "header_parser", "frame_parser"):
             self._MustUse__silence = True
-            raise ValueError(f"The stream primitive must be 'skid' or 'fifo', not {kind!r}.")
-        self.kind, self.depth = kind, depth
+            raise ValueError(
+                f"The stream stage must be 'skid', 'fifo', 'header_parser' or 'frame_parser', not {kind!r}."
+            )
+        self.kind, self.depth, self.width = kind, depth, width
         self.in_valid, self.o_ready = Signal(), Signal()
         self.ports = [self.in_valid, self.o_ready]
+        if kind in ("header_parser", "frame_parser"):
+            # The producer's beat is a free input (a port), so the solver chooses every field of it.
+            self.in_payload = Signal(PayloadBeat(width) if kind == "header_parser" else Beat(width))
+            self.ports.append(self.in_payload.as_value())
 
     def elaborate(self, platform):
         from ...hw.axi import SkidBuffer
         from ...hw.fifo import BlockFIFO
 
+        if self.kind in ("header_parser", "frame_parser"):
+            return self._parser()
         m = Module()
         bits = 8
         started = Signal()
@@ -498,6 +530,50 @@ class StreamStageHarness(Elaboratable):
             ]
             if self.kind == "skid":
                 m.d.comb += Assert(dut.i.ready | (held == 2), "skid: refuses only when full")
+        m.d.comb += Cover(out & (n_out == 3), f"cover_{self.kind}_flow")
+        return m
+
+    def _parser(self):
+        """A parser stage under a free producer (any beats, the offer held until taken) and a free
+        consumer: ``o`` keeps valid and payload until ready, and no packet leaves that did not come in
+        (last beats out never outnumber last beats in). Its data path is checked against the golden model
+        by the fuzz; whether every packet leaves is a liveness property not run here."""
+        from ...hw.frame_parser import FrameParser
+        from ...hw.header_parser import HeaderParser
+
+        m = Module()
+        if self.kind == "header_parser":
+            m.submodules.dut = dut = HeaderParser(width=self.width, slot_bytes=8)
+        else:
+            m.submodules.dut = dut = FrameParser(width=self.width)
+        started = Signal()
+        m.d.sync += started.eq(1)
+        payload = self.in_payload
+        m.d.comb += [dut.i.valid.eq(self.in_valid), dut.i.payload.eq(payload), dut.o.ready.eq(self.o_ready)]
+        take = dut.i.valid & dut.i.ready
+        iv, it = Signal(), Signal()
+        ip = Signal.like(payload)
+        m.d.sync += [iv.eq(dut.i.valid), it.eq(take), ip.eq(payload)]
+        with m.If(started & iv & ~it):
+            m.d.comb += [Assume(dut.i.valid), Assume(payload.as_value() == ip.as_value())]
+        o = dut.o
+        n_in, n_out = Signal(8), Signal(8)
+        m.d.sync += [
+            n_in.eq(n_in + (take & payload.last)),
+            n_out.eq(n_out + (o.valid & o.ready & o.payload.last)),
+        ]
+        m.d.comb += Assume(n_in < 200)
+        pv, pr = Signal(), Signal()
+        pp = Signal.like(o.payload)
+        m.d.sync += [pv.eq(o.valid), pr.eq(o.ready), pp.eq(o.payload)]
+        with m.If(started):
+            with m.If(pv & ~pr):
+                m.d.comb += [
+                    Assert(o.valid, "stream: valid held"),
+                    Assert(o.payload.as_value() == pp.as_value(), "stream: payload held"),
+                ]
+            m.d.comb += Assert(n_out + (o.valid & o.payload.last) <= n_in + (take & payload.last), "count")
+        m.d.comb += Cover(o.valid & o.ready & o.payload.last & (n_out == 1), f"cover_{self.kind}_flow")
         return m
 
 

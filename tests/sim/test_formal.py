@@ -13,7 +13,7 @@ def test_harness_checks_its_parameters():
         formal.SlotTableHarness(properties=("no_such_property",))
     with pytest.raises(ValueError, match="release_wait must be a positive"):
         formal.SlotTableHarness(properties=("ready_bound",), release_wait=0)
-    with pytest.raises(ValueError, match="must be 'skid' or 'fifo'"):
+    with pytest.raises(ValueError, match="must be .skid., .fifo., .header_parser. or .frame_parser."):
         formal.StreamStageHarness(kind="queue")
     with pytest.raises(ValueError, match="a cover: not for mode bmc"):
         formal.prove("cover_complete", mode="bmc", depth=2, params={})
