@@ -45,3 +45,17 @@ def test_ready_bound_is_tight(tmp_path):
         "cover_stall_bound", mode="cover", depth=24, params=params, workdir=tmp_path / "at"
     )
     assert reached.status == "REACHED", reached.log
+
+
+def test_prove_refuses_to_replace_its_report_before_any_proof(tmp_path, capsys):
+    from wanreduce.cli import main
+
+    report = tmp_path / "prove.json"
+    report.write_text("[]\n")
+    try:
+        code = main(["prove", "--quick", "--report", str(report)])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and "--force" in err and "Traceback" not in err
+    assert report.read_text() == "[]\n"
