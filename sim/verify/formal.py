@@ -44,7 +44,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Cat, Const, Cover, Elaboratable, Module, Mux, Signal, Value, signed
 
 from ...hw.layouts import Beat, PayloadBeat, ScheduledBeat
-from ...hw.slot_table import SlotState, SlotTable
+from ...hw.slot_table import SlotState, SlotTable, _Decision
 from ...spec import protocol
 
 __all__ = [
@@ -103,36 +103,49 @@ _WIDER = {"width": 512, "slots": 4, "members": 3, "slot_bytes": 8}
 
 _SLOT_TABLE = [p for p in PROPERTIES if p not in _PRIMITIVE]
 
+_W64 = {"width": 64, "slots": 2, "members": 2, "slot_bytes": 8}  # the header over four beats
+_LONG = ("ready_bound", "packet_count")
+
 #: ``make test``: the proofs and covers that finish in seconds, ``(property, mode, depth, parameters)``.
 QUICK_PLAN = [
     ("dropped_state", "bmc", 8, _SMALL),
+    ("dropped_state", "prove", 4, _SMALL),
     ("ready_bound", "bmc", 14, _SMALL),
-    ("skid_stream", "bmc", 12, {}),
+    ("skid_stream", "prove", 4, {}),
     ("header_parser_stream", "bmc", 8, {}),
     ("cover_complete", "cover", 12, _SMALL),
     ("cover_evict_late_drop", "cover", 14, _SMALL),
 ]
-#: ``make prove``: every property, deeper, at two sizes; every cover at both; k-induction where it may close.
+#: ``make prove``: every property, deeper, at three sizes; every cover; k-induction where it may close. The
+#: quick rows come first, so that a run stopped part-way has reported the most.
 DEEP_PLAN = [
-    *((prop, "bmc", 16, _SMALL) for prop in _SLOT_TABLE if prop not in ("ready_bound", "packet_count")),
-    ("ready_bound", "bmc", 20, _SMALL),
-    ("packet_count", "bmc", 20, _SMALL),
-    *((prop, "bmc", 12, _WIDER) for prop in _SLOT_TABLE if prop not in ("ready_bound", "packet_count")),
-    ("ready_bound", "bmc", 16, _WIDER),
-    ("packet_count", "bmc", 16, _WIDER),
+    *(
+        (prop, "prove", 8, params)
+        for prop in ("done_stream", "dropped_state")
+        for params in (_SMALL, _WIDER, _W64)
+    ),
+    ("skid_stream", "prove", 8, {}),
     ("skid_stream", "bmc", 24, {}),
-    ("fifo_stream", "bmc", 20, {"depth": 4}),
+    ("header_parser_stream", "bmc", 16, {}),
+    ("frame_parser_stream", "bmc", 16, {}),
+    *((cover, "cover", 16, {}) for cover in COVERS if cover in _PRIMITIVE),
     *(
         (cover, "cover", 24, params)
         for cover in COVERS
         if cover not in _PRIMITIVE
         for params in (_SMALL, _WIDER)
     ),
-    ("header_parser_stream", "bmc", 16, {}),
-    ("frame_parser_stream", "bmc", 16, {}),
-    *((cover, "cover", 16, {}) for cover in COVERS if cover in _PRIMITIVE),
-    *((prop, "prove", 8, _SMALL) for prop in ("done_stream", "dropped_state", "ready_bound", "packet_count")),
-    ("skid_stream", "prove", 8, {}),
+    ("cover_complete", "cover", 28, _W64),
+    ("cover_evict_late_drop", "cover", 28, _W64),
+    ("fifo_stream", "bmc", 20, {"depth": 4}),
+    *((prop, "bmc", 12, _WIDER) for prop in _SLOT_TABLE if prop not in _LONG),
+    ("ready_bound", "bmc", 16, _WIDER),
+    ("packet_count", "bmc", 16, _WIDER),
+    *((prop, "bmc", 16, _SMALL) for prop in _SLOT_TABLE if prop not in _LONG),
+    ("ready_bound", "bmc", 20, _SMALL),
+    ("packet_count", "bmc", 20, _SMALL),
+    *((prop, "bmc", 16, _W64) for prop in ("dropped_state", "live_buffers")),
+    *((prop, "prove", 8, _SMALL) for prop in _LONG),
     ("fifo_stream", "prove", 8, {"depth": 4}),
 ]
 
@@ -222,6 +235,7 @@ class SlotTableHarness(Elaboratable):
         m = Module()
         t = self.table
         tm = t.elaborate(platform)  # elaborated here, so that its probes exist for the properties below
+        self._table_module = tm
         m.submodules.table = tm
         m.d.comb += [
             t.i.valid.eq(self.in_valid),
@@ -436,6 +450,39 @@ class SlotTableHarness(Elaboratable):
             m.d.sync += wrote.eq(swps[0].en)
             with m.If(started & t.ev_valid & (t.ev_code != 0)):
                 m.d.comb += Assert(~wrote, "dropped_state")
+            # Helper invariants for k-induction (true of every state reached from reset; asserted, so they
+            # are proved too): nothing is in the pipeline while the slots are cleared, and a commit in X
+            # carries no drop code.
+            regs = _registers(self._table_module)
+            x, xv = regs["x"], regs["xv"]
+            low = (1 << int(protocol.Drop.STALE)) - 1
+            busy_pipe = regs["sk_v"] | regs["rv"] | regs["ev"] | xv | t.ev_valid
+            m.d.comb += Assert(~regs["clearing"] | ~busy_pipe, "dropped_state: empty while clearing")
+            # E's registered summaries of its beat's drop bits agree with the bits.
+            e_drops = _field(regs["e"], "drops")
+            e_low = e_drops & low
+            groups = len(regs["e_gany"])
+            m.d.comb += [
+                Assert(regs["e_any"] == e_drops.any(), "dropped_state: E's any"),
+                Assert(
+                    regs["e_gany"] == Cat(*[e_low[8 * k : 8 * k + 8].any() for k in range(groups)]),
+                    "dropped_state: E's groups",
+                ),
+            ]
+            if "held" in regs:  # the decision a packet's later beats keep (W = 512): a consistent one
+                held = regs["held"]
+                h_dec, h_claim, h_ok = (_field(held, f) for f in ("dec", "claim", "slot_ok"))
+                claim_dec = (h_dec == _Decision.CLAIM.value) | (h_dec == _Decision.EVICT.value)
+                m.d.comb += [
+                    Assert(h_claim == claim_dec, "dropped_state: held claim"),
+                    Assert(h_ok == (claim_dec | (h_dec == _Decision.STORE.value)), "dropped_state: held ok"),
+                ]
+            commit, last, low_any, drops = (_field(x, f) for f in ("commit", "last", "low_any", "drops"))
+            with m.If(xv & commit):
+                m.d.comb += Assert(
+                    last & ~low_any & (((drops & ~low) | regs["slot_drop"]) == 0),
+                    "dropped_state: a commit has no code",
+                )
         if "done_stream" in self.properties:
             pv, pr = Signal(), Signal()
             pp = Signal.like(t.done.payload)
@@ -450,6 +497,23 @@ class SlotTableHarness(Elaboratable):
             m.d.comb += new.eq(Cat(swps[0].data, swps[1].data))
             with m.If(started & swps[0].en & (new.state == SlotState.DONE)):
                 m.d.comb += Assert(new.bitmap == Cat(new.mmask, Const(0, 64 - G)), "result_bitmap")
+
+
+def _registers(module):
+    """The signals an elaborated ``module`` drives, by name: a harness's window on a block's internal
+    registers for the helper invariants of k-induction (it reads Amaranth's private ``_driving`` table,
+    so it is for formal harnesses only; the block is not changed for the proof)."""
+    found = {}
+    for sig in module._driving:
+        found.setdefault(sig.name, []).append(sig)
+    return {name: sigs[0] for name, sigs in found.items() if len(sigs) == 1}
+
+
+def _field(sig, name):
+    """Field ``name`` of a structure-shaped register found by :func:`_registers` (which sees the raw
+    signal): its bits, read from the signal's display format."""
+    fmt = sig._format._fields[name]
+    return fmt._value if hasattr(fmt, "_value") else fmt._chunks[0][0]
 
 
 class StreamStageHarness(Elaboratable):
@@ -490,7 +554,9 @@ class StreamStageHarness(Elaboratable):
         m.d.sync += started.eq(1)
         n_in, n_out = Signal(bits), Signal(bits)
         if self.kind == "skid":
-            m.submodules.dut = dut = SkidBuffer(bits)
+            dut = SkidBuffer(bits)
+            dut._MustUse__silence = True  # elaborated here, below, for its registers
+            self._dut_module = m.submodules.dut = dut.elaborate(platform)  # its registers, for the invariants
             take = dut.i.valid & dut.i.ready
             m.d.comb += [dut.i.valid.eq(self.in_valid), dut.i.payload.eq(n_in)]
             # The producer's rule: an offer stays until taken (its payload, the next number, stays too).
@@ -530,6 +596,15 @@ class StreamStageHarness(Elaboratable):
             ]
             if self.kind == "skid":
                 m.d.comb += Assert(dut.i.ready | (held == 2), "skid: refuses only when full")
+                # Helper invariants for k-induction: the ghost counters agree with the registers (the skid
+                # entry holds the word after the one offered), which no reset-free trace otherwise ties.
+                regs = _registers(self._dut_module)
+                m.d.comb += [
+                    Assert(held == o.valid + regs["skid_valid"], "skid: words inside are its registers"),
+                    Assert(
+                        ~regs["skid_valid"] | (regs["skid"] == (n_out + 1)[:bits]), "skid: entry in order"
+                    ),
+                ]
         m.d.comb += Cover(out & (n_out == 3), f"cover_{self.kind}_flow")
         return m
 

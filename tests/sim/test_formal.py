@@ -24,7 +24,9 @@ def test_stall_bound_is_the_larger_of_its_two_causes():
     assert formal.slot_table_stall_bound(slots=16, done_wait=2, release_wait=4) == 16
 
 
-@pytest.mark.parametrize("prop,mode,depth,params", formal.QUICK_PLAN, ids=[p[0] for p in formal.QUICK_PLAN])
+@pytest.mark.parametrize(
+    "prop,mode,depth,params", formal.QUICK_PLAN, ids=[f"{p[0]}-{p[1]}" for p in formal.QUICK_PLAN]
+)
 def test_quick_proofs(prop, mode, depth, params, tmp_path):
     result = formal.prove(prop, mode=mode, depth=depth, params=params, workdir=tmp_path)
     assert result.status == ("REACHED" if mode == "cover" else "PASS"), result.log
