@@ -288,6 +288,21 @@ class SlotTableHarness(Elaboratable):
             ]
         # Counters wrap at 8 bits: keep the run short of that (BMC depths here are far below it).
         m.d.comb += Assume(n_in < 200)
+        # Helper invariants for k-induction: the packets inside are the last beats in the table's registers
+        # (skid entry, D, E, X, the event register) and a held record is the output's skid register.
+        regs = _registers(self._table_module)
+        lasts = [
+            regs[v] & _field(regs[r], "last")
+            for v, r in (("sk_v", "sk"), ("rv", "r"), ("ev", "e"), ("xv", "x"))
+        ]
+        m.d.comb += [
+            Assert(inside == sum(lasts) + t.ev_valid, "packet_count: inside is the registers' last beats"),
+            Assert(held == regs["sko_v"], "packet_count: a held record is the output's skid register"),
+            Assert(
+                ~regs["clearing"] | ~(regs["sk_v"] | regs["rv"] | regs["ev"] | regs["xv"] | t.ev_valid),
+                "packet_count: empty while clearing",
+            ),
+        ]
 
     def _liveness(self, m, started):
         """The reduce engine's fairness (what the real one guarantees: it takes a record within a bounded
