@@ -137,7 +137,7 @@ DEEP_PLAN = [
     ),
     ("cover_complete", "cover", 28, _W64),
     ("cover_evict_late_drop", "cover", 28, _W64),
-    ("fifo_stream", "bmc", 20, {"depth": 4}),
+    ("fifo_stream", "bmc", 16, {"depth": 4}),
     *((prop, "bmc", 12, _WIDER) for prop in _SLOT_TABLE if prop not in _LONG),
     ("ready_bound", "bmc", 16, _WIDER),
     ("packet_count", "bmc", 16, _WIDER),
