@@ -368,6 +368,8 @@ def _field(match, figures, region):
         return f"({name} failed)"
     if op:
         value = value * float(k) if op == "*" else value / float(k)
+    if isinstance(value, float) and value.is_integer() and not re.search(r"[.eEfFgG%]", spec or ""):
+        value = int(value)  # a count that went through a float (numpy, JSON) is quoted as the count it is
     try:
         text = format(value, spec or "")
     except (TypeError, ValueError) as exc:
