@@ -29,8 +29,8 @@ from ..hw.layouts import WIDTHS
 from ..sim.verify.cosim import CLOCK_HZ
 from ..sim.verify.demo import parse_kill
 from ..spec.errors import WanreduceError
-from ..spec.protocol import UDP_PORT, Drop, DType
-from ._common import int_in, probability
+from ..spec.protocol import Drop, DType
+from ._common import add_fault_options, add_port_option, int_in
 from .aggd import ENGINES, make_engine
 
 __all__ = ["register", "run"]
@@ -95,27 +95,7 @@ def register(sub):
         default=5,
         help="schedule search seconds (default: 5)",
     )
-    p.add_argument(
-        "--loss", type=probability("--loss"), default=0.0, metavar="P", help="loss probability (default: 0)"
-    )
-    p.add_argument(
-        "--dup",
-        type=probability("--dup"),
-        default=0.0,
-        metavar="P",
-        help="duplication probability (default: 0)",
-    )
-    p.add_argument(
-        "--reorder", action="store_true", help="delay every copy by up to one round trip of its pair"
-    )
-    p.add_argument(
-        "--corrupt",
-        type=probability("--corrupt"),
-        default=0.0,
-        metavar="P",
-        help="one-bit corruption probability (default: 0)",
-    )
-    p.add_argument("--kill", metavar="SITE@ROUND", help="that site sends nothing from that round on")
+    add_fault_options(p)
     p.add_argument(
         "--delay-scale",
         type=float,
@@ -132,9 +112,7 @@ def register(sub):
         "site's access rate (needs root and iproute2; otherwise one line says so and the run uses "
         "--interface)",
     )
-    p.add_argument(
-        "--port", type=int_in(1, 65535, "--port"), default=UDP_PORT, help=f"UDP port (default: {UDP_PORT})"
-    )
+    add_port_option(p, "UDP port")
     p.add_argument(
         "--job",
         type=int_in(0, 0xFFFF, "--job"),
