@@ -12,6 +12,17 @@ reran it, ``output`` the JSON file that command writes its records into (under t
 ``status`` is ``ok``, ``failed`` (the producer raised: ``value`` is None, never the previous number) or
 ``stale`` (recorded from an earlier run that could not be repeated here; ``note`` says which).
 
+A producer whose figures depend on some sources only through the designs it hands to other tools (the
+synthesis bench: the gateware reaches Yosys and nextpnr only as the designs of
+:mod:`wanreduce.sim.synth.designs`) records those designs' digests too (:func:`design_provenance`):
+``designs`` (design name to sha256 of the tools' input), ``designs_of`` (the module whose ``designs()``
+recomputes them), ``design_sources`` (the source prefixes that act only through them) and ``flow_digest``
+(the digest of its other sources). When such a record's sources change, :func:`attest` (the first step of
+:func:`refresh`) recomputes the designs; if the flow's sources are unchanged and every design has its
+recorded bytes, the tools would be given the same input, so the record stays current for the new sources:
+``attested`` gets their digest, the commit and the date. :func:`stale` reads both digests and never
+converts a design itself.
+
 Producers (each ``sim/bench`` module, the demo, synthesis, training) call :func:`records` and
 :func:`write_output`. ``docs/figures.json`` holds the records that the documentation quotes, under
 ``"figures"``, and the templates of the generated regions, under ``"regions"``. A region in README.md or
@@ -43,6 +54,8 @@ __all__ = [
     "REQUIRED",
     "digest",
     "module_sources",
+    "design_provenance",
+    "attest",
     "commit",
     "provenance",
     "records",
@@ -232,6 +245,60 @@ def provenance(sources, command, *, output=None, root=ROOT):
         "load": round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None,
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def design_provenance(designs_of, sources, *, root=ROOT):
+    """The fields that let :func:`attest` keep a record current across changes that leave its designs' bytes
+    as they were; ``designs_of`` names a module with ``designs()`` and ``DESIGN_SOURCES``."""
+    import importlib
+
+    module = importlib.import_module(designs_of)
+    prefixes = tuple(module.DESIGN_SOURCES)
+    return {
+        "designs_of": designs_of,
+        "designs": module.designs(),
+        "design_sources": list(prefixes),
+        "flow_digest": digest([s for s in sources if not s.startswith(prefixes)], root=root),
+    }
+
+
+def _current(rec, digests, root):
+    key = tuple(rec.get("sources") or ())
+    if key not in digests:
+        digests[key] = digest(key, root=root)
+    return digests[key] in (rec["digest"], (rec.get("attested") or {}).get("digest"))
+
+
+def attest(root=ROOT, data=None, *, log=print):
+    """Mark current every record of ``data`` whose sources changed only under its design sources while its
+    designs kept their bytes (module docstring); return the names attested. ``data`` is updated in place."""
+    import importlib
+
+    data = load(root) if data is None else data
+    digests, designs, done = {}, {}, []
+    for name, rec in sorted(data["figures"].items()):
+        if not rec.get("designs_of") or rec.get("status", "ok") != "ok" or _current(rec, digests, root):
+            continue
+        prefixes = tuple(rec.get("design_sources") or ())
+        sources = rec.get("sources") or ()
+        if not prefixes or digest([s for s in sources if not s.startswith(prefixes)], root=root) != rec.get(
+            "flow_digest"
+        ):
+            continue
+        of = rec["designs_of"]
+        if of not in designs:
+            log(f"figures: recomputing the designs of {of} (without the tools)")
+            designs[of] = importlib.import_module(of).designs()
+        if designs[of] == rec.get("designs"):
+            rec["attested"] = {
+                "digest": digest(sources, root=root),
+                "commit": commit(sources, root=root),
+                "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+            done.append(name)
+    if done:
+        log(f"figures: {len(done)} figure(s) kept: their designs are unchanged ({', '.join(done)})")
+    return done
 
 
 def unit_of(name):
@@ -468,7 +535,7 @@ def used_regions(root=ROOT):
 
 def stale(root=ROOT, data=None):
     """``{name: reason}`` for every figure a used region quotes that is missing, incomplete, not ok, or
-    whose sources' digest differs from the recorded one."""
+    whose sources' digest differs from the recorded one (and from the one it was attested for)."""
     data = load(root) if data is None else data
     names = set()
     for region in used_regions(root):
@@ -488,12 +555,8 @@ def stale(root=ROOT, data=None):
             out[name] = f"recorded from an earlier run at {rec['commit']}, not repeated since"
         elif rec.get("status", "ok") != "ok":
             out[name] = rec["status"] + (f": {rec['note']}" if rec.get("note") else "")
-        else:
-            key = tuple(rec.get("sources") or ())
-            if key not in digests:
-                digests[key] = digest(key, root=root)
-            if digests[key] != rec["digest"]:
-                out[name] = f"{', '.join(key)} changed since {rec['commit']}"
+        elif not _current(rec, digests, root):
+            out[name] = f"{', '.join(rec.get('sources') or ())} changed since {rec['commit']}"
     return out
 
 
@@ -525,6 +588,7 @@ def refresh(root=ROOT, *, run=True, only=(), log=print):
                 if rec is not None:
                     data["figures"][name] = rec
                     break
+    attest(root, data, log=log)
     todo = {}
     for name in stale(root, data):
         rec = data["figures"].get(name)

@@ -7,7 +7,8 @@ the project it imports), so a figure goes stale exactly when code it ran changes
 :func:`run_benchmarks` writes ``{"figures": {name: record}}`` (:mod:`wanreduce.sim.figures`: value, unit,
 commit, digest of the sources, command, cores, date). Records of modules not run this time are kept, so
 ``make bench BENCH=packer`` refreshes one module's figures only; a module that raises leaves its figures
-marked failed (value None), never the previous number.
+marked failed (value None), never the previous number. The records of a module in :data:`DESIGNS` also
+carry the digests of the designs it hands to other tools (:func:`wanreduce.sim.figures.design_provenance`).
 """
 
 import importlib
@@ -19,6 +20,9 @@ from .. import figures as recorded
 __all__ = ["sources_of", "DEFAULT_OUT", "module_names", "command_of", "run_benchmarks"]
 
 DEFAULT_OUT = "build/bench.json"
+#: Bench modules whose figures depend on the gateware only through designs handed to other tools: the module
+#: that digests those designs (kept out of the bench module's imports, so not among its sources).
+DESIGNS = {"synth": "wanreduce.sim.synth.designs"}
 
 
 def module_names():
@@ -50,6 +54,8 @@ def run_benchmarks(names, out=DEFAULT_OUT, *, log=print, err=print):
             sources = sources_of(module)
             # Taken before the run: the digest is of the code that produced the figures.
             prov = recorded.provenance(sources, command_of(name, out), output=out)
+            if name in DESIGNS:
+                prov.update(recorded.design_provenance(DESIGNS[name], sources))
             result = module.run()
         except Exception as exc:  # one broken bench must not hide the others' figures
             failed.append(name)

@@ -117,6 +117,70 @@ def test_stale_follows_the_sources(tmp_path):
     assert "2.5 s" in (root / "docs" / "page.md").read_text()
 
 
+def test_a_record_outlives_a_change_that_keeps_its_designs(tmp_path, monkeypatch):
+    """A record with design digests is attested current after a change under its design sources that leaves
+    the designs' bytes as they were; a changed design or a changed flow source leaves it stale."""
+    root = _copy_docs(tmp_path)
+    for d in ("gw", "flow"):
+        (root / d).mkdir()
+    (root / "gw" / "core.py").write_text("width = 64\n")
+    (root / "flow" / "run.py").write_text("seed = 1\n")
+    design = {"core": "sha256:aa"}
+    calls = []
+    producer = types.ModuleType("fake_synth_designs")
+    producer.DESIGN_SOURCES = ("gw/",)
+    producer.designs = lambda: calls.append(1) or dict(design)
+    monkeypatch.setitem(sys.modules, "fake_synth_designs", producer)
+    sources = ["flow/run.py", "gw/core.py"]
+    prov = figures.provenance(sources, "wanreduce bench --only fake", output="out.json", root=root)
+    prov.update(figures.design_provenance("fake_synth_designs", sources, root=root))
+    data = {"figures": figures.records({"fake_mhz": 120.0}, prov=prov, root=root), "regions": {}}
+    data["regions"]["r"] = "{fake_mhz} MHz"
+    figures.save(data, root)
+    for p in [root / "README.md", *(root / "docs").glob("*.md")]:
+        p.unlink()
+    (root / "docs" / "page.md").write_text("<!-- figures: r -->?<!-- /figures -->\n")
+    figures.render(root)
+    assert figures.stale(root) == {}
+
+    def attested():
+        data = figures.load(root)
+        done = figures.attest(root, data, log=lambda *_: None)
+        figures.save(data, root)
+        return done
+
+    # The gateware's text changes, its design does not: stale until attested, then current.
+    (root / "gw" / "core.py").write_text("width = 64  # same logic\n")
+    assert list(figures.stale(root)) == ["fake_mhz"]
+    n = len(calls)
+    assert attested() == ["fake_mhz"] and len(calls) == n + 1
+    assert figures.stale(root) == {}
+    # The check itself never recomputes a design.
+    figures.check(root)
+    assert len(calls) == n + 1
+    # The design's bytes change: stale, and no attestation.
+    (root / "gw" / "core.py").write_text("width = 128\n")
+    design["core"] = "sha256:bb"
+    assert attested() == [] and list(figures.stale(root)) == ["fake_mhz"]
+    # A flow source changes while the design is as recorded: stale too.
+    design["core"] = "sha256:aa"
+    (root / "gw" / "core.py").write_text("width = 64\n")
+    (root / "flow" / "run.py").write_text("seed = 2\n")
+    assert attested() == [] and list(figures.stale(root)) == ["fake_mhz"]
+
+
+def test_design_digests_leave_out_source_locations_only():
+    from wanreduce.sim.synth import designs
+
+    a = 'attribute \\src "hw/core.py:10"\ncell $and $1\nend\n'
+    b = 'attribute \\src "hw/core.py:99"\ncell $and $1\nend\n'
+    c = 'attribute \\src "hw/core.py:10"\ncell $or $1\nend\n'
+    v1, v2 = '(* src = "a.py:1" *) wire x;\n', '(* src = "b.py:7" *) wire x;\n'
+    assert designs._sha([("t.il", a)]) == designs._sha([("t.il", b)]) != designs._sha([("t.il", c)])
+    assert designs._sha([("t.v", v1)]) == designs._sha([("t.v", v2)])
+    assert designs._sha([("t.v", v1)]) != designs._sha([("u.v", v1)])
+
+
 def test_a_failing_bench_module_marks_its_figures_failed(tmp_path, monkeypatch, capsys):
     out = tmp_path / "bench.json"
     cmd = bench_main.command_of("broken", str(out))
