@@ -80,8 +80,10 @@ class FrameParser(wiring.Component):
         self._fields(m, ctx)
 
         self._payload_end(m, ctx)
+        self._rel_flags(m, ctx)
 
-        self._checksums(m, ctx)
+        self._checksum_words(m, ctx)
+        self._checksum_sums(m, ctx)
 
         self._decide(m, ctx)
 
@@ -196,7 +198,7 @@ class FrameParser(wiring.Component):
         ctx.udp_csum = ctx.be16(40)
 
     def _payload_end(self, m, ctx):
-        """Where the UDP payload ends relative to this beat (``rel``) and its flags."""
+        """Where the UDP payload ends relative to this beat: ``rel`` and its byte counts."""
         # Where the UDP payload ends relative to this beat's first byte (``end - j * B``), clamped to
         # [-B, 2B], which keeps every comparison below exact. Where every beat that can emit output, hold
         # checksum bytes (34 on) or end a frame of 42 bytes or more comes after the beat holding the IPv4
@@ -204,25 +206,32 @@ class FrameParser(wiring.Component):
         # straight from that beat's bytes (or on the next, from the registered header) and then counted
         # down by B a beat (``rem`` is the next beat's, unclamped); a shorter frame is truncated (code 1)
         # whatever the other codes say. At W = 512 it is computed here.
-        rel_shape = signed((2 * ctx.B).bit_length() + 1)
+        ctx.rel_shape = signed((2 * ctx.B).bit_length() + 1)
 
         def clamp(v):
-            return Mux(v < -ctx.B, -ctx.B, Mux(v > 2 * ctx.B, 2 * ctx.B, v))[: rel_shape.width].as_signed()
+            return Mux(v < -ctx.B, -ctx.B, Mux(v > 2 * ctx.B, 2 * ctx.B, v))[
+                : ctx.rel_shape.width
+            ].as_signed()
 
-        rel = Signal(rel_shape)
+        ctx.clamp = clamp
+
+        ctx.rel = Signal(ctx.rel_shape)
         # ``rel + B - o`` and ``rel - o`` in the bits of a byte count (the output beat's and the tail's end),
         # registered beside ``rel`` where it is a register: the same clamped choice with shifted constants.
         ctx.nb = len(ctx.flush_bytes)
         ctx.relp, ctx.relm = Signal(ctx.nb), Signal(ctx.nb)
-        shifts = ((ctx.relp, ctx.B - ctx.o), (ctx.relm, -ctx.o))
+        ctx.shifts = ((ctx.relp, ctx.B - ctx.o), (ctx.relm, -ctx.o))
         # ``rel`` against each constant in [-B, 2B), as flags: ``gt[c + B]`` is ``rel > c``. The byte masks
         # of the checksum and the output beat's decisions are then a gate or two from registers.
-        GT = range(-ctx.B, 2 * ctx.B)
-        gt = Signal(len(GT))
-        jt = 17 // ctx.B
-        late_end = 34 // ctx.B > jt
-        if late_end:
-            rel_q = Signal(rel_shape)
+        ctx.GT = range(-ctx.B, 2 * ctx.B)
+        ctx.gt = Signal(len(ctx.GT))
+        ctx.jt = 17 // ctx.B
+        ctx.late_end = 34 // ctx.B > ctx.jt
+
+    def _rel_flags(self, m, ctx):
+        """``rel`` and its flags ``gt``: a register counted down a beat, or (W = 512) computed."""
+        if ctx.late_end:
+            rel_q = Signal(ctx.rel_shape)
             # ``rem`` is the next beat's ``rel``, unclamped, as ``hi * B + lo``: counting down by B leaves
             # ``lo`` alone and steps ``hi`` down by one, so the next beat's flags come from a ladder of
             # registered facts about ``hi`` (>= 3, >= 2, 1, 0, -1; none of them: <= -2) that moves down a
@@ -238,10 +247,10 @@ class FrameParser(wiring.Component):
             # end): where it comes two beats after the total length's (W = 64), the load waits a beat and
             # reads the total from the registered header instead of the input beat.
             first_use = min(-(-(36 - ctx.B) // ctx.B), ctx.q)
-            jl = jt + 1 if first_use > jt + 1 else jt
+            jl = ctx.jt + 1 if first_use > ctx.jt + 1 else ctx.jt
             tot = Signal(18)
             m.d.comb += tot.eq(
-                be_bytes(ctx.hdr if jl > jt else Cat(ctx.hdr[: 8 * ctx.B * jt], ctx.ib.data), 16, 2)
+                be_bytes(ctx.hdr if jl > ctx.jt else Cat(ctx.hdr[: 8 * ctx.B * ctx.jt], ctx.ib.data), 16, 2)
             )
             first = _ETH - (jl + 1) * ctx.B  # rel of the beat after the load, less the total
             # Updated on a frame's last beat as well (the next frame's beats up to ``jl`` do not look at
@@ -255,10 +264,10 @@ class FrameParser(wiring.Component):
                             Mux(
                                 tot < -ctx.B - first,
                                 -ctx.B,
-                                Mux(tot > 2 * ctx.B - first, 2 * ctx.B, (tot + first)[: rel_shape.width]),
+                                Mux(tot > 2 * ctx.B - first, 2 * ctx.B, (tot + first)[: ctx.rel_shape.width]),
                             )
                         ),
-                        gt.eq(Cat(*[tot > c - first for c in GT])),
+                        ctx.gt.eq(Cat(*[tot > c - first for c in ctx.GT])),
                         rem.eq(tot + (first - ctx.B)),
                         *(
                             r.eq(
@@ -272,7 +281,7 @@ class FrameParser(wiring.Component):
                                     ),
                                 )
                             )
-                            for r, c in shifts
+                            for r, c in ctx.shifts
                         ),
                         n_ge3.eq(tot >= 4 * ctx.B - first),
                         n_ge2.eq(tot >= 3 * ctx.B - first),
@@ -282,7 +291,7 @@ class FrameParser(wiring.Component):
                     ]
                 with m.Else():
                     m.d.sync += [
-                        rel_q.eq(Mux(n_ge2, 2 * ctx.B, Mux(n_low, -ctx.B, rem[: rel_shape.width]))),
+                        rel_q.eq(Mux(n_ge2, 2 * ctx.B, Mux(n_low, -ctx.B, rem[: ctx.rel_shape.width]))),
                         *(
                             r.eq(
                                 Mux(
@@ -291,16 +300,16 @@ class FrameParser(wiring.Component):
                                     Mux(n_low, (-ctx.B + c) % 2**ctx.nb, (rem[: ctx.nb] + c)[: ctx.nb]),
                                 )
                             )
-                            for r, c in shifts
+                            for r, c in ctx.shifts
                         ),
                         # (``lo > B - 1`` never holds: left out rather than compared.)
-                        gt.eq(
+                        ctx.gt.eq(
                             Cat(
                                 *[
                                     hi_gt[c // ctx.B] | (hi_eq[c // ctx.B] & (lo > c % ctx.B))
                                     if c % ctx.B < ctx.B - 1
                                     else hi_gt[c // ctx.B]
-                                    for c in GT
+                                    for c in ctx.GT
                                 ]
                             )
                         ),
@@ -311,20 +320,20 @@ class FrameParser(wiring.Component):
                         n_m1.eq(n_0),
                     ]
                     m.d.sync += rem.eq(rem - ctx.B)
-            m.d.comb += rel.eq(rel_q)
+            m.d.comb += ctx.rel.eq(rel_q)
         else:
             here = Signal(signed(20))
             m.d.comb += here.eq(ctx.total + _ETH - ctx.j * ctx.B)
-            m.d.comb += [rel.eq(clamp(here)), gt.eq(Cat(*[rel > c for c in GT]))]
-            m.d.comb += [r.eq((rel + c)[: ctx.nb]) for r, c in shifts]
+            m.d.comb += [ctx.rel.eq(ctx.clamp(here)), ctx.gt.eq(Cat(*[ctx.rel > c for c in ctx.GT]))]
+            m.d.comb += [r.eq((ctx.rel + c)[: ctx.nb]) for r, c in ctx.shifts]
 
         def rel_gt(c):
-            return gt[c + ctx.B]
+            return ctx.gt[c + ctx.B]
 
         ctx.rel_gt = rel_gt
 
-    def _checksums(self, m, ctx):
-        """The IPv4 header and UDP checksum sums, a beat behind the input."""
+    def _checksum_words(self, m, ctx):
+        """This beat's IPv4 header and UDP checksum words, summed from the port and the skid register."""
 
         # This beat's checksum words (big-endian 16-bit words), summed apart for the two checks: the IPv4
         # header (bytes [14, 34)) and the UDP checksum, which covers the pseudo-header's addresses (bytes
@@ -408,6 +417,9 @@ class FrameParser(wiring.Component):
         m.d.comb += [ctx.ip_i.eq(ip_t), ctx.udp_i.eq(udp_t)]
         with m.If(ctx.sk_load):
             m.d.sync += [ctx.ip_sk.eq(ctx.ip_i), ctx.udp_sk.eq(ctx.udp_i)]
+
+    def _checksum_sums(self, m, ctx):
+        """The running checksum sums, a beat behind the input, and a frame's final parts."""
         # The sums run a beat behind the input: each beat's sum is registered, and added to the running sum
         # on the next beat. A frame's last beat leaves its two parts (the sum before it, its own) in the
         # ``fin_`` registers, which the output stage adds and checks a cycle later. Both candidates of an
