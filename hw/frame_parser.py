@@ -20,6 +20,7 @@ is when a frame's payload needs one more output beat than the frame had input be
 next frame is a single beat long.
 """
 
+import operator
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -28,6 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..spec import protocol
 from .layouts import Beat, PayloadBeat, be_bytes, check_width
+from .stream import balanced_tree
 
 __all__ = ["FrameParser"]
 
@@ -364,15 +366,6 @@ class FrameParser(wiring.Component):
         def js_in(ks, inv=False):
             return ctx.beat_flag(lambda k: k in ks, inv) if ks else Const(0)
 
-        def tree(vals):
-            """A balanced adder tree: about log2(n) adders deep instead of n - 1."""
-            vals = list(vals)
-            while len(vals) > 1:
-                vals = [
-                    vals[k] + vals[k + 1] if k + 1 < len(vals) else vals[k] for k in range(0, len(vals), 2)
-                ]
-            return vals[0]
-
         # The masks are set up once; the operands are formed twice, from the input port's beat and (as the
         # skid register takes it) from the beat going into the skid register, whose sums are registered
         # beside it: the adder trees then start from the port or registers, and the skid buffer's choice
@@ -406,7 +399,7 @@ class FrameParser(wiring.Component):
                         Cat(Mux(lo_ok, lo_b, 0), Mux(hi_ok, hi_b, 0)),
                     )
                 )
-            return tree(ip_words), tree(udp_words)
+            return balanced_tree(ip_words, operator.add), balanced_tree(udp_words, operator.add)
 
         # at most 10 words (IPv4), B / 2 + 1 words (UDP: its length twice)
         ip_i, udp_i = Signal(20), Signal(24)

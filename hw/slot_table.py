@@ -83,6 +83,7 @@ from .layouts import (
     lowest_drop,
     payload_words,
 )
+from .stream import lowest_index, priority_select
 
 __all__ = ["SlotTable", "SlotState"]
 
@@ -121,21 +122,6 @@ _HC_KNOWN = drop_mask(
         D.UNEXPECTED_SRC,
     ]
 )
-
-
-def _lowest_index(vector):
-    """The index of the lowest set bit of ``vector`` (0 when none), as a tree of (any, index) pairs: log2 of
-    the width deep instead of a chain of one multiplexer per bit."""
-    width = max(1, (len(vector) - 1).bit_length())
-    terms = [(vector[d], Const(d, width)) for d in range(len(vector))]
-    while len(terms) > 1:
-        terms = [
-            (terms[n][0] | terms[n + 1][0], Mux(terms[n][0], terms[n][1], terms[n + 1][1]))
-            if n + 1 < len(terms)
-            else terms[n]
-            for n in range(0, len(terms), 2)
-        ]
-    return Mux(terms[0][0], terms[0][1], 0)
 
 
 class SlotTable(wiring.Component):
@@ -525,7 +511,7 @@ class SlotTable(wiring.Component):
                 ctx.e_midx_ok.eq(ctx.r.midx < ctx.G),
                 ctx.e_solo_p.eq(solo),
                 ctx.e_gany.eq(Cat(*[lowbits[8 * k : 8 * k + 8].any() for k in range(ctx.ngroups)])),
-                *[ctx.e_gidx[k].eq(_lowest_index(lowbits[8 * k : 8 * k + 8])) for k in range(ctx.ngroups)],
+                *[ctx.e_gidx[k].eq(lowest_index(lowbits[8 * k : 8 * k + 8])) for k in range(ctx.ngroups)],
                 ctx.e_st.eq(ctx.st),
                 ctx.e_wpos.eq((ctx.r.bytes != 0) & (ctx.r.pw >= ctx.PW0) & (r_word < ctx.NW)),
                 ctx.e_pay.eq(ctx.r.pw >= ctx.PW0),
@@ -767,7 +753,7 @@ class SlotTable(wiring.Component):
 
         e_m = ctx.e.midx[: len(ctx.st_e.rot)]
         pos_own = addmod(e_m, ctx.st_e.rot)
-        pos_free = addmod(_lowest_index(~ctx.st_e.mmask), ctx.st_e.rot)
+        pos_free = addmod(lowest_index(~ctx.st_e.mmask), ctx.st_e.rot)
         ctx.w_buf = Signal(len(ctx.st_e.rot))
         m.d.comb += ctx.w_buf.eq(Mux(ctx.out.evict, pos_free, pos_own))
         with m.If(ctx.out.evict):
@@ -776,9 +762,11 @@ class SlotTable(wiring.Component):
             Mux(ctx.claims[1], 0, ctx.st_e.mmask) | (Const(1, ctx.G + 1) << ctx.e.midx)[: ctx.G]
         )
 
-        ctx.low_code = Const(0, 5)
-        for k in reversed(range(ctx.ngroups)):
-            ctx.low_code = Mux(ctx.e_gany[k], Cat(ctx.e_gidx[k], Const(k, 2)), ctx.low_code)
+        ctx.low_code = priority_select(
+            (ctx.e_gany[k] for k in range(ctx.ngroups)),
+            (Cat(ctx.e_gidx[k], Const(k, 2)) for k in range(ctx.ngroups)),
+            Const(0, 5),
+        )
 
     def _stage_x_load(self, m, ctx):
         """E -> X: the stage X registers, and the drop code for the counters."""
