@@ -29,7 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..spec import protocol
 from .layouts import Beat, PayloadBeat, be_bytes, check_width
-from .stream import balanced_tree
+from .stream import balanced_tree, kept_copies
 
 __all__ = ["FrameParser"]
 
@@ -161,9 +161,9 @@ class FrameParser(wiring.Component):
         ctx.sk_load = ctx.nsk & self.i.valid & ~ctx.accept
         with m.If(~ctx.nsk):
             with m.If(ctx.accept):
-                m.d.sync += [ctx.sk_v.eq(0), ctx.nsk.eq(1)]
+                m.d.sync += kept_copies([(ctx.sk_v, False), (ctx.nsk, True)], 0)
         with m.Elif(ctx.sk_load):
-            m.d.sync += [ctx.sk_v.eq(1), ctx.nsk.eq(0), sk.eq(self.i.payload)]
+            m.d.sync += [*kept_copies([(ctx.sk_v, False), (ctx.nsk, True)], 1), sk.eq(self.i.payload)]
 
     def _fields(self, m, ctx):
         """The header with this beat's bytes merged in, and the fields the checks read."""
@@ -556,7 +556,7 @@ class FrameParser(wiring.Component):
             m.d.comb += ob.drops.eq(ctx.drops)
 
         with m.If(ctx.en):
-            m.d.sync += [ctx.r_v.eq(ov), ctx.nrv.eq(~ov), ctx.r_p.eq(ob)]
+            m.d.sync += [*kept_copies([(ctx.r_v, False), (ctx.nrv, True)], ov), ctx.r_p.eq(ob)]
         # ``flush`` set by an accepted last beat that owes one, cleared when ``r`` takes the flush beat. While
         # it is set no last beat is accepted, so the set term leaves ``flush`` (and ``accept``'s use of it)
         # out: ``in_v & en_c`` is ``accept`` there.

@@ -22,6 +22,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..spec import protocol
 from .layouts import DTypeCode, KindCode, ParsedBeat, PayloadBeat, be_field, check_width, element_bytes
+from .stream import kept_copies
 
 __all__ = ["HeaderParser"]
 
@@ -106,9 +107,9 @@ class HeaderParser(wiring.Component):
         ctx.sk_load = ctx.nsk & self.i.valid & ~ctx.en
         with m.If(~ctx.nsk):
             with m.If(ctx.en):
-                m.d.sync += [ctx.sk_v.eq(0), ctx.nsk.eq(1)]
+                m.d.sync += kept_copies([(ctx.sk_v, False), (ctx.nsk, True)], 0)
         with m.Elif(ctx.sk_load):
-            m.d.sync += [ctx.sk_v.eq(1), ctx.nsk.eq(0), sk.eq(self.i.payload)]
+            m.d.sync += [*kept_copies([(ctx.sk_v, False), (ctx.nsk, True)], 1), sk.eq(self.i.payload)]
         ctx.accept = ctx.in_v & ctx.en_c
 
     def _header_checks(self, m, ctx):

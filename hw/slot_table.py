@@ -83,7 +83,7 @@ from .layouts import (
     lowest_drop,
     payload_words,
 )
-from .stream import lowest_index, priority_select
+from .stream import kept_copies, lowest_index, priority_select
 
 __all__ = ["SlotTable", "SlotState"]
 
@@ -286,11 +286,11 @@ class SlotTable(wiring.Component):
         sk_n = Signal(init=1)  # always ~sk_v: a copy for the second state-read address (below)
         with m.If(ctx.sk_v):
             with m.If(ctx.en_d):
-                m.d.sync += [ctx.sk_v.eq(0), sk_n.eq(1)]
+                m.d.sync += kept_copies([(ctx.sk_v, False), (sk_n, True)], 0)
         with m.Else():
             m.d.sync += ctx.sk.eq(self.i.payload)
             with m.If(self.i.valid & self.i.ready & ~ctx.en_d):
-                m.d.sync += [ctx.sk_v.eq(1), sk_n.eq(0)]
+                m.d.sync += kept_copies([(ctx.sk_v, False), (sk_n, True)], 1)
 
         # Stage D. Alongside the beat, what can be known from it alone is registered here so that the
         # decision logic starts from single registers: the rank's one-hot bit, summaries of the upstream
@@ -858,11 +858,11 @@ class SlotTable(wiring.Component):
         sko_n = Signal(init=1)  # ~sko_v
         with m.If(sko_v):
             with m.If(self.done.ready):
-                m.d.sync += [sko_v.eq(0), sko_n.eq(1)]
+                m.d.sync += kept_copies([(sko_v, False), (sko_n, True)], 0)
         with m.Else():
             m.d.sync += sko.eq(rec)
             with m.If(rec_v & ~self.done.ready):
-                m.d.sync += [sko_v.eq(1), sko_n.eq(0)]
+                m.d.sync += kept_copies([(sko_v, False), (sko_n, True)], 1)
         stall = ctx.busy_stall | (ctx.x.rec & sko_v)
         ctx.go = ctx.xv & ~stall
         # The stall's four registers are also kept in the other polarity (synthesis does not merge a
@@ -958,7 +958,4 @@ class SlotTable(wiring.Component):
             ),
             busy_x.eq(ctx.busy.bit_select(ctx.x.slot, 1) & ~clr_x),
         ]
-        m.d.sync += [
-            ctx.x_busy.eq(Mux(ctx.en_x, busy_e, busy_x)),
-            ctx.x_busy_n.eq(~Mux(ctx.en_x, busy_e, busy_x)),
-        ]
+        m.d.sync += kept_copies([(ctx.x_busy, False), (ctx.x_busy_n, True)], Mux(ctx.en_x, busy_e, busy_x))

@@ -99,11 +99,10 @@ def priority_select(flags, values, default):
 
 def kept_copies(copies, value):
     """Statements giving the flip-flops of ``copies`` the next ``value``: a list of ``(signal, inverted)``,
-    a copy with ``inverted`` set taking the complement. ``value`` is a Python int (0 or 1 per bit) or an
-    Amaranth value, formed once per copy so that each copy's logic is its own."""
+    a copy with ``inverted`` set taking the complement. ``value`` is a Python int or an Amaranth value."""
     out = []
     for signal, inverted in copies:
-        v = value() if callable(value) else value
+        v = value
         if inverted:
             v = (~v & ((1 << len(signal)) - 1)) if isinstance(v, int) else ~v
         out.append(signal.eq(v))
