@@ -83,7 +83,7 @@ from .layouts import (
     lowest_drop,
     payload_words,
 )
-from .stream import kept_copies, lowest_index, priority_select
+from .stream import keep_and_tree, kept_copies, lowest_index, priority_select
 
 __all__ = ["SlotTable", "SlotState"]
 
@@ -416,31 +416,21 @@ class SlotTable(wiring.Component):
         m.d.comb += ctx.st.eq(Mux(ctx.fwd, ctx.x.new, ctx.srd))
         tag = Cat(ctx.desc.job, ctx.desc.round, ctx.desc.chunk)
 
-        def all_tree(terms):
-            """The AND of ``terms`` as a tree of 4-input gates, each level ``keep``-marked: the synthesis
-            would otherwise chain them, one gate after another."""
-            terms = list(terms)
-            while len(terms) > 1:
-                level = []
-                for k in range(0, len(terms), 4):
-                    t = Signal(attrs={"keep": 1})
-                    m.d.comb += t.eq(Cat(*terms[k : k + 4]).all())
-                    level.append(t)
-                terms = level
-            return terms[0]
-
         def parts(a, b, w=16):
             # Two bits per first-level gate.
             return Cat(
                 *[
-                    all_tree(a[j : j + 2] == b[j : j + 2] for j in range(k, min(k + w, len(a)), 2))
+                    keep_and_tree(m, (a[j : j + 2] == b[j : j + 2] for j in range(k, min(k + w, len(a)), 2)))
                     for k in range(0, len(a), w)
                 ]
             )
 
         def lanes(v, w=16):
             return Cat(
-                *[all_tree(v[j] == ctx.r.expected[j] for j in range(k, k + w)) for k in range(0, 64, w)]
+                *[
+                    keep_and_tree(m, (v[j] == ctx.r.expected[j] for j in range(k, k + w)))
+                    for k in range(0, 64, w)
+                ]
             )
 
         ctx.lanes = lanes

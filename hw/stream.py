@@ -6,20 +6,30 @@ kept register copies.
   ``(any, value)`` pairs (log2 n multiplexers deep); :func:`priority_select`, the same choice as a chain
   from a default (one multiplexer per pair, for a handful of pairs).
 * :func:`balanced_tree`: any associative operator folded pairwise, about log2 n levels deep instead of
-  n - 1 (adder trees of checksums, OR trees).
+  n - 1 (adder trees of checksums, OR trees); :func:`keep_and_tree`, an AND tree whose levels synthesis
+  keeps.
 * :func:`kept_copies`: the next value of a register kept as several flip-flops, some complemented: the
   synthesis merges flip-flops of one input but not a flip-flop and its complement, so each copy drives
-  only its own sinks (the fan-out splits that issue #11 needed to close timing on ECP5).
+  only its own sinks (a register of a few hundred loads otherwise puts one long net on the critical path).
 
-The functions build expressions (or statements) only: they add no registers of their own, so their
-latency is that of the logic around them, 0 cycles, and they take no part in back-pressure.
+The functions build expressions or statements only (:func:`kept_copies` the registers' next values, of
+registers the caller owns): they add no pipeline stage, so their latency is 0 cycles, and they take no part
+in back-pressure.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["SkidBuffer", "first_match", "lowest_index", "priority_select", "balanced_tree", "kept_copies"]
+__all__ = [
+    "SkidBuffer",
+    "first_match",
+    "lowest_index",
+    "priority_select",
+    "balanced_tree",
+    "keep_and_tree",
+    "kept_copies",
+]
 
 
 class SkidBuffer(wiring.Component):
@@ -67,6 +77,23 @@ def balanced_tree(values, op):
     return values[0]
 
 
+def keep_and_tree(m, terms, *, arity=4):
+    """The AND of ``terms`` as a tree of ``arity``-input gates, each gate's output a ``keep``-marked signal
+    of ``m``'s combinational domain: unmarked, the synthesis would merge the levels back into a chain of
+    gates, one after another."""
+    terms = list(terms)
+    if not terms:
+        raise ValueError("An AND tree needs at least one term.")
+    while len(terms) > 1:
+        level = []
+        for k in range(0, len(terms), arity):
+            t = Signal(attrs={"keep": 1})
+            m.d.comb += t.eq(Cat(*terms[k : k + arity]).all())
+            level.append(t)
+        terms = level
+    return terms[0]
+
+
 def first_match(flags, values):
     """``(any, value)``: whether any of ``flags`` is set, and the value of the first (lowest index) that is
     (unspecified when none is). A tree of ``(any, value)`` pairs, log2 n multiplexers deep."""
@@ -99,7 +126,11 @@ def priority_select(flags, values, default):
 
 def kept_copies(copies, value):
     """Statements giving the flip-flops of ``copies`` the next ``value``: a list of ``(signal, inverted)``,
-    a copy with ``inverted`` set taking the complement. ``value`` is a Python int or an Amaranth value."""
+    a copy with ``inverted`` set taking the complement. ``value`` is a Python int or an Amaranth value.
+
+    Why complements: synthesis merges flip-flops with the same input into one, so plain copies would end as
+    one register driving every sink again; a flip-flop and its complement are not merged. Each copy is
+    read in its true polarity by its own share of the sinks."""
     out = []
     for signal, inverted in copies:
         v = value

@@ -17,6 +17,7 @@ from wanreduce.hw.stream import (
     SkidBuffer,
     balanced_tree,
     first_match,
+    keep_and_tree,
     kept_copies,
     lowest_index,
     priority_select,
@@ -148,6 +149,25 @@ def test_balanced_tree_depth_and_value(n):
     assert balanced_tree([str(v) for v in range(n)], operator.add) == "".join(str(v) for v in range(n))
     with pytest.raises(ValueError):
         balanced_tree([], operator.add)
+
+
+@pytest.mark.parametrize("n,arity", [(1, 4), (5, 4), (16, 4), (17, 2)])
+def test_keep_and_tree(n, arity):
+    rng = random.Random(300 + n)
+    m = Module()
+    x = Signal(n)
+    y = keep_and_tree(m, (x[k] for k in range(n)), arity=arity)
+    if n > 1:
+        assert y.attrs.get("keep") == 1  # a kept gate, not an expression the synthesis may fold
+
+    async def tb(ctx):
+        for v in sorted({0, (1 << n) - 1, (1 << n) - 2, *(rng.getrandbits(n) for _ in range(100))}):
+            ctx.set(x, v)
+            assert ctx.get(y) == (v == (1 << n) - 1)
+
+    with pytest.raises(ValueError):
+        keep_and_tree(m, [])
+    _run(m, tb, clock=False)
 
 
 def test_kept_copies_follow_value():
