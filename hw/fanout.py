@@ -65,6 +65,8 @@ class Fanout(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The sizes and signals the stages share, each set by the stage that makes it (under the name the
+        # signal has in the Verilog).
         ctx = SimpleNamespace()
         ctx.W, ctx.D, ctx.PWN = self.width, self.dests, self.pwords
         ctx.B = ctx.W // 8
@@ -76,14 +78,10 @@ class Fanout(wiring.Component):
         ctx.JW = max(1, (JMAX - 1).bit_length())
 
         self._write_side(m, ctx)
-
         self._precompute(m, ctx)
         self._arm(m, ctx)
-
         self._prefix(m, ctx)
-
         self._assemble(m, ctx)
-
         self._advance(m, ctx)
         return m
 

@@ -72,23 +72,20 @@ class FrameParser(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The sizes and signals the stages share, each set by the stage that makes it (under the name the
+        # signal has in the Verilog).
         ctx = SimpleNamespace()
         ctx.W = self.width
         ctx.B = ctx.W // 8
         ctx.q, ctx.o = divmod(_HDR, ctx.B)
 
         self._input(m, ctx)
-
         self._fields(m, ctx)
-
         self._payload_end(m, ctx)
         self._rel_flags(m, ctx)
-
         self._checksum_words(m, ctx)
         self._checksum_sums(m, ctx)
-
         self._decide(m, ctx)
-
         self._output(m, ctx)
         return m
 

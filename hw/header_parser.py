@@ -49,6 +49,8 @@ class HeaderParser(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The sizes and signals the stages share, each set by the stage that makes it (under the name the
+        # signal has in the Verilog).
         ctx = SimpleNamespace()
         W = self.width
         ctx.B = W // 8
@@ -56,14 +58,10 @@ class HeaderParser(wiring.Component):
         ctx.D = protocol.Drop
 
         self._input(m, ctx)
-
         self._header_checks(m, ctx)
-
         self._bitmap(m, ctx)
-
         self._descriptor(m, ctx)
         self._length(m, ctx)
-
         self._output(m, ctx)
         return m
 

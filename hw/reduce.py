@@ -136,6 +136,8 @@ class Reduce(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The sizes and signals the stages share, each set by the stage that makes it (under the name the
+        # signal has in the Verilog).
         ctx = SimpleNamespace()
         ctx.W, ctx.G, ctx.NW, ctx.K = self.width, self.members, self.words, self.ring
         ctx.L = self.latency
@@ -144,17 +146,11 @@ class Reduce(wiring.Component):
         ctx.aw = len(self.rd.addr)
 
         self._output(m, ctx)
-
         self._memories(m, ctx)
-
         self._state(m, ctx)
-
         self._issue(m, ctx)
-
         self._load(m, ctx)
-
         self._dispatch(m, ctx)
-
         self._ring(m, ctx)
         return m
 

@@ -181,29 +181,23 @@ class SlotTable(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The sizes and signals the stages share, each set by the stage that makes it (under the name the
+        # signal has in the Verilog).
         ctx = SimpleNamespace()
         ctx.W, ctx.S, ctx.G, ctx.NW = self.width, self.slots, self.members, self.words
         ctx.B = ctx.W // 8
         ctx.PW0 = header_words(ctx.W)
 
         self._state_memory(m, ctx)
-
         self._stage_d_input(m, ctx)
-
         self._stage_registers(m, ctx)
-
         self._compare(m, ctx)
-
         self._stage_e_load(m, ctx)
-
         self._decide(m, ctx)
         self._select(m, ctx)
         self._new_state(m, ctx)
-
         self._stage_x_load(m, ctx)
-
         self._stall(m, ctx)
-
         self._commit(m, ctx)
         return m
 
