@@ -558,8 +558,8 @@ class StreamStageHarness(Elaboratable):
             self.ports.append(self.in_payload.as_value())
 
     def elaborate(self, platform):
-        from ...hw.stream import SkidBuffer
         from ...hw.fifo import BlockFIFO
+        from ...hw.stream import SkidBuffer
 
         if self.kind in ("header_parser", "frame_parser"):
             return self._parser()
