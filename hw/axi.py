@@ -57,11 +57,11 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .layouts import Beat
+from .stream import SkidBuffer
 
 __all__ = [
     "AXIStreamSignature",
     "AXILiteSignature",
-    "SkidBuffer",
     "RxPacketFifo",
     "AXILiteBridge",
     "AXIAggregator",
@@ -142,35 +142,6 @@ class AXILiteSignature(wiring.Signature):
                 "rready": Out(1),
             }
         )
-
-
-class SkidBuffer(wiring.Component):
-    """A stream register with a second (skid) entry: ``i.ready``, ``o.valid`` and ``o.payload`` are register
-    outputs, so nothing combinational runs through it in either direction.
-
-    Latency 1 cycle; one beat per cycle under any pattern of ``o.ready``.
-    """
-
-    def __init__(self, shape):
-        self.payload_shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
-
-    def elaborate(self, platform):
-        m = Module()
-        skid = Signal(self.payload_shape, reset_less=True)
-        skid_valid = Signal()
-        out = Signal(self.payload_shape, reset_less=True)
-        m.d.comb += [self.i.ready.eq(~skid_valid), self.o.payload.eq(out)]
-        with m.If(self.o.ready | ~self.o.valid):
-            with m.If(skid_valid):
-                m.d.sync += [out.eq(skid), self.o.valid.eq(1), skid_valid.eq(0)]
-            with m.Elif(self.i.valid):
-                m.d.sync += [out.eq(self.i.payload), self.o.valid.eq(1)]
-            with m.Else():
-                m.d.sync += self.o.valid.eq(0)
-        with m.Elif(self.i.valid & ~skid_valid):
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
-        return m
 
 
 def AxisBeat(width):

@@ -35,6 +35,7 @@ from amaranth.lib.wiring import In, Out
 from ..spec import protocol
 from .fifo import BlockFIFO
 from .layouts import ParsedBeat, ScheduledBeat
+from .stream import priority_select
 
 __all__ = ["ScheduleTable", "BANK_BITS"]
 
@@ -163,13 +164,13 @@ class ScheduleTable(wiring.Component):
             m.d.sync += match[j].eq((self.job_id[j] == beatin.desc.job) & (self.job_period[j] != 0))
         ctx0 = Signal(ctx_layout, reset_less=True)
         v0 = Signal()
-        hit, jidx = Const(0), Const(0, range(J))
-        period, bank = Const(0, range(R + 1)), Const(0, BANK_BITS)
+        hit = Const(0)
         for j in reversed(range(J)):
             hit = match[j] | hit
-            jidx = Mux(match[j], j, jidx)
-            period = Mux(match[j], self.job_period[j], period)
-            bank = Mux(match[j], self.job_bank[j], bank)
+        # The first matching job's entry (job ids are unique, so there is at most one).
+        jidx = priority_select((match[j] for j in range(J)), range(J), Const(0, range(J)))
+        period = priority_select((match[j] for j in range(J)), self.job_period, Const(0, range(R + 1)))
+        bank = priority_select((match[j] for j in range(J)), self.job_bank, Const(0, BANK_BITS))
         m.d.sync += [
             v0.eq(v00),
             ctx0.beat.eq(beat00),

@@ -533,7 +533,7 @@ def _field(sig, name):
 
 class StreamStageHarness(Elaboratable):
     """One of the shared stream primitives every stage is built from (``kind``: ``"skid"``, the
-    :class:`~wanreduce.hw.axi.SkidBuffer`; ``"fifo"``, the :class:`~wanreduce.hw.fifo.BlockFIFO` of
+    :class:`~wanreduce.hw.stream.SkidBuffer`; ``"fifo"``, the :class:`~wanreduce.hw.fifo.BlockFIFO` of
     ``depth`` words) under a free consumer (``o.ready``) and a free producer that keeps the input's rules
     (a skid buffer's offer stays until taken; the FIFO's writer never has more than ``depth`` words in
     its memory, counting ``r_en`` credits). Each word written carries its sequence number, so checking
@@ -558,8 +558,8 @@ class StreamStageHarness(Elaboratable):
             self.ports.append(self.in_payload.as_value())
 
     def elaborate(self, platform):
-        from ...hw.axi import SkidBuffer
         from ...hw.fifo import BlockFIFO
+        from ...hw.stream import SkidBuffer
 
         if self.kind in ("header_parser", "frame_parser"):
             return self._parser()
