@@ -42,7 +42,7 @@ __all__ = ["AxiHarness", "AxiRunStats", "AxiViolation"]
 
 _SOURCE = Path(__file__).with_name("axi_harness.cpp")
 _MODEL = Path(__file__).with_name("axi_ram.h")
-_BIG_WORDS = 1 << 16
+_BIG_WORDS = 1 << 12
 _P32 = 1 << 32
 
 
