@@ -324,9 +324,10 @@ int main(int argc, char** argv) {
     for (int k = 0; k < MEM_PORTS; ++k) {
         const axi::Ram& r = *rams[k];
         std::printf("%s{\"aw\": %" PRIu64 ", \"w\": %" PRIu64 ", \"b\": %" PRIu64 ", \"ar\": %" PRIu64
-                    ", \"r\": %" PRIu64 ", \"first_r\": %" PRId64 ", \"last_r\": %" PRId64 "}",
+                    ", \"r\": %" PRIu64 ", \"first_r\": %" PRId64 ", \"last_r\": %" PRId64
+                    ", \"r_lat_min\": %" PRId64 ", \"r_lat_max\": %" PRId64 "}",
                     k ? ", " : "", r.n_aw, r.n_w, r.n_b, r.n_ar, r.n_r, i64(r.first_r),
-                    r.n_r ? (int64_t)r.last_r : (int64_t)-1);
+                    r.n_r ? (int64_t)r.last_r : (int64_t)-1, i64(r.r_lat_min), r.n_r ? (int64_t)r.r_lat_max : (int64_t)-1);
     }
     std::printf("], \"axi_error\": ");
     if (bad_port >= 0) {

@@ -30,6 +30,7 @@
 
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -95,6 +96,8 @@ class Ram {
     std::set<uint64_t> bad;     // byte addresses answered SLVERR
     uint64_t n_aw = 0, n_w = 0, n_b = 0, n_ar = 0, n_r = 0;
     uint64_t first_r = UINT64_MAX, last_r = 0;
+    // Read latency as the master saw it: AR accepted to the burst's first R beat taken, least and most.
+    uint64_t r_lat_min = UINT64_MAX, r_lat_max = 0;
 
     bool idle() const { return reads.empty() && writes.empty() && aws.empty() && wbursts.empty() && !wcur; }
 
@@ -142,7 +145,7 @@ class Ram {
         if (m.arvalid && drove.arready) {
             ++n_ar;
             if (check_burst("ar", m.araddr, m.arlen, m.arsize, m.arburst)) {
-                reads.push_back({m.arid, m.araddr, m.arlen + 1, 0, now + latency(), seq++});
+                reads.push_back({m.arid, m.araddr, m.arlen + 1, 0, now + latency(), seq++, now});
             }
         }
         if (drove.bvalid && m.bready) {
@@ -155,6 +158,10 @@ class Ram {
             last_r = now;
             r_offer = false;
             Read& r = *find_read(r_seq);
+            if (r.done == 0) {
+                r_lat_min = std::min(r_lat_min, now - r.t_ar);
+                r_lat_max = std::max(r_lat_max, now - r.t_ar);
+            }
             if (++r.done == r.beats) erase_read(r_seq);
         }
         ++now;
@@ -170,7 +177,7 @@ class Ram {
         uint32_t id;
         uint64_t addr;
         uint32_t beats, done;
-        uint64_t due, seq;
+        uint64_t due, seq, t_ar;
     };
     struct Write {
         uint32_t id;

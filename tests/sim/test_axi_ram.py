@@ -126,6 +126,7 @@ def test_reads_back_what_was_written_after_the_latency(probe):
     assert got == [okay, okay, *_pattern(0x1000, 4, 1), *_pattern(0x2FC0, 8, 2)]
     # Four bursts one after another, each waiting at least 150 cycles for its response.
     assert st.cycles >= 4 * 150 and st.ports[0]["ar"] == 2 and st.ports[0]["r"] == 12
+    assert 150 <= st.ports[0]["r_lat_min"] <= st.ports[0]["r_lat_max"]
 
 
 def test_unwritten_bytes_read_zero_and_bad_addresses_answer_slverr(probe):
