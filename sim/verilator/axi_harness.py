@@ -12,7 +12,7 @@ few 10^4 at best.
 Big memories: Amaranth writes a memory's initial contents word by word, even when they are all zero; the
 2^20-slot core's on-chip tables (and its shadow of the RESULTs, 2^20 x 17 beats of 512 bits) would be
 billions of bits of ``initial`` statements, more than Amaranth or Verilator could handle. Designs are
-therefore converted here with the zero initial contents of memories of more than ``_BIG_WORDS`` words
+therefore converted here with the zero initial contents of memories of more than ``_BIG_BITS`` bits
 left out; Verilator zero-fills such a memory at construction (checked: a 2^20-slot run equals the golden
 model, and a stale write-error bit, which reads its slot's memory before any write, would drop chunks).
 
@@ -21,9 +21,11 @@ API::
     h = AxiHarness(core, top="agg_core_axi", key=("AggregatorCore", params))
     h.ports, h.lanes
     out, stats = h.run(beats, latency=(300, 300), pause=0.0, reorder=True, seed=1, mem_bytes=1 << 33,
-                       idle_prob=0.0, backpressure_prob=0.0, ctl_writes=..., ctl_reads=..., bad=[(port, addr)])
+                       idle_prob=0.0, backpressure_prob=0.0, ctl_writes=..., ctl_reads=...,
+                       bad=[(port, addr)])
     stats.cycles, stats.first_in, stats.last_in, stats.in_beats, stats.out_beats, stats.ports (per port:
-    aw, w, b, ar, r handshakes, first_r, last_r cycles), stats.mem_errors, stats.mem_drops, stats.ctl_reads
+    aw, w, b, ar, r handshakes, first_r, last_r cycles, r_lat_min, r_lat_max: AR to first R taken),
+    stats.mem_errors, stats.mem_drops, stats.ctl_reads
 """
 
 import contextlib
@@ -42,7 +44,7 @@ __all__ = ["AxiHarness", "AxiRunStats", "AxiViolation"]
 
 _SOURCE = Path(__file__).with_name("axi_harness.cpp")
 _MODEL = Path(__file__).with_name("axi_ram.h")
-_BIG_WORDS = 1 << 12
+_BIG_BITS = 1 << 16
 _P32 = 1 << 32
 
 
@@ -76,7 +78,7 @@ def _no_zero_init_of_big_memories():
     emit = rtlil.ModuleEmitter.emit_memory
 
     def emit_memory(self, cell_idx, cell):
-        if cell.depth <= _BIG_WORDS or any(cell.init):
+        if cell.depth * cell.width <= _BIG_BITS or any(cell.init):
             emit(self, cell_idx, cell)
 
     rtlil.ModuleEmitter.emit_memory = emit_memory
@@ -121,7 +123,13 @@ class AxiHarness:
         def do_build(out):
             try:
                 toolchain.build_cpp(
-                    out, top=top, verilog=text, driver=_SOURCE, output="axi_harness", cflags=cxx.cflags(defines), opt=opt
+                    out,
+                    top=top,
+                    verilog=text,
+                    driver=_SOURCE,
+                    output="axi_harness",
+                    cflags=cxx.cflags(defines),
+                    opt=opt,
                 )
             except RuntimeError as exc:
                 raise HarnessError(str(exc)) from None
@@ -156,7 +164,9 @@ class AxiHarness:
                 raise ValueError(f"{name} must be in [0, 1), not {p}.")
         arr = np.asarray(beats)
         if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] != self.in_bytes:
-            raise ValueError(f"Beats must be a uint8 array of shape (N, {self.in_bytes}), not {arr.dtype} {arr.shape}.")
+            raise ValueError(
+                f"Beats must be a uint8 array of shape (N, {self.in_bytes}), not {arr.dtype} {arr.shape}."
+            )
         if (ctl_writes or ctl_reads) and not self.has_ctl:
             raise ValueError(f"Module {self.top} has no control port.")
         n = len(arr)
@@ -193,7 +203,8 @@ class AxiHarness:
                 [str(self.binary), *(f"{k}={v}" for k, v in args.items())], capture_output=True, text=True
             )
             if proc.returncode != 0:
-                raise HarnessError(f"The AXI harness for {self.top} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+                tail = proc.stderr.strip()[-2000:]
+                raise HarnessError(f"The AXI harness for {self.top} exited with {proc.returncode}: {tail}")
             stats = AxiRunStats(**json.loads(proc.stdout.strip().splitlines()[-1]))
             out = np.frombuffer((tmp / "out.bin").read_bytes(), dtype=np.uint8).reshape(-1, self.out_bytes)
         if stats.axi_error:

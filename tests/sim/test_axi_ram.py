@@ -4,15 +4,14 @@ AWVALID before AWREADY) whose B response it sends out, or a read burst whose R b
 traffic reads back what was written, after the model's latency; each broken rule stops the run with
 :class:`AxiViolation` naming it; an address marked bad answers SLVERR. One small build for all."""
 
-import numpy as np
 import pytest
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from wanreduce.hw.extmem import AXI4Signature
-from wanreduce.sim.verilator.harness import to_beats
 from wanreduce.sim.verilator.axi_harness import AxiHarness, AxiViolation
+from wanreduce.sim.verilator.harness import to_beats
 
 pytestmark = pytest.mark.rtl
 
@@ -119,7 +118,13 @@ def _pattern(addr, n, ident=0):
 def test_reads_back_what_was_written_after_the_latency(probe):
     cmds = [_write(0x1000, 4, 1), _write(0x2FC0, 8, 2), _read(0x1000, 4, 3), _read(0x2FC0, 8, 0)]
     out, st = probe.run(
-        _cmds(*cmds), latency=(150, 200), pause=0.4, reorder=True, seed=3, backpressure_prob=0.3, mem_bytes=1 << 16
+        _cmds(*cmds),
+        latency=(150, 200),
+        pause=0.4,
+        reorder=True,
+        seed=3,
+        backpressure_prob=0.3,
+        mem_bytes=1 << 16,
     )
     got = [int.from_bytes(b.tobytes(), "little") for b in out]
     okay = 0xB << 2  # bresp OKAY under the probe's marker

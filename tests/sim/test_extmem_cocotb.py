@@ -48,4 +48,6 @@ def test_extmem_matches_golden(width, bank_bits, n_packets, testcase):
         "evict_kinds": [None, "truncated", "udp_checksum", "count_short"] if width == 64 else None,
         **CONFIG,
     }
-    runner.run(core, top="agg_core_extmem", module="tests.support.tb_extmem", params=params, testcase=testcase)
+    runner.run(
+        core, top="agg_core_extmem", module="tests.support.tb_extmem", params=params, testcase=testcase
+    )
