@@ -1,0 +1,344 @@
+// Stream harness for a Verilated core with AXI4 master ports (the external-buffer build): beats from a file
+// into `i`, beats from `o` into a file, and every master port mem0__ .. mem<K-1>__ answered by an
+// axi::Ram (axi_ram.h) with latency, back-pressure and reordering.
+//
+// Built by wanreduce.sim.verilator.axi_harness with IN_BITS, OUT_BITS, HAS_CTL, HAS_COUNTERS (the core's
+// mem_errors and mem_drops outputs), MEM_PORTS and LANES (bytes per
+// data beat) defined. Usage: axi_harness KEY=VALUE ... (in, out, n_in, seed, idle, bp, max_cycles, drain,
+// reset_cycles, ctl_w, n_ctl_w, ctl_r, n_ctl_r, mem_bytes, lat_lo, lat_hi, pause, reorder, bad); prints one
+// JSON object with the run's statistics on stdout.
+//
+// Per cycle: the input beat and o__ready are set and each memory drives its slave outputs; clk=0 + eval()
+// settles the master's outputs; the stream handshakes are sampled and each memory observes its port; then
+// clk=1 + eval() is the rising edge. The run ends when every input beat is in, every memory is idle and
+// o__valid has been low for `drain` cycles; at max_cycles; or at the first violation of the AXI rules.
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "Vtop.h"
+#include "axi_ram.h"
+#include "ports.h"
+#include "verilated.h"
+
+#ifndef HAS_CTL
+#define HAS_CTL 1
+#endif
+#ifndef HAS_COUNTERS
+#define HAS_COUNTERS 1
+#endif
+#ifndef MEM_PORTS
+#error "MEM_PORTS must be defined"
+#endif
+#ifndef LANES
+#error "LANES must be defined"
+#endif
+
+struct PortIo {
+    std::function<void(const axi::SlaveOut&)> drive;
+    std::function<void(axi::MasterOut&)> sample;
+};
+
+static uint8_t wbuf[MEM_PORTS][LANES + 8];
+
+// One port's wiring; P is its Verilated prefix (Verilator writes Amaranth's "__" as "___05F").
+#define AXI_PORT(K, P)                                                                           \
+    PortIo {                                                                                     \
+        [&](const axi::SlaveOut& s) {                                                            \
+            top->P##awready = s.awready;                                                         \
+            top->P##wready = s.wready;                                                           \
+            top->P##arready = s.arready;                                                         \
+            top->P##bvalid = s.bvalid;                                                           \
+            top->P##bid = s.bid;                                                                 \
+            top->P##bresp = s.bresp;                                                             \
+            top->P##rvalid = s.rvalid;                                                           \
+            top->P##rid = s.rid;                                                                 \
+            top->P##rresp = s.rresp;                                                             \
+            top->P##rlast = s.rlast;                                                             \
+            if (s.rdata) put_port(top->P##rdata, s.rdata, LANES);                                \
+        },                                                                                       \
+            [&](axi::MasterOut& m) {                                                             \
+                m.awvalid = top->P##awvalid;                                                     \
+                m.awaddr = static_cast<uint64_t>(top->P##awaddr);                                \
+                m.awlen = top->P##awlen;                                                         \
+                m.awsize = top->P##awsize;                                                       \
+                m.awburst = top->P##awburst;                                                     \
+                m.awid = static_cast<uint32_t>(top->P##awid);                                    \
+                m.wvalid = top->P##wvalid;                                                       \
+                get_port(top->P##wdata, wbuf[K], LANES);                                         \
+                m.wdata = wbuf[K];                                                               \
+                m.wstrb = static_cast<uint64_t>(top->P##wstrb);                                  \
+                m.wlast = top->P##wlast;                                                         \
+                m.bready = top->P##bready;                                                       \
+                m.arvalid = top->P##arvalid;                                                     \
+                m.araddr = static_cast<uint64_t>(top->P##araddr);                                \
+                m.arlen = top->P##arlen;                                                         \
+                m.arsize = top->P##arsize;                                                       \
+                m.arburst = top->P##arburst;                                                     \
+                m.arid = static_cast<uint32_t>(top->P##arid);                                    \
+                m.rready = top->P##rready;                                                       \
+            }                                                                                    \
+    }
+
+static std::vector<uint8_t> read_file(const std::string& path) {
+    std::vector<uint8_t> buf;
+    if (path.empty()) return buf;
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) {
+        std::fprintf(stderr, "axi_harness: cannot open %s\n", path.c_str());
+        std::exit(3);
+    }
+    std::fseek(f, 0, SEEK_END);
+    long size = std::ftell(f);
+    std::fseek(f, 0, SEEK_SET);
+    buf.resize(static_cast<size_t>(size));
+    if (size > 0 && std::fread(buf.data(), 1, buf.size(), f) != buf.size()) {
+        std::fprintf(stderr, "axi_harness: short read on %s\n", path.c_str());
+        std::exit(3);
+    }
+    std::fclose(f);
+    return buf;
+}
+
+static void write_file(const std::string& path, const void* data, size_t size) {
+    if (path.empty()) return;
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f || (size && std::fwrite(data, 1, size, f) != size)) {
+        std::fprintf(stderr, "axi_harness: cannot write %s\n", path.c_str());
+        std::exit(3);
+    }
+    std::fclose(f);
+}
+
+int main(int argc, char** argv) {
+    std::map<std::string, std::string> opt;
+    for (int k = 1; k < argc; ++k) {
+        std::string a = argv[k];
+        size_t eq = a.find('=');
+        if (eq == std::string::npos) {
+            std::fprintf(stderr, "axi_harness: argument %s is not KEY=VALUE\n", a.c_str());
+            return 3;
+        }
+        opt[a.substr(0, eq)] = a.substr(eq + 1);
+    }
+    auto num = [&](const char* key, const char* dflt) {
+        return std::strtoull((opt.count(key) ? opt[key] : std::string(dflt)).c_str(), nullptr, 10);
+    };
+    auto str = [&](const char* key) { return opt.count(key) ? opt[key] : std::string(); };
+
+    const uint64_t n_in = num("n_in", "0");
+    const uint64_t max_cycles = num("max_cycles", "1000000");
+    const uint64_t drain = num("drain", "64");
+    const uint64_t reset_cycles = num("reset_cycles", "4");
+    const uint64_t seed = num("seed", "0");
+    const uint64_t idle_thr = num("idle", "0");  // probabilities in units of 2^-32
+    const uint64_t bp_thr = num("bp", "0");
+    axi::Rng rng_in(seed * 2 + 1), rng_out(seed * 2 + 2);
+
+    std::vector<std::unique_ptr<axi::Ram>> rams;
+    for (int k = 0; k < MEM_PORTS; ++k) {
+        axi::Config c;
+        c.mem_bytes = num("mem_bytes", "4294967296");
+        c.lanes = LANES;
+        c.lat_lo = static_cast<uint32_t>(num("lat_lo", "1"));
+        c.lat_hi = static_cast<uint32_t>(num("lat_hi", "1"));
+        c.pause = static_cast<uint32_t>(num("pause", "0"));
+        c.reorder = num("reorder", "0") != 0;
+        c.seed = seed * 16 + 3 + k;
+        rams.emplace_back(new axi::Ram(c));
+    }
+    {  // bad=PORT:ADDR,PORT:ADDR
+        std::string b = str("bad");
+        size_t pos = 0;
+        while (pos < b.size()) {
+            size_t end = b.find(',', pos);
+            if (end == std::string::npos) end = b.size();
+            std::string item = b.substr(pos, end - pos);
+            size_t colon = item.find(':');
+            if (colon == std::string::npos) {
+                std::fprintf(stderr, "axi_harness: bad=%s is not PORT:ADDR\n", item.c_str());
+                return 3;
+            }
+            const unsigned long port = std::strtoul(item.substr(0, colon).c_str(), nullptr, 10);
+            if (port >= MEM_PORTS) {
+                std::fprintf(stderr, "axi_harness: no memory port %lu\n", port);
+                return 3;
+            }
+            rams[port]->bad.insert(std::strtoull(item.substr(colon + 1).c_str(), nullptr, 10));
+            pos = end + 1;
+        }
+    }
+
+    std::vector<uint8_t> in = read_file(str("in"));
+    if (in.size() < n_in * IN_BYTES) {
+        std::fprintf(stderr, "axi_harness: input file holds fewer than %" PRIu64 " beats\n", n_in);
+        return 3;
+    }
+    if (IN_BITS % 8) {
+        const uint8_t mask = static_cast<uint8_t>((1u << (IN_BITS % 8)) - 1);
+        for (uint64_t b = 0; b < n_in; ++b) in[b * IN_BYTES + IN_BYTES - 1] &= mask;
+    }
+    std::vector<uint8_t> out;
+    out.reserve(n_in * OUT_BYTES + OUT_BYTES);
+
+    auto ctx = std::make_unique<VerilatedContext>();
+    auto top = std::make_unique<Vtop>(ctx.get());
+    std::vector<PortIo> io = {
+        AXI_PORT(0, mem0___05F),
+#if MEM_PORTS > 1
+        AXI_PORT(1, mem1___05F),
+#endif
+#if MEM_PORTS > 2
+        AXI_PORT(2, mem2___05F), AXI_PORT(3, mem3___05F),
+#endif
+#if MEM_PORTS > 4
+        AXI_PORT(4, mem4___05F), AXI_PORT(5, mem5___05F), AXI_PORT(6, mem6___05F), AXI_PORT(7, mem7___05F),
+#endif
+    };
+
+    const axi::SlaveOut quiet{};
+    for (auto& p : io) p.drive(quiet);
+    top->i___05Fvalid = 0;
+    top->o___05Fready = 0;
+#if HAS_CTL
+    top->ctl___05Fwe = 0;
+    top->ctl___05Fre = 0;
+    top->ctl___05Faddr = 0;
+    top->ctl___05Fwdata = 0;
+#endif
+    top->rst = 1;
+    for (uint64_t k = 0; k < reset_cycles; ++k) tick(top.get());
+    top->rst = 0;
+    tick(top.get());
+#if HAS_CTL
+    {
+        std::vector<uint8_t> w = read_file(str("ctl_w"));
+        const uint64_t n_w = num("n_ctl_w", "0");
+        for (uint64_t k = 0; k < n_w; ++k) {
+            uint32_t a, d;
+            std::memcpy(&a, &w[k * 8], 4);
+            std::memcpy(&d, &w[k * 8 + 4], 4);
+            ctl_write(top.get(), a, d);
+        }
+        tick(top.get());
+    }
+#endif
+
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t cycle = 0, in_idx = 0, quiet_from = 0;
+    uint64_t first_in = UINT64_MAX, last_in = UINT64_MAX, last_out = UINT64_MAX;
+    bool presenting = false, timed_out = false;
+    int bad_port = -1;
+    uint8_t obuf[OUT_BYTES + 8];
+    axi::SlaveOut s[MEM_PORTS];
+    axi::MasterOut m[MEM_PORTS];
+    while (true) {
+        if (!presenting && in_idx < n_in && rng_in.next() >= idle_thr) {
+            put_port(top->i___05Fpayload, &in[in_idx * IN_BYTES], IN_BYTES);
+            presenting = true;
+        }
+        top->i___05Fvalid = presenting;
+        top->o___05Fready = rng_out.next() >= bp_thr;
+        for (int k = 0; k < MEM_PORTS; ++k) {
+            s[k] = axi::SlaveOut{};
+            rams[k]->drive(s[k]);
+            io[k].drive(s[k]);
+        }
+        top->clk = 0;
+        top->eval();
+        const bool in_fire = presenting && top->i___05Fready;
+        if (top->o___05Fvalid) {
+            quiet_from = cycle;
+            if (top->o___05Fready) {
+                get_port(top->o___05Fpayload, obuf, OUT_BYTES);
+                out.insert(out.end(), obuf, obuf + OUT_BYTES);
+                last_out = cycle;
+            }
+        }
+        bool all_idle = true;
+        for (int k = 0; k < MEM_PORTS; ++k) {
+            io[k].sample(m[k]);
+            rams[k]->observe(m[k]);
+            if (!rams[k]->error.empty() && bad_port < 0) bad_port = k;
+            all_idle &= rams[k]->idle();
+        }
+        top->clk = 1;
+        top->eval();
+        if (in_fire) {
+            if (first_in == UINT64_MAX) first_in = cycle;
+            last_in = cycle;
+            presenting = false;
+            if (++in_idx == n_in) quiet_from = cycle;
+        }
+        if (!all_idle) quiet_from = cycle;
+        ++cycle;
+        if (bad_port >= 0) break;
+        if (in_idx == n_in && cycle - quiet_from > drain) break;
+        if (cycle >= max_cycles) {
+            timed_out = true;
+            break;
+        }
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    top->i___05Fvalid = 0;
+    top->o___05Fready = 0;
+    for (auto& p : io) p.drive(quiet);
+
+    std::vector<uint32_t> ctl_reads;
+#if HAS_CTL
+    if (bad_port < 0) {
+        std::vector<uint8_t> r = read_file(str("ctl_r"));
+        const uint64_t n_r = num("n_ctl_r", "0");
+        for (uint64_t k = 0; k < n_r; ++k) {
+            uint32_t a;
+            std::memcpy(&a, &r[k * 4], 4);
+            ctl_reads.push_back(ctl_read(top.get(), a));
+        }
+    }
+#endif
+#if HAS_COUNTERS
+    const uint64_t mem_errors = static_cast<uint64_t>(top->mem_errors);
+    const uint64_t mem_drops = static_cast<uint64_t>(top->mem_drops);
+#else
+    const uint64_t mem_errors = 0, mem_drops = 0;
+#endif
+    top->final();
+    write_file(str("out"), out.data(), out.size());
+
+    const double secs = std::chrono::duration<double>(t1 - t0).count();
+    auto i64 = [](uint64_t v) { return v == UINT64_MAX ? (int64_t)-1 : (int64_t)v; };
+    std::printf("{\"cycles\": %" PRIu64 ", \"in_beats\": %" PRIu64 ", \"out_beats\": %zu, \"timed_out\": %s, "
+                "\"first_in\": %" PRId64 ", \"last_in\": %" PRId64 ", \"last_out\": %" PRId64
+                ", \"sim_seconds\": %.6f, \"mem_errors\": %" PRIu64 ", \"mem_drops\": %" PRIu64 ", \"ports\": [",
+                cycle, in_idx, out.size() / OUT_BYTES, timed_out ? "true" : "false", i64(first_in), i64(last_in),
+                i64(last_out), secs, mem_errors, mem_drops);
+    for (int k = 0; k < MEM_PORTS; ++k) {
+        const axi::Ram& r = *rams[k];
+        std::printf("%s{\"aw\": %" PRIu64 ", \"w\": %" PRIu64 ", \"b\": %" PRIu64 ", \"ar\": %" PRIu64
+                    ", \"r\": %" PRIu64 ", \"first_r\": %" PRId64 ", \"last_r\": %" PRId64
+                    ", \"r_lat_min\": %" PRId64 ", \"r_lat_max\": %" PRId64 "}",
+                    k ? ", " : "", r.n_aw, r.n_w, r.n_b, r.n_ar, r.n_r, i64(r.first_r),
+                    r.n_r ? (int64_t)r.last_r : (int64_t)-1, i64(r.r_lat_min), r.n_r ? (int64_t)r.r_lat_max : (int64_t)-1);
+    }
+    std::printf("], \"axi_error\": ");
+    if (bad_port >= 0) {
+        std::string e;
+        for (char c : rams[bad_port]->error) e += (c == '"' || c == '\\') ? '\'' : c;
+        std::printf("\"port %d, cycle %" PRIu64 ": %s\"", bad_port, rams[bad_port]->error_cycle, e.c_str());
+    } else {
+        std::printf("null");
+    }
+    std::printf(", \"ctl_reads\": [");
+    for (size_t k = 0; k < ctl_reads.size(); ++k) std::printf("%s%u", k ? ", " : "", ctl_reads[k]);
+    std::printf("]}\n");
+    return 0;
+}
