@@ -1077,6 +1077,41 @@ def _fail(report, message):
         report.details.append(message)
 
 
+def _check_counters(report, seed, counters, classifier, golden, got):
+    """The core's counters against the classifier's tallies and the golden model's, and every frame
+    counted once (dropped under a code, stored, or forwarded)."""
+    names = [*CODES.values(), "results", "results_reemitted", "evictions"]
+    want_counters = {"frames_in": report.frames, **{name: classifier.tally[name] for name in names}}
+    # An end point (no bypass port) forwards nothing: the classifier's tallies are 0 there.
+    want_counters.update(
+        bypassed=classifier.tally["bypassed"], bypass_overflow=classifier.tally["bypass_overflow"]
+    )
+    report.forwarded, report.overflows = want_counters["bypassed"], want_counters["bypass_overflow"]
+    if counters != want_counters:
+        keys = set(want_counters) | set(counters)
+        diff = {
+            k: (want_counters.get(k), counters.get(k))
+            for k in keys
+            if counters.get(k) != want_counters.get(k)
+        }
+        _fail(report, f"seed {seed}: counters (classifier, core) differ: {diff}")
+    if counters != golden.counters:
+        diff = {
+            k: (golden.counters[k], counters.get(k))
+            for k in golden.counters
+            if counters.get(k) != golden.counters[k]
+        }
+        _fail(report, f"seed {seed}: counters (golden, core) differ: {diff}")
+    stored = sum(1 for event in got if event[0] == 0)
+    passed = counters.get("bypassed", 0) + counters.get("bypass_overflow", 0)
+    if sum(counters[name] for name in CODES.values()) + stored + passed != counters["frames_in"]:
+        _fail(
+            report,
+            f"seed {seed}: drop counters + {stored} stored + {passed} forwarded != frames_in "
+            f"{counters['frames_in']}",
+        )
+
+
 def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, target_share=0.3):
     """One seeded fuzz run of ``n_frames`` inputs plus the recovery phase; see the module docstring.
     ``job`` is the job of :data:`JOBS` the site serves (default: job 0 for even seeds, 0xFFFF for odd);
@@ -1205,37 +1240,7 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
                 )
     report.results = classifier.tally["results"]
 
-    counters = control.decode_counters(stats.ctl_reads)
-    names = [*CODES.values(), "results", "results_reemitted", "evictions"]
-    want_counters = {"frames_in": len(inputs), **{name: classifier.tally[name] for name in names}}
-    # An end point (no bypass port) forwards nothing: the classifier's tallies are 0 there.
-    want_counters.update(
-        bypassed=classifier.tally["bypassed"], bypass_overflow=classifier.tally["bypass_overflow"]
-    )
-    report.forwarded, report.overflows = want_counters["bypassed"], want_counters["bypass_overflow"]
-    if counters != want_counters:
-        keys = set(want_counters) | set(counters)
-        diff = {
-            k: (want_counters.get(k), counters.get(k))
-            for k in keys
-            if counters.get(k) != want_counters.get(k)
-        }
-        _fail(report, f"seed {seed}: counters (classifier, core) differ: {diff}")
-    if counters != golden.counters:
-        diff = {
-            k: (golden.counters[k], counters.get(k))
-            for k in golden.counters
-            if counters.get(k) != golden.counters[k]
-        }
-        _fail(report, f"seed {seed}: counters (golden, core) differ: {diff}")
-    stored = sum(1 for event in got if event[0] == 0)
-    passed = counters.get("bypassed", 0) + counters.get("bypass_overflow", 0)
-    if sum(counters[name] for name in CODES.values()) + stored + passed != counters["frames_in"]:
-        _fail(
-            report,
-            f"seed {seed}: drop counters + {stored} stored + {passed} forwarded != frames_in "
-            f"{counters['frames_in']}",
-        )
+    _check_counters(report, seed, control.decode_counters(stats.ctl_reads), classifier, golden, got)
 
     # Sums: every RESULT against the golden model, and the fresh chunks after the fuzz all complete.
     if inline:
