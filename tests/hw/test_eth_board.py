@@ -2,9 +2,10 @@
 control over the UART, RESULTs byte for byte against the golden model (``wanreduce.sim.verify.eth_board_tb``).
 
 One build of the board top (DDR cell models, a small core) serves the module: the end-to-end run (UART
-answers, configuration, the workload with the MAC's error cases, counters) and ``wanreduce board`` over a
-pseudo-terminal. The build keeps only the top's ports public (``eth_board_tb.BUILD_ARGS``), which makes
-it cheap enough for ``make test``. The two-port in-line board is a second build and stays slow."""
+answers, configuration, the workload with the MAC's error cases, counters), in ``make test``, and
+``wanreduce board`` over a pseudo-terminal, in ``make test-all``. The build keeps only the top's ports
+public (``eth_board_tb.BUILD_ARGS``), which makes it cheap enough for ``make test``. The two-port in-line
+board is a second build and stays in ``make test-all`` too."""
 
 import json
 
@@ -41,6 +42,7 @@ SCHEDULE = {
 }
 
 
+@pytest.mark.slow  # the end-to-end run already covers the UART; this adds the CLI's ~800 bytes over it
 def test_board_cli_over_a_pty(board_build, tmp_path):
     """``wanreduce board`` configures the Verilated board top through a pseudo-terminal."""
     path = tmp_path / "schedule.json"
