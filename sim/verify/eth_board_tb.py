@@ -2,13 +2,13 @@
 on Verilator: the aggregator fed and read through its RGMII pins by cocotbext-eth's PHY model and
 configured through its UART, against the golden aggregator.
 
-``board_end_to_end``: the core is configured with the host driver's register writes sent as UART ``'W'``
+``board_end_to_end``: the control port first answers register reads, a bad command and an ``'O'`` with
+no beat; the core is then configured with the host driver's register writes sent as UART ``'W'``
 commands (each acknowledged), a host-model workload of CONTRIB frames (with every malformed kind the
 core drops) arrives at 1 Gbit/s back to back at the minimum gap, interleaved with frames the MAC must
 drop (bad FCS, runt, jumbo, RX_ER, a bad preamble, the link dropping mid-frame); the RESULT frames sent
 on the RGMII pins are compared byte for byte (padded to 60 bytes, FCS checked by the PHY model) with the
 golden model's, and the core's counters and the board's MAC counters, read over the UART, exactly.
-``board_uart_answers``: register reads over the UART, a bad command, an ``'O'`` with no beat.
 ``board_cli_over_pty``: ``wanreduce board`` on a pseudo-terminal bridged to the UART.
 ``inline_end_to_end``: the two-port in-line board (:mod:`wanreduce.hw.eth.inline`), a PHY model per port.
 """
@@ -20,7 +20,7 @@ import zlib
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, Timer, with_timeout
+from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge, Timer, with_timeout
 
 from ...host import control
 from ...host.golden import Destination
@@ -29,7 +29,7 @@ from ..verilator import runner
 from . import traffic
 from .core_tb import counter_diff, expected_of, golden_of
 
-__all__ = ["TOP", "CORE", "UART_DIVISOR", "board_design", "UartHost", "BoardTB"]
+__all__ = ["TOP", "CORE", "UART_DIVISOR", "BUILD_ARGS", "board_design", "board_build", "UartHost", "BoardTB"]
 
 TOP = "eth_board"
 #: A small core: the build is shared by the tests, its size does not matter to them.
@@ -56,11 +56,35 @@ def _site(rank):
     return dests, addressing.aggregator_mac(rank), addressing.aggregator_ip(rank)
 
 
+#: Verilator options of the boards' simulation builds. cocotb's runner makes every signal of every module
+#: accessible (``--public-flat-rw``): for a whole core that nearly triples the C++ Verilator writes and
+#: stops it optimising across the design, while these testbenches touch only the top's ports, so only the
+#: top module stays public. One C++ file, not a dozen: at -O0 each file's share of parsing the runtime
+#: headers costs more than compiling files in parallel wins on two busy cores.
+BUILD_ARGS = (
+    "--no-public-flat-rw",
+    "--public-depth",
+    "1",
+    "--output-split",
+    "0",
+    "--output-split-cfuncs",
+    "0",
+)
+
+
 def board_design():
     """The board top as the testbench runs it: DDR models, a small core, a fast UART, short PHY times."""
     from ...hw.eth.board import EthBoard
 
     return EthBoard(**_SIM_BOARD)
+
+
+def board_build(factory="board_design", top=TOP):
+    """The Verilator build of a board top of this module (``factory``, module ``top``), converted and built
+    once (:func:`wanreduce.sim.verify.eth_tb.stable_verilog`, the runner's build cache)."""
+    from .eth_tb import stable_verilog
+
+    return runner.build(stable_verilog(f"{__name__}:{factory}", top=top), top=top, build_args=BUILD_ARGS)
 
 
 class UartHost:
@@ -105,32 +129,67 @@ class UartHost:
 
 
 class BoardTB:
-    def __init__(self, dut):
-        from cocotbext.eth import RgmiiPhy
+    """Clocks, reset and the UART of a board top; :meth:`attach_phy` adds the PHY model on ``rgmii``.
 
-        self.dut = dut
-        self.phy = RgmiiPhy(
-            dut.rgmii__txd,
-            dut.rgmii__tx_ctl,
-            dut.rgmii__tx_clk,
-            dut.rgmii__rxd,
-            dut.rgmii__rx_ctl,
-            dut.rgmii__rx_clk,
-            speed=1000e6,
-        )
+    Every clock edge costs a pass of the whole model, and the PHY model runs Python on every edge of both
+    RGMII clocks, so the network port is clocked only while a test uses it: :meth:`start` runs every
+    clock through the reset, :meth:`stop_network` stops the RGMII clocks (the core's runs on) while only
+    the UART is in use, and :meth:`attach_phy` starts them again with the PHY model on the pins."""
+
+    def __init__(self, dut):
+        self.dut, self.phy, self.network = dut, None, False
+        self.rx_clock = None
+        dut.rgmii__rx_clk.value = 0
+        dut.rgmii__rx_ctl.value = 0
+        dut.rgmii__rxd.value = 0
         self.uart = UartHost(dut, dut.clk, UART_DIVISOR)
 
     async def start(self):
         d = self.dut
-        cocotb.start_soon(Clock(d.clk, CORE_NS, unit="ns").start())
-        cocotb.start_soon(Clock(d.eth_tx_clk, ETH_NS, unit="ns").start())
+        Clock(d.clk, CORE_NS, unit="ns").start()
+        self.tx_clocks = [Clock(d.eth_tx_clk, ETH_NS, unit="ns"), Clock(d.eth_tx90_clk, ETH_NS, unit="ns")]
         d.rst.value = d.eth_tx_rst.value = d.eth_tx90_rst.value = 1
         d.mdio_i.value = 1
-        await Timer(ETH_NS // 4, unit="ns")
-        cocotb.start_soon(Clock(d.eth_tx90_clk, ETH_NS, unit="ns").start())
+        await self._start_tx_clocks()
         await ClockCycles(d.clk, 10)
         d.rst.value = d.eth_tx_rst.value = d.eth_tx90_rst.value = 0
         await ClockCycles(d.clk, 10)
+
+    async def _start_tx_clocks(self):
+        """``eth_tx`` on an edge of the core's clock, ``eth_tx90`` a quarter period after it."""
+        await RisingEdge(self.dut.clk)
+        self.tx_clocks[0].start()
+        await Timer(ETH_NS // 4, unit="ns")
+        self.tx_clocks[1].start()
+        self.network = True
+
+    def stop_network(self):
+        """Stop the board's transmit clocks and the PHY model's receive clock."""
+        for clock in self.tx_clocks + ([self.rx_clock] if self.rx_clock else []):
+            clock.stop()
+        self.rx_clock, self.network = None, False
+
+    async def attach_phy(self):
+        """Start the RGMII clocks and connect cocotbext-eth's RGMII PHY model at 1 Gbit/s (``tb.phy.rx``
+        sends to the board, ``tb.phy.tx`` receives from it); return once the MAC's receive side, held in
+        reset while its clock was stopped, is out of it.
+
+        The model is ``RgmiiPhy``'s source and sink, with the PHY's receive clock from cocotb's ``Clock``
+        (which runs in the simulator, not in Python as ``RgmiiPhy``'s own does, and can be stopped)."""
+        from types import SimpleNamespace
+
+        from cocotbext.eth import RgmiiSink, RgmiiSource
+
+        d = self.dut
+        if not self.network:
+            await self._start_tx_clocks()
+        self.rx_clock = Clock(d.rgmii__rx_clk, ETH_NS, unit="ns")
+        self.rx_clock.start(start_high=False)
+        self.phy = SimpleNamespace(
+            rx=RgmiiSource(d.rgmii__rxd, d.rgmii__rx_ctl, d.rgmii__rx_clk),
+            tx=RgmiiSink(d.rgmii__txd, d.rgmii__tx_ctl, d.rgmii__tx_clk),
+        )
+        await ClockCycles(d.rgmii__rx_clk, 8)
 
     async def board_counters(self):
         return {n: await self.uart.read(regmap.BOARD_BASE + k) for k, n in enumerate(regmap.BOARD_NAMES)}
@@ -194,12 +253,15 @@ async def board_end_to_end(dut):
 
     tb = BoardTB(dut)
     await tb.start()
+    tb.stop_network()  # until the workload: the UART's
+    await uart_answers(tb)
     writes = control.config_writes(core=CORE, **site)
     for addr, data in writes:
         await tb.uart.write(addr, data)
     assert await tb.uart.read(regmap.REG_ID) == regmap.ID_VALUE, "the control port does not answer"
 
     # The workload at line rate, with the MAC's faults mixed in every 25 frames.
+    await tb.attach_phy()
     faults = {}
     for k, f in enumerate(frames):
         await tb.phy.rx.send(GmiiFrame.from_payload(f))
@@ -217,6 +279,7 @@ async def board_end_to_end(dut):
     await tb.phy.rx.wait()
     await ClockCycles(dut.clk, 500)
     assert tb.phy.tx.empty(), "the board sent more RESULT frames than the golden model"
+    tb.stop_network()  # what remains is the UART's
     for n, (f, want) in enumerate(zip(seen, expected, strict=True)):
         assert f.check_fcs(), f"RESULT frame {n}: bad FCS"
         assert bytes(f.get_payload()) == _padded(want), f"RESULT frame {n} differs from the golden model"
@@ -237,18 +300,15 @@ async def board_end_to_end(dut):
     dut._log.info(f"{len(frames)} frames in, {len(seen)} RESULTs out; board {board}")
 
 
-@cocotb.test()
-async def board_uart_answers(dut):
-    tb = BoardTB(dut)
-    await tb.start()
+async def uart_answers(tb):
+    """Register reads over the UART, a bad command (NAK), an ``'O'`` with no beat, a board register."""
     assert await tb.uart.read(regmap.REG_WIDTH) == CORE["width"]
     assert await tb.uart.read(regmap.REG_SLOTS) == CORE["slots"]
     await tb.uart.send(b"?")
-    assert await tb.uart.recv(1) == b"\x15"
+    assert await tb.uart.recv(1) == b"\x15", "a bad command is not answered NAK"
     await tb.uart.send(b"O")
-    assert await tb.uart.recv(1) == b"\xff"
+    assert await tb.uart.recv(1) == b"\xff", "an 'O' with no beat is not answered 0xff"
     assert await tb.uart.read(regmap.BOARD_BASE + regmap.BOARD_NAMES.index("rx_ok")) == 0
-    await ReadOnly()
 
 
 @cocotb.test()
@@ -266,12 +326,9 @@ async def board_cli_over_pty(dut):
 
     p = runner.params()
     d = dut
-    d.rgmii__rx_clk.value = 0
-    d.rgmii__rx_ctl.value = 0
-    d.rgmii__rxd.value = 0
-    tb = BoardTB.__new__(BoardTB)  # no PHY model: the test is the UART's
-    tb.dut, tb.uart = d, UartHost(d, d.clk, UART_DIVISOR)
+    tb = BoardTB(dut)  # no PHY model: the test is the UART's
     await tb.start()
+    tb.stop_network()
     master, slave = os.openpty()
     os.set_blocking(master, False)
     cli = "import sys; from wanreduce.cli import main; sys.exit(main())"

@@ -46,7 +46,10 @@ def stable_verilog(factory, *, top):
 
     A design with several clock domains that it does not define gets its modules' ports in an order that
     follows Python's per-process string hashing, so the text (and the build cache's key) would change from
-    run to run; converting in a child process with ``PYTHONHASHSEED=0`` keeps it the same.
+    run to run; converting in a child process with ``PYTHONHASHSEED=0`` keeps it the same. The text is
+    kept in the build cache under ``factory`` and the sources of the gateware and of ``factory``'s module
+    (:func:`wanreduce.sim.verilator.toolchain.verilog_text`): a whole board takes Amaranth about ten
+    seconds to convert, and the text only changes with those sources.
     """
     import os
     import subprocess
@@ -54,9 +57,10 @@ def stable_verilog(factory, *, top):
 
     module, func = factory.split(":")
     code = (
-        "import importlib, sys; from wanreduce.sim.verilator import toolchain; "
-        f"d = getattr(importlib.import_module({module!r}), {func!r})(); "
-        f"sys.stdout.write(toolchain.verilog_text(d, top={top!r}))"
+        "import importlib, inspect, sys; from wanreduce.sim.verilator import toolchain; "
+        f"m = importlib.import_module({module!r}); d = getattr(m, {func!r})(); "
+        f"t = toolchain.verilog_text(d, top={top!r}, key={factory!r}, sources=[inspect.getsourcefile(m)]); "
+        "sys.stdout.write(t)"
     )
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)

@@ -1,8 +1,11 @@
 """The Ethernet board top end to end on Verilator: RGMII pins driven by cocotbext-eth's PHY model,
 control over the UART, RESULTs byte for byte against the golden model (``wanreduce.sim.verify.eth_board_tb``).
-One build serves both runs. Marked slow: the board top's build (the whole core with the MAC) alone takes
-about 2.5 minutes on two busy cores, beyond what ``make test`` may add; ``make test-all`` runs it, and
-``make test`` keeps the MAC's own tests (tests/hw/test_eth_mac.py)."""
+
+One build of the board top (DDR cell models, a small core) serves the module: the end-to-end run (UART
+answers, configuration, the workload with the MAC's error cases, counters), in ``make test``, and
+``wanreduce board`` over a pseudo-terminal, in ``make test-all``. The build keeps only the top's ports
+public (``eth_board_tb.BUILD_ARGS``), which makes it cheap enough for ``make test``. The two-port in-line
+board is a second build and stays in ``make test-all`` too."""
 
 import json
 
@@ -10,24 +13,22 @@ import pytest
 
 from wanreduce.sim.verilator import runner
 
-pytestmark = [pytest.mark.rtl, pytest.mark.slow]
+pytestmark = pytest.mark.rtl
 
 
 @pytest.fixture(scope="module")
 def board_build():
-    from wanreduce.sim.verify import eth_board_tb, eth_tb
+    from wanreduce.sim.verify import eth_board_tb
 
-    text = eth_tb.stable_verilog("wanreduce.sim.verify.eth_board_tb:board_design", top=eth_board_tb.TOP)
-    return runner.build(text, top=eth_board_tb.TOP)
+    return eth_board_tb.board_build()
 
 
-@pytest.mark.parametrize("case", ["board_end_to_end", "board_uart_answers"])
-def test_board(board_build, case):
+def test_board_end_to_end(board_build):
     runner.run(
         board_build,
         top=board_build.top,
         module="wanreduce.sim.verify.eth_board_tb",
-        testcase=case,
+        testcase="board_end_to_end",
         params={"seed": 3, "n_packets": 80},
     )
 
@@ -41,6 +42,7 @@ SCHEDULE = {
 }
 
 
+@pytest.mark.slow  # the end-to-end run already covers the UART; this adds the CLI's ~800 bytes over it
 def test_board_cli_over_a_pty(board_build, tmp_path):
     """``wanreduce board`` configures the Verilated board top through a pseudo-terminal."""
     path = tmp_path / "schedule.json"
@@ -54,16 +56,15 @@ def test_board_cli_over_a_pty(board_build, tmp_path):
     )
 
 
+@pytest.mark.slow  # a second board build (two MACs, a core with a bypass port)
 def test_inline_board_end_to_end():
     """The two-port in-line board: WAN into the core, RESULTs and the bypass out of the LAN port."""
-    from wanreduce.sim.verify import eth_board_tb, eth_tb
+    from wanreduce.sim.verify import eth_board_tb
 
-    text = eth_tb.stable_verilog(
-        "wanreduce.sim.verify.eth_board_tb:inline_design", top=eth_board_tb.INLINE_TOP
-    )
+    build = eth_board_tb.board_build("inline_design", eth_board_tb.INLINE_TOP)
     runner.run(
-        text,
-        top=eth_board_tb.INLINE_TOP,
+        build,
+        top=build.top,
         module="wanreduce.sim.verify.eth_board_tb",
         testcase="inline_end_to_end",
         params={"seed": 5, "n_packets": 60},
