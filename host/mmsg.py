@@ -21,6 +21,8 @@ import socket
 
 import numpy as np
 
+from . import fastio
+
 __all__ = ["Receiver", "Sender", "HAVE_MMSG"]
 
 _MSG_DONTWAIT = 0x40
@@ -113,9 +115,14 @@ class Receiver:
     ``lengths[:n]`` and their bytes ``rows[i, :lengths[i]]``, valid until the next call. A datagram longer
     than a row keeps only its first ``row_bytes`` bytes, but ``lengths`` has its real length (Linux's
     ``MSG_TRUNC``), so header rules on the length judge it as they would the whole datagram.
+
+    ``native`` (default: when :func:`wanreduce.host.fastio.library` builds) reads with the native loop and
+    UDP GRO, which it turns on for the socket at its first read (nothing else may read that socket then);
+    ``segment`` is the datagram size expected, so that runs of them land in their rows without a copy.
+    The rows, lengths and order are the same either way.
     """
 
-    def __init__(self, *, batch=256, row_bytes=16384, mmsg=None):
+    def __init__(self, *, batch=256, row_bytes=16384, mmsg=None, native=None, segment=None):
         if batch < 1 or row_bytes < 1:
             raise ValueError("The batch and the row size must be positive.")
         self.batch, self.row_bytes = int(batch), int(row_bytes)
@@ -123,14 +130,47 @@ class Receiver:
         self.rows.fill(0)  # its pages now, not in the first calls
         self.lengths = np.zeros(self.batch, np.int64)
         self.mmsg = HAVE_MMSG if mmsg is None else bool(mmsg) and HAVE_MMSG
+        self.segment = min(int(segment or self.row_bytes), self.row_bytes)
+        self._lib = fastio.library() if native is None or native else None
+        if native and self._lib is None and os.environ.get(fastio.ENV) != "0":
+            raise ValueError("The native receive loop was asked for but cannot be built here.")
+        self._native = None  # its state, made at the first read
+        self._gro_fd = None
         self._views = [memoryview(row) for row in self.rows]
         if self.mmsg:
             self._msgs, self._m, self._iovs, v = _headers(self.batch)
             v["base"] = self.rows.ctypes.data + np.arange(self.batch, dtype=np.uint64) * self.row_bytes
             v["len"] = self.row_bytes
 
+    @property
+    def native(self):
+        """Whether reads go through the native loop."""
+        return self._lib is not None
+
+    def __del__(self):
+        lib, state = getattr(self, "_lib", None), getattr(self, "_native", None)
+        if lib is not None and state:
+            lib.udpio_free(state)
+
     def recv(self, sock, limit=None):
         limit = self.batch if limit is None else min(limit, self.batch)
+        if self._lib is not None:
+            fd = sock.fileno()
+            if fd != self._gro_fd:
+                if self._native:  # what it parked came from another socket
+                    self._lib.udpio_free(self._native)
+                self._native = self._lib.udpio_new()
+                if not self._native or self._lib.udpio_gro(fd) < 0:
+                    self._lib = None  # no GRO on this kernel: recvmmsg reads as many a call
+                    return self.recv(sock, limit)
+                self._gro_fd = fd
+            got = self._lib.udpio_recv(
+                self._native, fd, self.rows.ctypes.data, self.row_bytes, limit, self.lengths.ctypes.data,
+                self.segment,
+            )
+            if got < 0:
+                raise OSError(-got, os.strerror(-got))
+            return got
         if not self.mmsg:
             n = 0
             try:
@@ -154,10 +194,12 @@ class Receiver:
 class Sender:
     """Sends byte ranges of numpy arrays as datagrams to one ``(address, port)``, up to ``batch`` a call."""
 
-    def __init__(self, dest, *, batch=256, mmsg=None, segment=None):
+    def __init__(self, dest, *, batch=256, mmsg=None, segment=None, native=None):
         self.dest = (str(dest[0]), int(dest[1]))
         self.batch = int(batch)
         self.mmsg = HAVE_MMSG if mmsg is None else bool(mmsg) and HAVE_MMSG
+        # send_parts through the native loop (its runs cut in C rather than with numpy): same datagrams.
+        self._lib = fastio.library() if (native is None or native) and self.mmsg else None
         self._gather = None  # the two-part message headers of send_parts, made on its first use
         #: send_parts' datagrams of exactly ``segment`` bytes go up to ``per_send`` in one send (UDP GSO:
         #: the kernel cuts them apart, a system call's and a route's work per send, not per datagram).
@@ -183,9 +225,9 @@ class Sender:
         ``head_starts[i]`` followed by ``lengths[i]`` bytes at memory address ``addrs[i]`` (a payload left
         where it is, in an array the caller keeps alive): no datagram is assembled in a buffer first.
         Returns how many were sent (fewer when the socket's buffer is full)."""
-        head_starts = np.asarray(head_starts, np.int64)
-        addrs = np.asarray(addrs, np.uint64)
-        lengths = np.asarray(lengths, np.int64)
+        head_starts = np.ascontiguousarray(head_starts, np.int64)
+        addrs = np.ascontiguousarray(addrs, np.uint64)
+        lengths = np.ascontiguousarray(lengths, np.int64)
         total = len(head_starts)
         if not self.mmsg:
             flat = heads.reshape(-1).view(np.uint8)
@@ -197,7 +239,26 @@ class Sender:
                 except BlockingIOError:
                     return i
             return total
-        if self.segment is not None and self._gso_on(sock):
+        gso = self.segment is not None and self._gso_on(sock)
+        if self._lib is not None:
+            got = self._lib.udpio_send(
+                sock.fileno(),
+                ctypes.addressof(self._addr),
+                heads.ctypes.data,
+                head_starts.ctypes.data,
+                head_len,
+                addrs.ctypes.data,
+                lengths.ctypes.data,
+                total,
+                self.segment if gso else 0,
+                self.per_send if gso else 1,
+            )
+            if got == fastio.TOO_LONG:
+                raise ValueError(f"A datagram is longer than the {self.segment}-byte segment this sender cuts.")
+            if got < 0:
+                raise OSError(-got, os.strerror(-got))
+            return got
+        if gso:
             return self._send_gso(sock, heads, head_starts, head_len, addrs, lengths)
         if self._gather is None:
             self._gather = self._named(2)

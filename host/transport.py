@@ -117,17 +117,39 @@ class SiteTransport:
         self.interface, self.port, self.job, self.wan = interface, port, job, wan
         self.slack_s = float(slack_s)
         self.sock = None
+        # Kept from one run to the next (a trainer syncs every step): the receive rows, and a sender per
+        # group address with its message headers.
+        self._rx = None
+        self._senders = {}
 
     def open(self):
         self.sock = open_socket(
             interface=self.interface, port=self.port, groups=[addressing.site_group_ip(self.rank)]
         )
+        self._receiver()
         return self
 
     def close(self):
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+        self._rx = None  # its native state read that socket
+
+    def _receiver(self):
+        """The receive rows: one word longer than a RESULT, so that a longer datagram is cut, and fails
+        the length check."""
+        body = self.layout.chunk_elems * self.dtype.size
+        if self._rx is None:
+            row = HEADER_BYTES + (body + 7) // 4 * 4
+            self._rx = Receiver(batch=RECV_BATCH, row_bytes=row, segment=HEADER_BYTES + body)
+        return self._rx
+
+    def _sender(self, ip):
+        sender = self._senders.get(ip)
+        if sender is None:
+            whole = HEADER_BYTES + self.layout.chunk_elems * self.dtype.size
+            sender = self._senders[ip] = Sender((ip, self.port), batch=RECV_BATCH, segment=whole)
+        return sender
 
     def timeout0(self, members):
         """First retransmission timeout of a chunk in a round with group ``members``."""
@@ -135,7 +157,16 @@ class SiteTransport:
         return TIMEOUT_DELAYS * widest + TIMEOUT_FRAMES * self.frame_s + self.slack_s
 
     def run(
-        self, tensor, *, rounds=None, first_round=0, t0=None, deadline_s=600.0, kill_round=None, progress=None
+        self,
+        tensor,
+        *,
+        rounds=None,
+        first_round=0,
+        t0=None,
+        deadline_s=600.0,
+        kill_round=None,
+        progress=None,
+        out=None,
     ):
         """Synchronise ``tensor`` over ``rounds`` rounds (default one period) numbered from ``first_round``
         (a later sync of the same job continues the numbering, so that no chunk of it looks like a
@@ -143,10 +174,12 @@ class SiteTransport:
         indexed from 0 at ``first_round``. ``kill_round`` (counted the same way): send nothing of that
         round or later (a dead site), and return once every earlier round is done. Raises
         :class:`SiteTimeout` when a chunk runs out of retransmissions, :class:`WanreduceError` when
-        ``deadline_s`` passes."""
+        ``deadline_s`` passes. ``out``: where the result goes (a C-contiguous array of the tensor's size
+        in the wire dtype, not the tensor itself, as numpy's ``out``): a caller that syncs again and again
+        keeps one, rather than a new result array's pages each time; the run's ``values`` is then ``out``."""
         if self.sock is None:
             self.open()
-        self._last = _Run(self, tensor, rounds, first_round, t0, deadline_s, kill_round, progress)
+        self._last = _Run(self, tensor, rounds, first_round, t0, deadline_s, kill_round, progress, out)
         return self._last.go()
 
     def linger(self, until, *, deadline_s=60.0):
@@ -164,7 +197,7 @@ class _Run:
     """One synchronisation: the per-chunk state machine of the module docstring, on real time, kept in
     (round, chunk) arrays and advanced a batch of datagrams at a time."""
 
-    def __init__(self, tp, tensor, rounds, first_round, t0, deadline_s, kill_round, progress):
+    def __init__(self, tp, tensor, rounds, first_round, t0, deadline_s, kill_round, progress, out):
         sch, lay = tp.schedule, tp.layout
         self.tp, self.sch, self.progress = tp, sch, progress
         self.rounds = R = sch.period if rounds is None else int(rounds)
@@ -179,7 +212,26 @@ class _Run:
         self.n_chunks = N = chunk_count(flat.size, self.ce)
         # The result padded to whole chunks, one row per chunk; ``values`` is the tensor's part of it. A
         # chunk holds the tensor's values only once no RESULT came for it (``fresh``, see _settle).
-        self.grid = np.empty((N, self.ce), self.vt)
+        self.dest = None
+        if out is not None:
+            if not (
+                isinstance(out, np.ndarray)
+                and out.dtype == self.vt
+                and out.size == flat.size
+                and out.flags.c_contiguous
+                and out.flags.writeable
+            ):
+                raise ValueError(
+                    f"The result's array must be a writeable C-contiguous {self.vt} array of {flat.size} "
+                    "elements."
+                )
+            if np.shares_memory(out, flat):
+                raise ValueError("The result's array must not overlap the tensor (its chunks are sent from it).")
+            self.dest = out.reshape(-1)
+        if self.dest is not None and flat.size == N * self.ce:
+            self.grid = self.dest.reshape(N, self.ce)  # RESULTs divided straight into it
+        else:
+            self.grid = np.empty((N, self.ce), self.vt)
         self.values = self.grid.reshape(-1)[: flat.size]
         self.fresh = np.ones(N, bool)
         self.counts = np.full(N, self.ce, np.int64)
@@ -230,9 +282,7 @@ class _Run:
             free = lanes[need == 0]
             if free.size:
                 self.ready.append((r, free, False))
-        # Rows one word longer than a RESULT: a longer datagram is cut, and fails the length check.
-        row = HEADER_BYTES + (self.ce * tp.dtype.size + 7) // 4 * 4
-        self.rx = Receiver(batch=RECV_BATCH, row_bytes=row)
+        self.rx = tp._receiver()
         self.last_read = 0  # RESULTs the last read found
         self._rv = self.rx.rows[:, HEADER_BYTES:].view(self.bits)
 
@@ -290,8 +340,7 @@ class _Run:
             ip = addressing.contrib_group_ip(
                 job=self.tp.job, round=self.first + r, group=gid, period=self.sch.period
             )
-            whole = HEADER_BYTES + self.ce * self.tp.dtype.size
-            self.senders[r] = Sender((ip, self.tp.port), batch=RECV_BATCH, segment=whole)
+            self.senders[r] = self.tp._sender(ip)
         return heads
 
     def _payload_addrs(self, r, cs):
@@ -559,4 +608,7 @@ class _Run:
         finally:
             sel.close()
             self._settle()
+            if self.dest is not None and not np.shares_memory(self.dest, self.values):
+                self.dest[:] = self.values  # a tensor of a part chunk: the grid was padded apart
+                self.out.values = self.values = self.dest
         return self.out

@@ -1,0 +1,188 @@
+// The receive loop of wanreduce.host.fastio: every datagram queued on a non-blocking UDP socket, read with
+// UDP GRO (Linux 5.0: one recvmsg returns a run of same-size datagrams that a GSO send, or a NIC's GRO,
+// kept as one buffer) into the rows of a caller's array, one datagram a row, with its length.
+//
+// The iovecs of a read are cut at the datagram size the caller expects, one a row, so a run of datagrams
+// of that size lands in its rows with no copy. Anything else (another size, more datagrams than rows left,
+// a datagram longer than a row) is copied through a staging buffer and parked until rows are free: the
+// rows and lengths are the same as one recvmmsg datagram a row with MSG_TRUNC gives, in the same order.
+// Plain C ABI (extern "C"), loaded with ctypes; no Python headers needed.
+
+#include <errno.h>
+#include <new>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+namespace {
+
+constexpr size_t kStage = 1 << 17;  // more than the largest UDP payload a read can return (64 KiB)
+constexpr int kMaxIov = 1023;       // UIO_MAXIOV less the staging buffer's iovec
+constexpr size_t kLongest = 65535;  // the most a read returns (an IPv4 datagram's total length)
+constexpr int kTooLong = -(1 << 20);  // udpio_send: a datagram longer than its segment (fastio.TOO_LONG)
+
+struct Rx {
+    uint8_t stage[kStage];  // what did not fit the rows' iovecs
+    uint8_t parked[kStage];  // a read that must be re-cut, and the part of it not yet handed out
+    size_t parked_len = 0, parked_off = 0, parked_seg = 0;
+    iovec iov[kMaxIov + 1];
+    char control[CMSG_SPACE(sizeof(int))];
+};
+
+// Hand out parked datagrams into rows [n, max_rows); returns the new n.
+int unpark(Rx* rx, uint8_t* rows, size_t row_bytes, int n, int max_rows, int64_t* lengths) {
+    while (rx->parked_off < rx->parked_len && n < max_rows) {
+        size_t len = rx->parked_len - rx->parked_off;
+        if (len > rx->parked_seg) len = rx->parked_seg;
+        memcpy(rows + static_cast<size_t>(n) * row_bytes, rx->parked + rx->parked_off,
+               len < row_bytes ? len : row_bytes);
+        lengths[n++] = static_cast<int64_t>(len);
+        rx->parked_off += len;
+    }
+    if (rx->parked_off >= rx->parked_len) rx->parked_len = rx->parked_off = 0;
+    return n;
+}
+
+}  // namespace
+
+extern "C" {
+
+void* udpio_new() { return new (std::nothrow) Rx(); }
+
+void udpio_free(void* rx) { delete static_cast<Rx*>(rx); }
+
+// Turn UDP GRO on for the socket: 0, or -errno where the kernel has none.
+int udpio_gro(int fd) {
+    int on = 1;
+    return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &on, sizeof on) == 0 ? 0 : -errno;
+}
+
+// Up to max_rows datagrams into rows (row_bytes apart); datagram i is rows[i][:min(lengths[i], row_bytes)].
+// seg: the datagram size expected (the iovecs' cut). Returns how many (0: none queued) or -errno.
+int udpio_recv(void* handle, int fd, uint8_t* rows, size_t row_bytes, int max_rows, int64_t* lengths,
+               size_t seg) {
+    Rx* rx = static_cast<Rx*>(handle);
+    if (seg == 0 || seg > row_bytes) seg = row_bytes;
+    int n = unpark(rx, rows, row_bytes, 0, max_rows, lengths);
+    while (n < max_rows) {
+        // Rows for the longest read there can be, no more: the kernel copies in every iovec it is given.
+        int k = max_rows - n, most = static_cast<int>(kLongest / seg) + 1;
+        if (k > most) k = most;
+        if (k > kMaxIov) k = kMaxIov;
+        for (int i = 0; i < k; i++) {
+            rx->iov[i].iov_base = rows + static_cast<size_t>(n + i) * row_bytes;
+            rx->iov[i].iov_len = seg;
+        }
+        rx->iov[k].iov_base = rx->stage;
+        rx->iov[k].iov_len = kStage;
+        msghdr msg = {};
+        msg.msg_iov = rx->iov;
+        msg.msg_iovlen = static_cast<size_t>(k) + 1;
+        msg.msg_control = rx->control;
+        msg.msg_controllen = sizeof rx->control;
+        ssize_t got = recvmsg(fd, &msg, MSG_DONTWAIT);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+            return n ? n : -errno;
+        }
+        size_t total = static_cast<size_t>(got), size = total;
+        for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+                int g;
+                memcpy(&g, CMSG_DATA(c), sizeof g);
+                if (g > 0) size = static_cast<size_t>(g);
+            }
+        }
+        if (size == 0) size = 1;  // an empty datagram
+        size_t count = total ? (total + size - 1) / size : 1;
+        if ((size == seg || count == 1) && total <= static_cast<size_t>(k) * seg && size <= seg) {
+            // In place: every datagram in a row of its own.
+            for (size_t i = 0; i + 1 < count; i++) lengths[n++] = static_cast<int64_t>(size);
+            lengths[n++] = static_cast<int64_t>(total - (count - 1) * size);
+            continue;
+        }
+        // Re-cut: gather the read as it lies (rows' iovecs, then the stage), hand it out a datagram a row.
+        size_t at = 0;
+        for (int i = 0; i <= k && at < total; i++) {
+            size_t part = total - at < rx->iov[i].iov_len ? total - at : rx->iov[i].iov_len;
+            memcpy(rx->parked + at, rx->iov[i].iov_base, part);
+            at += part;
+        }
+        rx->parked_len = total;
+        rx->parked_off = 0;
+        rx->parked_seg = size;
+        if (total == 0) {
+            lengths[n] = 0;  // an empty datagram: a row of its own, nothing in it
+            n++;
+            continue;
+        }
+        n = unpark(rx, rows, row_bytes, n, max_rows, lengths);
+    }
+    return n;
+}
+
+// Datagram i is head_len bytes at heads + head_starts[i] then lengths[i] bytes at addrs[i], sent to the
+// IPv4 address addr. With segment > 0 (the socket's UDP_SEGMENT), runs of datagrams of exactly segment
+// bytes go up to per_send a send, a run ending after a shorter one (GSO: only the last may be shorter).
+// Returns how many datagrams were sent (fewer when the socket's buffer is full), or -errno, or kTooLong
+// when a datagram is longer than a segment (nothing sent).
+int udpio_send(int fd, const sockaddr_in* addr, const uint8_t* heads, const int64_t* head_starts,
+               size_t head_len, const uint64_t* addrs, const int64_t* lengths, int count, size_t segment,
+               int per_send) {
+    constexpr int kMsgs = 64, kMaxRun = 64;  // messages a call; datagrams a GSO send (UDP_MAX_SEGMENTS)
+    if (segment == 0 || per_send < 1) per_send = 1;
+    if (per_send > kMaxRun) per_send = kMaxRun;
+    if (segment) {
+        for (int i = 0; i < count; i++)
+            if (head_len + static_cast<size_t>(lengths[i]) > segment) return kTooLong;
+    }
+    static thread_local iovec iov[kMsgs * 2 * kMaxRun];
+    mmsghdr msgs[kMsgs];
+    int first[kMsgs + 1];
+    int done = 0;
+    while (done < count) {
+        int m = 0, i = done, v = 0;
+        while (m < kMsgs && i < count) {
+            first[m] = i;
+            msghdr& h = msgs[m].msg_hdr;
+            h = msghdr{};
+            h.msg_name = const_cast<sockaddr_in*>(addr);
+            h.msg_namelen = sizeof(sockaddr_in);
+            h.msg_iov = iov + v;
+            int k = 0;
+            while (i < count && k < per_send) {
+                size_t size = head_len + static_cast<size_t>(lengths[i]);
+                iov[v].iov_base = const_cast<uint8_t*>(heads + head_starts[i]);
+                iov[v++].iov_len = head_len;
+                iov[v].iov_base = reinterpret_cast<void*>(addrs[i]);
+                iov[v++].iov_len = static_cast<size_t>(lengths[i]);
+                i++;
+                k++;
+                if (size != segment) break;
+            }
+            h.msg_iovlen = static_cast<size_t>(2 * k);
+            m++;
+        }
+        first[m] = i;
+        int got = sendmmsg(fd, msgs, static_cast<unsigned>(m), MSG_DONTWAIT);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return done;
+            return done ? done : -errno;
+        }
+        done = first[got];
+        if (got < m) return done;
+    }
+    return done;
+}
+
+}  // extern "C"
