@@ -273,7 +273,7 @@ class _Run:
         nan = [math.nan] * R
         self.out = TransportRun(self.values, list(nan), list(nan), killed_at=kill_round)
         self.outstanding = int(self.live.sum()) * N
-        lanes = np.arange(N)
+        self.lanes = lanes = np.arange(N)
         self.waiting = np.zeros((R, N), np.int64)
         for r in np.flatnonzero(self.live).tolist():
             need = np.full(N, int(self.prev_round[r] is not None))
@@ -283,6 +283,11 @@ class _Run:
             if free.size:
                 self.ready.append((r, free, False))
         self.rx = tp._receiver()
+        # What a RESULT of this site's is, per round and chunk, for the check of a whole batch at once.
+        self.wanted_len = HEADER_BYTES + self.counts * tp.dtype.size
+        self.takes = np.array([bool(g[1]) for g in self.group])
+        if kill_round is not None:
+            self.takes[max(0, min(kill_round, R)) : R] = False
         self.last_read = 0  # RESULTs the last read found
         self._rv = self.rx.rows[:, HEADER_BYTES:].view(self.bits)
 
@@ -454,6 +459,25 @@ class _Run:
         h = np.ascontiguousarray(rows[:n, :HEADER_BYTES]).view(HEADER_DTYPE)[:, 0]
         r = h["round"].astype(np.int64) - self.first
         c = h["chunk"].astype(np.int64)
+        r0, c0 = int(r[0]), int(c[0])
+        c1 = c0 + n
+        if (
+            0 <= r0 < self.rounds
+            and self.takes[r0]
+            and c0 >= 0
+            and c1 <= self.n_chunks
+            and (c == self.lanes[c0:c1]).all()
+            and (r == r0).all()
+            and (h["kind"] == Kind.RESULT).all()
+            and (h["job"] == self.tp.job).all()
+            and (h["src"] == self.tp.rank).all()
+            and (lengths == self.wanted_len[c0:c1]).all()
+            and not self.applied[r0, c0:c1].any()
+        ):
+            # The usual batch: new RESULTs of this site for a run of chunks of one round, in order, which
+            # is what the general rules below make of it too.
+            self._apply_run(r0, c0, c1, now)
+            return
         ours = (
             (lengths >= HEADER_BYTES)
             & (h["kind"] == Kind.RESULT)
@@ -498,6 +522,47 @@ class _Run:
             self.echoed[(r, c)] = (now, n_echo + 1)
             self.out.resends_on_result += 1
             self.ready.append((r, np.array([c]), True))
+
+    def _apply_run(self, r, c0, c1, now):
+        """:meth:`_apply` of the chunks ``c0:c1`` of round ``r`` from receive rows ``0:c1 - c0``, on slices."""
+        g = self.vt.type(len(self.group[r][1]))
+        with np.errstate(all="ignore"):
+            np.divide(self._rv[: c1 - c0, : self.ce].view(self.vt), g, out=self.grid[c0:c1])
+        self.fresh[c0:c1] = False
+        self.applied[r, c0:c1] = True
+        self.due[r, c0:c1] = math.inf
+        oldest = float(np.fmin.reduce(self.sent_at[r, c0:c1]))  # NaN: none was timed
+        if not math.isnan(oldest):
+            self._sample(now - oldest)
+        self.outstanding -= c1 - c0
+        last = self.out.last_result_s[r]
+        self.out.last_result_s[r] = max(now - self.t0, 0.0 if math.isnan(last) else last)
+        P, bank, N = self.sch.period, self.bank, self.n_chunks
+        nr = self.next_round[r]
+        if nr is not None:
+            self._release(nr, c0, c1)
+        # The window's successors: (r, c + bank) inside the tensor, else (r + P, c mod bank).
+        inside = min(c1, max(c0, N - bank))
+        self._release(r, c0 + bank, inside + bank)
+        if inside < c1 and r + P < self.rounds:
+            cs = self.lanes[inside:c1] % bank
+            if self.live[r + P]:
+                waiting = self.waiting[r + P]
+                waiting[cs] -= 1
+                go = cs[waiting[cs] == 0]
+                if go.size:
+                    self.ready.append((r + P, go, False))
+        if self.progress is not None and self.applied[r].all():
+            self.progress(f"round {r} done at {now - self.t0:.3f} s")
+
+    def _release(self, r, a, b):
+        """Chunks ``a:b`` of round ``r`` have one predecessor fewer to wait for; those with none are ready."""
+        if a < b and self.live[r]:
+            waiting = self.waiting[r, a:b]
+            waiting -= 1
+            go = np.flatnonzero(waiting == 0)
+            if go.size:
+                self.ready.append((r, go + a, False))
 
     def _apply(self, r, cs, rows_idx, now):
         g = self.vt.type(len(self.group[r][1]))
