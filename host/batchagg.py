@@ -24,6 +24,7 @@ import numpy as np
 from ..spec.core import bank_slot
 from ..spec.protocol import FLAGS_VALID, HEADER_BYTES, MAGIC, MAX_RANKS, UDP_PORT, VERSION, Drop, DType, Kind
 from ..spec.regmap import COUNTER_NAMES
+from . import fastio
 from .frames import parse_frame
 from .golden import expected_order
 from .protocol import HEADER_DTYPE, np_dtype
@@ -63,9 +64,10 @@ class _Work:
 class BatchAggregator:
     """One site's aggregator for job ``job``; ``period`` lists each round's expected entry (a bitmap or
     the ranks in summation order, as :class:`~wanreduce.host.golden.GoldenAggregator` takes them).
-    ``batch`` is the most datagrams one call takes (and RESULTs it can return)."""
+    ``batch`` is the most datagrams one call takes (and RESULTs it can return). ``native`` (default: when
+    :func:`wanreduce.host.fastio.library` builds) sums binary32 chunks in ``udpio.cc``: the same bits."""
 
-    def __init__(self, *, rank, job, period, slots, members, slot_bytes, bank_bits, batch=256):
+    def __init__(self, *, rank, job, period, slots, members, slot_bytes, bank_bits, batch=256, native=None):
         if not 0 <= rank < MAX_RANKS:
             raise ValueError(f"The rank must be in 0..{MAX_RANKS - 1}, not {rank}.")
         if slots < 1 or slots & (slots - 1) or members < 1 or slot_bytes < 1:
@@ -120,6 +122,7 @@ class BatchAggregator:
         self.out_len = np.zeros(self.batch, np.int64)
         self._one = np.zeros((1, max(self.row_bytes, 16384)), np.uint8)
         self.counters = {name: 0 for name in COUNTER_NAMES}
+        self._lib = fastio.library() if native is None or native else None
 
     # The header rules of PROTOCOL.md (validate.check_payload), for every row at once.
     def _codes(self, rows, lengths):
@@ -361,7 +364,22 @@ class BatchAggregator:
         (dtype, count, group size) at a time: the same additions in the same order as :meth:`_sum`, so
         the same bits, with numpy's loop over chunks instead of Python's."""
         for (dt, count, g), chunks in w.sums.items():
-            cols = np.array(chunks, np.int64)
+            cols = np.ascontiguousarray(chunks, np.int64)
+            if dt == _FP32 and self._lib is not None and rows.flags.c_contiguous:
+                # The same additions in C (udpio.cc), one pass a chunk, straight into the shadows.
+                self._lib.udpio_sum_f32(
+                    rows.ctypes.data,
+                    rows.shape[1],
+                    HEADER_BYTES,
+                    cols.ctypes.data,
+                    len(cols),
+                    g,
+                    count,
+                    self.store.ctypes.data,
+                    self.row_bytes,
+                    _NAN[dt][2],
+                )
+                continue
             rv = self._rows_as(rows, dt)[:, :count]
             acc = rv[cols[:, 1]]  # a copy: the first term, then the others added in summation order
             for j in range(2, g + 1):

@@ -33,7 +33,7 @@ ENV = "WANREDUCE_FASTIO"
 SOURCE = "udpio.cc"
 #: What ``udpio_send`` returns for a datagram longer than its GSO segment (udpio.cc's ``kTooLong``).
 TOO_LONG = -(1 << 20)
-_FLAGS = ["-O2", "-shared", "-fPIC", "-std=c++17", "-Wall"]
+_FLAGS = ["-O3", "-shared", "-fPIC", "-std=c++17", "-Wall"]
 _state = {}
 
 
@@ -95,6 +95,19 @@ def _load(path):
         ctypes.c_int,
     ]
     lib.udpio_send.restype = ctypes.c_int
+    lib.udpio_sum_f32.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_uint32,
+    ]
+    lib.udpio_sum_f32.restype = ctypes.c_int
     return lib
 
 

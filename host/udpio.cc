@@ -185,4 +185,34 @@ int udpio_send(int fd, const sockaddr_in* addr, const uint8_t* heads, const int6
     return done;
 }
 
+// BatchAggregator._flush for binary32 (wanreduce.host.batchagg): chunk j (of k) sums the payloads of rows
+// cols[j*(g+1)+1 ..+g] (row_bytes apart, payload at head, count values) in that order, one rounding an
+// addition as numpy adds, into row cols[j*(g+1)] of shadow (shadow_bytes apart, payload at head); a NaN
+// becomes the canonical NaN. Returns 0.
+int udpio_sum_f32(const uint8_t* rows, size_t row_bytes, size_t head, const int64_t* cols, int k, int g,
+                  int count, uint8_t* shadow, size_t shadow_bytes, uint32_t canonical) {
+    for (int j = 0; j < k; j++) {
+        const int64_t* c = cols + static_cast<size_t>(j) * (g + 1);
+        float* out = reinterpret_cast<float*>(shadow + static_cast<size_t>(c[0]) * shadow_bytes + head);
+        const float* a = reinterpret_cast<const float*>(rows + static_cast<size_t>(c[1]) * row_bytes + head);
+        if (g == 1) {
+            memcpy(out, a, static_cast<size_t>(count) * sizeof(float));
+        } else {
+            const float* b = reinterpret_cast<const float*>(rows + static_cast<size_t>(c[2]) * row_bytes + head);
+            for (int e = 0; e < count; e++) out[e] = a[e] + b[e];
+            for (int m = 3; m <= g; m++) {
+                const float* t = reinterpret_cast<const float*>(rows + static_cast<size_t>(c[m]) * row_bytes + head);
+                for (int e = 0; e < count; e++) out[e] = out[e] + t[e];
+            }
+        }
+        bool nan = false;
+        for (int e = 0; e < count; e++) nan |= out[e] != out[e];
+        if (nan) {
+            for (int e = 0; e < count; e++)
+                if (out[e] != out[e]) memcpy(out + e, &canonical, sizeof canonical);
+        }
+    }
+    return 0;
+}
+
 }  // extern "C"

@@ -23,12 +23,13 @@ import numpy as np
 
 from wanreduce.host import netdemo
 from wanreduce.host.aggd import Aggd, BatchEngine, site_layout
+from wanreduce.host.mmsg import Sender
 from wanreduce.host.netio import open_socket
 from wanreduce.host.pacing import member_buffer_bytes
 from wanreduce.host.packet import pack_tensor
 from wanreduce.host.transport import SiteTransport
 from wanreduce.spec import addressing
-from wanreduce.spec.protocol import DType
+from wanreduce.spec.protocol import HEADER_BYTES, DType
 from wanreduce.spec.schedfile import Schedule
 
 REPEATS = 5
@@ -59,6 +60,7 @@ def aggd_rate(chunk_bytes, batches=12):
     daemon = Aggd(schedule, 0, BatchEngine(schedule, 0, layout, job=JOB), port=PORT, job=JOB).open()
     tx = open_socket(port=PORT + 1)
     group = addressing.contrib_group_ip(job=JOB, round=0, group=0, period=1)
+    sender = Sender((group, PORT), segment=HEADER_BYTES + chunk_bytes)
     rng = np.random.default_rng(0)
     k = BATCH[chunk_bytes]
     elems = chunk_bytes // 4
@@ -77,10 +79,21 @@ def aggd_rate(chunk_bytes, batches=12):
                 ).blocks[0]
                 for rank in range(3)
             ]
-            tx.setblocking(True)
-            for c in range(k):
+            # As the hosts' transports send them: each member's runs of whole chunks as GSO sends.
+            for at in range(0, k, sender.per_send):
                 for block in per_rank:
-                    tx.sendto(block[c], (group, PORT))
+                    cs = np.arange(at, min(at + sender.per_send, k))
+                    row = block.shape[1]
+                    sent = sender.send_parts(
+                        tx,
+                        block,
+                        cs * row,
+                        HEADER_BYTES,
+                        block.ctypes.data + (cs * row + HEADER_BYTES).astype(np.uint64),
+                        np.full(cs.size, row - HEADER_BYTES),
+                    )
+                    if sent != cs.size:
+                        raise AssertionError("the sending socket's buffer is full")
             goal = daemon.engine.counters()["results"] + k
             t0 = time.process_time()
             deadline = time.monotonic() + 30
