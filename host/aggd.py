@@ -257,6 +257,15 @@ class Aggd:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 0)
         if self.wan is not None:
             enable_timestamps(self.sock)
+        if hasattr(self.engine, "feed_batch") and self._rx is None:
+            # Rows as long as the longest datagram the engine can take: a longer one is dropped on its
+            # header and length alone (its real length is reported), so its tail is never needed. Made
+            # here, with the socket, so that the first datagrams do not wait for a batch's pages.
+            whole = getattr(self.engine, "slot_bytes", None)
+            whole = whole and HEADER_BYTES + whole
+            rows = getattr(self.engine, "row_bytes", RECV_BYTES)
+            self._rx = Receiver(batch=BATCH, row_bytes=rows, segment=whole)
+            self._tx = Sender(self.result_to, batch=BATCH, segment=whole)
         return self
 
     def close(self):
@@ -343,12 +352,6 @@ class Aggd:
         ``on_tick()`` runs on every wake-up (control requests, counter dumps)."""
         src_pos, src_size = HEADER_LAYOUT["src"]
         batched = hasattr(self.engine, "feed_batch")
-        if batched and self._rx is None:
-            # Rows as long as the longest datagram the engine can take: a longer one is dropped on its
-            # header and length alone (its real length is reported), so its tail is never needed.
-            self._rx = Receiver(batch=BATCH, row_bytes=getattr(self.engine, "row_bytes", RECV_BYTES))
-            whole = getattr(self.engine, "slot_bytes", None)
-            self._tx = Sender(self.result_to, batch=BATCH, segment=whole and HEADER_BYTES + whole)
         if self._sel is None:
             self._sel = selectors.DefaultSelector()
             self._sel.register(self.sock, selectors.EVENT_READ)

@@ -244,7 +244,8 @@ class BatchAggregator:
         bitmap = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), src), first)
         if (bitmap != np.asarray(self.expected, np.uint64)[phase]).any():
             return 0  # g datagrams covering g expected bits: one from each member
-        slots, chunk_tags = ss[first].tolist(), tag[first].tolist()
+        slot_arr = ss[first]
+        slots, chunk_tags = slot_arr.tolist(), tag[first].tolist()
         state, key, last_key = self.state, self.key, self.last_key
         for s, t in zip(slots, chunk_tags, strict=True):
             if t == last_key[s] or state[s] == _LIVE or (state[s] == _DONE and t < key[s]):
@@ -253,24 +254,29 @@ class BatchAggregator:
         g, dt, cnt = int(g[0]), int(dt[0]), int(cnt[0])
         idx = good[order]
         last = idx[np.append(first[1:], n) - 1]  # the datagram that completes each chunk
-        flags = np.bitwise_or.reduceat(h["flags"][idx], first).tolist()
-        group = h["group"][idx[first]].tolist()
+        flags = np.bitwise_or.reduceat(h["flags"][idx], first)
+        group = h["group"][idx[first]]
         nb = int(nbytes[0])
         rows_of = np.empty((len(first), g + 1), np.int64)
-        rows_of[:, 0] = ss[first]
+        rows_of[:, 0] = slot_arr
         rows_of[run, 1 + member[order]] = idx
         w.sums[(dt, cnt, g)] = rows_of
-        bitmaps = bitmap.tolist()
-        done = np.argsort(last, kind="stable").tolist()
-        for j in done:
-            s, t, b = slots[j], chunk_tags[j], bitmaps[j]
-            self.state[s], key[s], last_key[s], self.bitmap[s] = _DONE, t, t, b
-            self.sdtype[s], self.scount[s], self.sgroup[s], self.sflags[s] = dt, cnt, group[j], flags[j]
-            self.shadow_len[s] = HEADER_BYTES + nb
-            w.done.append((s, int(last[j]), group[j], flags[j], b))
-            w.outs.append(s)
-            w.out_len.append(HEADER_BYTES + nb)
-            w.completed.add(s)
+        # The slots are distinct and nothing before this in the batch wrote their shadows, so their RESULT
+        # headers are written now, all at once (what _heads would write at the end).
+        hdr = self._shadow_hdr
+        hdr[slot_arr] = h[last]
+        hdr["kind"][slot_arr], hdr["src"][slot_arr], hdr["reserved"][slot_arr] = Kind.RESULT, self.rank, 0
+        hdr["group"][slot_arr], hdr["flags"][slot_arr], hdr["bitmap"][slot_arr] = group, flags, bitmap
+        sbitmap, sgroup, sflags, shadow_len = self.bitmap, self.sgroup, self.sflags, self.shadow_len
+        sdtype, scount, length = self.sdtype, self.scount, HEADER_BYTES + nb
+        per_slot = zip(slots, chunk_tags, bitmap.tolist(), group.tolist(), flags.tolist(), strict=True)
+        for s, t, b, gr, fl in per_slot:
+            state[s], key[s], last_key[s], sbitmap[s] = _DONE, t, t, b
+            sdtype[s], scount[s], sgroup[s], sflags[s], shadow_len[s] = dt, cnt, gr, fl, length
+        done = slot_arr[np.argsort(last, kind="stable")].tolist()
+        w.outs += done
+        w.out_len += [length] * len(done)
+        w.completed.update(done)
         self.counters["results"] += len(done)
         return n
 
