@@ -266,6 +266,8 @@ class Aggd:
             rows = getattr(self.engine, "row_bytes", RECV_BYTES)
             self._rx = Receiver(batch=BATCH, row_bytes=rows, segment=whole)
             self._tx = Sender(self.result_to, batch=BATCH, segment=whole)
+        if self._rx is not None and self.wan is None:
+            self._rx.attach(self.sock)  # with the emulated WAN, datagrams are read one by one instead
         return self
 
     def close(self):

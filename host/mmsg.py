@@ -152,18 +152,31 @@ class Receiver:
         if lib is not None and state:
             lib.udpio_free(state)
 
+    def attach(self, sock):
+        """Make ``sock`` the socket this receiver reads (turning UDP GRO on for the native loop), before
+        the first datagram comes: until then a sender's GSO runs are cut apart for this socket, at the
+        sender's cost. :meth:`recv` attaches a socket it has not read before itself."""
+        if self._lib is None:
+            return
+        fd = sock.fileno()
+        if fd == self._gro_fd:
+            return
+        if self._native:  # what it parked came from another socket
+            self._lib.udpio_free(self._native)
+        self._native = self._lib.udpio_new()
+        if not self._native or self._lib.udpio_gro(fd) < 0:
+            self._lib = None  # no GRO on this kernel: recvmmsg reads as many a call
+            return
+        self._gro_fd = fd
+
     def recv(self, sock, limit=None):
         limit = self.batch if limit is None else min(limit, self.batch)
         if self._lib is not None:
             fd = sock.fileno()
             if fd != self._gro_fd:
-                if self._native:  # what it parked came from another socket
-                    self._lib.udpio_free(self._native)
-                self._native = self._lib.udpio_new()
-                if not self._native or self._lib.udpio_gro(fd) < 0:
-                    self._lib = None  # no GRO on this kernel: recvmmsg reads as many a call
+                self.attach(sock)
+                if self._lib is None:
                     return self.recv(sock, limit)
-                self._gro_fd = fd
             got = self._lib.udpio_recv(
                 self._native, fd, self.rows.ctypes.data, self.row_bytes, limit, self.lengths.ctypes.data,
                 self.segment,

@@ -126,7 +126,7 @@ class SiteTransport:
         self.sock = open_socket(
             interface=self.interface, port=self.port, groups=[addressing.site_group_ip(self.rank)]
         )
-        self._receiver()
+        self._receiver().attach(self.sock)
         return self
 
     def close(self):
@@ -632,6 +632,7 @@ class _Run:
         tp = self.tp
         sel = selectors.DefaultSelector()
         sel.register(tp.sock, selectors.EVENT_READ)
+        watching = selectors.EVENT_READ
         writable = True
         rx_few = self.rx.batch // 4
         self._receive(time.monotonic())
@@ -660,7 +661,10 @@ class _Run:
                 if 0 < self.last_read < rx_few and not self.ready and wait >= COALESCE_S:
                     time.sleep(COALESCE_S)
                     wait = 0.0
-                sel.modify(tp.sock, selectors.EVENT_READ | (0 if writable else selectors.EVENT_WRITE))
+                mask = selectors.EVENT_READ | (0 if writable else selectors.EVENT_WRITE)
+                if mask != watching:  # a system call: only when it changes
+                    sel.modify(tp.sock, mask)
+                    watching = mask
                 asleep = time.monotonic()
                 events = sel.select(wait)
                 woke = time.monotonic()
