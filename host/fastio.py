@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..spec.errors import WanreduceError
 
-__all__ = ["library", "ENV", "SOURCE", "TOO_LONG"]
+__all__ = ["library", "source_text", "ENV", "SOURCE", "TOO_LONG"]
 
 #: ``0``: never use the native loop; ``1``: it must be used (a failure is an error); unset: when it builds.
 ENV = "WANREDUCE_FASTIO"
@@ -46,9 +46,10 @@ def _cache_folder():
 
 def _build(source, target):
     """Compile ``source`` (bytes) to ``target``; the compiler's first error line on failure (else None)."""
-    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    name = os.environ.get("CXX") or "g++"
+    cxx = shutil.which(name)
     if cxx is None:
-        return "no C++ compiler (g++) on PATH"
+        return f"no C++ compiler ({name}) on PATH"
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         src = Path(tmp) / SOURCE
@@ -111,6 +112,11 @@ def _load(path):
     return lib
 
 
+def source_text():
+    """The packaged ``udpio.cc``, as bytes."""
+    return resources.files(__package__).joinpath(SOURCE).read_bytes()
+
+
 def library(*, source=None):
     """The loaded native library, or None where it is off or cannot be built (see the module docstring).
     ``source`` (bytes) replaces ``udpio.cc`` (tests); the result of the packaged source is kept."""
@@ -123,7 +129,7 @@ def library(*, source=None):
     if not sys.platform.startswith("linux"):
         lib, why = None, "UDP GRO is Linux's"
     else:
-        text = source if source is not None else resources.files(__package__).joinpath(SOURCE).read_bytes()
+        text = source if source is not None else source_text()
         digest = hashlib.sha256(text + " ".join(_FLAGS).encode()).hexdigest()[:16]
         target = _cache_folder() / f"udpio-{digest}.so"
         why = None if target.is_file() else _build(text, target)

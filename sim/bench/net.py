@@ -1,19 +1,24 @@
 """Throughput of the UDP path on loopback, without emulated delay: payload bytes per CPU second of one core.
 
 * ``aggd_GBps_1k`` / ``_8k``: the aggregator daemon (its default, batched engine) of a three-member group.
-  Each batch of CONTRIBs (every member's copy of ``BATCH`` chunks, the members' copies of a chunk together,
-  as the three hosts' windows send them) is queued in its socket first, then the daemon's loop reads
-  (``recvmmsg``), aggregates and multicasts the RESULTs (``sendmmsg``); the figure is the contributions'
-  payload bytes over the CPU time the daemon's process spent on them, system calls included.
+  Each batch of CONTRIBs (every member's copy of ``BATCH`` chunks) is queued in its socket first, sent as
+  the members' transports send them: each member's runs of whole chunks as one UDP GSO send, the
+  members' runs of the same chunks together. Then the daemon's loop reads them (the native loop with UDP
+  GRO, :mod:`wanreduce.host.fastio`, where it builds; ``recvmmsg`` otherwise), aggregates and multicasts
+  the RESULTs (GSO sends); the figure is the contributions' payload bytes over the CPU time the daemon's
+  process spent on them, system calls included.
 * ``transport_GBps_1k`` / ``_8k``: one site's host transport synchronising a tensor through its own
   aggregator process (a one-member group, so the aggregator answers at once; a window of ``WINDOW``
-  chunks): the tensor's bytes over the CPU time of the host's process (every CONTRIB sent and every
-  RESULT received and applied).
+  chunks) into a result array it keeps (``run(out=...)``, as a trainer keeps one from step to step): the
+  tensor's bytes over the CPU time of the host's process (every CONTRIB sent and every RESULT received
+  and applied).
 
 1 KiB chunks fit a standard Ethernet MTU; 8 KiB chunks need jumbo frames on a real network (loopback's MTU
-is 64 KiB). Both are single-threaded Python: batched system calls (runs of whole chunks as one UDP GSO send,
-payloads sent from where they lie), numpy per batch of headers and of values. Medians of ``REPEATS`` runs;
-CPU time, so other work on the machine costs them little, but caches and memory bandwidth are shared.
+is 64 KiB). Both are single-threaded Python over a small native loop (``host/udpio.cc``: GRO reads into
+numpy rows, GSO sends of payloads from where they lie, binary32 sums), numpy per batch of headers and of
+values; ``WANREDUCE_FASTIO=0`` measures the Python paths alone. Medians of ``REPEATS`` runs; CPU time, so
+other work on the machine costs them less than it costs wall time, but caches and memory bandwidth are
+shared, and on an oversubscribed machine the figures drop by a third or more.
 """
 
 import statistics
