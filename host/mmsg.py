@@ -178,7 +178,12 @@ class Receiver:
                 if self._lib is None:
                     return self.recv(sock, limit)
             got = self._lib.udpio_recv(
-                self._native, fd, self.rows.ctypes.data, self.row_bytes, limit, self.lengths.ctypes.data,
+                self._native,
+                fd,
+                self.rows.ctypes.data,
+                self.row_bytes,
+                limit,
+                self.lengths.ctypes.data,
                 self.segment,
             )
             if got < 0:
@@ -267,7 +272,9 @@ class Sender:
                 self.per_send if gso else 1,
             )
             if got == fastio.TOO_LONG:
-                raise ValueError(f"A datagram is longer than the {self.segment}-byte segment this sender cuts.")
+                raise ValueError(
+                    f"A datagram is longer than the {self.segment}-byte segment this sender cuts."
+                )
             if got < 0:
                 raise OSError(-got, os.strerror(-got))
             return got

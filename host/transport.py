@@ -226,7 +226,9 @@ class _Run:
                     "elements."
                 )
             if np.shares_memory(out, flat):
-                raise ValueError("The result's array must not overlap the tensor (its chunks are sent from it).")
+                raise ValueError(
+                    "The result's array must not overlap the tensor (its chunks are sent from it)."
+                )
             self.dest = out.reshape(-1)
         if self.dest is not None and flat.size == N * self.ce:
             self.grid = self.dest.reshape(N, self.ce)  # RESULTs divided straight into it
@@ -524,7 +526,7 @@ class _Run:
             self.ready.append((r, np.array([c]), True))
 
     def _apply_run(self, r, c0, c1, now):
-        """:meth:`_apply` of the chunks ``c0:c1`` of round ``r`` from receive rows ``0:c1 - c0``, on slices."""
+        """:meth:`_apply` of chunks ``c0:c1`` of round ``r`` from receive rows ``0:c1 - c0``, on slices."""
         g = self.vt.type(len(self.group[r][1]))
         with np.errstate(all="ignore"):
             np.divide(self._rv[: c1 - c0, : self.ce].view(self.vt), g, out=self.grid[c0:c1])

@@ -70,7 +70,10 @@ def _read_all(receiver, sock, limit=None):
     got = []
     while n := receiver.recv(sock, limit):
         got += [
-            (int(receiver.lengths[i]), receiver.rows[i, : min(receiver.lengths[i], receiver.row_bytes)].tobytes())
+            (
+                int(receiver.lengths[i]),
+                receiver.rows[i, : min(receiver.lengths[i], receiver.row_bytes)].tobytes(),
+            )
             for i in range(n)
         ]
     return got
@@ -116,13 +119,18 @@ def test_native_sends_give_the_datagrams_of_the_python_sends():
         try:
             sender = mmsg.Sender(rx.getsockname(), batch=4, segment=1032, native=native)
             assert sender.send_parts(tx, heads, order * 32, 32, addrs, lengths) == 200
-            got[native] = [d for _, d in _read_all(mmsg.Receiver(batch=512, row_bytes=2048, native=False), rx)]
+            got[native] = [
+                d for _, d in _read_all(mmsg.Receiver(batch=512, row_bytes=2048, native=False), rx)
+            ]
             with pytest.raises(ValueError, match="longer than the 1032-byte segment"):
                 sender.send_parts(tx, heads, [0], 32, [body.ctypes.data], [1001])
         finally:
             rx.close()
             tx.close()
-    want = [heads[c].tobytes() + body[c * 1000 : c * 1000 + k].tobytes() for c, k in zip(order, lengths)]
+    want = [
+        heads[c].tobytes() + body[c * 1000 : c * 1000 + k].tobytes()
+        for c, k in zip(order, lengths, strict=True)
+    ]
     assert got[True] == got[False] == want
 
 
@@ -134,7 +142,9 @@ def _stream(rng):
         for rank in period[0]:
             t = rng.standard_normal(600).astype(np.float32) * np.float32(10.0) ** rng.integers(-30, 30)
             t[rng.integers(0, 600, 3)] = [np.nan, np.inf, -np.inf]
-            per_rank[rank] = list(pack_tensor(t, dtype=DType.FP32, rank=rank, job=3, round=rnd, chunk_elems=64))
+            per_rank[rank] = list(
+                pack_tensor(t, dtype=DType.FP32, rank=rank, job=3, round=rnd, chunk_elems=64)
+            )
         for c in range(len(per_rank[0])):
             stream += [per_rank[r][c] for r in rng.permutation(3).tolist()]
     return period, stream
@@ -146,7 +156,15 @@ def test_native_sums_are_the_numpy_sums_bit_for_bit():
     out = {}
     for native in (True, False):
         agg = BatchAggregator(
-            rank=0, job=3, period=period, slots=16, members=3, slot_bytes=256, bank_bits=4, batch=64, native=native
+            rank=0,
+            job=3,
+            period=period,
+            slots=16,
+            members=3,
+            slot_bytes=256,
+            bank_bits=4,
+            batch=64,
+            native=native,
         )
         assert (agg._lib is not None) is native
         rows = np.zeros((64, agg.row_bytes), np.uint8)
