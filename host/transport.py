@@ -32,6 +32,7 @@ import numpy as np
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType, Kind
+from . import fastio
 from .aggd import members_of
 from .mmsg import Receiver, Sender
 from .netio import open_socket
@@ -141,7 +142,9 @@ class SiteTransport:
         body = self.layout.chunk_elems * self.dtype.size
         if self._rx is None:
             row = HEADER_BYTES + (body + 7) // 4 * 4
-            self._rx = Receiver(batch=RECV_BATCH, row_bytes=row, segment=HEADER_BYTES + body)
+            self._rx = Receiver(
+                batch=RECV_BATCH, row_bytes=row, segment=HEADER_BYTES + body, head_bytes=HEADER_BYTES
+            )
         return self._rx
 
     def _sender(self, ip):
@@ -265,6 +268,7 @@ class _Run:
         self.heads = [None] * R  # per round: the CONTRIB headers, one row per chunk, written once
         self.payloads = [None] * R  # per later round: the contributions as sent, kept for retransmissions
         self.senders = [None] * R
+        self.payload_at = [None] * R  # where each round's payloads are
         self.ready = collections.deque()  # blocks (round, chunk array, again)
         self.echoed = {}
         self.link_free = 0.0
@@ -292,6 +296,10 @@ class _Run:
             self.takes[max(0, min(kill_round, R)) : R] = False
         self.last_read = 0  # RESULTs the last read found
         self._rv = self.rx.rows[:, HEADER_BYTES:].view(self.bits)
+        lib = fastio.library() if self.vt == np.float32 and self.grid.flags.c_contiguous else None
+        self._div = None if lib is None else lib.udpio_div_f32
+        self._rows_at = self.rx.rows.ctypes.data + HEADER_BYTES
+        self._grid_at = self.grid.ctypes.data
 
     # The window of PROTOCOL.md: round r uses bank r mod P, chunk c the slot c mod bank_slots of it.
     def rto(self, r, *, backed_off=True):
@@ -352,8 +360,11 @@ class _Run:
 
     def _payload_addrs(self, r, cs):
         """Where the payloads of round ``r``'s chunks ``cs`` are (the tensor, or the round's own copy)."""
-        src = self.flat if self.payloads[r] is None else self.payloads[r]
-        return src.ctypes.data + cs.astype(np.uint64) * (self.ce * self.tp.dtype.size)
+        at = self.payload_at[r]
+        if at is None:
+            src = self.flat if self.payloads[r] is None else self.payloads[r]
+            at = self.payload_at[r] = src.ctypes.data
+        return at + cs.astype(np.uint64) * (self.ce * self.tp.dtype.size)
 
     def _settle(self):
         """The chunks no RESULT came for keep the tensor's values (a site with no round, or killed)."""
@@ -453,12 +464,12 @@ class _Run:
                 return not self.group[sr][1] or not self.applied[sr, sc[0]]
         return True
 
-    def _on_results(self, rows, lengths, now):
+    def _on_results(self, rows, heads, lengths, now):
         """A batch of datagrams on the site's host group: RESULTs for this site checked all at once on
         their headers, applied (divided by the group size in the wire dtype) and their successors
         released; anything else is counted as foreign or ignored."""
         n = len(lengths)
-        h = np.ascontiguousarray(rows[:n, :HEADER_BYTES]).view(HEADER_DTYPE)[:, 0]
+        h = heads[:n].view(HEADER_DTYPE)[:, 0]
         r = h["round"].astype(np.int64) - self.first
         c = h["chunk"].astype(np.int64)
         r0, c0 = int(r[0]), int(c[0])
@@ -528,8 +539,15 @@ class _Run:
     def _apply_run(self, r, c0, c1, now):
         """:meth:`_apply` of chunks ``c0:c1`` of round ``r`` from receive rows ``0:c1 - c0``, on slices."""
         g = self.vt.type(len(self.group[r][1]))
-        with np.errstate(all="ignore"):
-            np.divide(self._rv[: c1 - c0, : self.ce].view(self.vt), g, out=self.grid[c0:c1])
+        if self._div is not None:
+            # binary32 in udpio.cc: the same division, without numpy's buffering of strided rows
+            size = self.ce * 4
+            self._div(
+                self._rows_at, self.rx.row_bytes, self._grid_at + c0 * size, size, c1 - c0, self.ce, float(g)
+            )
+        else:
+            with np.errstate(all="ignore"):
+                np.divide(self._rv[: c1 - c0, : self.ce].view(self.vt), g, out=self.grid[c0:c1])
         self.fresh[c0:c1] = False
         self.applied[r, c0:c1] = True
         self.due[r, c0:c1] = math.inf
@@ -612,7 +630,7 @@ class _Run:
             self.last_read = 0
             while n := rx.recv(tp.sock):
                 self.last_read += n
-                self._on_results(rx.rows, rx.lengths[:n], now)
+                self._on_results(rx.rows, rx.heads, rx.lengths[:n], now)
                 if n < rx.batch:
                     break
             return
@@ -628,7 +646,8 @@ class _Run:
             for i, data in enumerate(part):
                 rx.rows[i, : len(data)] = np.frombuffer(data, np.uint8)
                 rx.lengths[i] = len(data)
-            self._on_results(rx.rows, rx.lengths[: len(part)], now)
+            k = len(part)
+            self._on_results(rx.rows, np.ascontiguousarray(rx.rows[:k, :HEADER_BYTES]), rx.lengths[:k], now)
 
     def go(self, until=None):
         tp = self.tp

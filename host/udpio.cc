@@ -51,25 +51,7 @@ int unpark(Rx* rx, uint8_t* rows, size_t row_bytes, int n, int max_rows, int64_t
     return n;
 }
 
-}  // namespace
-
-extern "C" {
-
-void* udpio_new() { return new (std::nothrow) Rx(); }
-
-void udpio_free(void* rx) { delete static_cast<Rx*>(rx); }
-
-// Turn UDP GRO on for the socket: 0, or -errno where the kernel has none.
-int udpio_gro(int fd) {
-    int on = 1;
-    return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &on, sizeof on) == 0 ? 0 : -errno;
-}
-
-// Up to max_rows datagrams into rows (row_bytes apart); datagram i is rows[i][:min(lengths[i], row_bytes)].
-// seg: the datagram size expected (the iovecs' cut). Returns how many (0: none queued) or -errno.
-int udpio_recv(void* handle, int fd, uint8_t* rows, size_t row_bytes, int max_rows, int64_t* lengths,
-               size_t seg) {
-    Rx* rx = static_cast<Rx*>(handle);
+int recv_rows(Rx* rx, int fd, uint8_t* rows, size_t row_bytes, int max_rows, int64_t* lengths, size_t seg) {
     if (seg == 0 || seg > row_bytes) seg = row_bytes;
     int n = unpark(rx, rows, row_bytes, 0, max_rows, lengths);
     while (n < max_rows) {
@@ -128,6 +110,47 @@ int udpio_recv(void* handle, int fd, uint8_t* rows, size_t row_bytes, int max_ro
         n = unpark(rx, rows, row_bytes, n, max_rows, lengths);
     }
     return n;
+}
+
+}  // namespace
+
+extern "C" {
+
+void* udpio_new() { return new (std::nothrow) Rx(); }
+
+void udpio_free(void* rx) { delete static_cast<Rx*>(rx); }
+
+// Turn UDP GRO on for the socket: 0, or -errno where the kernel has none.
+int udpio_gro(int fd) {
+    int on = 1;
+    return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &on, sizeof on) == 0 ? 0 : -errno;
+}
+
+// Up to max_rows datagrams into rows (row_bytes apart); datagram i is rows[i][:min(lengths[i], row_bytes)].
+// seg: the datagram size expected (the iovecs' cut). heads (head_bytes apart, may be null): each row's
+// first head_bytes bytes again, packed, for checks of a whole batch of headers. Returns how many (0: none
+// queued) or -errno.
+int udpio_recv(void* handle, int fd, uint8_t* rows, size_t row_bytes, int max_rows, int64_t* lengths,
+               size_t seg, uint8_t* heads, size_t head_bytes) {
+    int n = recv_rows(static_cast<Rx*>(handle), fd, rows, row_bytes, max_rows, lengths, seg);
+    if (heads && head_bytes <= row_bytes) {
+        for (int i = 0; i < n; i++)
+            memcpy(heads + static_cast<size_t>(i) * head_bytes, rows + static_cast<size_t>(i) * row_bytes,
+                   head_bytes);
+    }
+    return n;
+}
+
+// Rows i < k (count values at src + i * src_bytes) divided by g into dst + i * dst_bytes,
+// IEEE binary32 division as numpy's (one correctly rounded division a value).
+int udpio_div_f32(const uint8_t* src, size_t src_bytes, uint8_t* dst, size_t dst_bytes, int k, int count,
+                  float g) {
+    for (int i = 0; i < k; i++) {
+        const float* a = reinterpret_cast<const float*>(src + static_cast<size_t>(i) * src_bytes);
+        float* out = reinterpret_cast<float*>(dst + static_cast<size_t>(i) * dst_bytes);
+        for (int e = 0; e < count; e++) out[e] = a[e] / g;
+    }
+    return 0;
 }
 
 // Datagram i is head_len bytes at heads + head_starts[i] then lengths[i] bytes at addrs[i], sent to the
