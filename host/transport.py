@@ -31,7 +31,7 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType, Kind
+from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, UDP_PORT, WIRE_OVERHEAD, DType, Kind
 from . import fastio
 from .aggd import members_of
 from .mmsg import Receiver, Sender
@@ -41,6 +41,18 @@ from .protocol import HEADER_DTYPE, bits_dtype, np_dtype
 from .wan import RETRIES, TIMEOUT_DELAYS, TIMEOUT_FRAMES, SiteTimeout, chunk_count
 
 __all__ = ["SiteTransport", "TransportRun", "SLACK_S"]
+
+
+def _word(name, size):
+    """``(byte offset, index as a word of size bytes)`` of a header field of that size."""
+    pos, n = HEADER_LAYOUT[name]
+    if n != size or pos % size:
+        raise AssertionError(f"the header field {name} is not an aligned {size}-byte word")
+    return pos, pos // size
+
+
+_ROUND, _CHUNK, _JOB, _SRC = _word("round", 4), _word("chunk", 4), _word("job", 2), _word("src", 2)
+_KIND = HEADER_LAYOUT["kind"][0]
 
 #: Added to every first retransmission timeout: what reading, aggregating and answering in software on a
 #: shared machine may take on top of the WAN's delays.
@@ -268,7 +280,7 @@ class _Run:
         self.heads = [None] * R  # per round: the CONTRIB headers, one row per chunk, written once
         self.payloads = [None] * R  # per later round: the contributions as sent, kept for retransmissions
         self.senders = [None] * R
-        self.payload_at = [None] * R  # where each round's payloads are
+        self.payload_at = [None] * R  # where each round's payloads are, a chunk a row
         self.ready = collections.deque()  # blocks (round, chunk array, again)
         self.echoed = {}
         self.link_free = 0.0
@@ -290,7 +302,13 @@ class _Run:
                 self.ready.append((r, free, False))
         self.rx = tp._receiver()
         # What a RESULT of this site's is, per round and chunk, for the check of a whole batch at once.
-        self.wanted_len = HEADER_BYTES + self.counts * tp.dtype.size
+        self.payload_len = self.counts * tp.dtype.size
+        self.head_at = self.lanes * HEADER_BYTES  # a chunk's header in its round's header rows
+        self.wanted_len = HEADER_BYTES + self.payload_len
+        # The header words a RESULT of this site's has, as numpy reads the big-endian bytes natively.
+        self.chunk_words = np.arange(N, dtype=">u4").view(np.uint32)
+        self.job_word = np.array([tp.job], ">u2").view(np.uint16)[0]
+        self.src_word = np.array([tp.rank], ">u2").view(np.uint16)[0]
         self.takes = np.array([bool(g[1]) for g in self.group])
         if kill_round is not None:
             self.takes[max(0, min(kill_round, R)) : R] = False
@@ -358,13 +376,16 @@ class _Run:
             self.senders[r] = self.tp._sender(ip)
         return heads
 
-    def _payload_addrs(self, r, cs):
-        """Where the payloads of round ``r``'s chunks ``cs`` are (the tensor, or the round's own copy)."""
+    def _payload_addrs(self, r):
+        """Where the payloads of round ``r``'s chunks are (the tensor, or the round's own copy), a chunk a
+        row."""
         at = self.payload_at[r]
         if at is None:
             src = self.flat if self.payloads[r] is None else self.payloads[r]
-            at = self.payload_at[r] = src.ctypes.data
-        return at + cs.astype(np.uint64) * (self.ce * self.tp.dtype.size)
+            at = self.payload_at[r] = src.ctypes.data + self.lanes.astype(np.uint64) * np.uint64(
+                self.ce * self.tp.dtype.size
+            )
+        return at
 
     def _settle(self):
         """The chunks no RESULT came for keep the tensor's values (a site with no round, or killed)."""
@@ -387,22 +408,25 @@ class _Run:
             room = int((now + 1e-3 - max(now, self.link_free)) / frame_s) + 1 if frame_s > 0 else len(cs)
             part = cs[:room]
             heads = self._round_heads(r)
+            # A run of consecutive chunks (the usual block) is taken by slices: views, not copies.
+            a, b = int(part[0]), int(part[-1]) + 1
+            pick = slice(a, b) if b - a == len(part) else part
             if not again and self.payloads[r] is not None:
                 # The contribution is the tensor's chunk now: the last RESULT applied divided by the group.
-                self.payloads[r][part] = self.grid[part]
+                self.payloads[r][pick] = self.grid[pick]
             k = self.senders[r].send_parts(
                 self.tp.sock,
                 heads,
-                part * HEADER_BYTES,
+                self.head_at[pick],
                 HEADER_BYTES,
-                self._payload_addrs(r, part),
-                self.counts[part] * self.tp.dtype.size,
+                self._payload_addrs(r)[pick],
+                self.payload_len[pick],
             )
             if k == len(cs):
                 self.ready.popleft()
             else:
                 self.ready[0] = (r, cs[k:], again)
-            done = part[:k]
+            done = pick if k == len(part) else part[:k]
             self.out.sent += k
             self.link_free = max(now, self.link_free) + k * frame_s
             if not again and k:
@@ -469,28 +493,31 @@ class _Run:
         their headers, applied (divided by the group size in the wire dtype) and their successors
         released; anything else is counted as foreign or ignored."""
         n = len(lengths)
-        h = heads[:n].view(HEADER_DTYPE)[:, 0]
-        r = h["round"].astype(np.int64) - self.first
-        c = h["chunk"].astype(np.int64)
-        r0, c0 = int(r[0]), int(c[0])
+        hb = heads[:n]
+        # The usual batch first: new RESULTs of this site for a run of chunks of one round, in order (what
+        # the general rules below make of it too), judged on the header words as they lie (big-endian
+        # fields against big-endian constants: no conversions).
+        w16, w32 = hb.view(np.uint16), hb.view(np.uint32)
+        r0 = int.from_bytes(hb[0, _ROUND[0] : _ROUND[0] + 4], "big") - self.first
+        c0 = int.from_bytes(hb[0, _CHUNK[0] : _CHUNK[0] + 4], "big")
         c1 = c0 + n
         if (
             0 <= r0 < self.rounds
             and self.takes[r0]
-            and c0 >= 0
             and c1 <= self.n_chunks
-            and (c == self.lanes[c0:c1]).all()
-            and (r == r0).all()
-            and (h["kind"] == Kind.RESULT).all()
-            and (h["job"] == self.tp.job).all()
-            and (h["src"] == self.tp.rank).all()
+            and (w32[:, _CHUNK[1]] == self.chunk_words[c0:c1]).all()
+            and (w32[:, _ROUND[1]] == w32[0, _ROUND[1]]).all()
+            and (hb[:, _KIND] == int(Kind.RESULT)).all()
+            and (w16[:, _JOB[1]] == self.job_word).all()
+            and (w16[:, _SRC[1]] == self.src_word).all()
             and (lengths == self.wanted_len[c0:c1]).all()
             and not self.applied[r0, c0:c1].any()
         ):
-            # The usual batch: new RESULTs of this site for a run of chunks of one round, in order, which
-            # is what the general rules below make of it too.
             self._apply_run(r0, c0, c1, now)
             return
+        h = hb.view(HEADER_DTYPE)[:, 0]
+        r = h["round"].astype(np.int64) - self.first
+        c = h["chunk"].astype(np.int64)
         ours = (
             (lengths >= HEADER_BYTES)
             & (h["kind"] == Kind.RESULT)
