@@ -187,8 +187,8 @@ class BatchEngine(GoldenEngine):
             batch=batch,
         )
 
-    def feed_batch(self, rows, lengths):
-        return self.agg.feed_batch(rows, lengths)
+    def feed_batch(self, rows, lengths, heads=None):
+        return self.agg.feed_batch(rows, lengths, heads)
 
     @property
     def row_bytes(self):
@@ -264,7 +264,7 @@ class Aggd:
             whole = getattr(self.engine, "slot_bytes", None)
             whole = whole and HEADER_BYTES + whole
             rows = getattr(self.engine, "row_bytes", RECV_BYTES)
-            self._rx = Receiver(batch=BATCH, row_bytes=rows, segment=whole)
+            self._rx = Receiver(batch=BATCH, row_bytes=rows, segment=whole, head_bytes=HEADER_BYTES)
             self._tx = Sender(self.result_to, batch=BATCH, segment=whole)
         if self._rx is not None and self.wan is None:
             self._rx.attach(self.sock)  # with the emulated WAN, datagrams are read one by one instead
@@ -317,7 +317,7 @@ class Aggd:
         rx = self._rx
         while n := rx.recv(self.sock):
             self.received += n
-            k = self.engine.feed_batch(rx.rows, rx.lengths[:n])
+            k = self.engine.feed_batch(rx.rows, rx.lengths[:n], rx.heads)
             if k:
                 self._send_rows(k)
             if n < rx.batch:

@@ -125,9 +125,10 @@ class BatchAggregator:
         self._lib = fastio.library() if native is None or native else None
 
     # The header rules of PROTOCOL.md (validate.check_payload), for every row at once.
-    def _codes(self, rows, lengths):
+    def _codes(self, rows, lengths, heads):
         n = len(lengths)
-        h = np.ascontiguousarray(rows[:n, :HEADER_BYTES]).view(HEADER_DTYPE)[:, 0]
+        packed = np.ascontiguousarray(rows[:n, :HEADER_BYTES] if heads is None else heads[:n, :HEADER_BYTES])
+        h = packed.view(HEADER_DTYPE)[:, 0]
         kind, src, count = h["kind"].astype(np.int64), h["src"].astype(np.int64), h["count"].astype(np.int64)
         size = _SIZES[h["dtype"]]
         srcbit = np.left_shift(np.uint64(1), np.minimum(src, MAX_RANKS - 1).astype(np.uint64))
@@ -157,17 +158,18 @@ class BatchAggregator:
             code[cond] = int(drop)
         return h, code, member, size * count
 
-    def feed_batch(self, rows, lengths):
+    def feed_batch(self, rows, lengths, heads=None):
         """Datagrams ``rows[i, :lengths[i]]`` (i < len(lengths)) in arrival order → the number k of RESULT
         payloads, in the order the golden model emits them: ``out_len[j]`` bytes of row ``out_rows[j]`` of
-        :attr:`store` for j < k (until the next call)."""
+        :attr:`store` for j < k (until the next call). ``heads``: the rows' headers packed (their first
+        ``HEADER_BYTES`` bytes, as :class:`~wanreduce.host.mmsg.Receiver` keeps them), if at hand."""
         n = len(lengths)
         if n > self.batch:
             raise ValueError(f"A batch of {n} datagrams is more than the {self.batch} this aggregator takes.")
         self.counters["frames_in"] += n
         if n == 0:
             return 0
-        h, code, member, nbytes = self._codes(rows, np.asarray(lengths, np.int64))
+        h, code, member, nbytes = self._codes(rows, np.asarray(lengths, np.int64), heads)
         bad = code[code != 0]
         if bad.size:
             for c, k in zip(*np.unique(bad, return_counts=True), strict=True):

@@ -3,10 +3,13 @@
 A GSO send (:class:`~wanreduce.host.mmsg.Sender`'s runs of whole chunks) crosses the stack as one buffer;
 a socket with UDP GRO on takes it as one, so neither the sender's process (which on loopback does the
 receiving socket's work too) nor the receiver pays per datagram. Python's socket module cannot read such a
-buffer back into datagrams at speed, and ctypes cannot run a loop of system calls, so ``udpio.cc`` does:
-:func:`library` compiles it with ``g++`` at first use into the user's cache folder (``$XDG_CACHE_HOME/
-wanreduce`` or ``~/.cache/wanreduce``, the file named by the source's hash, so a changed source is rebuilt
-and every checkout of one user shares the build) and loads it with ctypes.
+buffer back into datagrams at speed, and ctypes cannot run a loop of system calls, so ``udpio.cc`` does
+(and, while it is there, sends GSO runs, sums whole binary32 chunks for the aggregator and divides the
+transport's binary32 RESULTs, IEEE operations in the same order as numpy's). :func:`library` compiles it
+with ``g++`` at first use into ``fastio/`` of the user's build cache (``$WANREDUCE_BUILD_DIR``,
+``$XDG_CACHE_HOME/wanreduce`` or ``~/.cache/wanreduce``; the file named by a hash of the source and the
+flags, so a changed source is rebuilt and every checkout of one user shares the build) and loads it with
+ctypes.
 
 Where there is no ``g++``, the compile fails, or ``WANREDUCE_FASTIO=0``, :func:`library` returns None and
 :class:`~wanreduce.host.mmsg.Receiver` reads with ``recvmmsg`` instead (same rows, lengths and order;
@@ -38,6 +41,12 @@ _state = {}
 
 
 def _cache_folder():
+    """``<cache root>/fastio``, the cache root being the Verilator builds' (``wanreduce cache``):
+    ``$WANREDUCE_BUILD_DIR``, else ``$XDG_CACHE_HOME/wanreduce``, else ``~/.cache/wanreduce``. (The same
+    rule as ``sim.verilator.toolchain.cache_root``, which this layer cannot import.)"""
+    env = os.environ.get("WANREDUCE_BUILD_DIR")
+    if env:
+        return Path(env).expanduser().resolve() / "fastio"
     xdg = os.environ.get("XDG_CACHE_HOME")
     # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"

@@ -196,6 +196,7 @@ def test_off_switch_gives_the_python_paths(monkeypatch):
 
 def test_a_failed_build_falls_back_with_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("WANREDUCE_BUILD_DIR", raising=False)
     monkeypatch.delenv(fastio.ENV, raising=False)
     assert fastio.library(source=b"this is not C++\n") is None
     err = capsys.readouterr().err.strip().splitlines()
@@ -208,6 +209,7 @@ def test_a_failed_build_falls_back_with_one_line(monkeypatch, tmp_path, capsys):
 
 def test_a_failed_build_is_an_error_when_the_native_loop_is_required(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("WANREDUCE_BUILD_DIR", raising=False)
     monkeypatch.setenv(fastio.ENV, "1")
     with pytest.raises(WanreduceError, match=r"required \(WANREDUCE_FASTIO=1\) but .*failed"):
         fastio.library(source=b"this is not C++ either\n")
@@ -216,6 +218,7 @@ def test_a_failed_build_is_an_error_when_the_native_loop_is_required(monkeypatch
 @needs_native
 def test_the_build_is_cached_by_the_source(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("WANREDUCE_BUILD_DIR", raising=False)
     source = fastio.source_text() + b"\n// another build\n"
     assert fastio.library(source=source) is not None
     built = list((tmp_path / "wanreduce" / "fastio").glob("udpio-*.so"))
