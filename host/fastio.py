@@ -104,6 +104,14 @@ def _load(path):
         ctypes.c_float,
     ]
     lib.udpio_div_f32.restype = ctypes.c_int
+    lib.udpio_run_of.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+    ]
+    lib.udpio_run_of.restype = ctypes.c_int
     lib.udpio_send.argtypes = [
         ctypes.c_int,
         ctypes.c_void_p,

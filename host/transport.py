@@ -53,6 +53,11 @@ def _word(name, size):
 
 _ROUND, _CHUNK, _JOB, _SRC = _word("round", 4), _word("chunk", 4), _word("job", 2), _word("src", 2)
 _KIND = HEADER_LAYOUT["kind"][0]
+#: The header bytes a run of RESULTs shares (udpio_run_of's mask).
+_SAME = np.zeros(HEADER_BYTES, np.uint8)
+for _name in ("kind", "job", "round", "src"):
+    _pos, _size = HEADER_LAYOUT[_name]
+    _SAME[_pos : _pos + _size] = 1
 
 #: Added to every first retransmission timeout: what reading, aggregating and answering in software on a
 #: shared machine may take on top of the WAN's delays.
@@ -305,17 +310,19 @@ class _Run:
         self.payload_len = self.counts * tp.dtype.size
         self.head_at = self.lanes * HEADER_BYTES  # a chunk's header in its round's header rows
         self.wanted_len = HEADER_BYTES + self.payload_len
-        # The header words a RESULT of this site's has, as numpy reads the big-endian bytes natively.
+        # The chunk numbers as numpy reads their big-endian header words natively.
         self.chunk_words = np.arange(N, dtype=">u4").view(np.uint32)
-        self.job_word = np.array([tp.job], ">u2").view(np.uint16)[0]
-        self.src_word = np.array([tp.rank], ">u2").view(np.uint16)[0]
         self.takes = np.array([bool(g[1]) for g in self.group])
         if kill_round is not None:
             self.takes[max(0, min(kill_round, R)) : R] = False
         self.last_read = 0  # RESULTs the last read found
         self._rv = self.rx.rows[:, HEADER_BYTES:].view(self.bits)
-        lib = fastio.library() if self.vt == np.float32 and self.grid.flags.c_contiguous else None
-        self._div = None if lib is None else lib.udpio_div_f32
+        lib = fastio.library()
+        binary32 = lib is not None and self.vt == np.float32 and self.grid.flags.c_contiguous
+        self._div = lib.udpio_div_f32 if binary32 else None
+        self._run_of = None if lib is None else lib.udpio_run_of
+        self._heads_at = self.rx.heads.ctypes.data
+        self._same_at = _SAME.ctypes.data
         self._rows_at = self.rx.rows.ctypes.data + HEADER_BYTES
         self._grid_at = self.grid.ctypes.data
 
@@ -488,6 +495,21 @@ class _Run:
                 return not self.group[sr][1] or not self.applied[sr, sc[0]]
         return True
 
+    def _one_run(self, hb, c0, c1):
+        """Whether headers ``hb`` agree with the first on kind, job, round and source and number the
+        chunks ``c0:c1`` in order: in udpio.cc for the receive loop's own packed headers, else on the
+        header words as they lie (big-endian fields against big-endian constants: no conversions)."""
+        if self._run_of is not None and hb.base is self.rx.heads:
+            return bool(self._run_of(self._heads_at, HEADER_BYTES, len(hb), self._same_at, _CHUNK[0]))
+        w16, w32 = hb.view(np.uint16), hb.view(np.uint32)
+        return bool(
+            (w32[:, _CHUNK[1]] == self.chunk_words[c0:c1]).all()
+            and (w32[:, _ROUND[1]] == w32[0, _ROUND[1]]).all()
+            and (hb[:, _KIND] == hb[0, _KIND]).all()
+            and (w16[:, _JOB[1]] == w16[0, _JOB[1]]).all()
+            and (w16[:, _SRC[1]] == w16[0, _SRC[1]]).all()
+        )
+
     def _on_results(self, rows, heads, lengths, now):
         """A batch of datagrams on the site's host group: RESULTs for this site checked all at once on
         their headers, applied (divided by the group size in the wire dtype) and their successors
@@ -495,21 +517,20 @@ class _Run:
         n = len(lengths)
         hb = heads[:n]
         # The usual batch first: new RESULTs of this site for a run of chunks of one round, in order (what
-        # the general rules below make of it too), judged on the header words as they lie (big-endian
-        # fields against big-endian constants: no conversions).
-        w16, w32 = hb.view(np.uint16), hb.view(np.uint32)
-        r0 = int.from_bytes(hb[0, _ROUND[0] : _ROUND[0] + 4], "big") - self.first
-        c0 = int.from_bytes(hb[0, _CHUNK[0] : _CHUNK[0] + 4], "big")
+        # the general rules below make of it too): its first header judged field by field, the others
+        # against it (the same kind, job, round and source, the chunk counting up by one).
+        first = hb[0].tobytes()
+        r0 = int.from_bytes(first[_ROUND[0] : _ROUND[0] + 4], "big") - self.first
+        c0 = int.from_bytes(first[_CHUNK[0] : _CHUNK[0] + 4], "big")
         c1 = c0 + n
         if (
             0 <= r0 < self.rounds
             and self.takes[r0]
             and c1 <= self.n_chunks
-            and (w32[:, _CHUNK[1]] == self.chunk_words[c0:c1]).all()
-            and (w32[:, _ROUND[1]] == w32[0, _ROUND[1]]).all()
-            and (hb[:, _KIND] == int(Kind.RESULT)).all()
-            and (w16[:, _JOB[1]] == self.job_word).all()
-            and (w16[:, _SRC[1]] == self.src_word).all()
+            and first[_KIND] == Kind.RESULT
+            and int.from_bytes(first[_JOB[0] : _JOB[0] + 2], "big") == self.tp.job
+            and int.from_bytes(first[_SRC[0] : _SRC[0] + 2], "big") == self.tp.rank
+            and self._one_run(hb, c0, c1)
             and (lengths == self.wanted_len[c0:c1]).all()
             and not self.applied[r0, c0:c1].any()
         ):

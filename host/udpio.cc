@@ -149,6 +149,24 @@ int udpio_recv(void* handle, int fd, uint8_t* rows, size_t row_bytes, int max_ro
     return n;
 }
 
+// Whether rows 1..n-1 of heads (head_bytes apart) equal row 0 on the bytes where mask is non-zero, and the
+// big-endian 4-byte word at offset seq counts up by one from row to row (a run of in-order datagrams of
+// one kind): 1 or 0.
+int udpio_run_of(const uint8_t* heads, size_t head_bytes, int n, const uint8_t* mask, size_t seq) {
+    auto word = [&](int i) {
+        const uint8_t* p = heads + static_cast<size_t>(i) * head_bytes + seq;
+        return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+    };
+    uint32_t first = word(0);
+    for (int i = 1; i < n; i++) {
+        const uint8_t* row = heads + static_cast<size_t>(i) * head_bytes;
+        for (size_t b = 0; b < head_bytes; b++)
+            if (mask[b] && row[b] != heads[b]) return 0;
+        if (word(i) != first + static_cast<uint32_t>(i)) return 0;
+    }
+    return 1;
+}
+
 // Rows i < k (count values at src + i * src_bytes) divided by g into dst + i * dst_bytes,
 // IEEE binary32 division as numpy's (one correctly rounded division a value).
 WR_SIMD int udpio_div_f32(const uint8_t* src, size_t src_bytes, uint8_t* dst, size_t dst_bytes, int k, int count,
