@@ -7,7 +7,10 @@ and their lengths; :class:`Sender` hands ``sendmmsg(2)`` a list of byte ranges o
 one destination. Both call libc through ctypes; the message headers are ctypes arrays viewed as numpy
 structured arrays, so a batch's addresses and lengths are filled with one vectorised assignment each.
 Where libc has no such calls (not Linux), both fall back to one ``recv_into``/``sendto`` per datagram with
-the same results (:data:`HAVE_MMSG` says which is used).
+the same results (:data:`HAVE_MMSG` says which is used). Where the native loop builds
+(:mod:`wanreduce.host.fastio`), the receiver reads with it and UDP GRO instead (a GSO run of datagrams
+is one buffer from sender to receiver), and ``send_parts`` cuts its GSO runs in C: the same datagrams,
+rows, lengths and order.
 
 Back-pressure: both are non-blocking; a receive returns what is queued (possibly nothing), a send returns
 how many of the datagrams the socket's buffer took (the caller keeps the rest).

@@ -151,7 +151,10 @@ class SiteTransport:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        self._rx = None  # its native state read that socket
+        # Its native state read that socket, and the senders marked it as cutting GSO runs by its number,
+        # which the next socket may reuse.
+        self._rx = None
+        self._senders = {}
 
     def _receiver(self):
         """The receive rows: one word longer than a RESULT, so that a longer datagram is cut, and fails
@@ -196,7 +199,8 @@ class SiteTransport:
         :class:`SiteTimeout` when a chunk runs out of retransmissions, :class:`WanreduceError` when
         ``deadline_s`` passes. ``out``: where the result goes (a C-contiguous array of the tensor's size
         in the wire dtype, not the tensor itself, as numpy's ``out``): a caller that syncs again and again
-        keeps one, rather than a new result array's pages each time; the run's ``values`` is then ``out``."""
+        keeps one, rather than a new result array's pages each time; the run's ``values`` is then ``out``
+        (flattened)."""
         if self.sock is None:
             self.open()
         self._last = _Run(self, tensor, rounds, first_round, t0, deadline_s, kill_round, progress, out)
@@ -245,7 +249,7 @@ class _Run:
                     f"The result's array must be a writeable C-contiguous {self.vt} array of {flat.size} "
                     "elements."
                 )
-            if np.shares_memory(out, flat):
+            if np.may_share_memory(out, flat):
                 raise ValueError(
                     "The result's array must not overlap the tensor (its chunks are sent from it)."
                 )
@@ -746,7 +750,7 @@ class _Run:
         finally:
             sel.close()
             self._settle()
-            if self.dest is not None and not np.shares_memory(self.dest, self.values):
+            if self.dest is not None and self.grid.base is None:
                 self.dest[:] = self.values  # a tensor of a part chunk: the grid was padded apart
                 self.out.values = self.values = self.dest
         return self.out

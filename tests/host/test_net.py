@@ -173,3 +173,40 @@ def test_one_site_sends_from_its_tensor_and_gives_back_a_new_array():
     # A site killed before its first round sends nothing and keeps its tensor's values.
     assert killed.sent == 0 and np.array_equal(killed.values, want)
     assert np.array_equal(tensor, before)
+
+
+def test_a_sync_into_a_kept_array_equals_one_into_a_new_array():
+    from wanreduce.host.transport import SiteTransport
+
+    single = Schedule(sites=("LON",), rounds=([[0]],), params=SCHEDULE.params)
+    layout = site_layout(single)
+    port, job = _port(), 16
+    rng = np.random.default_rng(10)
+    with netdemo.aggregators(
+        single,
+        layout=layout,
+        make_engine=lambda s, r, lay: BatchEngine(s, r, lay, job=job),
+        port=port,
+        job=job,
+    ):
+        tp = SiteTransport(
+            single, 0, layout=layout, one_way_s=np.zeros((1, 1)), site_Bps=1e12, port=port, job=job
+        )
+        try:
+            syncs = 0
+            # whole chunks (the result divided straight into the kept array) and a short last chunk
+            for n in (64 * layout.chunk_elems, 1000):
+                tensor = rng.standard_normal(n).astype(np.float32)
+                new = tp.run(tensor, first_round=syncs, deadline_s=60)
+                kept = np.full(n, np.nan, np.float32)
+                into = tp.run(tensor, first_round=syncs + 1, deadline_s=60, out=kept)
+                syncs += 2
+                assert into.values.base is kept or into.values is kept
+                assert np.array_equal(kept.view(np.uint32), new.values.view(np.uint32))
+                assert np.array_equal(kept.view(np.uint32), tensor.view(np.uint32))
+            with pytest.raises(ValueError, match="must not overlap the tensor"):
+                tp.run(tensor, first_round=syncs, out=tensor)
+            with pytest.raises(ValueError, match="writeable C-contiguous float32 array of 1000"):
+                tp.run(tensor, first_round=syncs, out=np.zeros(1000))
+        finally:
+            tp.close()
