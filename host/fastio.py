@@ -161,7 +161,10 @@ def library(*, source=None):
         text = source if source is not None else source_text()
         digest = hashlib.sha256(text + " ".join(_FLAGS).encode()).hexdigest()[:16]
         target = _cache_folder() / f"udpio-{digest}.so"
-        why = None if target.is_file() else _build(text, target)
+        try:
+            why = None if target.is_file() else _build(text, target)
+        except OSError as exc:  # the cache folder cannot be made or written
+            why = f"cannot build into {target.parent}: {exc.strerror or exc}"
         lib = None
         if why is None:
             try:

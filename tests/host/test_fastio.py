@@ -223,3 +223,13 @@ def test_the_build_is_cached_by_the_source(monkeypatch, tmp_path):
     assert fastio.library(source=source) is not None
     built = list((tmp_path / "wanreduce" / "fastio").glob("udpio-*.so"))
     assert len(built) == 1
+
+
+def test_an_unwritable_cache_falls_back_with_one_line(monkeypatch, tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("WANREDUCE_BUILD_DIR", str(blocker))
+    monkeypatch.delenv(fastio.ENV, raising=False)
+    assert fastio.library(source=b"int y;\n") is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot build into" in err[0]
