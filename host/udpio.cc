@@ -9,6 +9,9 @@
 // Plain C ABI (extern "C"), loaded with ctypes; no Python headers needed.
 
 #include <errno.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <new>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -22,7 +25,7 @@
 #define UDP_GRO 104
 #endif
 
-// The arithmetic loops are built for AVX2 as well where the compiler can, the one the CPU runs chosen when
+// The sums are built for AVX2 as well where the compiler can, the one the CPU runs chosen when
 // the library loads (GCC's function multiversioning): the same IEEE operations, four or eight at a time.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define WR_SIMD __attribute__((target_clones("avx2", "default")))
@@ -167,15 +170,26 @@ int udpio_run_of(const uint8_t* heads, size_t head_bytes, int n, const uint8_t* 
     return 1;
 }
 
-// Rows i < k (count values at src + i * src_bytes) divided by g into dst + i * dst_bytes,
-// IEEE binary32 division as numpy's (one correctly rounded division a value).
-WR_SIMD int udpio_div_f32(const uint8_t* src, size_t src_bytes, uint8_t* dst, size_t dst_bytes, int k, int count,
+// Rows i < k (count values at src + i * src_bytes) divided by g into dst + i * dst_bytes, IEEE binary32
+// division as numpy's (one correctly rounded division a value). The results go to memory with streaming
+// stores where the destination allows (SSE2): the result array is written once and not read here, so
+// its cache lines need not be fetched first. Returns 0.
+int udpio_div_f32(const uint8_t* src, size_t src_bytes, uint8_t* dst, size_t dst_bytes, int k, int count,
                   float g) {
     for (int i = 0; i < k; i++) {
         const float* a = reinterpret_cast<const float*>(src + static_cast<size_t>(i) * src_bytes);
         float* out = reinterpret_cast<float*>(dst + static_cast<size_t>(i) * dst_bytes);
-        for (int e = 0; e < count; e++) out[e] = a[e] / g;
+        int e = 0;
+#if defined(__SSE2__)
+        for (; e < count && (reinterpret_cast<uintptr_t>(out + e) & 15); e++) out[e] = a[e] / g;
+        const __m128 by = _mm_set1_ps(g);
+        for (; e + 4 <= count; e += 4) _mm_stream_ps(out + e, _mm_div_ps(_mm_loadu_ps(a + e), by));
+#endif
+        for (; e < count; e++) out[e] = a[e] / g;
     }
+#if defined(__SSE2__)
+    _mm_sfence();  // the streamed results are visible before this returns
+#endif
     return 0;
 }
 

@@ -233,3 +233,20 @@ def test_an_unwritable_cache_falls_back_with_one_line(monkeypatch, tmp_path, cap
     assert fastio.library(source=b"int y;\n") is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot build into" in err[0]
+
+
+@needs_native
+def test_native_division_is_numpys_bit_for_bit():
+    lib = fastio.library()
+    rng = np.random.default_rng(24)
+    rows = rng.integers(0, 256, (7, 4 * 203 + 36), dtype=np.uint8)  # rows of another stride, any bits
+    vals = rows[:, 36:].view(np.float32)  # a word-aligned start, as after a header
+    vals[0, :6] = [np.nan, np.inf, -np.inf, 1e-45, -0.0, 3.4e38]
+    for g in (1, 2, 3, 7):
+        with np.errstate(invalid="ignore"):  # signalling NaNs among the random bits: quieted, as x86 does
+            want = vals / np.float32(g)
+        got = np.full((7, 205), np.float32(-1))
+        at = got.ctypes.data + 4  # an unaligned destination row start too
+        assert lib.udpio_div_f32(rows.ctypes.data + 36, rows.shape[1], at, 205 * 4, 7, 203, float(g)) == 0
+        assert np.array_equal(got[:, 1:204].view(np.uint32), want.view(np.uint32))
+        assert (got[:, 0] == -1).all() and (got[:, 204] == -1).all()  # nothing outside the rows
