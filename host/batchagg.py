@@ -84,6 +84,7 @@ class BatchAggregator:
         self.expected = [bitmap for bitmap, _ in entries]
         self.orders = [order for _, order in entries]
         self._gsize = [len(order) for order in self.orders]
+        self._gsizes = np.asarray(self._gsize, np.int64)
         # pos[round mod P, src]: the member buffer of src in that round's summation order, -1 if unexpected.
         self.pos = np.full((self.period, MAX_RANKS), -1, np.int64)
         for r, order in enumerate(self.orders):
@@ -154,8 +155,9 @@ class BatchAggregator:
             (member < 0, Drop.UNEXPECTED_SRC),
         )
         code = np.zeros(n, np.int64)
-        for cond, drop in reversed(rules):  # the lowest code applied last wins
-            code[cond] = int(drop)
+        if np.logical_or.reduce([cond for cond, _ in rules]).any():  # (the usual batch breaks no rule)
+            for cond, drop in reversed(rules):  # the lowest code applied last wins
+                code[cond] = int(drop)
         return h, code, member, size * count
 
     def feed_batch(self, rows, lengths, heads=None):
@@ -202,6 +204,18 @@ class BatchAggregator:
         )
         return self._slots(rows, h, w, *fields)
 
+    def _by_slot(self, slot, rnd):
+        """The datagrams by slot, each slot's in arrival order: ``(order, slots so ordered, where a slot's
+        run starts, the runs' first positions, each run's phase in the period)``."""
+        order = np.argsort(slot, kind="stable")
+        ss = slot[order]
+        start = np.empty(len(ss), bool)
+        start[:1] = True
+        np.not_equal(ss[1:], ss[:-1], out=start[1:])
+        first = np.flatnonzero(start)
+        phase = (rnd[order[first]] % np.uint64(self.period)).astype(np.int64)
+        return order, ss, start, first, phase
+
     def _whole_chunks(self, h, good, slot, tags, member, nbytes, rnd, w):
         """The usual batch, without a Python step per datagram: every slot its first ``u`` datagrams touch
         is free (empty, or done with an older chunk) and gets exactly its round's members' contributions to
@@ -211,32 +225,23 @@ class BatchAggregator:
         n = good.size
         if n == 0:
             return 0
-        order = np.lexsort((np.arange(n), slot))
-        ss = slot[order]
-        start = np.ones(n, bool)
-        start[1:] = ss[1:] != ss[:-1]
-        first = np.flatnonzero(start)
-        phase = (rnd[order][first] % np.uint64(self.period)).astype(np.int64)
-        short = np.diff(np.append(first, n)) < np.asarray(self._gsize)[phase]
+        order, ss, start, first, phase = self._by_slot(slot, rnd)
+        g = self._gsizes[phase]
+        short = np.diff(first, append=n) < g
         if short.any():  # chunks not all in: the start before the first of their datagrams
             run = np.cumsum(start) - 1
             n = int(order[short[run]].min())
             if n == 0:
                 return 0
             good, slot, tags, member, nbytes, rnd = (a[:n] for a in (good, slot, tags, member, nbytes, rnd))
-        order = np.lexsort((np.arange(n), slot))  # by slot, each slot's datagrams in arrival order
-        ss = slot[order]
-        start = np.ones(n, bool)
-        start[1:] = ss[1:] != ss[:-1]
-        first = np.flatnonzero(start)
+            order, ss, start, first, phase = self._by_slot(slot, rnd)
+            g = self._gsizes[phase]
         run = np.cumsum(start) - 1
         tag = tags[order]
-        phase = (rnd[order][first] % np.uint64(self.period)).astype(np.int64)
-        g = np.asarray(self._gsize)[phase]
         dt, cnt = h["dtype"][good], h["count"][good]
         if (
             (g != g[0]).any()
-            or (np.diff(np.append(first, n)) != g).any()
+            or (np.diff(first, append=n) != g).any()
             or (tag != tag[first][run]).any()
             or (dt != dt[0]).any()
             or (cnt != cnt[0]).any()
@@ -265,10 +270,12 @@ class BatchAggregator:
         w.sums[(dt, cnt, g)] = rows_of
         # The slots are distinct and nothing before this in the batch wrote their shadows, so their RESULT
         # headers are written now, all at once (what _heads would write at the end).
-        hdr = self._shadow_hdr
-        hdr[slot_arr] = h[last]
-        hdr["kind"][slot_arr], hdr["src"][slot_arr], hdr["reserved"][slot_arr] = Kind.RESULT, self.rank, 0
-        hdr["group"][slot_arr], hdr["flags"][slot_arr], hdr["bitmap"][slot_arr] = group, flags, bitmap
+        # (As bytes: numpy copies structured rows field by field.)
+        heads = h.view(np.uint8).reshape(len(h), HEADER_BYTES)[last]
+        t = heads.view(HEADER_DTYPE)[:, 0]
+        t["kind"], t["src"], t["reserved"] = Kind.RESULT, self.rank, 0
+        t["group"], t["flags"], t["bitmap"] = group, flags, bitmap
+        self.shadow[slot_arr, :HEADER_BYTES] = heads
         sbitmap, sgroup, sflags, shadow_len = self.bitmap, self.sgroup, self.sflags, self.shadow_len
         sdtype, scount, length = self.sdtype, self.scount, HEADER_BYTES + nb
         per_slot = zip(slots, chunk_tags, bitmap.tolist(), group.tolist(), flags.tolist(), strict=True)
