@@ -59,6 +59,17 @@ for _name in ("kind", "job", "round", "src"):
     _pos, _size = HEADER_LAYOUT[_name]
     _SAME[_pos : _pos + _size] = 1
 
+
+def _run_slice(cs):
+    """``cs`` as a slice when it lists consecutive chunks in increasing order (the usual block: views, not
+    copies, then), else ``cs`` itself. Its ends and length alone do not say so: a block released out of
+    order, such as ``[40, 39, 42]``, has the ends and length of ``40:43``."""
+    a, b = int(cs[0]), int(cs[-1]) + 1
+    if b - a == len(cs) and (len(cs) < 3 or bool((np.diff(cs) == 1).all())):
+        return slice(a, b)
+    return cs
+
+
 #: Added to every first retransmission timeout: what reading, aggregating and answering in software on a
 #: shared machine may take on top of the WAN's delays.
 SLACK_S = 0.1
@@ -419,9 +430,7 @@ class _Run:
             room = int((now + 1e-3 - max(now, self.link_free)) / frame_s) + 1 if frame_s > 0 else len(cs)
             part = cs[:room]
             heads = self._round_heads(r)
-            # A run of consecutive chunks (the usual block) is taken by slices: views, not copies.
-            a, b = int(part[0]), int(part[-1]) + 1
-            pick = slice(a, b) if b - a == len(part) else part
+            pick = _run_slice(part)
             if not again and self.payloads[r] is not None:
                 # The contribution is the tensor's chunk now: the last RESULT applied divided by the group.
                 self.payloads[r][pick] = self.grid[pick]

@@ -6,17 +6,21 @@ processes on the machine) never share a multicast group. The reference is the nu
 """
 
 import multiprocessing
+import select
 import socket
+import time
 
 import numpy as np
 import pytest
 
-from wanreduce.host import netdemo, netio
-from wanreduce.host.aggd import BatchEngine, GoldenEngine, site_layout
+from wanreduce.host import netdemo, netio, transport
+from wanreduce.host.aggd import BatchEngine, GoldenEngine, members_of, site_layout
+from wanreduce.host.packet import pack_tensor
 from wanreduce.host.reference import run_reference
 from wanreduce.host.wan import SiteTimeout
+from wanreduce.spec import addressing
 from wanreduce.spec.errors import WanreduceError
-from wanreduce.spec.protocol import Drop, DType
+from wanreduce.spec.protocol import HEADER_BYTES, HEADER_LAYOUT, Drop, DType, Kind
 from wanreduce.spec.schedfile import Schedule
 
 SITES = ("LON", "AMS", "FRA")
@@ -103,6 +107,60 @@ def test_loss_duplication_reordering_and_corruption_still_exact():
     framing = {d.counter for d in Drop if int(d) <= Drop.TOO_LARGE}
     assert sum(c["wan_corrupted"] for c in run.counters) > 0
     assert any(c[name] for c in run.counters for name in framing)
+
+
+def test_a_block_released_out_of_order_sends_each_of_its_chunks():
+    """RESULTs reordered on the WAN release their successors in that order, for example ``[b+1, b, b+3]``
+    for a bank of ``b`` slots: the ends and length of ``b+1:b+4``, but not its chunks. Each released chunk
+    must go out, not its neighbour (a chunk never sent is a member missing from its slot until the run
+    times out)."""
+    layout = site_layout(SCHEDULE)
+    port, job = _port(), 17
+    tensor = _tensors(11)[0]
+    gid = members_of(SCHEDULE, 0, 0)[0]
+    ip = addressing.contrib_group_ip(job=job, round=0, group=gid, period=SCHEDULE.period)
+    pos, size = HEADER_LAYOUT["chunk"]
+
+    def sent_chunks(witness, k):
+        """The chunk numbers of the next ``k`` CONTRIBs on the group, in arrival order."""
+        got, end = [], time.monotonic() + 10.0
+        while len(got) < k and select.select([witness], [], [], max(0.0, end - time.monotonic()))[0]:
+            data = witness.recv(65536)
+            got.append(int.from_bytes(data[pos : pos + size], "big"))
+        return got
+
+    tp = transport.SiteTransport(
+        SCHEDULE, 0, layout=layout, one_way_s=DELAYS, site_Bps=1e12, port=port, job=job
+    )
+    with netio.open_socket(port=port, groups=[ip]) as witness:
+        try:
+            tp.open()
+            run = transport._Run(tp, tensor, None, 0, time.monotonic(), 60.0, None, None, None)
+            bank, n = run.bank, run.n_chunks
+            assert bank + 3 < n  # chunks 0, 1 and 3 have successors in this round
+            run._send_ready(time.monotonic())
+            assert sent_chunks(witness, bank) == list(range(bank))
+            # RESULTs for chunks 1, 0 and 3 in one read, in that order, as the receive path lays them out.
+            order = [1, 0, 3]
+            contribs = list(
+                pack_tensor(tensor, dtype=DType.FP32, rank=0, job=job, chunk_elems=layout.chunk_elems)
+            )
+            rows = run.rx.rows
+            for i, c in enumerate(order):
+                data = bytearray(contribs[c])
+                data[HEADER_LAYOUT["kind"][0]] = Kind.RESULT
+                rows[i, : len(data)] = np.frombuffer(bytes(data), np.uint8)
+                run.rx.lengths[i] = len(data)
+            k = len(order)
+            run._on_results(
+                rows, np.ascontiguousarray(rows[:k, :HEADER_BYTES]), run.rx.lengths[:k], time.monotonic()
+            )
+            assert run.applied[0, order].all()
+            run._send_ready(time.monotonic())
+            assert sorted(sent_chunks(witness, k)) == sorted(c + bank for c in order)
+            assert not np.isnan(run.sent_at[0, [c + bank for c in order]]).any()
+        finally:
+            tp.close()
 
 
 def test_a_dead_site_stops_the_run_with_one_line_naming_it_and_the_round():
