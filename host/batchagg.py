@@ -294,6 +294,10 @@ class BatchAggregator:
         chunk that completes is summed at once, from this batch's rows and the member buffers; RESULT headers
         and the stores of contributions still waiting are done for the whole batch by :meth:`_finish`."""
         idx, slots, keys, srcs, members, dtypes, counts, groups, flags, phases, sizes = fields
+        if w.sums:
+            # The whole-chunk path's sums (an array of rows per key) first: a chunk after a cut-short one
+            # may complete below with the same dtype, count and group size, and its key starts a list.
+            self._flush(rows, w)
         c = self.counters
         state, key, last_key, bitmap = self.state, self.key, self.last_key, self.bitmap
         sdtype, scount, sflags, sgroup = self.sdtype, self.scount, self.sflags, self.sgroup
