@@ -187,8 +187,8 @@ class BatchEngine(GoldenEngine):
             batch=batch,
         )
 
-    def feed_batch(self, rows, lengths):
-        return self.agg.feed_batch(rows, lengths)
+    def feed_batch(self, rows, lengths, heads=None):
+        return self.agg.feed_batch(rows, lengths, heads)
 
     @property
     def row_bytes(self):
@@ -257,6 +257,17 @@ class Aggd:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 0)
         if self.wan is not None:
             enable_timestamps(self.sock)
+        if hasattr(self.engine, "feed_batch") and self._rx is None:
+            # Rows as long as the longest datagram the engine can take: a longer one is dropped on its
+            # header and length alone (its real length is reported), so its tail is never needed. Made
+            # here, with the socket, so that the first datagrams do not wait for a batch's pages.
+            whole = getattr(self.engine, "slot_bytes", None)
+            whole = whole and HEADER_BYTES + whole
+            rows = getattr(self.engine, "row_bytes", RECV_BYTES)
+            self._rx = Receiver(batch=BATCH, row_bytes=rows, segment=whole, head_bytes=HEADER_BYTES)
+            self._tx = Sender(self.result_to, batch=BATCH, segment=whole)
+        if self._rx is not None and self.wan is None:
+            self._rx.attach(self.sock)  # with the emulated WAN, datagrams are read one by one instead
         return self
 
     def close(self):
@@ -306,7 +317,7 @@ class Aggd:
         rx = self._rx
         while n := rx.recv(self.sock):
             self.received += n
-            k = self.engine.feed_batch(rx.rows, rx.lengths[:n])
+            k = self.engine.feed_batch(rx.rows, rx.lengths[:n], rx.heads)
             if k:
                 self._send_rows(k)
             if n < rx.batch:
@@ -343,12 +354,6 @@ class Aggd:
         ``on_tick()`` runs on every wake-up (control requests, counter dumps)."""
         src_pos, src_size = HEADER_LAYOUT["src"]
         batched = hasattr(self.engine, "feed_batch")
-        if batched and self._rx is None:
-            # Rows as long as the longest datagram the engine can take: a longer one is dropped on its
-            # header and length alone (its real length is reported), so its tail is never needed.
-            self._rx = Receiver(batch=BATCH, row_bytes=getattr(self.engine, "row_bytes", RECV_BYTES))
-            whole = getattr(self.engine, "slot_bytes", None)
-            self._tx = Sender(self.result_to, batch=BATCH, segment=whole and HEADER_BYTES + whole)
         if self._sel is None:
             self._sel = selectors.DefaultSelector()
             self._sel.register(self.sock, selectors.EVENT_READ)

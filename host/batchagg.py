@@ -24,6 +24,7 @@ import numpy as np
 from ..spec.core import bank_slot
 from ..spec.protocol import FLAGS_VALID, HEADER_BYTES, MAGIC, MAX_RANKS, UDP_PORT, VERSION, Drop, DType, Kind
 from ..spec.regmap import COUNTER_NAMES
+from . import fastio
 from .frames import parse_frame
 from .golden import expected_order
 from .protocol import HEADER_DTYPE, np_dtype
@@ -63,9 +64,10 @@ class _Work:
 class BatchAggregator:
     """One site's aggregator for job ``job``; ``period`` lists each round's expected entry (a bitmap or
     the ranks in summation order, as :class:`~wanreduce.host.golden.GoldenAggregator` takes them).
-    ``batch`` is the most datagrams one call takes (and RESULTs it can return)."""
+    ``batch`` is the most datagrams one call takes (and RESULTs it can return). ``native`` (default: when
+    :func:`wanreduce.host.fastio.library` builds) sums binary32 chunks in ``udpio.cc``: the same bits."""
 
-    def __init__(self, *, rank, job, period, slots, members, slot_bytes, bank_bits, batch=256):
+    def __init__(self, *, rank, job, period, slots, members, slot_bytes, bank_bits, batch=256, native=None):
         if not 0 <= rank < MAX_RANKS:
             raise ValueError(f"The rank must be in 0..{MAX_RANKS - 1}, not {rank}.")
         if slots < 1 or slots & (slots - 1) or members < 1 or slot_bytes < 1:
@@ -82,6 +84,7 @@ class BatchAggregator:
         self.expected = [bitmap for bitmap, _ in entries]
         self.orders = [order for _, order in entries]
         self._gsize = [len(order) for order in self.orders]
+        self._gsizes = np.asarray(self._gsize, np.int64)
         # pos[round mod P, src]: the member buffer of src in that round's summation order, -1 if unexpected.
         self.pos = np.full((self.period, MAX_RANKS), -1, np.int64)
         for r, order in enumerate(self.orders):
@@ -120,11 +123,13 @@ class BatchAggregator:
         self.out_len = np.zeros(self.batch, np.int64)
         self._one = np.zeros((1, max(self.row_bytes, 16384)), np.uint8)
         self.counters = {name: 0 for name in COUNTER_NAMES}
+        self._lib = fastio.library() if native is None or native else None
 
     # The header rules of PROTOCOL.md (validate.check_payload), for every row at once.
-    def _codes(self, rows, lengths):
+    def _codes(self, rows, lengths, heads):
         n = len(lengths)
-        h = np.ascontiguousarray(rows[:n, :HEADER_BYTES]).view(HEADER_DTYPE)[:, 0]
+        packed = np.ascontiguousarray(rows[:n, :HEADER_BYTES] if heads is None else heads[:n, :HEADER_BYTES])
+        h = packed.view(HEADER_DTYPE)[:, 0]
         kind, src, count = h["kind"].astype(np.int64), h["src"].astype(np.int64), h["count"].astype(np.int64)
         size = _SIZES[h["dtype"]]
         srcbit = np.left_shift(np.uint64(1), np.minimum(src, MAX_RANKS - 1).astype(np.uint64))
@@ -150,21 +155,23 @@ class BatchAggregator:
             (member < 0, Drop.UNEXPECTED_SRC),
         )
         code = np.zeros(n, np.int64)
-        for cond, drop in reversed(rules):  # the lowest code applied last wins
-            code[cond] = int(drop)
+        if np.logical_or.reduce([cond for cond, _ in rules]).any():  # (the usual batch breaks no rule)
+            for cond, drop in reversed(rules):  # the lowest code applied last wins
+                code[cond] = int(drop)
         return h, code, member, size * count
 
-    def feed_batch(self, rows, lengths):
+    def feed_batch(self, rows, lengths, heads=None):
         """Datagrams ``rows[i, :lengths[i]]`` (i < len(lengths)) in arrival order → the number k of RESULT
         payloads, in the order the golden model emits them: ``out_len[j]`` bytes of row ``out_rows[j]`` of
-        :attr:`store` for j < k (until the next call)."""
+        :attr:`store` for j < k (until the next call). ``heads``: the rows' headers packed (their first
+        ``HEADER_BYTES`` bytes, as :class:`~wanreduce.host.mmsg.Receiver` keeps them), if at hand."""
         n = len(lengths)
         if n > self.batch:
             raise ValueError(f"A batch of {n} datagrams is more than the {self.batch} this aggregator takes.")
         self.counters["frames_in"] += n
         if n == 0:
             return 0
-        h, code, member, nbytes = self._codes(rows, np.asarray(lengths, np.int64))
+        h, code, member, nbytes = self._codes(rows, np.asarray(lengths, np.int64), heads)
         bad = code[code != 0]
         if bad.size:
             for c, k in zip(*np.unique(bad, return_counts=True), strict=True):
@@ -197,6 +204,18 @@ class BatchAggregator:
         )
         return self._slots(rows, h, w, *fields)
 
+    def _by_slot(self, slot, rnd):
+        """The datagrams by slot, each slot's in arrival order: ``(order, slots so ordered, where a slot's
+        run starts, the runs' first positions, each run's phase in the period)``."""
+        order = np.argsort(slot, kind="stable")
+        ss = slot[order]
+        start = np.empty(len(ss), bool)
+        start[:1] = True
+        np.not_equal(ss[1:], ss[:-1], out=start[1:])
+        first = np.flatnonzero(start)
+        phase = (rnd[order[first]] % np.uint64(self.period)).astype(np.int64)
+        return order, ss, start, first, phase
+
     def _whole_chunks(self, h, good, slot, tags, member, nbytes, rnd, w):
         """The usual batch, without a Python step per datagram: every slot its first ``u`` datagrams touch
         is free (empty, or done with an older chunk) and gets exactly its round's members' contributions to
@@ -206,32 +225,23 @@ class BatchAggregator:
         n = good.size
         if n == 0:
             return 0
-        order = np.lexsort((np.arange(n), slot))
-        ss = slot[order]
-        start = np.ones(n, bool)
-        start[1:] = ss[1:] != ss[:-1]
-        first = np.flatnonzero(start)
-        phase = (rnd[order][first] % np.uint64(self.period)).astype(np.int64)
-        short = np.diff(np.append(first, n)) < np.asarray(self._gsize)[phase]
+        order, ss, start, first, phase = self._by_slot(slot, rnd)
+        g = self._gsizes[phase]
+        short = np.diff(first, append=n) < g
         if short.any():  # chunks not all in: the start before the first of their datagrams
             run = np.cumsum(start) - 1
             n = int(order[short[run]].min())
             if n == 0:
                 return 0
             good, slot, tags, member, nbytes, rnd = (a[:n] for a in (good, slot, tags, member, nbytes, rnd))
-        order = np.lexsort((np.arange(n), slot))  # by slot, each slot's datagrams in arrival order
-        ss = slot[order]
-        start = np.ones(n, bool)
-        start[1:] = ss[1:] != ss[:-1]
-        first = np.flatnonzero(start)
+            order, ss, start, first, phase = self._by_slot(slot, rnd)
+            g = self._gsizes[phase]
         run = np.cumsum(start) - 1
         tag = tags[order]
-        phase = (rnd[order][first] % np.uint64(self.period)).astype(np.int64)
-        g = np.asarray(self._gsize)[phase]
         dt, cnt = h["dtype"][good], h["count"][good]
         if (
             (g != g[0]).any()
-            or (np.diff(np.append(first, n)) != g).any()
+            or (np.diff(first, append=n) != g).any()
             or (tag != tag[first][run]).any()
             or (dt != dt[0]).any()
             or (cnt != cnt[0]).any()
@@ -241,7 +251,8 @@ class BatchAggregator:
         bitmap = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), src), first)
         if (bitmap != np.asarray(self.expected, np.uint64)[phase]).any():
             return 0  # g datagrams covering g expected bits: one from each member
-        slots, chunk_tags = ss[first].tolist(), tag[first].tolist()
+        slot_arr = ss[first]
+        slots, chunk_tags = slot_arr.tolist(), tag[first].tolist()
         state, key, last_key = self.state, self.key, self.last_key
         for s, t in zip(slots, chunk_tags, strict=True):
             if t == last_key[s] or state[s] == _LIVE or (state[s] == _DONE and t < key[s]):
@@ -250,24 +261,31 @@ class BatchAggregator:
         g, dt, cnt = int(g[0]), int(dt[0]), int(cnt[0])
         idx = good[order]
         last = idx[np.append(first[1:], n) - 1]  # the datagram that completes each chunk
-        flags = np.bitwise_or.reduceat(h["flags"][idx], first).tolist()
-        group = h["group"][idx[first]].tolist()
+        flags = np.bitwise_or.reduceat(h["flags"][idx], first)
+        group = h["group"][idx[first]]
         nb = int(nbytes[0])
         rows_of = np.empty((len(first), g + 1), np.int64)
-        rows_of[:, 0] = ss[first]
+        rows_of[:, 0] = slot_arr
         rows_of[run, 1 + member[order]] = idx
         w.sums[(dt, cnt, g)] = rows_of
-        bitmaps = bitmap.tolist()
-        done = np.argsort(last, kind="stable").tolist()
-        for j in done:
-            s, t, b = slots[j], chunk_tags[j], bitmaps[j]
-            self.state[s], key[s], last_key[s], self.bitmap[s] = _DONE, t, t, b
-            self.sdtype[s], self.scount[s], self.sgroup[s], self.sflags[s] = dt, cnt, group[j], flags[j]
-            self.shadow_len[s] = HEADER_BYTES + nb
-            w.done.append((s, int(last[j]), group[j], flags[j], b))
-            w.outs.append(s)
-            w.out_len.append(HEADER_BYTES + nb)
-            w.completed.add(s)
+        # The slots are distinct and nothing before this in the batch wrote their shadows, so their RESULT
+        # headers are written now, all at once (what _heads would write at the end).
+        # (As bytes: numpy copies structured rows field by field.)
+        heads = h.view(np.uint8).reshape(len(h), HEADER_BYTES)[last]
+        t = heads.view(HEADER_DTYPE)[:, 0]
+        t["kind"], t["src"], t["reserved"] = Kind.RESULT, self.rank, 0
+        t["group"], t["flags"], t["bitmap"] = group, flags, bitmap
+        self.shadow[slot_arr, :HEADER_BYTES] = heads
+        sbitmap, sgroup, sflags, shadow_len = self.bitmap, self.sgroup, self.sflags, self.shadow_len
+        sdtype, scount, length = self.sdtype, self.scount, HEADER_BYTES + nb
+        per_slot = zip(slots, chunk_tags, bitmap.tolist(), group.tolist(), flags.tolist(), strict=True)
+        for s, t, b, gr, fl in per_slot:
+            state[s], key[s], last_key[s], sbitmap[s] = _DONE, t, t, b
+            sdtype[s], scount[s], sgroup[s], sflags[s], shadow_len[s] = dt, cnt, gr, fl, length
+        done = slot_arr[np.argsort(last, kind="stable")].tolist()
+        w.outs += done
+        w.out_len += [length] * len(done)
+        w.completed.update(done)
         self.counters["results"] += len(done)
         return n
 
@@ -276,6 +294,10 @@ class BatchAggregator:
         chunk that completes is summed at once, from this batch's rows and the member buffers; RESULT headers
         and the stores of contributions still waiting are done for the whole batch by :meth:`_finish`."""
         idx, slots, keys, srcs, members, dtypes, counts, groups, flags, phases, sizes = fields
+        if w.sums:
+            # The whole-chunk path's sums (an array of rows per key) first: a chunk after a cut-short one
+            # may complete below with the same dtype, count and group size, and its key starts a list.
+            self._flush(rows, w)
         c = self.counters
         state, key, last_key, bitmap = self.state, self.key, self.last_key, self.bitmap
         sdtype, scount, sflags, sgroup = self.sdtype, self.scount, self.sflags, self.sgroup
@@ -361,7 +383,22 @@ class BatchAggregator:
         (dtype, count, group size) at a time: the same additions in the same order as :meth:`_sum`, so
         the same bits, with numpy's loop over chunks instead of Python's."""
         for (dt, count, g), chunks in w.sums.items():
-            cols = np.array(chunks, np.int64)
+            cols = np.ascontiguousarray(chunks, np.int64)
+            if dt == _FP32 and self._lib is not None and rows.flags.c_contiguous:
+                # The same additions in C (udpio.cc), one pass a chunk, straight into the shadows.
+                self._lib.udpio_sum_f32(
+                    rows.ctypes.data,
+                    rows.shape[1],
+                    HEADER_BYTES,
+                    cols.ctypes.data,
+                    len(cols),
+                    g,
+                    count,
+                    self.store.ctypes.data,
+                    self.row_bytes,
+                    _NAN[dt][2],
+                )
+                continue
             rv = self._rows_as(rows, dt)[:, :count]
             acc = rv[cols[:, 1]]  # a copy: the first term, then the others added in summation order
             for j in range(2, g + 1):

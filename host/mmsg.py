@@ -7,7 +7,10 @@ and their lengths; :class:`Sender` hands ``sendmmsg(2)`` a list of byte ranges o
 one destination. Both call libc through ctypes; the message headers are ctypes arrays viewed as numpy
 structured arrays, so a batch's addresses and lengths are filled with one vectorised assignment each.
 Where libc has no such calls (not Linux), both fall back to one ``recv_into``/``sendto`` per datagram with
-the same results (:data:`HAVE_MMSG` says which is used).
+the same results (:data:`HAVE_MMSG` says which is used). Where the native loop builds
+(:mod:`wanreduce.host.fastio`), the receiver reads with it and UDP GRO instead (a GSO run of datagrams
+is one buffer from sender to receiver), and ``send_parts`` cuts its GSO runs in C: the same datagrams,
+rows, lengths and order.
 
 Back-pressure: both are non-blocking; a receive returns what is queued (possibly nothing), a send returns
 how many of the datagrams the socket's buffer took (the caller keeps the rest).
@@ -20,6 +23,8 @@ import os
 import socket
 
 import numpy as np
+
+from . import fastio
 
 __all__ = ["Receiver", "Sender", "HAVE_MMSG"]
 
@@ -113,24 +118,94 @@ class Receiver:
     ``lengths[:n]`` and their bytes ``rows[i, :lengths[i]]``, valid until the next call. A datagram longer
     than a row keeps only its first ``row_bytes`` bytes, but ``lengths`` has its real length (Linux's
     ``MSG_TRUNC``), so header rules on the length judge it as they would the whole datagram.
+
+    ``native`` (default: when :func:`wanreduce.host.fastio.library` builds) reads with the native loop and
+    UDP GRO, which it turns on for the socket at its first read (nothing else may read that socket then);
+    ``segment`` is the datagram size expected, so that runs of them land in their rows without a copy.
+    The rows, lengths and order are the same either way. ``head_bytes``: :attr:`heads` holds each row's
+    first ``head_bytes`` bytes again, packed, for checks of a whole batch of headers.
     """
 
-    def __init__(self, *, batch=256, row_bytes=16384, mmsg=None):
+    def __init__(self, *, batch=256, row_bytes=16384, mmsg=None, native=None, segment=None, head_bytes=0):
         if batch < 1 or row_bytes < 1:
             raise ValueError("The batch and the row size must be positive.")
         self.batch, self.row_bytes = int(batch), int(row_bytes)
         self.rows = np.zeros((self.batch, self.row_bytes), np.uint8)
         self.rows.fill(0)  # its pages now, not in the first calls
         self.lengths = np.zeros(self.batch, np.int64)
+        self.head_bytes = min(int(head_bytes), self.row_bytes)
+        self.heads = np.zeros((self.batch, self.head_bytes), np.uint8)
         self.mmsg = HAVE_MMSG if mmsg is None else bool(mmsg) and HAVE_MMSG
+        self.segment = min(int(segment or self.row_bytes), self.row_bytes)
+        # Addresses for the native calls, taken once (numpy's ``.ctypes`` costs microseconds a call).
+        self._addrs = (self.rows.ctypes.data, self.lengths.ctypes.data, self.heads.ctypes.data)
+        self._lib = fastio.library() if native is None or native else None
+        if native and self._lib is None and os.environ.get(fastio.ENV) != "0":
+            raise ValueError("The native receive loop was asked for but cannot be built here.")
+        self._native = None  # its state, made at the first read
+        self._gro_fd = None
         self._views = [memoryview(row) for row in self.rows]
         if self.mmsg:
             self._msgs, self._m, self._iovs, v = _headers(self.batch)
             v["base"] = self.rows.ctypes.data + np.arange(self.batch, dtype=np.uint64) * self.row_bytes
             v["len"] = self.row_bytes
 
+    @property
+    def native(self):
+        """Whether reads go through the native loop."""
+        return self._lib is not None
+
+    def __del__(self):
+        lib, state = getattr(self, "_lib", None), getattr(self, "_native", None)
+        if lib is not None and state:
+            lib.udpio_free(state)
+
+    def attach(self, sock):
+        """Make ``sock`` the socket this receiver reads (turning UDP GRO on for the native loop), before
+        the first datagram comes: until then a sender's GSO runs are cut apart for this socket, at the
+        sender's cost. :meth:`recv` attaches a socket it has not read before itself."""
+        if self._lib is None:
+            return
+        fd = sock.fileno()
+        if fd == self._gro_fd:
+            return
+        if self._native:  # what it parked came from another socket
+            self._lib.udpio_free(self._native)
+        self._native = self._lib.udpio_new()
+        if not self._native or self._lib.udpio_gro(fd) < 0:
+            self._lib = None  # no GRO on this kernel: recvmmsg reads as many a call
+            return
+        self._gro_fd = fd
+
     def recv(self, sock, limit=None):
         limit = self.batch if limit is None else min(limit, self.batch)
+        if self._lib is not None:
+            fd = sock.fileno()
+            if fd != self._gro_fd:
+                self.attach(sock)
+                if self._lib is None:
+                    return self.recv(sock, limit)
+            rows, lengths, heads = self._addrs
+            got = self._lib.udpio_recv(
+                self._native,
+                fd,
+                rows,
+                self.row_bytes,
+                limit,
+                lengths,
+                self.segment,
+                heads if self.head_bytes else None,
+                self.head_bytes,
+            )
+            if got < 0:
+                raise OSError(-got, os.strerror(-got))
+            return got
+        n = self._recv_python(sock, limit)
+        if self.head_bytes and n:
+            self.heads[:n] = self.rows[:n, : self.head_bytes]
+        return n
+
+    def _recv_python(self, sock, limit):
         if not self.mmsg:
             n = 0
             try:
@@ -151,13 +226,19 @@ class Receiver:
         return got
 
 
+def _too_long(segment):
+    return f"A datagram is longer than the {segment}-byte segment this sender cuts."
+
+
 class Sender:
     """Sends byte ranges of numpy arrays as datagrams to one ``(address, port)``, up to ``batch`` a call."""
 
-    def __init__(self, dest, *, batch=256, mmsg=None, segment=None):
+    def __init__(self, dest, *, batch=256, mmsg=None, segment=None, native=None):
         self.dest = (str(dest[0]), int(dest[1]))
         self.batch = int(batch)
         self.mmsg = HAVE_MMSG if mmsg is None else bool(mmsg) and HAVE_MMSG
+        # send_parts through the native loop (its runs cut in C rather than with numpy): same datagrams.
+        self._lib = fastio.library() if (native is None or native) and self.mmsg else None
         self._gather = None  # the two-part message headers of send_parts, made on its first use
         #: send_parts' datagrams of exactly ``segment`` bytes go up to ``per_send`` in one send (UDP GSO:
         #: the kernel cuts them apart, a system call's and a route's work per send, not per datagram).
@@ -167,10 +248,12 @@ class Sender:
             self.segment, self.per_send = None, 1
         self._gso_socks = set()
         self._runs = None  # the message headers of GSO sends, ``2 * per_send`` iovecs each
+        self._heads = self._scratch = None  # the native sends' cached addresses and scratch columns
         if self.mmsg:
             self._addr = _SockaddrIn(socket.AF_INET, socket.htons(self.dest[1]))
+            self._addr_at = ctypes.addressof(self._addr)
             self._addr.addr[:] = socket.inet_aton(self.dest[0])
-            self._msgs, self._m, self._iovs, self._v = self._named(1)
+        self._single = None  # the one-part message headers of send, made on its first use
 
     def _named(self, parts):
         msgs, m, iovs, v = _headers(self.batch, parts)
@@ -183,9 +266,9 @@ class Sender:
         ``head_starts[i]`` followed by ``lengths[i]`` bytes at memory address ``addrs[i]`` (a payload left
         where it is, in an array the caller keeps alive): no datagram is assembled in a buffer first.
         Returns how many were sent (fewer when the socket's buffer is full)."""
-        head_starts = np.asarray(head_starts, np.int64)
-        addrs = np.asarray(addrs, np.uint64)
-        lengths = np.asarray(lengths, np.int64)
+        head_starts = np.ascontiguousarray(head_starts, np.int64)
+        addrs = np.ascontiguousarray(addrs, np.uint64)
+        lengths = np.ascontiguousarray(lengths, np.int64)
         total = len(head_starts)
         if not self.mmsg:
             flat = heads.reshape(-1).view(np.uint8)
@@ -197,7 +280,10 @@ class Sender:
                 except BlockingIOError:
                     return i
             return total
-        if self.segment is not None and self._gso_on(sock):
+        gso = self.segment is not None and self._gso_on(sock)
+        if self._lib is not None:
+            return self._send_native(sock, heads, head_starts, head_len, addrs, lengths, gso)
+        if gso:
             return self._send_gso(sock, heads, head_starts, head_len, addrs, lengths)
         if self._gather is None:
             self._gather = self._named(2)
@@ -222,6 +308,43 @@ class Sender:
                 return done
         return done
 
+    def _send_native(self, sock, heads, head_starts, head_len, addrs, lengths, gso):
+        """send_parts by ``udpio_send``, the arrays' addresses taken once (``.ctypes`` costs microseconds):
+        the datagrams' columns are copied into scratch rows of this sender's, a part at a time."""
+        if self._heads is None or self._heads[0] is not heads:
+            self._heads = (heads, heads.ctypes.data)
+        if self._scratch is None:
+            self._scratch = np.zeros((3, self.batch * _GSO_MAX_SEGS), np.int64)
+            self._scratch_at = [self._scratch.ctypes.data + i * self._scratch.strides[0] for i in range(3)]
+        cols, (starts_at, addrs_at, lengths_at) = self._scratch, self._scratch_at
+        cap = cols.shape[1]
+        total, done = len(head_starts), 0
+        while done < total:
+            k = min(cap, total - done)
+            cols[0, :k] = head_starts[done : done + k]
+            cols[1, :k] = addrs[done : done + k].view(np.int64)
+            cols[2, :k] = lengths[done : done + k]
+            got = self._lib.udpio_send(
+                sock.fileno(),
+                self._addr_at,
+                self._heads[1],
+                starts_at,
+                head_len,
+                addrs_at,
+                lengths_at,
+                k,
+                self.segment if gso else 0,
+                self.per_send if gso else 1,
+            )
+            if got == fastio.TOO_LONG:
+                raise ValueError(_too_long(self.segment))
+            if got < 0:
+                raise OSError(-got, os.strerror(-got))
+            done += got
+            if got < k:
+                break
+        return done
+
     def send(self, sock, base, starts, lengths):
         """Datagram ``i`` is ``lengths[i]`` bytes of the C-contiguous array ``base`` from byte ``starts[i]``;
         returns how many were sent (fewer when the socket's buffer is full)."""
@@ -240,9 +363,12 @@ class Sender:
         done = 0
         while done < total:
             k = min(self.batch, total - done)
-            self._v["base"][:k] = addr + starts[done : done + k]
-            self._v["len"][:k] = lengths[done : done + k]
-            got = _CALLS[1](sock.fileno(), ctypes.addressof(self._msgs), k, _MSG_DONTWAIT)
+            if self._single is None:
+                self._single = self._named(1)
+            msgs, _, _, v = self._single
+            v["base"][:k] = addr + starts[done : done + k]
+            v["len"][:k] = lengths[done : done + k]
+            got = _CALLS[1](sock.fileno(), ctypes.addressof(msgs), k, _MSG_DONTWAIT)
             if got < 0:
                 err = ctypes.get_errno()
                 if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
@@ -272,7 +398,7 @@ class Sender:
             return 0
         size = head_len + lengths
         if (size > self.segment).any():
-            raise ValueError(f"A datagram is longer than the {self.segment}-byte segment this sender cuts.")
+            raise ValueError(_too_long(self.segment))
         if self._runs is None:
             self._runs = self._named(2 * per)
         msgs, m, _, v = self._runs

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType, Kind
+from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, UDP_PORT, WIRE_OVERHEAD, DType, Kind
+from . import fastio
 from .aggd import members_of
 from .mmsg import Receiver, Sender
 from .netio import open_socket
@@ -40,6 +41,34 @@ from .protocol import HEADER_DTYPE, bits_dtype, np_dtype
 from .wan import RETRIES, TIMEOUT_DELAYS, TIMEOUT_FRAMES, SiteTimeout, chunk_count
 
 __all__ = ["SiteTransport", "TransportRun", "SLACK_S"]
+
+
+def _word(name, size):
+    """``(byte offset, index as a word of size bytes)`` of a header field of that size."""
+    pos, n = HEADER_LAYOUT[name]
+    if n != size or pos % size:
+        raise AssertionError(f"the header field {name} is not an aligned {size}-byte word")
+    return pos, pos // size
+
+
+_ROUND, _CHUNK, _JOB, _SRC = _word("round", 4), _word("chunk", 4), _word("job", 2), _word("src", 2)
+_KIND = HEADER_LAYOUT["kind"][0]
+#: The header bytes a run of RESULTs shares (udpio_run_of's mask).
+_SAME = np.zeros(HEADER_BYTES, np.uint8)
+for _name in ("kind", "job", "round", "src"):
+    _pos, _size = HEADER_LAYOUT[_name]
+    _SAME[_pos : _pos + _size] = 1
+
+
+def _run_slice(cs):
+    """``cs`` as a slice when it lists consecutive chunks in increasing order (the usual block: views, not
+    copies, then), else ``cs`` itself. Its ends and length alone do not say so: a block released out of
+    order, such as ``[40, 39, 42]``, has the ends and length of ``40:43``."""
+    a, b = int(cs[0]), int(cs[-1]) + 1
+    if b - a == len(cs) and (len(cs) < 3 or bool((np.diff(cs) == 1).all())):
+        return slice(a, b)
+    return cs
+
 
 #: Added to every first retransmission timeout: what reading, aggregating and answering in software on a
 #: shared machine may take on top of the WAN's delays.
@@ -117,17 +146,44 @@ class SiteTransport:
         self.interface, self.port, self.job, self.wan = interface, port, job, wan
         self.slack_s = float(slack_s)
         self.sock = None
+        # Kept from one run to the next (a trainer syncs every step): the receive rows, and a sender per
+        # group address with its message headers.
+        self._rx = None
+        self._senders = {}
 
     def open(self):
         self.sock = open_socket(
             interface=self.interface, port=self.port, groups=[addressing.site_group_ip(self.rank)]
         )
+        self._receiver().attach(self.sock)
         return self
 
     def close(self):
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+        # Its native state read that socket, and the senders marked it as cutting GSO runs by its number,
+        # which the next socket may reuse.
+        self._rx = None
+        self._senders = {}
+
+    def _receiver(self):
+        """The receive rows: one word longer than a RESULT, so that a longer datagram is cut, and fails
+        the length check."""
+        body = self.layout.chunk_elems * self.dtype.size
+        if self._rx is None:
+            row = HEADER_BYTES + (body + 7) // 4 * 4
+            self._rx = Receiver(
+                batch=RECV_BATCH, row_bytes=row, segment=HEADER_BYTES + body, head_bytes=HEADER_BYTES
+            )
+        return self._rx
+
+    def _sender(self, ip):
+        sender = self._senders.get(ip)
+        if sender is None:
+            whole = HEADER_BYTES + self.layout.chunk_elems * self.dtype.size
+            sender = self._senders[ip] = Sender((ip, self.port), batch=RECV_BATCH, segment=whole)
+        return sender
 
     def timeout0(self, members):
         """First retransmission timeout of a chunk in a round with group ``members``."""
@@ -135,7 +191,16 @@ class SiteTransport:
         return TIMEOUT_DELAYS * widest + TIMEOUT_FRAMES * self.frame_s + self.slack_s
 
     def run(
-        self, tensor, *, rounds=None, first_round=0, t0=None, deadline_s=600.0, kill_round=None, progress=None
+        self,
+        tensor,
+        *,
+        rounds=None,
+        first_round=0,
+        t0=None,
+        deadline_s=600.0,
+        kill_round=None,
+        progress=None,
+        out=None,
     ):
         """Synchronise ``tensor`` over ``rounds`` rounds (default one period) numbered from ``first_round``
         (a later sync of the same job continues the numbering, so that no chunk of it looks like a
@@ -143,10 +208,13 @@ class SiteTransport:
         indexed from 0 at ``first_round``. ``kill_round`` (counted the same way): send nothing of that
         round or later (a dead site), and return once every earlier round is done. Raises
         :class:`SiteTimeout` when a chunk runs out of retransmissions, :class:`WanreduceError` when
-        ``deadline_s`` passes."""
+        ``deadline_s`` passes. ``out``: where the result goes (a C-contiguous array of the tensor's size
+        in the wire dtype, not the tensor itself, as numpy's ``out``): a caller that syncs again and again
+        keeps one, rather than a new result array's pages each time; the run's ``values`` is then ``out``
+        (flattened)."""
         if self.sock is None:
             self.open()
-        self._last = _Run(self, tensor, rounds, first_round, t0, deadline_s, kill_round, progress)
+        self._last = _Run(self, tensor, rounds, first_round, t0, deadline_s, kill_round, progress, out)
         return self._last.go()
 
     def linger(self, until, *, deadline_s=60.0):
@@ -164,7 +232,7 @@ class _Run:
     """One synchronisation: the per-chunk state machine of the module docstring, on real time, kept in
     (round, chunk) arrays and advanced a batch of datagrams at a time."""
 
-    def __init__(self, tp, tensor, rounds, first_round, t0, deadline_s, kill_round, progress):
+    def __init__(self, tp, tensor, rounds, first_round, t0, deadline_s, kill_round, progress, out):
         sch, lay = tp.schedule, tp.layout
         self.tp, self.sch, self.progress = tp, sch, progress
         self.rounds = R = sch.period if rounds is None else int(rounds)
@@ -179,7 +247,28 @@ class _Run:
         self.n_chunks = N = chunk_count(flat.size, self.ce)
         # The result padded to whole chunks, one row per chunk; ``values`` is the tensor's part of it. A
         # chunk holds the tensor's values only once no RESULT came for it (``fresh``, see _settle).
-        self.grid = np.empty((N, self.ce), self.vt)
+        self.dest = None
+        if out is not None:
+            if not (
+                isinstance(out, np.ndarray)
+                and out.dtype == self.vt
+                and out.size == flat.size
+                and out.flags.c_contiguous
+                and out.flags.writeable
+            ):
+                raise ValueError(
+                    f"The result's array must be a writeable C-contiguous {self.vt} array of {flat.size} "
+                    "elements."
+                )
+            if np.may_share_memory(out, flat):
+                raise ValueError(
+                    "The result's array must not overlap the tensor (its chunks are sent from it)."
+                )
+            self.dest = out.reshape(-1)
+        if self.dest is not None and flat.size == N * self.ce:
+            self.grid = self.dest.reshape(N, self.ce)  # RESULTs divided straight into it
+        else:
+            self.grid = np.empty((N, self.ce), self.vt)
         self.values = self.grid.reshape(-1)[: flat.size]
         self.fresh = np.ones(N, bool)
         self.counts = np.full(N, self.ce, np.int64)
@@ -211,6 +300,7 @@ class _Run:
         self.heads = [None] * R  # per round: the CONTRIB headers, one row per chunk, written once
         self.payloads = [None] * R  # per later round: the contributions as sent, kept for retransmissions
         self.senders = [None] * R
+        self.payload_at = [None] * R  # where each round's payloads are, a chunk a row
         self.ready = collections.deque()  # blocks (round, chunk array, again)
         self.echoed = {}
         self.link_free = 0.0
@@ -221,7 +311,7 @@ class _Run:
         nan = [math.nan] * R
         self.out = TransportRun(self.values, list(nan), list(nan), killed_at=kill_round)
         self.outstanding = int(self.live.sum()) * N
-        lanes = np.arange(N)
+        self.lanes = lanes = np.arange(N)
         self.waiting = np.zeros((R, N), np.int64)
         for r in np.flatnonzero(self.live).tolist():
             need = np.full(N, int(self.prev_round[r] is not None))
@@ -230,11 +320,26 @@ class _Run:
             free = lanes[need == 0]
             if free.size:
                 self.ready.append((r, free, False))
-        # Rows one word longer than a RESULT: a longer datagram is cut, and fails the length check.
-        row = HEADER_BYTES + (self.ce * tp.dtype.size + 7) // 4 * 4
-        self.rx = Receiver(batch=RECV_BATCH, row_bytes=row)
+        self.rx = tp._receiver()
+        # What a RESULT of this site's is, per round and chunk, for the check of a whole batch at once.
+        self.payload_len = self.counts * tp.dtype.size
+        self.head_at = self.lanes * HEADER_BYTES  # a chunk's header in its round's header rows
+        self.wanted_len = HEADER_BYTES + self.payload_len
+        # The chunk numbers as numpy reads their big-endian header words natively.
+        self.chunk_words = np.arange(N, dtype=">u4").view(np.uint32)
+        self.takes = np.array([bool(g[1]) for g in self.group])
+        if kill_round is not None:
+            self.takes[max(0, min(kill_round, R)) : R] = False
         self.last_read = 0  # RESULTs the last read found
         self._rv = self.rx.rows[:, HEADER_BYTES:].view(self.bits)
+        lib = fastio.library()
+        binary32 = lib is not None and self.vt == np.float32 and self.grid.flags.c_contiguous
+        self._div = lib.udpio_div_f32 if binary32 else None
+        self._run_of = None if lib is None else lib.udpio_run_of
+        self._heads_at = self.rx.heads.ctypes.data
+        self._same_at = _SAME.ctypes.data
+        self._rows_at = self.rx.rows.ctypes.data + HEADER_BYTES
+        self._grid_at = self.grid.ctypes.data
 
     # The window of PROTOCOL.md: round r uses bank r mod P, chunk c the slot c mod bank_slots of it.
     def rto(self, r, *, backed_off=True):
@@ -290,14 +395,19 @@ class _Run:
             ip = addressing.contrib_group_ip(
                 job=self.tp.job, round=self.first + r, group=gid, period=self.sch.period
             )
-            whole = HEADER_BYTES + self.ce * self.tp.dtype.size
-            self.senders[r] = Sender((ip, self.tp.port), batch=RECV_BATCH, segment=whole)
+            self.senders[r] = self.tp._sender(ip)
         return heads
 
-    def _payload_addrs(self, r, cs):
-        """Where the payloads of round ``r``'s chunks ``cs`` are (the tensor, or the round's own copy)."""
-        src = self.flat if self.payloads[r] is None else self.payloads[r]
-        return src.ctypes.data + cs.astype(np.uint64) * (self.ce * self.tp.dtype.size)
+    def _payload_addrs(self, r):
+        """Where the payloads of round ``r``'s chunks are (the tensor, or the round's own copy), a chunk a
+        row."""
+        at = self.payload_at[r]
+        if at is None:
+            src = self.flat if self.payloads[r] is None else self.payloads[r]
+            at = self.payload_at[r] = src.ctypes.data + self.lanes.astype(np.uint64) * np.uint64(
+                self.ce * self.tp.dtype.size
+            )
+        return at
 
     def _settle(self):
         """The chunks no RESULT came for keep the tensor's values (a site with no round, or killed)."""
@@ -320,22 +430,23 @@ class _Run:
             room = int((now + 1e-3 - max(now, self.link_free)) / frame_s) + 1 if frame_s > 0 else len(cs)
             part = cs[:room]
             heads = self._round_heads(r)
+            pick = _run_slice(part)
             if not again and self.payloads[r] is not None:
                 # The contribution is the tensor's chunk now: the last RESULT applied divided by the group.
-                self.payloads[r][part] = self.grid[part]
+                self.payloads[r][pick] = self.grid[pick]
             k = self.senders[r].send_parts(
                 self.tp.sock,
                 heads,
-                part * HEADER_BYTES,
+                self.head_at[pick],
                 HEADER_BYTES,
-                self._payload_addrs(r, part),
-                self.counts[part] * self.tp.dtype.size,
+                self._payload_addrs(r)[pick],
+                self.payload_len[pick],
             )
             if k == len(cs):
                 self.ready.popleft()
             else:
                 self.ready[0] = (r, cs[k:], again)
-            done = part[:k]
+            done = pick if k == len(part) else part[:k]
             self.out.sent += k
             self.link_free = max(now, self.link_free) + k * frame_s
             if not again and k:
@@ -397,12 +508,48 @@ class _Run:
                 return not self.group[sr][1] or not self.applied[sr, sc[0]]
         return True
 
-    def _on_results(self, rows, lengths, now):
+    def _one_run(self, hb, c0, c1):
+        """Whether headers ``hb`` agree with the first on kind, job, round and source and number the
+        chunks ``c0:c1`` in order: in udpio.cc for the receive loop's own packed headers, else on the
+        header words as they lie (big-endian fields against big-endian constants: no conversions)."""
+        if self._run_of is not None and hb.base is self.rx.heads:
+            return bool(self._run_of(self._heads_at, HEADER_BYTES, len(hb), self._same_at, _CHUNK[0]))
+        w16, w32 = hb.view(np.uint16), hb.view(np.uint32)
+        return bool(
+            (w32[:, _CHUNK[1]] == self.chunk_words[c0:c1]).all()
+            and (w32[:, _ROUND[1]] == w32[0, _ROUND[1]]).all()
+            and (hb[:, _KIND] == hb[0, _KIND]).all()
+            and (w16[:, _JOB[1]] == w16[0, _JOB[1]]).all()
+            and (w16[:, _SRC[1]] == w16[0, _SRC[1]]).all()
+        )
+
+    def _on_results(self, rows, heads, lengths, now):
         """A batch of datagrams on the site's host group: RESULTs for this site checked all at once on
         their headers, applied (divided by the group size in the wire dtype) and their successors
         released; anything else is counted as foreign or ignored."""
         n = len(lengths)
-        h = np.ascontiguousarray(rows[:n, :HEADER_BYTES]).view(HEADER_DTYPE)[:, 0]
+        hb = heads[:n]
+        # The usual batch first: new RESULTs of this site for a run of chunks of one round, in order (what
+        # the general rules below make of it too): its first header judged field by field, the others
+        # against it (the same kind, job, round and source, the chunk counting up by one).
+        first = hb[0].tobytes()
+        r0 = int.from_bytes(first[_ROUND[0] : _ROUND[0] + 4], "big") - self.first
+        c0 = int.from_bytes(first[_CHUNK[0] : _CHUNK[0] + 4], "big")
+        c1 = c0 + n
+        if (
+            0 <= r0 < self.rounds
+            and self.takes[r0]
+            and c1 <= self.n_chunks
+            and first[_KIND] == Kind.RESULT
+            and int.from_bytes(first[_JOB[0] : _JOB[0] + 2], "big") == self.tp.job
+            and int.from_bytes(first[_SRC[0] : _SRC[0] + 2], "big") == self.tp.rank
+            and self._one_run(hb, c0, c1)
+            and (lengths == self.wanted_len[c0:c1]).all()
+            and not self.applied[r0, c0:c1].any()
+        ):
+            self._apply_run(r0, c0, c1, now)
+            return
+        h = hb.view(HEADER_DTYPE)[:, 0]
         r = h["round"].astype(np.int64) - self.first
         c = h["chunk"].astype(np.int64)
         ours = (
@@ -450,6 +597,54 @@ class _Run:
             self.out.resends_on_result += 1
             self.ready.append((r, np.array([c]), True))
 
+    def _apply_run(self, r, c0, c1, now):
+        """:meth:`_apply` of chunks ``c0:c1`` of round ``r`` from receive rows ``0:c1 - c0``, on slices."""
+        g = self.vt.type(len(self.group[r][1]))
+        if self._div is not None:
+            # binary32 in udpio.cc: the same division, without numpy's buffering of strided rows
+            size = self.ce * 4
+            self._div(
+                self._rows_at, self.rx.row_bytes, self._grid_at + c0 * size, size, c1 - c0, self.ce, float(g)
+            )
+        else:
+            with np.errstate(all="ignore"):
+                np.divide(self._rv[: c1 - c0, : self.ce].view(self.vt), g, out=self.grid[c0:c1])
+        self.fresh[c0:c1] = False
+        self.applied[r, c0:c1] = True
+        self.due[r, c0:c1] = math.inf
+        oldest = float(np.fmin.reduce(self.sent_at[r, c0:c1]))  # NaN: none was timed
+        if not math.isnan(oldest):
+            self._sample(now - oldest)
+        self.outstanding -= c1 - c0
+        last = self.out.last_result_s[r]
+        self.out.last_result_s[r] = max(now - self.t0, 0.0 if math.isnan(last) else last)
+        P, bank, N = self.sch.period, self.bank, self.n_chunks
+        nr = self.next_round[r]
+        if nr is not None:
+            self._release(nr, c0, c1)
+        # The window's successors: (r, c + bank) inside the tensor, else (r + P, c mod bank).
+        inside = min(c1, max(c0, N - bank))
+        self._release(r, c0 + bank, inside + bank)
+        if inside < c1 and r + P < self.rounds:
+            cs = self.lanes[inside:c1] % bank
+            if self.live[r + P]:
+                waiting = self.waiting[r + P]
+                waiting[cs] -= 1
+                go = cs[waiting[cs] == 0]
+                if go.size:
+                    self.ready.append((r + P, go, False))
+        if self.progress is not None and self.applied[r].all():
+            self.progress(f"round {r} done at {now - self.t0:.3f} s")
+
+    def _release(self, r, a, b):
+        """Chunks ``a:b`` of round ``r`` have one predecessor fewer to wait for; those with none are ready."""
+        if a < b and self.live[r]:
+            waiting = self.waiting[r, a:b]
+            waiting -= 1
+            go = np.flatnonzero(waiting == 0)
+            if go.size:
+                self.ready.append((r, go + a, False))
+
     def _apply(self, r, cs, rows_idx, now):
         g = self.vt.type(len(self.group[r][1]))
         k = len(cs)
@@ -496,7 +691,7 @@ class _Run:
             self.last_read = 0
             while n := rx.recv(tp.sock):
                 self.last_read += n
-                self._on_results(rx.rows, rx.lengths[:n], now)
+                self._on_results(rx.rows, rx.heads, rx.lengths[:n], now)
                 if n < rx.batch:
                     break
             return
@@ -512,12 +707,14 @@ class _Run:
             for i, data in enumerate(part):
                 rx.rows[i, : len(data)] = np.frombuffer(data, np.uint8)
                 rx.lengths[i] = len(data)
-            self._on_results(rx.rows, rx.lengths[: len(part)], now)
+            k = len(part)
+            self._on_results(rx.rows, np.ascontiguousarray(rx.rows[:k, :HEADER_BYTES]), rx.lengths[:k], now)
 
     def go(self, until=None):
         tp = self.tp
         sel = selectors.DefaultSelector()
         sel.register(tp.sock, selectors.EVENT_READ)
+        watching = selectors.EVENT_READ
         writable = True
         rx_few = self.rx.batch // 4
         self._receive(time.monotonic())
@@ -546,7 +743,10 @@ class _Run:
                 if 0 < self.last_read < rx_few and not self.ready and wait >= COALESCE_S:
                     time.sleep(COALESCE_S)
                     wait = 0.0
-                sel.modify(tp.sock, selectors.EVENT_READ | (0 if writable else selectors.EVENT_WRITE))
+                mask = selectors.EVENT_READ | (0 if writable else selectors.EVENT_WRITE)
+                if mask != watching:  # a system call: only when it changes
+                    sel.modify(tp.sock, mask)
+                    watching = mask
                 asleep = time.monotonic()
                 events = sel.select(wait)
                 woke = time.monotonic()
@@ -559,4 +759,7 @@ class _Run:
         finally:
             sel.close()
             self._settle()
+            if self.dest is not None and self.grid.base is None:
+                self.dest[:] = self.values  # a tensor of a part chunk: the grid was padded apart
+                self.out.values = self.values = self.dest
         return self.out

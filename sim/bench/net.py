@@ -1,19 +1,24 @@
 """Throughput of the UDP path on loopback, without emulated delay: payload bytes per CPU second of one core.
 
 * ``aggd_GBps_1k`` / ``_8k``: the aggregator daemon (its default, batched engine) of a three-member group.
-  Each batch of CONTRIBs (every member's copy of ``BATCH`` chunks, the members' copies of a chunk together,
-  as the three hosts' windows send them) is queued in its socket first, then the daemon's loop reads
-  (``recvmmsg``), aggregates and multicasts the RESULTs (``sendmmsg``); the figure is the contributions'
-  payload bytes over the CPU time the daemon's process spent on them, system calls included.
+  Each batch of CONTRIBs (every member's copy of ``BATCH`` chunks) is queued in its socket first, sent as
+  the members' transports send them: each member's runs of whole chunks as one UDP GSO send, the
+  members' runs of the same chunks together. Then the daemon's loop reads them (the native loop with UDP
+  GRO, :mod:`wanreduce.host.fastio`, where it builds; ``recvmmsg`` otherwise), aggregates and multicasts
+  the RESULTs (GSO sends); the figure is the contributions' payload bytes over the CPU time the daemon's
+  process spent on them, system calls included.
 * ``transport_GBps_1k`` / ``_8k``: one site's host transport synchronising a tensor through its own
   aggregator process (a one-member group, so the aggregator answers at once; a window of ``WINDOW``
-  chunks): the tensor's bytes over the CPU time of the host's process (every CONTRIB sent and every
-  RESULT received and applied).
+  chunks) into a result array it keeps (``run(out=...)``, as a trainer keeps one from step to step): the
+  tensor's bytes over the CPU time of the host's process (every CONTRIB sent and every RESULT received
+  and applied).
 
 1 KiB chunks fit a standard Ethernet MTU; 8 KiB chunks need jumbo frames on a real network (loopback's MTU
-is 64 KiB). Both are single-threaded Python: batched system calls (runs of whole chunks as one UDP GSO send,
-payloads sent from where they lie), numpy per batch of headers and of values. Medians of ``REPEATS`` runs;
-CPU time, so other work on the machine costs them little, but caches and memory bandwidth are shared.
+is 64 KiB). Both are single-threaded Python over a small native loop (``host/udpio.cc``: GRO reads into
+numpy rows, GSO sends of payloads from where they lie, binary32 sums), numpy per batch of headers and of
+values; ``WANREDUCE_FASTIO=0`` measures the Python paths alone. Medians of ``REPEATS`` runs; CPU time, so
+other work on the machine costs them less than it costs wall time, but caches and memory bandwidth are
+shared, and on an oversubscribed machine the figures drop by a third or more.
 """
 
 import statistics
@@ -23,12 +28,13 @@ import numpy as np
 
 from wanreduce.host import netdemo
 from wanreduce.host.aggd import Aggd, BatchEngine, site_layout
+from wanreduce.host.mmsg import Sender
 from wanreduce.host.netio import open_socket
 from wanreduce.host.pacing import member_buffer_bytes
 from wanreduce.host.packet import pack_tensor
 from wanreduce.host.transport import SiteTransport
 from wanreduce.spec import addressing
-from wanreduce.spec.protocol import DType
+from wanreduce.spec.protocol import HEADER_BYTES, DType
 from wanreduce.spec.schedfile import Schedule
 
 REPEATS = 5
@@ -59,6 +65,7 @@ def aggd_rate(chunk_bytes, batches=12):
     daemon = Aggd(schedule, 0, BatchEngine(schedule, 0, layout, job=JOB), port=PORT, job=JOB).open()
     tx = open_socket(port=PORT + 1)
     group = addressing.contrib_group_ip(job=JOB, round=0, group=0, period=1)
+    sender = Sender((group, PORT), segment=HEADER_BYTES + chunk_bytes)
     rng = np.random.default_rng(0)
     k = BATCH[chunk_bytes]
     elems = chunk_bytes // 4
@@ -77,10 +84,21 @@ def aggd_rate(chunk_bytes, batches=12):
                 ).blocks[0]
                 for rank in range(3)
             ]
-            tx.setblocking(True)
-            for c in range(k):
+            # As the hosts' transports send them: each member's runs of whole chunks as GSO sends.
+            for at in range(0, k, sender.per_send):
                 for block in per_rank:
-                    tx.sendto(block[c], (group, PORT))
+                    cs = np.arange(at, min(at + sender.per_send, k))
+                    row = block.shape[1]
+                    sent = sender.send_parts(
+                        tx,
+                        block,
+                        cs * row,
+                        HEADER_BYTES,
+                        block.ctypes.data + (cs * row + HEADER_BYTES).astype(np.uint64),
+                        np.full(cs.size, row - HEADER_BYTES),
+                    )
+                    if sent != cs.size:
+                        raise AssertionError("the sending socket's buffer is full")
             goal = daemon.engine.counters()["results"] + k
             t0 = time.process_time()
             deadline = time.monotonic() + 30
@@ -111,12 +129,16 @@ def transport_rate(chunk_bytes):
         return BatchEngine(s, r, lay, job=JOB)
 
     with netdemo.aggregators(schedule, layout=layout, make_engine=engine, port=PORT, job=JOB):
+        # The result goes into an array the caller keeps, as a trainer keeps its gradients' from one step
+        # to the next (a new one costs its pages' first writes, once per array rather than per sync); made
+        # after the aggregator's fork, or every page of it is copied on its first write.
+        out = np.ones_like(tensor)
         tp = SiteTransport(
             schedule, 0, layout=layout, one_way_s=np.zeros((1, 1)), site_Bps=1e12, port=PORT, job=JOB
         ).open()
         try:
             t0 = time.process_time()
-            run = tp.run(tensor, deadline_s=120)
+            run = tp.run(tensor, deadline_s=120, out=out)
             cpu = time.process_time() - t0
         finally:
             tp.close()

@@ -309,3 +309,26 @@ def test_a_reemitted_shadow_is_sent_before_its_slot_completes_again_in_the_batch
     want = _golden_run(golden, stream)
     assert _batch_run(batch, stream, np.random.default_rng(5)) == want
     assert batch.counters == golden.counters
+
+
+def test_a_chunk_whole_in_a_batch_after_one_cut_short_is_summed_like_the_others():
+    # The whole-chunk path takes the batch's start up to a chunk whose copies are not all in yet (B); a
+    # chunk after that one whose copies are all in the batch (C) then completes datagram by datagram, with
+    # the same dtype, count and group size as the chunks the whole-chunk path summed (A).
+    rng = np.random.default_rng(12)
+    order = PERIOD[0]
+    per_rank = {}
+    for rank in order:
+        t = rng.standard_normal(200).astype(np.float32)
+        per_rank[rank] = list(pack_tensor(t, dtype=DType.FP32, rank=rank, job=JOB, round=0, chunk_elems=50))
+    a, b, c = ([per_rank[rank][k] for rank in order] for k in range(3))
+    batches = [a + b[:1] + c, b[1:]]
+    golden, batch = _pair()
+    want = _golden_run(golden, [p for part in batches for p in part])
+    rows, got = np.zeros((64, 2048), np.uint8), []
+    for part in batches:
+        for j, p in enumerate(part):
+            rows[j, : len(p)] = np.frombuffer(p, np.uint8)
+        got += batch.results(batch.feed_batch(rows, np.array([len(p) for p in part])))
+    assert got == want and len(want) == 3
+    assert batch.counters == golden.counters

@@ -6,17 +6,21 @@ processes on the machine) never share a multicast group. The reference is the nu
 """
 
 import multiprocessing
+import select
 import socket
+import time
 
 import numpy as np
 import pytest
 
-from wanreduce.host import netdemo, netio
-from wanreduce.host.aggd import BatchEngine, GoldenEngine, site_layout
+from wanreduce.host import netdemo, netio, transport
+from wanreduce.host.aggd import BatchEngine, GoldenEngine, members_of, site_layout
+from wanreduce.host.packet import pack_tensor
 from wanreduce.host.reference import run_reference
 from wanreduce.host.wan import SiteTimeout
+from wanreduce.spec import addressing
 from wanreduce.spec.errors import WanreduceError
-from wanreduce.spec.protocol import Drop, DType
+from wanreduce.spec.protocol import HEADER_BYTES, HEADER_LAYOUT, Drop, DType, Kind
 from wanreduce.spec.schedfile import Schedule
 
 SITES = ("LON", "AMS", "FRA")
@@ -105,6 +109,60 @@ def test_loss_duplication_reordering_and_corruption_still_exact():
     assert any(c[name] for c in run.counters for name in framing)
 
 
+def test_a_block_released_out_of_order_sends_each_of_its_chunks():
+    """RESULTs reordered on the WAN release their successors in that order, for example ``[b+1, b, b+3]``
+    for a bank of ``b`` slots: the ends and length of ``b+1:b+4``, but not its chunks. Each released chunk
+    must go out, not its neighbour (a chunk never sent is a member missing from its slot until the run
+    times out)."""
+    layout = site_layout(SCHEDULE)
+    port, job = _port(), 17
+    tensor = _tensors(11)[0]
+    gid = members_of(SCHEDULE, 0, 0)[0]
+    ip = addressing.contrib_group_ip(job=job, round=0, group=gid, period=SCHEDULE.period)
+    pos, size = HEADER_LAYOUT["chunk"]
+
+    def sent_chunks(witness, k):
+        """The chunk numbers of the next ``k`` CONTRIBs on the group, in arrival order."""
+        got, end = [], time.monotonic() + 10.0
+        while len(got) < k and select.select([witness], [], [], max(0.0, end - time.monotonic()))[0]:
+            data = witness.recv(65536)
+            got.append(int.from_bytes(data[pos : pos + size], "big"))
+        return got
+
+    tp = transport.SiteTransport(
+        SCHEDULE, 0, layout=layout, one_way_s=DELAYS, site_Bps=1e12, port=port, job=job
+    )
+    with netio.open_socket(port=port, groups=[ip]) as witness:
+        try:
+            tp.open()
+            run = transport._Run(tp, tensor, None, 0, time.monotonic(), 60.0, None, None, None)
+            bank, n = run.bank, run.n_chunks
+            assert bank + 3 < n  # chunks 0, 1 and 3 have successors in this round
+            run._send_ready(time.monotonic())
+            assert sent_chunks(witness, bank) == list(range(bank))
+            # RESULTs for chunks 1, 0 and 3 in one read, in that order, as the receive path lays them out.
+            order = [1, 0, 3]
+            contribs = list(
+                pack_tensor(tensor, dtype=DType.FP32, rank=0, job=job, chunk_elems=layout.chunk_elems)
+            )
+            rows = run.rx.rows
+            for i, c in enumerate(order):
+                data = bytearray(contribs[c])
+                data[HEADER_LAYOUT["kind"][0]] = Kind.RESULT
+                rows[i, : len(data)] = np.frombuffer(bytes(data), np.uint8)
+                run.rx.lengths[i] = len(data)
+            k = len(order)
+            run._on_results(
+                rows, np.ascontiguousarray(rows[:k, :HEADER_BYTES]), run.rx.lengths[:k], time.monotonic()
+            )
+            assert run.applied[0, order].all()
+            run._send_ready(time.monotonic())
+            assert sorted(sent_chunks(witness, k)) == sorted(c + bank for c in order)
+            assert not np.isnan(run.sent_at[0, [c + bank for c in order]]).any()
+        finally:
+            tp.close()
+
+
 def test_a_dead_site_stops_the_run_with_one_line_naming_it_and_the_round():
     faults = netdemo.NetFaults(kill=(2, 1))
     with pytest.raises(SiteTimeout) as info:
@@ -173,3 +231,40 @@ def test_one_site_sends_from_its_tensor_and_gives_back_a_new_array():
     # A site killed before its first round sends nothing and keeps its tensor's values.
     assert killed.sent == 0 and np.array_equal(killed.values, want)
     assert np.array_equal(tensor, before)
+
+
+def test_a_sync_into_a_kept_array_equals_one_into_a_new_array():
+    from wanreduce.host.transport import SiteTransport
+
+    single = Schedule(sites=("LON",), rounds=([[0]],), params=SCHEDULE.params)
+    layout = site_layout(single)
+    port, job = _port(), 16
+    rng = np.random.default_rng(10)
+    with netdemo.aggregators(
+        single,
+        layout=layout,
+        make_engine=lambda s, r, lay: BatchEngine(s, r, lay, job=job),
+        port=port,
+        job=job,
+    ):
+        tp = SiteTransport(
+            single, 0, layout=layout, one_way_s=np.zeros((1, 1)), site_Bps=1e12, port=port, job=job
+        )
+        try:
+            syncs = 0
+            # whole chunks (the result divided straight into the kept array) and a short last chunk
+            for n in (64 * layout.chunk_elems, 1000):
+                tensor = rng.standard_normal(n).astype(np.float32)
+                new = tp.run(tensor, first_round=syncs, deadline_s=60)
+                kept = np.full(n, np.nan, np.float32)
+                into = tp.run(tensor, first_round=syncs + 1, deadline_s=60, out=kept)
+                syncs += 2
+                assert into.values.base is kept or into.values is kept
+                assert np.array_equal(kept.view(np.uint32), new.values.view(np.uint32))
+                assert np.array_equal(kept.view(np.uint32), tensor.view(np.uint32))
+            with pytest.raises(ValueError, match="must not overlap the tensor"):
+                tp.run(tensor, first_round=syncs, out=tensor)
+            with pytest.raises(ValueError, match="writeable C-contiguous float32 array of 1000"):
+                tp.run(tensor, first_round=syncs, out=np.zeros(1000))
+        finally:
+            tp.close()
