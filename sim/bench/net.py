@@ -37,7 +37,7 @@ from wanreduce.spec import addressing
 from wanreduce.spec.protocol import HEADER_BYTES, DType
 from wanreduce.spec.schedfile import Schedule
 
-REPEATS = 5
+REPEATS = 21
 #: Chunks per queued batch of the daemon's, so that a batch fits a socket's receive buffer.
 BATCH = {1024: 512, 8192: 96}
 #: The transport's window (its aggregator's round bank) in chunks: about 2 MiB of 8 KiB chunks in flight,
@@ -145,6 +145,10 @@ def transport_rate(chunk_bytes):
     if not np.array_equal(run.values, tensor):
         raise AssertionError("a one-member group must give the tensor back unchanged")
     return TENSOR_BYTES / cpu / 1e9
+
+
+#: Each figure is a median over this many runs.
+RUNS = {f"{who}_GBps_{tag}": REPEATS for who in ("aggd", "transport") for tag in ("1k", "8k")}
 
 
 def run():
