@@ -5,6 +5,7 @@ processes on the machine) never share a multicast group. The reference is the nu
 (:func:`wanreduce.host.reference.run_reference`), written without packets, slots or sockets.
 """
 
+import contextlib
 import multiprocessing
 import select
 import socket
@@ -202,15 +203,15 @@ def test_root_mode_schedules_are_refused_with_one_line():
         site_layout(lean)
 
 
-def test_one_site_sends_from_its_tensor_and_gives_back_a_new_array():
+@contextlib.contextmanager
+def _one_site(*, job):
+    """A one-member group's transport and layout, its aggregator running: its RESULT is its own
+    contribution, so a run must give the tensor back."""
     from wanreduce.host.transport import SiteTransport
 
-    # A one-member group: its RESULT is its own contribution, so the run must give the tensor back.
     single = Schedule(sites=("LON",), rounds=([[0]],), params=SCHEDULE.params)
     layout = site_layout(single)
-    port, job = _port(), 15
-    tensor = np.random.default_rng(9).standard_normal(1000)  # float64: sent as float32, the last chunk short
-    before = tensor.copy()
+    port = _port()
     with netdemo.aggregators(
         single,
         layout=layout,
@@ -222,10 +223,17 @@ def test_one_site_sends_from_its_tensor_and_gives_back_a_new_array():
             single, 0, layout=layout, one_way_s=np.zeros((1, 1)), site_Bps=1e12, port=port, job=job
         )
         try:
-            run = tp.run(tensor, deadline_s=60)
-            killed = tp.run(tensor, kill_round=0, first_round=1, deadline_s=60)
+            yield tp, layout
         finally:
             tp.close()
+
+
+def test_one_site_sends_from_its_tensor_and_gives_back_a_new_array():
+    tensor = np.random.default_rng(9).standard_normal(1000)  # float64: sent as float32, the last chunk short
+    before = tensor.copy()
+    with _one_site(job=15) as (tp, _):
+        run = tp.run(tensor, deadline_s=60)
+        killed = tp.run(tensor, kill_round=0, first_round=1, deadline_s=60)
     want = tensor.astype(np.float32)
     assert np.array_equal(run.values.view(np.uint32), want.view(np.uint32)) and run.sent >= 16
     # A site killed before its first round sends nothing and keeps its tensor's values.
@@ -234,37 +242,20 @@ def test_one_site_sends_from_its_tensor_and_gives_back_a_new_array():
 
 
 def test_a_sync_into_a_kept_array_equals_one_into_a_new_array():
-    from wanreduce.host.transport import SiteTransport
-
-    single = Schedule(sites=("LON",), rounds=([[0]],), params=SCHEDULE.params)
-    layout = site_layout(single)
-    port, job = _port(), 16
     rng = np.random.default_rng(10)
-    with netdemo.aggregators(
-        single,
-        layout=layout,
-        make_engine=lambda s, r, lay: BatchEngine(s, r, lay, job=job),
-        port=port,
-        job=job,
-    ):
-        tp = SiteTransport(
-            single, 0, layout=layout, one_way_s=np.zeros((1, 1)), site_Bps=1e12, port=port, job=job
-        )
-        try:
-            syncs = 0
-            # whole chunks (the result divided straight into the kept array) and a short last chunk
-            for n in (64 * layout.chunk_elems, 1000):
-                tensor = rng.standard_normal(n).astype(np.float32)
-                new = tp.run(tensor, first_round=syncs, deadline_s=60)
-                kept = np.full(n, np.nan, np.float32)
-                into = tp.run(tensor, first_round=syncs + 1, deadline_s=60, out=kept)
-                syncs += 2
-                assert into.values.base is kept or into.values is kept
-                assert np.array_equal(kept.view(np.uint32), new.values.view(np.uint32))
-                assert np.array_equal(kept.view(np.uint32), tensor.view(np.uint32))
-            with pytest.raises(ValueError, match="must not overlap the tensor"):
-                tp.run(tensor, first_round=syncs, out=tensor)
-            with pytest.raises(ValueError, match="writeable C-contiguous float32 array of 1000"):
-                tp.run(tensor, first_round=syncs, out=np.zeros(1000))
-        finally:
-            tp.close()
+    with _one_site(job=16) as (tp, layout):
+        syncs = 0
+        # whole chunks (the result divided straight into the kept array) and a short last chunk
+        for n in (64 * layout.chunk_elems, 1000):
+            tensor = rng.standard_normal(n).astype(np.float32)
+            new = tp.run(tensor, first_round=syncs, deadline_s=60)
+            kept = np.full(n, np.nan, np.float32)
+            into = tp.run(tensor, first_round=syncs + 1, deadline_s=60, out=kept)
+            syncs += 2
+            assert into.values.base is kept or into.values is kept
+            assert np.array_equal(kept.view(np.uint32), new.values.view(np.uint32))
+            assert np.array_equal(kept.view(np.uint32), tensor.view(np.uint32))
+        with pytest.raises(ValueError, match="must not overlap the tensor"):
+            tp.run(tensor, first_round=syncs, out=tensor)
+        with pytest.raises(ValueError, match="writeable C-contiguous float32 array of 1000"):
+            tp.run(tensor, first_round=syncs, out=np.zeros(1000))
