@@ -1,17 +1,20 @@
 """Throughput of the UDP path on loopback, without emulated delay: payload bytes per CPU second of one core.
 
 * ``aggd_GBps_1k`` / ``_8k``: the aggregator daemon (its default, batched engine) of a three-member group.
-  Each batch of CONTRIBs (every member's copy of ``BATCH`` chunks) is queued in its socket first, sent as
+  Each batch of CONTRIBs (every member's copy of ``BATCH`` chunks, or as many as half the socket's receive
+  buffer holds: ``aggd_batch_chunks_*``) is queued in its socket first, sent as
   the members' transports send them: each member's runs of whole chunks as one UDP GSO send, the
   members' runs of the same chunks together. Then the daemon's loop reads them (the native loop with UDP
   GRO, :mod:`wanreduce.host.fastio`, where it builds; ``recvmmsg`` otherwise), aggregates and multicasts
   the RESULTs (GSO sends); the figure is the contributions' payload bytes over the CPU time the daemon's
-  process spent on them, system calls included.
+  process spent on them, system calls included, over its batches after the first (a daemon runs for
+  hours; a new one's first batch also touches its slot memory for the first time).
 * ``transport_GBps_1k`` / ``_8k``: one site's host transport synchronising a tensor through its own
   aggregator process (a one-member group, so the aggregator answers at once; a window of ``WINDOW``
   chunks) into a result array it keeps (``run(out=...)``, as a trainer keeps one from step to step): the
   tensor's bytes over the CPU time of the host's process (every CONTRIB sent and every RESULT received
-  and applied).
+  and applied), over four syncs after a first on the same transport (as a trainer syncs every step; the
+  first sync of a new transport also builds its state and touches its buffers).
 
 1 KiB chunks fit a standard Ethernet MTU; 8 KiB chunks need jumbo frames on a real network (loopback's MTU
 is 64 KiB). Both are single-threaded Python over a small native loop (``host/udpio.cc``: GRO reads into
@@ -21,6 +24,7 @@ other work on the machine costs them less than it costs wall time, but caches an
 shared, and on an oversubscribed machine the figures drop by a third or more.
 """
 
+import socket
 import statistics
 import time
 
@@ -38,11 +42,13 @@ from wanreduce.spec.protocol import HEADER_BYTES, DType
 from wanreduce.spec.schedfile import Schedule
 
 REPEATS = 21
-#: Chunks per queued batch of the daemon's, so that a batch fits a socket's receive buffer.
-BATCH = {1024: 512, 8192: 96}
-#: The transport's window (its aggregator's round bank) in chunks: about 2 MiB of 8 KiB chunks in flight,
-#: within a socket's receive buffer; a window's fixed costs are shared by this many chunks.
-WINDOW = {1024: 512, 8192: 256}
+#: Chunks per queued batch of the daemon's at most (a batch is also held to half the receive buffer the
+#: daemon's socket got: see :func:`_batch_chunks`).
+BATCH = {1024: 512, 8192: 320}
+#: The transport's window (its aggregator's round bank) in chunks: 8 MiB of 8 KiB chunks in flight (a WAN
+#: path's bandwidth-delay product is far larger), within a socket's buffer; a window's fixed costs are
+#: shared by this many chunks.
+WINDOW = {1024: 2048, 8192: 1024}
 TENSOR_BYTES = 16 << 20
 PORT = 47990
 JOB = 7
@@ -58,8 +64,17 @@ def _schedule(n, chunk_bytes, window):
     )
 
 
+def _batch_chunks(sock, chunk_bytes, members):
+    """Chunks per queued batch: :data:`BATCH`, or fewer where the daemon's socket got a smaller receive
+    buffer than it asked for (no CAP_NET_ADMIN): its members' copies take at most half of it (the kernel
+    reports twice the size it was given, the other half being its own bookkeeping)."""
+    room = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4
+    return max(1, min(BATCH[chunk_bytes], room // (members * (HEADER_BYTES + chunk_bytes))))
+
+
 def aggd_rate(chunk_bytes, batches=12):
-    """Contribution payload bytes the daemon aggregates per CPU second."""
+    """Contribution payload bytes the daemon aggregates per CPU second, over its batches after the first
+    (a new daemon's first batch also touches its slot memory for the first time)."""
     schedule = _schedule(3, chunk_bytes, 4 * BATCH[chunk_bytes])
     layout = site_layout(schedule)
     daemon = Aggd(schedule, 0, BatchEngine(schedule, 0, layout, job=JOB), port=PORT, job=JOB).open()
@@ -67,7 +82,7 @@ def aggd_rate(chunk_bytes, batches=12):
     group = addressing.contrib_group_ip(job=JOB, round=0, group=0, period=1)
     sender = Sender((group, PORT), segment=HEADER_BYTES + chunk_bytes)
     rng = np.random.default_rng(0)
-    k = BATCH[chunk_bytes]
+    k = _batch_chunks(daemon.sock, chunk_bytes, 3)
     elems = chunk_bytes // 4
     cpu = 0.0
     try:
@@ -107,7 +122,8 @@ def aggd_rate(chunk_bytes, batches=12):
                 return daemon.engine.counters()["results"] >= goal or time.monotonic() > deadline
 
             daemon.serve(done)
-            cpu += time.process_time() - t0
+            if b:
+                cpu += time.process_time() - t0
         c = daemon.engine.counters()
         if c["results"] != batches * k:
             raise AssertionError(
@@ -116,11 +132,13 @@ def aggd_rate(chunk_bytes, batches=12):
     finally:
         daemon.close()
         tx.close()
-    return 3 * batches * k * chunk_bytes / cpu / 1e9
+    return 3 * (batches - 1) * k * chunk_bytes / cpu / 1e9
 
 
-def transport_rate(chunk_bytes):
-    """Tensor bytes one site's transport synchronises per CPU second of its process."""
+def transport_rate(chunk_bytes, syncs=4):
+    """Tensor bytes one site's transport synchronises per CPU second of its process, over ``syncs`` syncs
+    after a first one (as a trainer syncs step after step on one transport; the first sync of a new
+    transport also builds its per-chunk state and touches its buffers for the first time)."""
     schedule = _schedule(1, chunk_bytes, WINDOW[chunk_bytes])
     layout = site_layout(schedule)
     tensor = np.random.default_rng(1).standard_normal(TENSOR_BYTES // 4).astype(np.float32)
@@ -136,15 +154,18 @@ def transport_rate(chunk_bytes):
         tp = SiteTransport(
             schedule, 0, layout=layout, one_way_s=np.zeros((1, 1)), site_Bps=1e12, port=PORT, job=JOB
         ).open()
+        cpu = 0.0
         try:
-            t0 = time.process_time()
-            run = tp.run(tensor, deadline_s=120, out=out)
-            cpu = time.process_time() - t0
+            for step in range(syncs + 1):
+                t0 = time.process_time()
+                run = tp.run(tensor, deadline_s=120, out=out, first_round=step)
+                if step:
+                    cpu += time.process_time() - t0
+                if not np.array_equal(run.values, tensor):
+                    raise AssertionError("a one-member group must give the tensor back unchanged")
         finally:
             tp.close()
-    if not np.array_equal(run.values, tensor):
-        raise AssertionError("a one-member group must give the tensor back unchanged")
-    return TENSOR_BYTES / cpu / 1e9
+    return syncs * TENSOR_BYTES / cpu / 1e9
 
 
 #: Each figure is a median over this many runs.
@@ -154,6 +175,11 @@ RUNS = {f"{who}_GBps_{tag}": REPEATS for who in ("aggd", "transport") for tag in
 def run():
     out = {}
     for chunk_bytes, tag in ((1024, "1k"), (8192, "8k")):
+        probe = open_socket(port=PORT)
+        try:
+            out[f"aggd_batch_chunks_{tag}"] = _batch_chunks(probe, chunk_bytes, 3)
+        finally:
+            probe.close()
         out[f"aggd_GBps_{tag}"] = round(statistics.median(aggd_rate(chunk_bytes) for _ in range(REPEATS)), 4)
         out[f"transport_GBps_{tag}"] = round(
             statistics.median(transport_rate(chunk_bytes) for _ in range(REPEATS)), 4
