@@ -14,8 +14,9 @@ variation, at least ``RTT_MAX_FACTOR`` times the slowest so far, Karn's rule, a 
 because a member may send a chunk much later than this site does. A RESULT for a chunk already applied
 makes it send its contribution once more (a member may lack it), with a doubling hold-off; after its own
 tensor is done a site lingers (:meth:`SiteTransport.linger`) to keep answering so. After ``RETRIES``
-retries the run stops with :class:`~wanreduce.host.wan.SiteTimeout` naming the site, the round and the
-group. A whole run also has a deadline: it never blocks without one.
+retries, and no sooner than ``DEAD_AFTER`` times the longest a live member may wait between two sends of
+the chunk after its first send, the run stops with :class:`~wanreduce.host.wan.SiteTimeout` naming the
+site, the round and the group. A whole run also has a deadline: it never blocks without one.
 
 Latency: one window of ``bank_slots`` chunks per round trip to the group's farthest member. Back-pressure:
 a full socket send buffer makes it wait until the socket is writable (bounded by the deadline).
@@ -78,6 +79,11 @@ SLACK_S = 0.1
 BACKOFF_STEPS = 2
 #: The measured part of a retransmission timeout is capped at this many times the model's first timeout.
 RTO_CAP = 8
+#: A chunk runs out of retransmissions only once this many times the longest wait between two sends of a
+#: live member (:meth:`_Run.longest_wait`) has passed since its first send: a member's own timeout may be
+#: backed off to its cap while this site's is at its floor, and its next resend must be given the time to
+#: come before this site calls it dead.
+DEAD_AFTER = 1.25
 #: The timeout before any RESULT has been timed (RFC 6298's initial RTO): the first window of a run
 #: meets every process starting at once.
 INITIAL_RTO_S = 2.0
@@ -356,6 +362,12 @@ class _Run:
         )
         return min(max(t, measured) * (self.backoff if backed_off else 1), max(RTO_CAP * t, INITIAL_RTO_S))
 
+    def longest_wait(self, r):
+        """The longest a live member of round ``r`` waits between two sends of a chunk: a timeout at its
+        cap, doubled ``BACKOFF_STEPS`` times (as :meth:`_expire` steps it)."""
+        t = self.timeout[r] + MARGIN_FACTOR * self.lateness
+        return max(RTO_CAP * t, INITIAL_RTO_S) * (1 << BACKOFF_STEPS)
+
     def _sample(self, rtt):
         """One RESULT latency of a chunk sent once (Karn: retransmitted chunks are not sampled)."""
         self.backoff = 1
@@ -476,6 +488,11 @@ class _Run:
                 self.due[r, c] = sent_at + self.rto(r)
                 continue
             if k >= RETRIES:
+                first = self.first_sent[r, c]
+                dead_at = (self.t0 if math.isnan(first) else first) + DEAD_AFTER * self.longest_wait(r)
+                if now < dead_at:
+                    self.due[r, c] = dead_at
+                    continue
                 self._give_up(r, c)
             self.out.retransmits += 1
             self.sent_at[r, c] = math.nan

@@ -174,6 +174,33 @@ def test_a_dead_site_stops_the_run_with_one_line_naming_it_and_the_round():
     assert multiprocessing.active_children() == []  # every aggregator and host process was stopped
 
 
+def test_a_chunk_out_of_retransmissions_waits_for_a_backed_off_member_before_giving_up():
+    """A member whose timeout is backed off to its cap resends a chunk only every ``longest_wait``; this
+    site, its own timeout at its floor, may run out of retransmissions sooner, and must not call that member
+    dead before its next resend could have come."""
+    layout = site_layout(SCHEDULE)
+    tp = transport.SiteTransport(
+        SCHEDULE, 0, layout=layout, one_way_s=DELAYS, site_Bps=1e12, port=_port(), job=18
+    )
+    try:
+        tp.open()
+        t0 = time.monotonic()
+        run = transport._Run(tp, _tensors(12)[0], None, 0, t0, 60.0, None, None, None)
+        longest = run.longest_wait(0)
+        assert longest >= transport.RTO_CAP * run.timeout[0] * (1 << transport.BACKOFF_STEPS)
+        run.first_sent[0, 5] = t0
+        run.retries[0, 5] = transport.RETRIES
+        run.due[0, 5] = t0
+        early = t0 + 0.9 * transport.DEAD_AFTER * longest
+        run.next_check = -np.inf
+        run._expire(early)  # out of retransmissions, but too early to call anyone dead
+        assert run.due[0, 5] == pytest.approx(t0 + transport.DEAD_AFTER * longest)
+        with pytest.raises(SiteTimeout, match="round 0: LON has no RESULT for chunk 5"):
+            run._expire(t0 + 1.01 * transport.DEAD_AFTER * longest)
+    finally:
+        tp.close()
+
+
 def test_emulator_delays_each_source_by_its_pair_and_keeps_stamps_order():
     wan = netio.WanEmulator([0.010, 0.0, 0.030])
     wan.admit(1.0, 0, b"a")
