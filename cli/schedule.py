@@ -9,6 +9,7 @@ import os
 import time
 
 from ..host.baselines import all_baselines
+from ..host.costmodel import CostModel
 from ..host.lean import LeanPlan, best_plan, lean_to_schedule
 from ..host.schedule import exhaustive, optimize, shapes, write_schedule
 from ..host.units import format_seconds, format_size
@@ -21,12 +22,13 @@ from ._common import (
     add_json_option,
     add_mode_arguments,
     add_model_arguments,
-    model_from_args,
     modes_from_args,
     number,
     print_json,
     progress,
+    topology_from_args,
 )
+from ._extmem import add_build_arguments, params_of
 
 __all__ = ["register", "run"]
 
@@ -43,6 +45,7 @@ def register(subparsers):
         "PROTOCOL.md's schedule file.",
     )
     add_model_arguments(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
+    add_build_arguments(p)
     add_mode_arguments(p)
     p.add_argument(
         "--group-size",
@@ -90,7 +93,7 @@ def _stripes(topo, plan):
 
 
 def run(args):
-    model = model_from_args(args)
+    model = CostModel(topology_from_args(args), params_of(args))
     topo, params = model.topology, model.params
     if topo.n > MAX_RANKS:
         raise WanreduceError(

@@ -6,7 +6,7 @@ import math
 import os
 import time
 
-from ..host.sweep import crossover, has_groups_of_3, sweep
+from ..host.sweep import crossover, crossover_ceiling, has_groups_of_3, sweep
 from ..host.units import format_seconds, format_size, parse_size_range
 from ..spec.errors import WanreduceError
 from ._common import (
@@ -18,11 +18,11 @@ from ._common import (
     add_model_arguments,
     modes_from_args,
     number,
-    params_from_args,
     print_json,
     progress,
     topology_from_args,
 )
+from ._extmem import add_build_arguments, params_of
 
 __all__ = ["register", "run", "plot", "figure", "table_rows", "FIGURE_FORMATS", "FONT_LEGEND"]
 
@@ -60,6 +60,7 @@ def register(subparsers):
         "'infeasible'.",
     )
     add_model_arguments(p)
+    add_build_arguments(p)
     add_mode_arguments(p)
     p.add_argument(
         "--memory",
@@ -334,7 +335,8 @@ def run(args):
     if args.csv is not None and not args.csv.lower().endswith(".csv"):
         raise WanreduceError(f"--csv {args.csv!r} must be a .csv file")
     topo = topology_from_args(args)
-    params = params_from_args(args, memory=memories[0])
+    params_of(args, memory=max(memories))  # the largest memory checked against the build's cap first
+    params = params_of(args, memory=memories[0])
     outs = Outputs(force=args.force, inputs=[args.topology] if os.path.exists(args.topology) else [])
     figure = outs.add(args.output, "--output", default=DEFAULT_PLOT)
     table = outs.add(args.csv, "--csv") if args.csv is not None else None
@@ -377,7 +379,10 @@ def run(args):
             f"{format_size(memories[0])} to {format_size(memories[-1])}"
         )
     elif threshold is None:
-        verdict = "crossover: none; rotating groups of 3 win at every memory size up to 1 TiB"
+        verdict = (
+            "crossover: none; rotating groups of 3 win at every memory size up to "
+            f"{format_size(crossover_ceiling(params))}"
+        )
     else:
         verdict = (
             "crossover: one all-to-all group beats rotating groups of 3 from "

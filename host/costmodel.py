@@ -34,6 +34,12 @@ soon as its RESULT for chunk ``c`` of round ``r`` is in), so::
 (``L_r``, ``r_r``, ``lambda_r`` of each round's slowest group). The discrete-event co-simulation
 (:mod:`wanreduce.host.wan`, on the golden model or the RTL) is what this closed form is checked against.
 
+The external-memory build (``buffers="external"``, member buffers in the card's HBM behind ``mem_ports``
+AXI4 ports, :mod:`wanreduce.host.hbm`) holds fewer slots per byte (each member buffer padded to a power of
+two), adds one more rate limit, ``"hbm"``: ``G r`` at most the payload rate K pseudo-channels carry when
+every contribution is written once and read once, and adds the memory's delay (write acknowledged, reads
+back) to ``L_g`` and ``lambda_g``. The on-chip build has none of these terms.
+
 ``eff = chunk / (chunk + 98)`` is the payload share of a frame on the wire (Ethernet 14 + FCS 4 +
 preamble and inter-frame gap 20, IPv4 20, UDP 8, wanreduce header 32 bytes). Sites in no group wait.
 """
@@ -43,9 +49,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..spec.core import member_buffer_bytes
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_CHUNK_BYTES, PACKET_OVERHEAD, WIRE_OVERHEAD
+from . import hbm
 from .pacing import aggregator_slots
+from .units import format_size
 from .wan import bank_layout
 
 __all__ = [
@@ -68,7 +77,9 @@ class CostParams:
 
     ``fpga_ingress_gbps`` is the sum of the aggregator's input ports (400: four 100GbE ports);
     ``clock_mhz`` and ``bus_bits`` set the datapath, one beat per clock (512 bits at 250 MHz is
-    128 Gbit/s of packets).
+    128 Gbit/s of packets). ``buffers`` is the build: ``"internal"`` (member buffers on chip) or
+    ``"external"`` (in the card's HBM through ``mem_ports`` AXI4 ports, each access ``mem_latency_us``;
+    :mod:`wanreduce.host.hbm` says what that build costs and caps ``memory_bytes`` at the card's HBM).
     """
 
     memory_bytes: int = 1 << 20
@@ -79,6 +90,9 @@ class CostParams:
     clock_mhz: float = 250.0
     bus_bits: int = 512
     epsilon: float = 1e-6
+    buffers: str = "internal"
+    mem_ports: int = 1
+    mem_latency_us: float = hbm.DEFAULT_LATENCY_US
 
     def __post_init__(self):
         for name in ("memory_bytes", "chunk_bytes", "tensor_bytes"):
@@ -95,6 +109,59 @@ class CostParams:
             raise WanreduceError(f"bus bits must be a positive multiple of 8, got {self.bus_bits!r}")
         if not (0 < self.epsilon < 1):
             raise WanreduceError(f"epsilon must be between 0 and 1, got {self.epsilon!r}")
+        if self.buffers not in ("internal", "external"):
+            raise WanreduceError(f"buffers must be 'internal' or 'external', got {self.buffers!r}")
+        if self.mem_ports not in (1, 2, 4, 8) or isinstance(self.mem_ports, bool):
+            raise WanreduceError(f"memory ports must be 1, 2, 4 or 8, got {self.mem_ports!r}")
+        if not (isinstance(self.mem_latency_us, (int, float)) and 0 <= self.mem_latency_us <= 1e3):
+            raise WanreduceError(f"memory latency must be 0..1000 microseconds, got {self.mem_latency_us!r}")
+        if self.external and self.memory_bytes > hbm.HBM_BYTES:
+            raise WanreduceError(
+                f"{format_size(self.memory_bytes)} of aggregator memory is more than the "
+                f"{format_size(hbm.HBM_BYTES)} of HBM on an {hbm.CARD}, the external build's card"
+            )
+
+    @property
+    def external(self):
+        """True for the external-memory build (member buffers in HBM)."""
+        return self.buffers == "external"
+
+    @property
+    def buffer_bytes(self):
+        """Memory one member buffer takes in this build (the external map pads it to a power of two)."""
+        if self.external:
+            return hbm.stride_bytes(self.chunk_bytes, self.bus_bits)
+        return member_buffer_bytes(self.chunk_bytes, self.bus_bits)
+
+    def slots(self, members):
+        """Slots S (a power of two) of a core built for groups of up to ``members`` in this memory: each
+        ``members`` member buffers and a shadow RESULT (0: not one fits)."""
+        if not self.external:
+            return aggregator_slots(
+                self.memory_bytes, chunk_bytes=self.chunk_bytes, members=members, width=self.bus_bits
+            )
+        fit = self.memory_bytes // ((members + 1) * self.buffer_bytes)
+        return 1 << (fit.bit_length() - 1) if fit else 0
+
+    @property
+    def memory_Bps(self):
+        """Payload bytes/s of all input streams together the external memory carries (inf on chip)."""
+        if not self.external:
+            return math.inf
+        return hbm.memory_rate_Bps(ports=self.mem_ports, chunk_bytes=self.chunk_bytes, width=self.bus_bits)
+
+    def memory_delay_s(self, members):
+        """What the external memory adds to a chunk's way to its RESULT in a group of ``members`` (0 on
+        chip)."""
+        if not self.external:
+            return 0.0
+        return hbm.memory_delay_s(
+            members=members,
+            latency_us=self.mem_latency_us,
+            chunk_bytes=self.chunk_bytes,
+            width=self.bus_bits,
+            clock_mhz=self.clock_mhz,
+        )
 
     @property
     def wire_eff(self):
@@ -121,7 +188,7 @@ class GroupCost:
     time_s: float
     latency_s: float
     rate_Bps: float
-    bound: str  # "latency", "memory", "site", "fpga", "backbone"
+    bound: str  # "latency", "memory", "site", "fpga", "hbm", "backbone"
     loop_s: float = 0.0  # lambda_g: one window's loop
     windows: float = 1.0  # ceil(n / S_b): windows of the round (inf when no slot fits)
 
@@ -191,12 +258,7 @@ class CostModel:
 
     def bank_slots(self, period, members):
         """Slots per round bank of a core built for groups of up to ``members`` and ``period`` rounds."""
-        slots = aggregator_slots(
-            self.params.memory_bytes,
-            chunk_bytes=self.params.chunk_bytes,
-            members=max(int(members), 1),
-            width=self.params.bus_bits,
-        )
+        slots = self.params.slots(max(int(members), 1))
         return bank_layout(slots, max(int(period), 1))[1]
 
     def windows(self, bank_slots):
@@ -214,12 +276,13 @@ class CostModel:
             res = (0.0, math.inf, "idle", 0.0)
         else:
             d = self.D[np.ix_(idx, idx)]
-            f2 = 2 * float(self.frame_s[idx].max())
+            f2 = 2 * float(self.frame_s[idx].max()) + self.params.memory_delay_s(k)
             lat = float(d.max()) + f2
             loop = float(((d + d.T) / 2).max()) + f2
             limits = [
                 (float(self.site_rate[idx].min()), "site"),
                 (self.fpga_rate / k, "fpga"),
+                (self.params.memory_Bps / k, "hbm"),
             ]
             rate, bound = min(limits, key=lambda x: x[0])
             res = (lat, rate, bound, loop)

@@ -32,14 +32,18 @@ Rates. ``r_q`` is bounded by
   member buffers and one shadow-RESULT buffer per round bank (:meth:`CostModel.bank_slots`, as for
   gather mode), so a root runs at ``r_q <= S_b * chunk / ell``; a chunk ``S_b`` chunks later reuses the
   slot only after ``ell``;
+* the external-memory build's HBM (:mod:`wanreduce.host.hbm`): ``G * r_q <= memory_Bps`` (each
+  contribution of the root's stripe written once and read once), and its delay added to ``L_q`` and to
+  the slot's life ``ell``;
 * the backbone, on topologies with link capacities: every stripe loads the links of its ``G - 1``
   unicast paths to the root and of the root's multicast tree, once per unit of ``r_q``; the groups of a
   round share the links.
 
 **Memory accounting.** What the root must hold is the chunks in flight during ``ell``:
 ``ceil(r_q * ell / chunk) + 1`` slots of ``G`` member buffers and the slot's shadow RESULT, ``G + 1``
-buffers of :func:`member_buffer_bytes` each, as :func:`aggregator_slots` counts a slot
-(:attr:`RootStripe.peak_slot_bytes`); the co-simulation (:mod:`wanreduce.host.wan_lean`) measures the same
+buffers of :attr:`CostParams.buffer_bytes` each (the on-chip build's member buffer, as
+:func:`aggregator_slots` counts a slot, or the external build's padded one;
+:attr:`RootStripe.peak_slot_bytes`); the co-simulation (:mod:`wanreduce.host.wan_lean`) measures the same
 thing. What the gateware reserves is its power-of-two slots for the memory given.
 
 **Stripes.** For a set of roots the optimizer solves: minimise ``T`` such that
@@ -68,7 +72,6 @@ import numpy as np
 
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS, Schedule
-from .pacing import member_buffer_bytes
 from .schedule import consensus, optimize, plan_to_schedule
 
 __all__ = [
@@ -103,9 +106,9 @@ class RootStripe:
     offsets_s: tuple  # per member, in the group's listed order: when it sends its first chunk
     latency_s: float  # L_q: first chunk out of the first sender to its RESULT at the last member
     time_s: float  # L_q + (chunks - 1) * interval_s
-    bound: str  # what caps rate_Bps: "site", "fpga", "memory", "backbone"
+    bound: str  # what caps rate_Bps: "site", "fpga", "memory", "hbm", "backbone"
     inflight_chunks: int  # chunks live at the root during the jitter margin (the model's peak)
-    peak_slot_bytes: int  # inflight_chunks * (G + 1) * member buffer bytes (the shadow RESULT too)
+    peak_slot_bytes: int  # inflight_chunks * (G + 1) * a member buffer's memory (the shadow RESULT too)
 
 
 @dataclass(frozen=True)
@@ -196,16 +199,22 @@ def _group_candidates(model, gi, members, *, jitter_s, bank_slots, roots, max_ro
     idx = np.asarray(members)
     d, f = model.D, model.frame_s
     arrive = {q: float(max(f[j] + d[j, q] for j in idx)) for q in cand}
-    lat = {q: arrive[q] + float(max(d[q, m] + f[m] for m in idx)) for q in cand}
+    # The external build's memory delays each chunk's RESULT at the root (0 on chip).
+    mem_s = p.memory_delay_s(g)
+    lat = {q: arrive[q] + mem_s + float(max(d[q, m] + f[m] for m in idx)) for q in cand}
     cand.sort(key=lambda q: (lat[q], q))
     if max_roots is not None:
         if not (isinstance(max_roots, int) and not isinstance(max_roots, bool) and max_roots >= 1):
             raise WanreduceError(f"the number of roots must be a positive whole number, got {max_roots!r}")
         cand = cand[:max_roots]
     budget = float(model.site_rate[idx].min())
-    life = 2 * jitter_s + len(cand) * float(f[idx].max())
+    life = 2 * jitter_s + len(cand) * float(f[idx].max()) + mem_s
     ingress = p.fpga_ingress_gbps * 1e9 / 8 * p.wire_eff
-    caps = [(p.datapath_Bps / g, "fpga"), (bank_slots * p.chunk_bytes / life, "memory")]
+    caps = [
+        (p.datapath_Bps / g, "fpga"),
+        (bank_slots * p.chunk_bytes / life, "memory"),
+        (p.memory_Bps / g, "hbm"),
+    ]
     if g > 2:
         caps.append((max(ingress - 2 * budget, 0.0) / (g - 2), "fpga"))
     cap, cap_bound = min(caps, key=lambda c: c[0])
@@ -305,7 +314,7 @@ def _stripes(model, members, cands, rates, bounds, life):
     for k in np.argsort(-(share - counts))[: n_chunks - int(counts.sum())]:
         counts[k] += 1
     d, f = model.D, model.frame_s
-    mbb = member_buffer_bytes(p.chunk_bytes, p.bus_bits)
+    mbb = p.buffer_bytes
     stripes, first = [], 0
     for c, n_q in zip(live, counts, strict=True):
         if n_q <= 0:

@@ -555,10 +555,21 @@ def plan_to_schedule(plan, model):
         raise WanreduceError(
             f"schedule files hold at most {MAX_RANKS} ranks; {topo.n} sites need hierarchical aggregation"
         )
+    build = {}
+    if p.external:
+        # The tools that read the file size their windows from memory_bytes by the on-chip rule unless
+        # the file gives bank_slots: the external build's own is written out.
+        build = {
+            "buffers": p.buffers,
+            "mem_ports": p.mem_ports,
+            "mem_latency_us": p.mem_latency_us,
+            "bank_slots": model.schedule_bank_slots(plan.rounds),
+        }
     return Schedule(
         sites=topo.sites,
         rounds=tuple([list(map(int, g)) for g in rnd if len(g) > 0] for rnd in plan.rounds),
         params={
+            **build,
             "memory_bytes": p.memory_bytes,
             "chunk_bytes": p.chunk_bytes,
             "tensor_bytes": p.tensor_bytes,

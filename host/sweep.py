@@ -16,13 +16,17 @@ crossover stays the gather mode's.
 import math
 from dataclasses import dataclass
 
+from . import hbm
 from .baselines import all_baselines
 from .costmodel import CostModel
 from .lean import DEFAULT_JITTER_S, optimize_lean
 from .schedule import exhaustive, optimize, shapes
 from .units import format_seconds
 
-__all__ = ["SweepPoint", "family_plans", "sweep", "crossover", "has_groups_of_3"]
+__all__ = ["SweepPoint", "family_plans", "sweep", "crossover", "crossover_ceiling", "has_groups_of_3"]
+
+#: The largest memory the crossover search tries for the on-chip build (a model with no card behind it).
+ONCHIP_CEILING = 1 << 40
 
 
 @dataclass
@@ -141,15 +145,22 @@ def _a2a_vs_groups3(topology, params, mem, time_limit_s, seed):
     return a2a.score_s, g3.score_s
 
 
-def crossover(topology, params, *, low=1 << 10, high=1 << 40, time_limit_s=1.0, seed=0, rel=0.01):
+def crossover_ceiling(params):
+    """The largest memory :func:`crossover` tries: the card's HBM for the external build, else 1 TiB."""
+    return hbm.HBM_BYTES if params.external else ONCHIP_CEILING
+
+
+def crossover(topology, params, *, low=1 << 10, high=None, time_limit_s=1.0, seed=0, rel=0.01):
     """Smallest memory (bytes) at which all-to-all is at least as fast as groups of 3.
 
-    Bisection on log(memory) between ``low`` and ``high`` to a relative precision ``rel``. Returns
+    Bisection on log(memory) between ``low`` and ``high`` (default: :func:`crossover_ceiling`) to a
+    relative precision ``rel``. Returns
     ``None`` when groups of 3 still win at ``high`` (no crossover: bandwidth-bound), never reach
     consensus, or do not exist (3 sites or fewer), ``low`` when all-to-all already wins at ``low``.
     """
     if not has_groups_of_3(topology.n):
         return None
+    high = crossover_ceiling(params) if high is None else high
     a, g = _a2a_vs_groups3(topology, params, high, time_limit_s, seed)
     if not math.isfinite(g):
         return None  # groups of 3 never reach consensus here: nothing to cross

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ...spec.errors import WanreduceError
+from .. import hbm
 from .compare import (
     best_wanreduce,
     check_common,
@@ -266,7 +267,7 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
         "task": "lm",
         "setting": setting_record(setting),
         "memory_assumption": "on-chip build: 42 MB (root mode) and 1 MiB; the ample-memory build is "
-        "assumed to hold at most 16 GB per card, with the cost model as it is",
+        f"{hbm.AMPLE_LABEL}, costed with the HBM's bandwidth and latency",
         "config": {k: v for k, v in asdict(cfg).items() if k != "methods"},
         "corpus": split.description,
         "model_params": _count_params(cfg),

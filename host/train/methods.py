@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import hbm
 from .. import lean as _lean
 from ..baselines import colocated, ring, unicast
 from ..costmodel import CostModel, CostParams
@@ -65,9 +66,10 @@ class Setting:
     bucket_bytes: int = 25 << 20  # DDP's default bucket
     small_memory: int = 1 << 20
     onchip_memory: int = 42_000_000  # the on-chip memory of a 100G card (issue text: 42 MB)
-    # The external-memory build is assumed to give the aggregator at most 16 GB per card; the cost model
-    # is used as it is, with that memory.
-    ample_memory: int = 16 << 30
+    # The ample-memory build is the external one: member buffers in an Alveo U55C's 16 GiB of HBM through
+    # ``ample_ports`` AXI4 ports, costed with the HBM's bandwidth and latency (wanreduce.host.hbm).
+    ample_memory: int = hbm.AMPLE["memory_bytes"]
+    ample_ports: int = hbm.AMPLE["mem_ports"]
     colocated_us: float = 5.0
     colocated_gbps: float = 400.0
 
@@ -89,6 +91,14 @@ class Setting:
         return {"small": self.small_memory, "onchip": self.onchip_memory, "ample": self.ample_memory}[
             method.memory
         ]
+
+    def build_of(self, method):
+        """The cost model's build of ``method`` (:class:`CostParams` keywords): its memory, and for
+        "ample" the external build (member buffers in the card's HBM)."""
+        build = {"memory_bytes": self.memory_of(method)}
+        if method.memory == "ample":
+            build.update(buffers="external", mem_ports=self.ample_ports)
+        return build
 
     def describe(self):
         return (
@@ -132,6 +142,11 @@ class Method:
         return self.transport in ("wanreduce", "lean")
 
 
+def _ample(note):
+    """A note of an ample-memory method, naming the build its cost is of."""
+    return f"{note}; {hbm.AMPLE_LABEL}"
+
+
 def _methods(h):
     return (
         Method("colocated", "allreduce", "colocated", note="same GPUs in one building (lower bound)"),
@@ -152,14 +167,14 @@ def _methods(h):
             note="ring all-reduce over the WAN, applied one step late, overlapping the next step",
         ),
         Method("wanreduce-small", "allreduce", "wanreduce", "small", note="every step, full period"),
-        Method("wanreduce-ample", "allreduce", "wanreduce", "ample", note="every step, full period"),
+        Method("wanreduce-ample", "allreduce", "wanreduce", "ample", note=_ample("every step, full period")),
         Method(
             "wanreduce-ample-pipelined",
             "allreduce",
             "wanreduce",
             "ample",
             pipelined=True,
-            note="every step, full period, applied one step late, overlapping the next step",
+            note=_ample("every step, full period, applied one step late, overlapping the next step"),
         ),
         Method(
             "wanreduce-gossip-small",
@@ -177,7 +192,7 @@ def _methods(h):
             "ample",
             per_sync="round",
             weights=True,
-            note="one schedule round of fp32 weights per step, overlapped (D-PSGD)",
+            note=_ample("one schedule round of fp32 weights per step, overlapped (D-PSGD)"),
         ),
         Method(
             f"wanreduce-diloco-small-h{h}",
@@ -193,7 +208,7 @@ def _methods(h):
             "wanreduce",
             "ample",
             h=h,
-            note=f"DiLoCo outer step every {h}, full period",
+            note=_ample(f"DiLoCo outer step every {h}, full period"),
         ),
         Method(
             "wanreduce-lean-small",
@@ -283,10 +298,11 @@ def _lm_methods(hs=(10, 50)):
 LM_METHODS = _lm_methods
 
 
-def _models(topo, setting, memory, nbytes):
-    """The cost models of one sync: at its bytes, and at one gradient bucket's."""
-    big = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=nbytes))
-    small = CostModel(topo, CostParams(memory_bytes=memory, tensor_bytes=setting.bucket_bytes))
+def _models(topo, setting, build, nbytes):
+    """The cost models of one sync on ``build`` (:meth:`Setting.build_of`): at its bytes, and at one
+    gradient bucket's."""
+    big = CostModel(topo, CostParams(**build, tensor_bytes=nbytes))
+    small = CostModel(topo, CostParams(**build, tensor_bytes=setting.bucket_bytes))
     return big, small
 
 
@@ -310,8 +326,8 @@ def _plan_record(best, tail, rounds, **extra):
     }
 
 
-def _lean_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
-    big, small = _models(topo, setting, memory, nbytes)
+def _lean_rounds(topo, setting, build, nbytes, time_limit_s, seed):
+    big, small = _models(topo, setting, build, nbytes)
     _, gather_per = optimize(big, time_limit_s=time_limit_s, seed=seed)
     best, _ = _lean.optimize_lean(big, gather_per_shape=gather_per)
     tail = _lean.lean_plan(small, best.rounds)
@@ -335,8 +351,8 @@ class SyncCost:
         return rounds[k % len(rounds)], self.times[k % len(self.times)]
 
 
-def _plan_rounds(topo, setting, memory, nbytes, time_limit_s, seed):
-    big, small = _models(topo, setting, memory, nbytes)
+def _plan_rounds(topo, setting, build, nbytes, time_limit_s, seed):
+    big, small = _models(topo, setting, build, nbytes)
     best, _ = optimize(big, time_limit_s=time_limit_s, seed=seed)
     rounds = _rounds_of(best)
     # Group times as the plan costs them (round banks and all), at the sync's bytes and at one bucket's.
@@ -367,11 +383,11 @@ def build_costs(topo, setting, methods, *, time_limit_s=5.0, seed=0):
             tail = fn(CostModel(topo, CostParams(tensor_bytes=setting.bucket_bytes)))
             costs[m.name] = SyncCost([[everyone]], [[[(big.time_s, tail.time_s)]]], big.detail)
             continue
-        memory = setting.memory_of(m)
-        key = (m.transport, memory, setting.bytes_for(m))
+        build = setting.build_of(m)
+        key = (m.transport, tuple(sorted(build.items())), setting.bytes_for(m))
         if key not in plans:
             planner = _lean_rounds if m.transport == "lean" else _plan_rounds
-            plans[key] = planner(topo, setting, memory, key[2], time_limit_s, seed)
+            plans[key] = planner(topo, setting, build, key[2], time_limit_s, seed)
         rounds, times, info = plans[key]
         if m.per_sync == "period":
             # The period pipelines its rounds chunk by chunk (the cost model's period formula), and on an

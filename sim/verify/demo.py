@@ -108,8 +108,8 @@ def parse_kill(text, sites, rounds=None):
 
 def cores_slots(memory_slots, *, n_chunks, period):
     """Slots the simulated cores get: what the memory holds, but no more than one slot per chunk of every
-    round (a larger table holds nothing more in one period, and 64 GiB of slots would not fit this
-    machine's memory)."""
+    round (a larger table holds nothing more in one period, and the 16 GiB of slots of the ample-memory
+    build, the external one with a card's whole HBM, would not fit this machine's memory)."""
     need = period << max(n_chunks - 1, 0).bit_length()
     return min(memory_slots, need)
 
