@@ -40,7 +40,7 @@ from ..host.lean import DEFAULT_JITTER_S
 from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_size, parse_size
 from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_LAYOUT, UDP_PORT
+from ..spec.protocol import HEADER_LAYOUT, UDP_PORT, DType
 
 __all__ = [
     "int_in",
@@ -377,6 +377,54 @@ def add_port_option(p, what):
     """``--port``: a UDP port, 1..65535, wanreduce's own by default; ``what`` says which port it is."""
     p.add_argument(
         "--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT, help=f"{what} (default: {UDP_PORT})"
+    )
+
+
+def add_experiment_options(p, *, widths):
+    """The options of an experiment over every site of a topology (``demo``, ``demo-net``): the topology,
+    the memory the schedule and the cores are built for, the seeded tensors, the cores' width (one of
+    ``widths``) and the schedule search, with one name, range and default each."""
+    p.add_argument(
+        "--topology",
+        default="nine-city",
+        help="embedded topology name or a topology CSV (default: nine-city)",
+    )
+    p.add_argument(
+        "--memory",
+        default="1MiB",
+        help="aggregator memory per site the schedule and the cores are built for (default: 1MiB)",
+    )
+    p.add_argument(
+        "--elements",
+        type=int_in(1, 1 << 22, "--elements"),
+        default=65536,
+        help="elements of each site's tensor (default: 65536)",
+    )
+    p.add_argument(
+        "--chunk-elems",
+        type=int_in(1, 2048, "--chunk-elems"),
+        default=256,
+        help="elements per packet (default: 256, 1 KiB of fp32)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=[d.label for d in DType],
+        default="fp32",
+        help="element type on the wire (default: fp32)",
+    )
+    p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
+    p.add_argument(
+        "--width",
+        type=int,
+        choices=widths,
+        default=64,
+        help="datapath width of the cores in bits (default: 64, the quickest to build)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=int_in(1, 600, "--time-limit"),
+        default=5,
+        help="seconds for the schedule search (default: 5)",
     )
 
 

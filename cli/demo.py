@@ -16,6 +16,7 @@ from ..sim.verify import demo
 from ..spec.protocol import DType
 from ._common import (
     Outputs,
+    add_experiment_options,
     add_fault_options,
     add_force_option,
     add_json_option,
@@ -37,53 +38,12 @@ def register(sub):
         help="all sites synchronise on the RTL under the optimised schedule",
         description=__doc__.split("\n\n")[0].replace("\n", " "),
     )
-    p.add_argument(
-        "--topology",
-        default="nine-city",
-        help="embedded topology name or a topology CSV (default: nine-city)",
-    )
-    p.add_argument(
-        "--memory",
-        default="1MiB",
-        help="aggregator memory per site the schedule and the cores are built for (default: 1MiB)",
-    )
-    p.add_argument(
-        "--elements",
-        type=int_in(1, 1 << 22, "--elements"),
-        default=65536,
-        help="elements of each site's tensor (default: 65536)",
-    )
-    p.add_argument(
-        "--chunk-elems",
-        type=int_in(1, 2048, "--chunk-elems"),
-        default=256,
-        help="elements per packet (default: 256, 1 KiB of fp32)",
-    )
-    p.add_argument(
-        "--dtype",
-        choices=[d.label for d in DType],
-        default="fp32",
-        help="element type on the wire (default: fp32)",
-    )
-    p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
+    add_experiment_options(p, widths=WIDTHS)
     p.add_argument(
         "--aggregator",
         choices=("rtl", "golden"),
         default="rtl",
         help="the Verilated cores, or the golden model as the fast path (default: rtl)",
-    )
-    p.add_argument(
-        "--width",
-        type=int,
-        choices=WIDTHS,
-        default=64,
-        help="datapath width of the cores in bits (default: 64, the quickest to build)",
-    )
-    p.add_argument(
-        "--time-limit",
-        type=int_in(1, 600, "--time-limit"),
-        default=5,
-        help="seconds for the schedule search (default: 5)",
     )
     p.add_argument(
         "--mode",

@@ -30,7 +30,7 @@ from ..sim.verify.cosim import CLOCK_HZ
 from ..sim.verify.demo import parse_kill
 from ..spec.errors import WanreduceError
 from ..spec.protocol import Drop, DType
-from ._common import add_fault_options, add_port_option, int_in
+from ._common import add_experiment_options, add_fault_options, add_port_option, int_in
 from .aggd import ENGINES, make_engine
 
 __all__ = ["register", "run"]
@@ -53,47 +53,13 @@ def register(sub):
         help="all sites as processes over real UDP multicast, with an emulated WAN",
         description=__doc__.split("\n\n")[1].replace("\n", " "),
     )
-    p.add_argument(
-        "--topology",
-        default="nine-city",
-        help="embedded topology name or a topology CSV (default: nine-city)",
-    )
-    p.add_argument("--memory", default="1MiB", help="aggregator memory per site (default: 1MiB)")
-    p.add_argument(
-        "--elements",
-        type=int_in(1, 1 << 22, "--elements"),
-        default=65536,
-        help="elements per site (default: 65536)",
-    )
-    p.add_argument(
-        "--chunk-elems",
-        type=int_in(1, 2048, "--chunk-elems"),
-        default=256,
-        help="elements per packet (default: 256)",
-    )
-    p.add_argument(
-        "--dtype", choices=[d.label for d in DType], default="fp32", help="wire element type (default: fp32)"
-    )
-    p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
+    add_experiment_options(p, widths=WIDTHS)
     p.add_argument(
         "--engine",
         choices=ENGINES,
         default="batch",
         help="each aggregator's engine: the golden model's rules on batches of datagrams, the golden model "
         "one datagram at a time, or a Verilated core (default: batch)",
-    )
-    p.add_argument(
-        "--width",
-        type=int,
-        choices=WIDTHS,
-        default=64,
-        help="datapath width the cores are sized for (default: 64)",
-    )
-    p.add_argument(
-        "--time-limit",
-        type=int_in(1, 600, "--time-limit"),
-        default=5,
-        help="schedule search seconds (default: 5)",
     )
     add_fault_options(p)
     p.add_argument(
