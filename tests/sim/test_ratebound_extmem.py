@@ -35,7 +35,8 @@ def test_the_small_runs_memory_binds_in_the_model_and_its_port_budget_is_below_t
     assert port_beats(width=64, clock_hz=1.5e9) < 2 * 128 / 138
     assert port_beats(width=512, clock_hz=322.265625e6) < 1.0
     on_chip = rate_bound(**{**SMALL, "buffers": "internal"}, rtl=False)
-    assert on_chip["model_bound"] == "fpga" and on_chip["model_s"] < 0.8 * r["model_s"]
+    # without the memory the hosts' links (10 % faster than the memory's share) would bound it
+    assert on_chip["model_bound"] == "site" and on_chip["model_s"] < 0.9 * r["model_s"]
 
 
 @pytest.fixture(scope="module")
