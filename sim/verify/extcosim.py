@@ -23,14 +23,13 @@ A core's memory delays its RESULTs by hundreds of cycles, longer than the bursts
 import ctypes
 from pathlib import Path
 
+from ..verilator.axi_harness import budget_word
 from .cosim import RtlCores
 
 __all__ = ["RtlExtCores"]
 
 _SOURCE = Path(__file__).with_name("extcorelib.cpp")
 _MODEL = Path(__file__).parents[1] / "verilator" / "axi_ram.h"
-#: The memory model's budget unit: 2^-16 beats per cycle (``axi::BEAT``).
-_BEAT = 1 << 16
 #: Port bytes past which the model's sparse pages still answer (a port's map is smaller).
 _MAX_PORT_BYTES = 1 << 40
 
@@ -41,8 +40,7 @@ def _check_latency(cycles):
 
 
 def _check_budget(beats):
-    if beats is not None and not (0 < beats < 1 << 15):
-        raise ValueError(f"A port's beat budget must be positive beats per cycle or None, not {beats!r}.")
+    budget_word(beats)  # raises ValueError with a sentence
 
 
 class RtlExtCores(RtlCores):
@@ -78,7 +76,7 @@ class RtlExtCores(RtlCores):
         self._configure_memory()
 
     def _configure_memory(self):
-        budget = 0 if self.port_beats is None else max(1, round(self.port_beats * _BEAT))
+        budget = budget_word(self.port_beats)
         port_bytes = min(self.core.ext["map"].port_bytes, _MAX_PORT_BYTES)
         self.lib.ext_configure(self.latency_cycles, budget, port_bytes)
 

@@ -5,8 +5,8 @@
 // Built by wanreduce.sim.verilator.axi_harness with IN_BITS, OUT_BITS, HAS_CTL, HAS_COUNTERS (the core's
 // mem_errors and mem_drops outputs), MEM_PORTS and LANES (bytes per
 // data beat) defined. Usage: axi_harness KEY=VALUE ... (in, out, n_in, seed, idle, bp, max_cycles, drain,
-// reset_cycles, ctl_w, n_ctl_w, ctl_r, n_ctl_r, mem_bytes, lat_lo, lat_hi, pause, reorder, bad); prints one
-// JSON object with the run's statistics on stdout.
+// reset_cycles, ctl_w, n_ctl_w, ctl_r, n_ctl_r, mem_bytes, lat_lo, lat_hi, pause, reorder, budget, bad);
+// prints one JSON object with the run's statistics on stdout.
 //
 // Per cycle: the input beat and o__ready are set and each memory drives its slave outputs; clk=0 + eval()
 // settles the master's outputs; the stream handshakes are sampled and each memory observes its port; then
@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
         c.lat_hi = static_cast<uint32_t>(num("lat_hi", "1"));
         c.pause = static_cast<uint32_t>(num("pause", "0"));
         c.reorder = num("reorder", "0") != 0;
+        c.budget = static_cast<uint32_t>(num("budget", "0"));
         c.seed = seed * 16 + 3 + k;
         rams.emplace_back(new axi::Ram(c));
     }
