@@ -62,6 +62,9 @@ _DRAIN_BYPASS = 64
 class RtlCores:
     """``count`` instances of one aggregator core build (parameters as :class:`AggregatorCore`)."""
 
+    #: The C++ library of cores and the cache's name for its builds (a subclass serves another build).
+    driver, kind = _SOURCE, "corelib"
+
     def __init__(self, *, count, progress=None, **params):
         self.params = dict(params)
         self.core = AggregatorCore(**params)
@@ -76,7 +79,8 @@ class RtlCores:
         self.has_bypass = "bypass__payload" in ports
         if self.has_bypass:
             defines += " -DHAS_BYPASS"
-        source = cxx.driver_text(_SOURCE)
+        defines += self._defines(ports)
+        source = cxx.driver_text(self.driver) + self._sources()
 
         def do_build(out):
             if progress:
@@ -88,7 +92,7 @@ class RtlCores:
                 out,
                 top="agg_core",
                 verilog=text,
-                driver=_SOURCE,
+                driver=self.driver,
                 output="libcores.so",
                 cflags=cxx.cflags(f"-fPIC {defines}"),
                 ldflags="-shared",
@@ -98,7 +102,7 @@ class RtlCores:
             )
 
         toolchain.setup()
-        self.dir = runner.cached_build("corelib", ["agg_core", text, source, defines], do_build)
+        self.dir = runner.cached_build(self.kind, ["agg_core", text, source, defines], do_build)
         lib = ctypes.CDLL(str(self.dir / "obj" / "libcores.so"))
         vp, i, u32, u64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64
         lib.cores_new.restype = vp
@@ -124,9 +128,21 @@ class RtlCores:
         lib.core_bypass_beats.restype = u64
         lib.core_take_bypass.argtypes = [vp, i, ctypes.c_void_p, ctypes.c_void_p]
         self.lib = lib
+        self._bind(lib)
         self.in_bytes, self.out_bytes = lib.cores_in_bytes(), lib.cores_out_bytes()
         self.count = count
         self.handle = lib.cores_new(count)
+
+    def _defines(self, ports):
+        """More of the library's compile definitions, from the core's ``ports`` (a subclass's)."""
+        return ""
+
+    def _sources(self):
+        """The text of the headers the library includes besides ``ports.h`` (a subclass's)."""
+        return ""
+
+    def _bind(self, lib):
+        """Declares the library's own functions and sets it up before the cores are made (a subclass's)."""
 
     def __del__(self):
         handle = getattr(self, "handle", None)

@@ -5,8 +5,8 @@
 // Built by wanreduce.sim.verilator.axi_harness with IN_BITS, OUT_BITS, HAS_CTL, HAS_COUNTERS (the core's
 // mem_errors and mem_drops outputs), MEM_PORTS and LANES (bytes per
 // data beat) defined. Usage: axi_harness KEY=VALUE ... (in, out, n_in, seed, idle, bp, max_cycles, drain,
-// reset_cycles, ctl_w, n_ctl_w, ctl_r, n_ctl_r, mem_bytes, lat_lo, lat_hi, pause, reorder, bad); prints one
-// JSON object with the run's statistics on stdout.
+// reset_cycles, ctl_w, n_ctl_w, ctl_r, n_ctl_r, mem_bytes, lat_lo, lat_hi, pause, reorder, budget, bad);
+// prints one JSON object with the run's statistics on stdout.
 //
 // Per cycle: the input beat and o__ready are set and each memory drives its slave outputs; clk=0 + eval()
 // settles the master's outputs; the stream handshakes are sampled and each memory observes its port; then
@@ -43,51 +43,7 @@
 #error "LANES must be defined"
 #endif
 
-struct PortIo {
-    std::function<void(const axi::SlaveOut&)> drive;
-    std::function<void(axi::MasterOut&)> sample;
-};
-
 static uint8_t wbuf[MEM_PORTS][LANES + 8];
-
-// One port's wiring; P is its Verilated prefix (Verilator writes Amaranth's "__" as "___05F").
-#define AXI_PORT(K, P)                                                                           \
-    PortIo {                                                                                     \
-        [&](const axi::SlaveOut& s) {                                                            \
-            top->P##awready = s.awready;                                                         \
-            top->P##wready = s.wready;                                                           \
-            top->P##arready = s.arready;                                                         \
-            top->P##bvalid = s.bvalid;                                                           \
-            top->P##bid = s.bid;                                                                 \
-            top->P##bresp = s.bresp;                                                             \
-            top->P##rvalid = s.rvalid;                                                           \
-            top->P##rid = s.rid;                                                                 \
-            top->P##rresp = s.rresp;                                                             \
-            top->P##rlast = s.rlast;                                                             \
-            if (s.rdata) put_port(top->P##rdata, s.rdata, LANES);                                \
-        },                                                                                       \
-            [&](axi::MasterOut& m) {                                                             \
-                m.awvalid = top->P##awvalid;                                                     \
-                m.awaddr = static_cast<uint64_t>(top->P##awaddr);                                \
-                m.awlen = top->P##awlen;                                                         \
-                m.awsize = top->P##awsize;                                                       \
-                m.awburst = top->P##awburst;                                                     \
-                m.awid = static_cast<uint32_t>(top->P##awid);                                    \
-                m.wvalid = top->P##wvalid;                                                       \
-                get_port(top->P##wdata, wbuf[K], LANES);                                         \
-                m.wdata = wbuf[K];                                                               \
-                m.wstrb = static_cast<uint64_t>(top->P##wstrb);                                  \
-                m.wlast = top->P##wlast;                                                         \
-                m.bready = top->P##bready;                                                       \
-                m.arvalid = top->P##arvalid;                                                     \
-                m.araddr = static_cast<uint64_t>(top->P##araddr);                                \
-                m.arlen = top->P##arlen;                                                         \
-                m.arsize = top->P##arsize;                                                       \
-                m.arburst = top->P##arburst;                                                     \
-                m.arid = static_cast<uint32_t>(top->P##arid);                                    \
-                m.rready = top->P##rready;                                                       \
-            }                                                                                    \
-    }
 
 static std::vector<uint8_t> read_file(const std::string& path) {
     std::vector<uint8_t> buf;
@@ -153,6 +109,7 @@ int main(int argc, char** argv) {
         c.lat_hi = static_cast<uint32_t>(num("lat_hi", "1"));
         c.pause = static_cast<uint32_t>(num("pause", "0"));
         c.reorder = num("reorder", "0") != 0;
+        c.budget = static_cast<uint32_t>(num("budget", "0"));
         c.seed = seed * 16 + 3 + k;
         rams.emplace_back(new axi::Ram(c));
     }
@@ -192,16 +149,16 @@ int main(int argc, char** argv) {
 
     auto ctx = std::make_unique<VerilatedContext>();
     auto top = std::make_unique<Vtop>(ctx.get());
-    std::vector<PortIo> io = {
-        AXI_PORT(0, mem0___05F),
+    std::vector<axi::PortIo> io = {
+        AXI_PORT(top, mem0___05F, wbuf[0]),
 #if MEM_PORTS > 1
-        AXI_PORT(1, mem1___05F),
+        AXI_PORT(top, mem1___05F, wbuf[1]),
 #endif
 #if MEM_PORTS > 2
-        AXI_PORT(2, mem2___05F), AXI_PORT(3, mem3___05F),
+        AXI_PORT(top, mem2___05F, wbuf[2]), AXI_PORT(top, mem3___05F, wbuf[3]),
 #endif
 #if MEM_PORTS > 4
-        AXI_PORT(4, mem4___05F), AXI_PORT(5, mem5___05F), AXI_PORT(6, mem6___05F), AXI_PORT(7, mem7___05F),
+        AXI_PORT(top, mem4___05F, wbuf[4]), AXI_PORT(top, mem5___05F, wbuf[5]), AXI_PORT(top, mem6___05F, wbuf[6]), AXI_PORT(top, mem7___05F, wbuf[7]),
 #endif
     };
 

@@ -4,9 +4,10 @@
 the plain stream harness (``harness.cpp``) and answers each of its AXI4 master ports ``mem0__`` ..
 ``mem<K-1>__`` with the memory model of ``axi_ram.h``: a latency per burst drawn from ``latency`` (lo, hi)
 cycles, random back-pressure on every channel (``pause``), read bursts of different IDs interleaved and
-reordered (``reorder``), error responses at chosen addresses (``bad``), and checks of the master's AXI
-rules. A run that breaks a rule stops there and raises :class:`AxiViolation` naming the port, the cycle
-and the rule. The C++ loop runs the 2^20-slot W = 512 core at some 10^5 cycles/s, where cocotb manages a
+reordered (``reorder``), error responses at chosen addresses (``bad``), a bandwidth of ``budget`` data
+beats per cycle and port (W and R together; ``None``: none), and checks of the master's AXI rules. A run
+that breaks a rule stops there and raises :class:`AxiViolation` naming the port, the cycle and the rule.
+The C++ loop runs the 2^20-slot W = 512 core at some 10^5 cycles/s, where cocotb manages a
 few 10^4 at best.
 
 Big memories: Amaranth writes a memory's initial contents word by word, even when they are all zero; the
@@ -40,12 +41,22 @@ import numpy as np
 from . import cxx, runner, toolchain
 from .harness import HarnessError, HarnessTimeout
 
-__all__ = ["AxiHarness", "AxiRunStats", "AxiViolation"]
+__all__ = ["AxiHarness", "AxiRunStats", "AxiViolation", "budget_word"]
 
 _SOURCE = Path(__file__).with_name("axi_harness.cpp")
 _MODEL = Path(__file__).with_name("axi_ram.h")
 _BIG_BITS = 1 << 16
 _P32 = 1 << 32
+
+
+def budget_word(beats):
+    """A port's bandwidth for the memory model (``axi::Config::budget``): ``beats`` data beats per cycle,
+    W and R together, in its units of 2^-16 beats; 0 (no limit) for ``None``. ValueError otherwise."""
+    if beats is None:
+        return 0
+    if not 0 < beats < 1 << 15:
+        raise ValueError(f"A port's beat budget must be positive beats per cycle or None, not {beats!r}.")
+    return max(1, round(beats * (1 << 16)))
 
 
 class AxiViolation(HarnessError):
@@ -144,6 +155,7 @@ class AxiHarness:
         latency=(1, 1),
         pause=0.0,
         reorder=False,
+        budget=None,
         mem_bytes=1 << 32,
         bad=(),
         idle_prob=0.0,
@@ -159,6 +171,7 @@ class AxiHarness:
         lo, hi = latency
         if not 1 <= lo <= hi < _P32:
             raise ValueError(f"The latency must be a range 1 <= lo <= hi, not {latency}.")
+        budget = budget_word(budget)
         for name, p in (("pause", pause), ("idle_prob", idle_prob), ("backpressure_prob", backpressure_prob)):
             if not 0.0 <= p < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), not {p}.")
@@ -197,6 +210,7 @@ class AxiHarness:
                 "lat_hi": hi,
                 "pause": int(pause * _P32),
                 "reorder": int(bool(reorder)),
+                "budget": budget,
                 "bad": ",".join(f"{int(p)}:{int(a)}" for p, a in bad),
             }
             proc = subprocess.run(

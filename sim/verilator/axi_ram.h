@@ -17,7 +17,13 @@
 //   Without it, bursts are answered whole, oldest first;
 // * writes reach the memory when their B is offered, so a read that overtakes a write it depends on reads
 //   the old bytes;
-// * errors: an address in `bad` (a beat's byte address) is answered SLVERR and not written.
+// * errors: an address in `bad` (a beat's byte address) is answered SLVERR and not written;
+// * bandwidth (`budget`, off unless set): the port moves at most `budget` data beats per cycle on average,
+//   W beats taken and R beats delivered together, as one DRAM channel (an HBM pseudo-channel) shares its
+//   bus between reads and writes. A credit grows by `budget` each cycle (up to one cycle's worth plus a
+//   beat, so an idle port saves no burst), each W or R beat spends one, and WREADY is low and no new R beat
+//   is offered while it is not positive; an R beat on offer stays offered, as AXI requires. Addresses and
+//   write responses cost nothing (they have buses of their own).
 // The memory is sparse (4 KiB pages made on first write; unwritten bytes read as zero), so a port may span
 // many gigabytes.
 //
@@ -35,6 +41,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -65,7 +72,10 @@ struct Config {
     uint32_t pause = 0;  // probability in units of 2^-32
     bool reorder = false;
     uint64_t seed = 0;
+    uint32_t budget = 0;  // data beats per cycle in units of 2^-16 (reads and writes together); 0: no limit
 };
+
+static constexpr int64_t BEAT = 1 << 16;  // one beat in the units of Config::budget
 
 // The master's outputs, as sampled after the falling-edge eval.
 struct MasterOut {
@@ -112,8 +122,10 @@ class Ram {
     }
 
     void drive(SlaveOut& o) {
+        if (cfg.budget) credit = std::min<int64_t>(credit + cfg.budget, cfg.budget + BEAT);
+        const bool beat_ok = !cfg.budget || credit > 0;
         o.awready = !pause();
-        o.wready = !pause();
+        o.wready = !pause() && beat_ok;
         o.arready = !pause();
         if (!b_offer) pick_b();
         o.bvalid = b_offer;
@@ -121,7 +133,7 @@ class Ram {
             o.bid = b_cur.id;
             o.bresp = b_cur.resp;
         }
-        if (!r_offer) pick_r();
+        if (!r_offer && beat_ok) pick_r();
         o.rvalid = r_offer;
         if (r_offer) {
             o.rid = r_id;
@@ -140,7 +152,10 @@ class Ram {
                 aws.push_back({m.awid, m.awaddr, m.awlen + 1});
             }
         }
-        if (m.wvalid && drove.wready) take_w(m);
+        if (m.wvalid && drove.wready) {
+            take_w(m);
+            credit -= BEAT;
+        }
         match_writes();
         if (m.arvalid && drove.arready) {
             ++n_ar;
@@ -157,6 +172,7 @@ class Ram {
             if (first_r == UINT64_MAX) first_r = now;
             last_r = now;
             r_offer = false;
+            credit -= BEAT;
             Read& r = *find_read(r_seq);
             if (r.done == 0) {
                 r_lat_min = std::min(r_lat_min, now - r.t_ar);
@@ -193,6 +209,7 @@ class Ram {
     Rng rng;
     uint32_t size_shift;
     uint64_t now = 0, seq = 0;
+    int64_t credit = 0;  // the bandwidth budget's credit, in units of 2^-16 beats
     SlaveOut drove;
     std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages;
     std::deque<Aw> aws;                  // addresses waiting for their data
@@ -389,3 +406,56 @@ class Ram {
 };
 
 }  // namespace axi
+
+namespace axi {
+
+// How a driver connects a Ram to one master port of its Verilated design: drive() puts the slave's
+// outputs on the port, sample() reads the master's outputs (AXI_PORT builds one).
+struct PortIo {
+    std::function<void(const SlaveOut&)> drive;
+    std::function<void(MasterOut&)> sample;
+};
+
+}  // namespace axi
+
+// One port's wiring for the drivers (axi_harness.cpp, sim/verify/extcorelib.cpp): TOP is the Verilated
+// model (a pointer), P the port's Verilated prefix (Verilator writes Amaranth's "__" as "___05F"), WBUF a
+// buffer of LANES bytes (plus 8) for the write data; the lambdas capture by reference, so TOP and WBUF
+// must outlive the PortIo. Needs ports.h's put_port/get_port and LANES where it is used.
+#define AXI_PORT(TOP, P, WBUF)                                                                   \
+    axi::PortIo {                                                                                \
+        [&](const axi::SlaveOut& s) {                                                            \
+            TOP->P##awready = s.awready;                                                         \
+            TOP->P##wready = s.wready;                                                           \
+            TOP->P##arready = s.arready;                                                         \
+            TOP->P##bvalid = s.bvalid;                                                           \
+            TOP->P##bid = s.bid;                                                                 \
+            TOP->P##bresp = s.bresp;                                                             \
+            TOP->P##rvalid = s.rvalid;                                                           \
+            TOP->P##rid = s.rid;                                                                 \
+            TOP->P##rresp = s.rresp;                                                             \
+            TOP->P##rlast = s.rlast;                                                             \
+            if (s.rdata) put_port(TOP->P##rdata, s.rdata, LANES);                                \
+        },                                                                                       \
+            [&](axi::MasterOut& m) {                                                             \
+                m.awvalid = TOP->P##awvalid;                                                     \
+                m.awaddr = static_cast<uint64_t>(TOP->P##awaddr);                                \
+                m.awlen = TOP->P##awlen;                                                         \
+                m.awsize = TOP->P##awsize;                                                       \
+                m.awburst = TOP->P##awburst;                                                     \
+                m.awid = static_cast<uint32_t>(TOP->P##awid);                                    \
+                m.wvalid = TOP->P##wvalid;                                                       \
+                get_port(TOP->P##wdata, WBUF, LANES);                                            \
+                m.wdata = WBUF;                                                                  \
+                m.wstrb = static_cast<uint64_t>(TOP->P##wstrb);                                  \
+                m.wlast = TOP->P##wlast;                                                         \
+                m.bready = TOP->P##bready;                                                       \
+                m.arvalid = TOP->P##arvalid;                                                     \
+                m.araddr = static_cast<uint64_t>(TOP->P##araddr);                                \
+                m.arlen = TOP->P##arlen;                                                         \
+                m.arsize = TOP->P##arsize;                                                       \
+                m.arburst = TOP->P##arburst;                                                     \
+                m.arid = static_cast<uint32_t>(TOP->P##arid);                                    \
+                m.rready = TOP->P##rready;                                                       \
+            }                                                                                    \
+    }

@@ -164,3 +164,19 @@ def test_legal_traffic_under_pause_raises_nothing(probe):
     """The dropping probe is legal when AWREADY never makes it wait: the check reacts to the breach only."""
     out, _ = probe.run(_cmds(_write(0x100, 2, drop=1)), latency=(1, 4), seed=5, mem_bytes=1 << 16)
     assert len(out) == 1
+
+
+def test_a_ports_budget_is_shared_by_write_and_read_beats(probe):
+    """Eight 64-beat writes, then eight 64-beat reads, one burst at a time: 1,024 data beats. At a quarter
+    beat per cycle they take at least 4,096 cycles (if reads were free, about half that); without a budget
+    about one beat per cycle."""
+    cmds = [_write(0x200 * k, 64) for k in range(8)] + [_read(0x200 * k, 64) for k in range(8)]
+    _, free = probe.run(_cmds(*cmds), latency=(1, 1), seed=2, mem_bytes=1 << 16)
+    out, slow = probe.run(_cmds(*cmds), latency=(1, 1), seed=2, mem_bytes=1 << 16, budget=0.25)
+    assert len(out) == 8 + 8 * 64
+    assert free.cycles < 1_600
+    # the credit starts at nothing and holds at most a beat and a quarter through the per-burst handshakes
+    assert 4_096 <= slow.cycles <= 4_096 + 400
+    assert slow.ports[0]["w"] == slow.ports[0]["r"] == 512
+    with pytest.raises(ValueError, match="budget"):
+        probe.run(_cmds(*cmds), budget=0.0)
