@@ -53,9 +53,9 @@ __all__ = [
     "port_registers",
 ]
 
-#: The Ethernet tops' core clock, a PLL output of its own: the core at this size does not meet the RGMII
-#: clock's 125 MHz on the ECP5 (its bare placement reaches 113 to 123 MHz over seeds, docs/vendor.md), and
-#: 100 MHz leaves it margin while its 64-bit bus still carries 6.4 times the line's gigabit.
+#: The Ethernet tops' core clock, a PLL output of its own: the core at this size meets the RGMII clock's
+#: 125 MHz on the ECP5 at some placement seeds only (docs/vendor.md), and less often beside a MAC taking
+#: a tenth of the part; 100 MHz leaves it margin while its 64-bit bus still carries 6.4 times the line.
 ETH_BOARD_MHZ = 100
 #: The RGMII clocks of gigabit Ethernet (receive from the PHY, transmit from the PLL).
 RGMII_MHZ = 125
