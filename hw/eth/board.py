@@ -54,8 +54,8 @@ __all__ = [
 ]
 
 #: The Ethernet tops' core clock, a PLL output of its own: the core at this size meets the RGMII clock's
-#: 125 MHz on the ECP5 at some placement seeds only (docs/vendor.md), and less often beside a MAC taking
-#: a tenth of the part; 100 MHz leaves it margin while its 64-bit bus still carries 6.4 times the line.
+#: 125 MHz on the ECP5 at some placement seeds only (docs/vendor.md); 100 MHz, a division of the same VCO,
+#: leaves it margin while its 64-bit bus still carries 6.4 times the line's gigabit.
 ETH_BOARD_MHZ = 100
 #: The RGMII clocks of gigabit Ethernet (receive from the PHY, transmit from the PLL).
 RGMII_MHZ = 125
