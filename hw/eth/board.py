@@ -228,9 +228,22 @@ class EthBoardTop(Elaboratable):
     assert 100 * PLL["clkfb_div"] // PLL["clki_div"] == RGMII_MHZ
     assert 400 <= RGMII_MHZ * PLL["clkop_div"] <= 800  # the ECP5 VCO's range
     assert RGMII_MHZ * PLL["clkop_div"] // PLL["clkos2_div"] == ETH_BOARD_MHZ
+    #: The core's clock, CLKOS2 (MHz).
+    CORE_MHZ = ETH_BOARD_MHZ
 
     def __init__(self, *, core=None, baud=115200):
         self.core, self.baud = core, baud
+
+    @classmethod
+    def core_cycles(cls, *, baud):
+        """The keywords of the board's parts that count core cycles: the UART's bit and the PHY's reset,
+        settle and poll times (100 us, 500 us and 1 ms of this top's core clock)."""
+        return {
+            "uart_divisor": round(cls.CORE_MHZ * 1e6 / baud),
+            "phy_reset_cycles": round(cls.CORE_MHZ * 10_000),
+            "phy_settle_cycles": round(cls.CORE_MHZ * 50_000),
+            "poll_cycles": round(cls.CORE_MHZ * 100_000),
+        }
 
     @classmethod
     def pll(cls, m, clk100):
@@ -279,7 +292,7 @@ class EthBoardTop(Elaboratable):
             a_FREQUENCY_PIN_CLKI="100",
             a_FREQUENCY_PIN_CLKOP=str(RGMII_MHZ),
             a_FREQUENCY_PIN_CLKOS=str(RGMII_MHZ),
-            a_FREQUENCY_PIN_CLKOS2=str(ETH_BOARD_MHZ),
+            a_FREQUENCY_PIN_CLKOS2=f"{cls.CORE_MHZ:.6g}",
             a_ICP_CURRENT="12",
             a_LPF_RESISTOR="8",
             a_MFG_ENABLE_FILTEROPAMP="1",
@@ -290,9 +303,8 @@ class EthBoardTop(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         lock = board_clocks(m, platform, self.pll)
-        m.submodules.board = board = EthBoard(
-            primitive="ecp5", core=self.core, uart_divisor=round(ETH_BOARD_MHZ * 1e6 / self.baud)
-        )
+        cycles = self.core_cycles(baud=self.baud)
+        m.submodules.board = board = EthBoard(primitive="ecp5", core=self.core, **cycles)
         eth = platform.request("eth_rgmii", 0)
         uart = platform.request("uart", 0)
         m.d.comb += [
@@ -349,7 +361,8 @@ def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core
     check_eth_board(board)
     boards_module, platform_name, top_module, top_name, ports = ETH_BOARDS[board]
     platform = getattr(importlib.import_module(f"amaranth_boards.{boards_module}"), platform_name)()
-    top = getattr(importlib.import_module(f"{__package__}.{top_module}"), top_name)(core=core)
+    top_class = getattr(importlib.import_module(f"{__package__}.{top_module}"), top_name)
+    top = top_class(core=core)
     _yowasp_env()
     platform.build(
         top,
@@ -369,8 +382,8 @@ def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core
         "device": platform.device,
         "package": platform.package,
         "speed": platform.speed,
-        "core_mhz": ETH_BOARD_MHZ,
+        "core_mhz": round(top_class.CORE_MHZ, 3),
         "rgmii_mhz": RGMII_MHZ,
-        "pll": dict(EthBoardTop.PLL),
+        "pll": dict(top_class.PLL),
         "config": dict(core or BOARD_CORE),
     }

@@ -23,6 +23,7 @@ from ..board import BOARD_CORE, UARTBridge
 from ..core import AggregatorCore
 from .board import (
     ETH_BOARD_MHZ,
+    RGMII_MHZ,
     UART_DIVISOR,
     EthBoardTop,
     block_resets,
@@ -131,17 +132,25 @@ class EthInlineBoard(wiring.Component):
 
 class VersaInlineTop(Elaboratable):
     """:class:`EthInlineBoard` on the ECP5 Versa kit: PHY 0 is the WAN port, PHY 1 the LAN port; the PLL
-    and resets as :class:`~wanreduce.hw.eth.board.EthBoardTop`'s (the kit's oscillator is 100 MHz too).
-    LEDs 0..2: PLL unlocked, WAN link, LAN link."""
+    and resets as :class:`~wanreduce.hw.eth.board.EthBoardTop`'s (the kit's oscillator is 100 MHz too),
+    except the core's clock: the in-line core, with its bypass port, did not meet 100 MHz on this smaller,
+    slower part (docs/board.md), so it runs at the same VCO divided by 7 (71.4 MHz), still 4.6 times the
+    line's gigabit on its 64-bit bus. LEDs 0..2: PLL unlocked, WAN link, LAN link."""
+
+    PLL = {**EthBoardTop.PLL, "clkos2_div": 7}
+    CORE_MHZ = RGMII_MHZ * PLL["clkop_div"] / PLL["clkos2_div"]
 
     def __init__(self, *, core=None, baud=115200):
         self.core, self.baud = core, baud
 
+    pll = classmethod(EthBoardTop.pll.__func__)
+    core_cycles = classmethod(EthBoardTop.core_cycles.__func__)
+
     def elaborate(self, platform):
         m = Module()
-        lock = board_clocks(m, platform, EthBoardTop.pll)
+        lock = board_clocks(m, platform, self.pll)
         m.submodules.board = board = EthInlineBoard(
-            primitive="ecp5", core=self.core, uart_divisor=round(ETH_BOARD_MHZ * 1e6 / self.baud)
+            primitive="ecp5", core=self.core, **self.core_cycles(baud=self.baud)
         )
         for side, k in (("wan", 0), ("lan", 1)):
             eth = platform.request("eth_rgmii", k)
