@@ -11,7 +11,7 @@ PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements
 PYTEST_WORKERS ?= 2
 BOARD ?= ecpix5_85
 
-.PHONY: install test test-all sim verilog synth bitstream bitstream-eth bench prove demo demo-faults demo-root \
+.PHONY: install test test-all sim verilog synth bitstream bitstream-uart bitstream-eth bench prove demo demo-faults demo-root \
 	demo-net train lint lock clean figures figures-check
 
 install: $(STAMP)
@@ -40,12 +40,19 @@ verilog: $(STAMP)
 synth: $(STAMP)
 	$(VENV)/bin/wanreduce synth all
 
+# The Ethernet tops (docs/board.md): the ECPIX-5's, the core on its network port, and the ECP5 Versa's,
+# two ports in line; each to build/synth/eth_<board>/ with its per-clock Fmax in result.json.
 bitstream: $(STAMP)
-	$(VENV)/bin/wanreduce synth bitstream --board $(BOARD)
+	$(VENV)/bin/wanreduce synth eth --board ecpix5_85
+	$(VENV)/bin/wanreduce synth eth --board versa_ecp5
 
-# The Ethernet board top (core on the RGMII port, docs/board.md) to a bitstream: build/synth/eth_$(BOARD)/.
+# One board's Ethernet top: make bitstream-eth BOARD=versa_ecp5.
 bitstream-eth: $(STAMP)
 	$(VENV)/bin/wanreduce synth eth --board $(BOARD)
+
+# The UART-only board top (hw/board.py; seeds tried until one meets its clock): build/synth/bitstream_<board>/.
+bitstream-uart: $(STAMP)
+	$(VENV)/bin/wanreduce synth bitstream --board $(BOARD)
 
 # The SymbiYosys proofs of the slot table (sim/verify/formal.py); the depth reached per property goes to
 # build/prove.json.

@@ -80,7 +80,9 @@ def register(sub):
         "eth", help="the Ethernet board top to a bitstream, each clock's Fmax (docs/board.md)"
     )
     pn.add_argument(
-        "--board", default="ecpix5_85", choices=("ecpix5_85", "ecpix5_45"), help="(default: ecpix5_85)"
+        "--board",
+        default="ecpix5_85",
+        help="ecpix5_85, ecpix5_45 (one port) or versa_ecp5 (two ports, in line) (default: ecpix5_85)",
     )
     pn.add_argument("--seed", type=int, default=1, help="placement seed (default: 1)")
     flows.add_parser("report", help="write build/synth.md from the results present")
@@ -126,9 +128,8 @@ def run(args):
             from ..sim.synth import eth_flow
 
             r = eth_flow.bitstream(args.board, seed=args.seed)
-            print(
-                _shown({**eth_flow.figures(r), "fmax_all": r["fmax_all"], "luts": r["luts"], "ebr": r["ebr"]})
-            )
+            prefix = eth_flow.BUILDS.get(args.board, "board")
+            print(_shown({**eth_flow.figures(r, prefix), "fmax_all": r["fmax_all"]}))
         if args.flow in ("report", "all"):
             print(flow.report())
     except (RuntimeError, ValueError) as exc:

@@ -13,25 +13,52 @@ which adds the ECP5 PLL and the board's pins (``primitive="ecp5"``). The UART pr
 :mod:`wanreduce.hw.board`'s; its beat commands are not connected here (``'I'`` beats are taken and
 discarded, ``'O'`` finds no beat): the data path is the Ethernet port.
 
-Domains: ``sync`` (the core, 125 MHz), ``eth_tx`` and ``eth_tx90`` (the transmit clock and the same a
-quarter period later), ``eth_rx`` (the PHY's receive clock, made inside the MAC).
+Domains: ``sync`` (the core's clock, :data:`ETH_BOARD_MHZ`), ``eth_tx`` and ``eth_tx90`` (the 125 MHz
+transmit clock and the same a quarter period later), ``eth_rx`` (the PHY's receive clock, made inside the
+MAC). The core and each MAC's core-clock side run in local domains on ``sync``'s clock with a registered
+copy of its reset each (:func:`block_resets`): one reset net from the synchroniser to every flip-flop of
+the core and the MACs spans the die and was the placed design's critical path.
 """
 
-from amaranth.hdl import Array, ClockDomain, ClockSignal, Elaboratable, Instance, Module, Mux, Signal
+from amaranth.hdl import (
+    Array,
+    ClockDomain,
+    ClockSignal,
+    DomainRenamer,
+    Elaboratable,
+    Instance,
+    Module,
+    Mux,
+    ResetSignal,
+    Signal,
+)
 from amaranth.lib import wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from ...spec import regmap
-from ..board import BOARD_CORE, BOARD_MHZ, UARTBridge
+from ..board import BOARD_CORE, UARTBridge
 from ..core import AggregatorCore
 from .mac import RX_COUNTERS, TX_COUNTERS, EthMac, RgmiiSignature
 from .mdio import PhyManager
 
-__all__ = ["EthBoard", "EthBoardTop", "ETH_BOARD_MHZ", "board_registers", "port_registers"]
+__all__ = [
+    "EthBoard",
+    "EthBoardTop",
+    "ETH_BOARD_MHZ",
+    "RGMII_MHZ",
+    "block_resets",
+    "board_clocks",
+    "board_registers",
+    "port_registers",
+]
 
-#: The Ethernet top's core clock: the RGMII transmit clock's 125 MHz, from the same PLL output.
-ETH_BOARD_MHZ = BOARD_MHZ
+#: The Ethernet tops' core clock, a PLL output of its own: the core at this size meets the RGMII clock's
+#: 125 MHz on the ECP5 at some placement seeds only (docs/vendor.md); 100 MHz, a division of the same VCO,
+#: leaves it margin while its 64-bit bus still carries 6.4 times the line's gigabit.
+ETH_BOARD_MHZ = 100
+#: The RGMII clocks of gigabit Ethernet (receive from the PHY, transmit from the PLL).
+RGMII_MHZ = 125
 #: Core cycles per bit of the board's UART at 115200 baud.
 UART_DIVISOR = round(ETH_BOARD_MHZ * 1e6 / 115200)
 
@@ -62,6 +89,28 @@ def board_registers(m, ctl, core_ctl, values):
     with m.If(ctl.re):
         m.d.sync += [board.eq((ctl.addr >= regmap.BOARD_BASE) & (offset < n)), index.eq(offset)]
     m.d.sync += value.eq(Array(values)[index])
+
+
+def block_resets(m, blocks, domain="sync"):
+    """Give each of ``blocks`` (``{name: elaboratable}``) a local clock domain ``name`` on ``domain``'s
+    clock, reset from a registered copy of ``domain``'s reset, and return the blocks renamed into them.
+
+    The copies are the taps of one chain of registers (the ``k``-th block's reset is ``domain``'s delayed
+    ``k + 1`` cycles): each register drives one block and the next register, so the placer can put it
+    beside its block, and no two copies are the same function that synthesis would merge back into one
+    net. The blocks leave reset within ``len(blocks)`` cycles of each other; no stream between them
+    carries a beat that early (a frame takes hundreds of cycles to arrive)."""
+    prev = ResetSignal(domain)
+    renamed = {}
+    for name, block in blocks.items():
+        # Held in reset from configuration (init 1) until the chain's first real value arrives.
+        rst = Signal(init=1, reset_less=True, name=f"{name}_rst")
+        m.d[domain] += rst.eq(prev)
+        m.domains += ClockDomain(name, local=True)
+        m.d.comb += [ClockSignal(name).eq(ClockSignal(domain)), ResetSignal(name).eq(rst)]
+        renamed[name] = DomainRenamer({"sync": name})(block)
+        prev = rst
+    return renamed
 
 
 class EthBoard(wiring.Component):
@@ -110,8 +159,9 @@ class EthBoard(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.core = core = AggregatorCore(**self.core_params)
-        m.submodules.mac = mac = EthMac(width=core.width, primitive=self.primitive)
+        core = AggregatorCore(**self.core_params)
+        blocks = block_resets(m, {"core": core, "mac": EthMac(width=core.width, primitive=self.primitive)})
+        m.submodules.core, m.submodules.mac = core, mac = blocks["core"], blocks["mac"]
         m.submodules.bridge = bridge = UARTBridge(width=core.width, divisor=self.uart_divisor)
         reset_cycles, settle_cycles, poll_cycles = self.phy_cycles
         m.submodules.phy = phy = PhyManager(
@@ -144,28 +194,62 @@ class EthBoard(wiring.Component):
         return m
 
 
-class EthBoardTop(Elaboratable):
-    """:class:`EthBoard` on an ECPIX-5: the PLL (125 MHz and the same at 90° from the 100 MHz oscillator),
-    resets, the RGMII, MDIO, PHY reset, UART and LED pins. ``core`` as :class:`EthBoard`'s."""
+def board_clocks(m, platform, pll):
+    """The Ethernet tops' clocks on a board with a 100 MHz oscillator (``clk100``) and a reset button
+    (``rst``): ``pll(m, clk100)`` adds the PLL and returns ``(CLKOP, CLKOS, CLKOS2, LOCK)``; the domains
+    ``eth_tx`` (CLKOP), ``eth_tx90`` (CLKOS) and ``sync`` (CLKOS2, the core) get them, each reset by its
+    own synchroniser while the button is pressed or the PLL is unlocked. Returns LOCK."""
+    clk100 = platform.request("clk100", 0).i
+    button = platform.request("rst", 0).i
+    clkop, clkos, clkos2, lock = pll(m, clk100)
+    for name, clk in (("sync", clkos2), ("eth_tx", clkop), ("eth_tx90", clkos)):
+        m.domains += ClockDomain(name)
+        m.d.comb += ClockSignal(name).eq(clk)
+        m.submodules[f"reset_{name}"] = ResetSynchronizer(button | ~lock, domain=name)
+    return lock
 
-    #: EHXPLLL settings: 100 MHz in, VCO 625 MHz, two 125 MHz outputs, CLKOS 1.25 VCO periods later (90°).
+
+class EthBoardTop(Elaboratable):
+    """:class:`EthBoard` on an ECPIX-5: the PLL (from the 100 MHz oscillator: 125 MHz, the same at 90°,
+    and the core's :data:`ETH_BOARD_MHZ`), resets, the RGMII, MDIO, PHY reset, UART and LED pins. ``core``
+    as :class:`EthBoard`'s."""
+
+    #: EHXPLLL settings: 100 MHz in, VCO 500 MHz; CLKOP 125 MHz (fed back), CLKOS 125 MHz one VCO period
+    #: (2 ns, 90°) later, CLKOS2 100 MHz for the core.
     PLL = {
         "clki_div": 4,
         "clkfb_div": 5,
-        "clkop_div": 5,
-        "clkos_div": 5,
-        "clkos_cphase": 5,
-        "clkos_fphase": 2,
+        "clkop_div": 4,
+        "clkos_div": 4,
+        "clkos_cphase": 4,
+        "clkos_fphase": 0,
+        "clkos2_div": 5,
     }
+    assert 100 * PLL["clkfb_div"] // PLL["clki_div"] == RGMII_MHZ
+    assert 400 <= RGMII_MHZ * PLL["clkop_div"] <= 800  # the ECP5 VCO's range
+    assert RGMII_MHZ * PLL["clkop_div"] // PLL["clkos2_div"] == ETH_BOARD_MHZ
+    #: The core's clock, CLKOS2 (MHz).
+    CORE_MHZ = ETH_BOARD_MHZ
 
     def __init__(self, *, core=None, baud=115200):
         self.core, self.baud = core, baud
 
     @classmethod
+    def core_cycles(cls, *, baud):
+        """The keywords of the board's parts that count core cycles: the UART's bit and the PHY's reset,
+        settle and poll times (100 us, 500 us and 1 ms of this top's core clock)."""
+        return {
+            "uart_divisor": round(cls.CORE_MHZ * 1e6 / baud),
+            "phy_reset_cycles": round(cls.CORE_MHZ * 10_000),
+            "phy_settle_cycles": round(cls.CORE_MHZ * 50_000),
+            "poll_cycles": round(cls.CORE_MHZ * 100_000),
+        }
+
+    @classmethod
     def pll(cls, m, clk100):
-        """Add the EHXPLLL to ``m``; return its ``(CLKOP, CLKOS, LOCK)``."""
+        """Add the EHXPLLL to ``m``; return its ``(CLKOP, CLKOS, CLKOS2, LOCK)``."""
         p = cls.PLL
-        clkop, clkos, lock = Signal(), Signal(), Signal()
+        clkop, clkos, clkos2, lock = Signal(), Signal(), Signal(), Signal()
         m.submodules.pll = Instance(
             "EHXPLLL",
             p_PLLRST_ENA="DISABLED",
@@ -174,14 +258,19 @@ class EthBoardTop(Elaboratable):
             p_DPHASE_SOURCE="DISABLED",
             p_OUTDIVIDER_MUXA="DIVA",
             p_OUTDIVIDER_MUXB="DIVB",
+            p_OUTDIVIDER_MUXC="DIVC",
             p_CLKOP_ENABLE="ENABLED",
             p_CLKOS_ENABLE="ENABLED",
+            p_CLKOS2_ENABLE="ENABLED",
             p_CLKOP_DIV=p["clkop_div"],
             p_CLKOP_CPHASE=p["clkop_div"] - 1,
             p_CLKOP_FPHASE=0,
             p_CLKOS_DIV=p["clkos_div"],
             p_CLKOS_CPHASE=p["clkos_cphase"],
             p_CLKOS_FPHASE=p["clkos_fphase"],
+            p_CLKOS2_DIV=p["clkos2_div"],
+            p_CLKOS2_CPHASE=p["clkos2_div"] - 1,
+            p_CLKOS2_FPHASE=0,
             p_FEEDBK_PATH="CLKOP",
             p_CLKFB_DIV=p["clkfb_div"],
             p_CLKI_DIV=p["clki_div"],
@@ -189,6 +278,7 @@ class EthBoardTop(Elaboratable):
             i_CLKFB=clkop,
             o_CLKOP=clkop,
             o_CLKOS=clkos,
+            o_CLKOS2=clkos2,
             o_LOCK=lock,
             i_RST=0,
             i_STDBY=0,
@@ -200,28 +290,21 @@ class EthBoardTop(Elaboratable):
             i_PLLWAKESYNC=0,
             i_ENCLKOP=0,
             a_FREQUENCY_PIN_CLKI="100",
-            a_FREQUENCY_PIN_CLKOP="125",
-            a_FREQUENCY_PIN_CLKOS="125",
+            a_FREQUENCY_PIN_CLKOP=str(RGMII_MHZ),
+            a_FREQUENCY_PIN_CLKOS=str(RGMII_MHZ),
+            a_FREQUENCY_PIN_CLKOS2=f"{cls.CORE_MHZ:.6g}",
             a_ICP_CURRENT="12",
             a_LPF_RESISTOR="8",
             a_MFG_ENABLE_FILTEROPAMP="1",
             a_MFG_GMCREF_SEL="2",
         )
-        return clkop, clkos, lock
+        return clkop, clkos, clkos2, lock
 
     def elaborate(self, platform):
         m = Module()
-        clk100 = platform.request("clk100", 0).i
-        button = platform.request("rst", 0).i
-        clkop, clkos, lock = self.pll(m, clk100)
-        for name, clk in (("sync", clkop), ("eth_tx", clkop), ("eth_tx90", clkos)):
-            m.domains += ClockDomain(name)
-            m.d.comb += ClockSignal(name).eq(clk)
-            m.submodules[f"reset_{name}"] = ResetSynchronizer(button | ~lock, domain=name)
-
-        m.submodules.board = board = EthBoard(
-            primitive="ecp5", core=self.core, uart_divisor=round(ETH_BOARD_MHZ * 1e6 / self.baud)
-        )
+        lock = board_clocks(m, platform, self.pll)
+        cycles = self.core_cycles(baud=self.baud)
+        m.submodules.board = board = EthBoard(primitive="ecp5", core=self.core, **cycles)
         eth = platform.request("eth_rgmii", 0)
         uart = platform.request("uart", 0)
         m.d.comb += [
@@ -249,22 +332,38 @@ class EthBoardTop(Elaboratable):
         return m
 
 
-#: Name of the Ethernet top's build products.
+#: Name of the Ethernet tops' build products.
 ETH_BUILD_NAME = "wanreduce_eth"
+
+#: The Ethernet tops by board: (amaranth-boards module, platform class, top's module, top's class, ports).
+ETH_BOARDS = {
+    "ecpix5_85": ("ecpix5", "ECPIX585Platform", "board", "EthBoardTop", 1),
+    "ecpix5_45": ("ecpix5", "ECPIX545Platform", "board", "EthBoardTop", 1),
+    "versa_ecp5": ("versa_ecp5", "VersaECP5Platform", "inline", "VersaInlineTop", 2),
+}
+
+
+def check_eth_board(board):
+    """Refuse a board without an Ethernet top with a full-sentence error."""
+    if board not in ETH_BOARDS:
+        raise ValueError(f"The Ethernet board must be one of {', '.join(ETH_BOARDS)}, not {board!r}.")
 
 
 def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core=None):
-    """Build :class:`EthBoardTop` for ``board`` to a bitstream in ``build_dir`` (amaranth-boards' flow with
-    the YoWASP tools, as :func:`wanreduce.hw.board.build`); return a dict describing the build. The
-    PHY's receive clock gets its 125 MHz constraint on its pin; nextpnr derives the PLL outputs' own."""
-    from ..board import _platforms, _yowasp_env
+    """Build ``board``'s Ethernet top (:data:`ETH_BOARDS`) to a bitstream in ``build_dir`` (amaranth-boards'
+    flow with the YoWASP tools, as :func:`wanreduce.hw.board.build`); return a dict describing the build.
+    Each PHY's receive clock gets its 125 MHz constraint on its pin; nextpnr derives the PLL outputs'
+    own from the oscillator's."""
+    import importlib
 
-    platforms = _platforms()
-    if board not in platforms:
-        raise ValueError(f"The board must be one of {', '.join(platforms)}, not {board!r}.")
+    from ..board import _yowasp_env
+
+    check_eth_board(board)
+    boards_module, platform_name, top_module, top_name, ports = ETH_BOARDS[board]
+    platform = getattr(importlib.import_module(f"amaranth_boards.{boards_module}"), platform_name)()
+    top_class = getattr(importlib.import_module(f"{__package__}.{top_module}"), top_name)
+    top = top_class(core=core)
     _yowasp_env()
-    platform = platforms[board]()
-    top = EthBoardTop(core=core)
     platform.build(
         top,
         name=name,
@@ -272,15 +371,19 @@ def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core
         do_program=False,
         nextpnr_opts=f"--router router2 --timing-allow-fail --seed {seed} --report {name}.report.json",
         script_after_read=f"write_verilog -norename {name}.v; design -reset; read_verilog {name}.v",
-        add_preferences='FREQUENCY PORT "eth_rgmii_0__rx_clk__io" 125000000.0 HZ;',
+        add_preferences="".join(
+            f'FREQUENCY PORT "eth_rgmii_{k}__rx_clk__io" {RGMII_MHZ * 1e6} HZ;\n' for k in range(ports)
+        ),
     )
-    params = dict(core or BOARD_CORE)
     return {
         "name": name,
+        "top": top_name,
+        "ports": ports,
         "device": platform.device,
         "package": platform.package,
         "speed": platform.speed,
-        "freq_mhz": ETH_BOARD_MHZ,
-        "pll": dict(EthBoardTop.PLL),
-        "config": params,
+        "core_mhz": round(top_class.CORE_MHZ, 3),
+        "rgmii_mhz": RGMII_MHZ,
+        "pll": dict(top_class.PLL),
+        "config": dict(core or BOARD_CORE),
     }

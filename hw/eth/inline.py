@@ -14,15 +14,23 @@ UART, the board registers (WAN port at ``regmap.BOARD_BASE``, LAN port ``regmap.
 after it) and the clocks are :mod:`.board`'s.
 """
 
-from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Module
+from amaranth.hdl import Const, Elaboratable, Module
 from amaranth.lib import wiring
-from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from ...spec import ethernet, regmap
 from ..board import BOARD_CORE, UARTBridge
 from ..core import AggregatorCore
-from .board import ETH_BOARD_MHZ, UART_DIVISOR, EthBoardTop, board_registers, port_registers
+from .board import (
+    ETH_BOARD_MHZ,
+    RGMII_MHZ,
+    UART_DIVISOR,
+    EthBoardTop,
+    block_resets,
+    board_clocks,
+    board_registers,
+    port_registers,
+)
 from .mac import EthMac, RgmiiSignature
 from .mdio import PhyManager
 from .merge import FrameMerge
@@ -73,10 +81,17 @@ class EthInlineBoard(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.core = core = AggregatorCore(**self.core_params)
+        core = AggregatorCore(**self.core_params)
         W = core.width
-        m.submodules.wan_mac = wan = EthMac(width=W, primitive=self.primitive)
-        m.submodules.lan_mac = lan = EthMac(width=W, primitive=self.primitive)
+        blocks = block_resets(
+            m,
+            {
+                "core": core,
+                "wan_mac": EthMac(width=W, primitive=self.primitive),
+                "lan_mac": EthMac(width=W, primitive=self.primitive),
+            },
+        )
+        m.submodules.core, m.submodules.wan_mac, m.submodules.lan_mac = core, wan, lan = blocks.values()
         m.submodules.to_lan = merge = FrameMerge(width=W, n=2)
         m.submodules.bridge = bridge = UARTBridge(width=W, divisor=self.uart_divisor)
         wiring.connect(m, wiring.flipped(self.wan), wan.rgmii)
@@ -117,22 +132,25 @@ class EthInlineBoard(wiring.Component):
 
 class VersaInlineTop(Elaboratable):
     """:class:`EthInlineBoard` on the ECP5 Versa kit: PHY 0 is the WAN port, PHY 1 the LAN port; the PLL
-    and resets as :class:`~wanreduce.hw.eth.board.EthBoardTop`'s (the kit's oscillator is 100 MHz too)."""
+    and resets as :class:`~wanreduce.hw.eth.board.EthBoardTop`'s (the kit's oscillator is 100 MHz too),
+    except the core's clock: the in-line core, with its bypass port, did not meet 100 MHz on this smaller,
+    slower part (docs/board.md), so it runs at the same VCO divided by 7 (71.4 MHz), still 4.6 times the
+    line's gigabit on its 64-bit bus. LEDs 0..2: PLL unlocked, WAN link, LAN link."""
+
+    PLL = {**EthBoardTop.PLL, "clkos2_div": 7}
+    CORE_MHZ = RGMII_MHZ * PLL["clkop_div"] / PLL["clkos2_div"]
 
     def __init__(self, *, core=None, baud=115200):
         self.core, self.baud = core, baud
 
+    pll = classmethod(EthBoardTop.pll.__func__)
+    core_cycles = classmethod(EthBoardTop.core_cycles.__func__)
+
     def elaborate(self, platform):
         m = Module()
-        clk100 = platform.request("clk100", 0).i
-        button = platform.request("rst", 0).i
-        clkop, clkos, lock = EthBoardTop.pll(m, clk100)
-        for name, clk in (("sync", clkop), ("eth_tx", clkop), ("eth_tx90", clkos)):
-            m.domains += ClockDomain(name)
-            m.d.comb += ClockSignal(name).eq(clk)
-            m.submodules[f"reset_{name}"] = ResetSynchronizer(button | ~lock, domain=name)
+        lock = board_clocks(m, platform, self.pll)
         m.submodules.board = board = EthInlineBoard(
-            primitive="ecp5", core=self.core, uart_divisor=round(ETH_BOARD_MHZ * 1e6 / self.baud)
+            primitive="ecp5", core=self.core, **self.core_cycles(baud=self.baud)
         )
         for side, k in (("wan", 0), ("lan", 1)):
             eth = platform.request("eth_rgmii", k)
@@ -156,4 +174,6 @@ class VersaInlineTop(Elaboratable):
             ]
         uart = platform.request("uart", 0)
         m.d.comb += [board.uart_rx.eq(uart.rx.i), uart.tx.o.eq(board.uart_tx)]
+        leds = [platform.request("led", k) for k in range(3)]
+        m.d.comb += [leds[0].o.eq(~lock), leds[1].o.eq(board.wan_link), leds[2].o.eq(board.lan_link)]
         return m

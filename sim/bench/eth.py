@@ -7,9 +7,11 @@ MAC towards the core; sent: as their preambles start on the pins) over the rate 
 1 Gbit/s with a 12-byte gap (``wanreduce.spec.ethernet.wire_bytes``).
 
 Figures: ``eth_rx_line_rate_fraction``, ``eth_tx_line_rate_fraction``, ``eth_line_rate_frame_bytes``;
-and, when ``wanreduce synth eth`` (``make bitstream-eth``) has built the Ethernet board
-top, its placed design's ``board_eth_rx_fmax_mhz``, ``board_eth_tx_fmax_mhz``, ``board_core_fmax_mhz``,
-``board_eth_luts`` and ``board_eth_ebr`` from its ``result.json`` (the bench does not place and route).
+and, for each Ethernet top ``make bitstream`` has placed (``wanreduce synth eth``, :data:`eth_flow.BUILDS`),
+its placed design's per-domain Fmax with the constraint each is held to, LUTs and EBR from its
+``result.json`` (the bench does not place and route): ``board_eth_rx_fmax_mhz``, ``board_eth_tx_fmax_mhz``,
+``board_core_fmax_mhz``, ``board_eth_luts``, ``board_eth_ebr`` for the ECPIX-5's, the same with
+``board_inline_`` for the ECP5 Versa's two-port top (:func:`eth_flow.figures`).
 """
 
 import json
@@ -39,9 +41,8 @@ def run(frames=FRAMES):
             params={"width": 64, "seed": 1, "frames": frames, "out": str(out)},
         )
         figures = json.loads(out.read_text())
-    placed = Path("build") / "synth" / "eth_ecpix5_85" / "result.json"
-    if placed.exists():
-        result = json.loads(placed.read_text())
-        figures.update(eth_flow.figures(result))
-        figures.update({"board_eth_luts": result["luts"], "board_eth_ebr": result["ebr"]})
+    for board, prefix in eth_flow.BUILDS.items():
+        placed = eth_flow.result_path(board)
+        if placed.exists():
+            figures.update(eth_flow.figures(json.loads(placed.read_text()), prefix))
     return figures

@@ -24,6 +24,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge, Timer, with_ti
 
 from ...host import control
 from ...host.golden import Destination
+from ...hw.eth.board import ETH_BOARD_MHZ, RGMII_MHZ
 from ...spec import addressing, ethernet, protocol, regmap
 from ..verilator import runner
 from . import traffic
@@ -36,7 +37,8 @@ TOP = "eth_board"
 CORE = {"width": 64, "slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jobs": 4, "rounds": 64}
 #: Core cycles per UART bit in the simulated build (the board's 115200 baud would be 1085).
 UART_DIVISOR = 4
-CORE_NS, ETH_NS = 8, 8
+#: Clock periods as on the boards: the core's own PLL output, the RGMII clocks' 125 MHz.
+CORE_NS, ETH_NS = 1000 // ETH_BOARD_MHZ, 1000 // RGMII_MHZ
 #: How both boards are built for simulation: DDR cell models, the small core, a fast UART, short PHY times.
 _SIM_BOARD = dict(
     primitive="model",
