@@ -1004,7 +1004,7 @@ class SlotTable(wiring.Component):
     def _busy_memory(self, m, ctx):
         """The busy flags as generation counts (``states="block"``, module docstring) and X's flag."""
         # Releases of each slot, modulo 2. A release flips its slot's bit: read on the cycle it comes, written
-        # on the next (when the on-chip build registers it), the previous write forwarded to the read.
+        # on the next (as the busy register takes a registered release), the previous write forwarded.
         m.submodules.relgen = relgen = memory.Memory(shape=1, depth=ctx.S, init=[])
         rw = relgen.write_port()
         rd_rel = relgen.read_port(domain="sync")
