@@ -56,6 +56,8 @@ class AggregatorCore(wiring.Component):
     bypass port forwards; 0: no bypass port, every frame not taken is dropped) and ``bypass_frames``
     (frames between input and verdict: 64 covers one-beat frames back to back over the ~32 cycles from
     input to the slot table's verdict). ``adder``/``formats`` replace the adder lanes in tests only.
+    ``slot_states``: how the slot table keeps its per-slot states, ``"lut"`` or ``"block"``
+    (:class:`~wanreduce.hw.slot_table.SlotTable`; None: block memories from 4,096 slots on).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class AggregatorCore(wiring.Component):
         mem_addr_width=34,
         mem_id_width=None,
         mem_frames=16,
+        slot_states=None,
     ):
         if buffers not in ("internal", "external"):
             raise ValueError(f"The member buffers must be 'internal' or 'external', not {buffers!r}.")
@@ -95,7 +98,12 @@ class AggregatorCore(wiring.Component):
         self.words = payload_words(width, slot_bytes)
         self.buffers = buffers
         self.slot_table = SlotTable(
-            width=width, slots=slots, members=members, slot_bytes=slot_bytes, buffers=buffers
+            width=width,
+            slots=slots,
+            members=members,
+            slot_bytes=slot_bytes,
+            buffers=buffers,
+            states=slot_states,
         )
         self.ext = None
         if buffers == "external":

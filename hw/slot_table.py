@@ -54,6 +54,23 @@ one cycle.
 
 After reset the state memory is cleared, one slot per cycle, with ``i.ready`` low for those S cycles.
 
+Two ways to keep the slot states (``states``). ``"lut"`` (the default up to
+:data:`BLOCK_STATES_FROM` slots): the state memory is read asynchronously (LUT RAM) into a register of
+D's, and the busy flags are one S-bit register set and cleared with shifted masks. Both stop scaling long
+before the 2^20 slots of an external build: an asynchronous read of a million words maps to no block RAM,
+and the masks make Amaranth's conversion time grow with S^2 (and cannot exist past 65,535 bits).
+``"block"``: every per-slot table is a memory with synchronous reads (block RAM or UltraRAM). The state
+memory's read port is addressed exactly as the asynchronous one, enabled with D, so its output register
+takes D's register's place; the commit written in the read's cycle, which such a read does not see, is
+forwarded from two registers beside it. The busy flags become two one-bit generation counts: ``gen`` in
+the slot state flips at each commit that completes a chunk, and a memory ``relgen`` flips at each release
+of the slot (read, then written the cycle after, with its own write forwarded); a slot is busy while the
+two differ. X's flag is the generation its beat brings from E (the state as of every packet ahead) against
+``relgen`` read for the slot entering or staying in X, with the release written in that cycle forwarded:
+the same cycles as the register's. So a released slot takes the same cycle to become free, and the input
+keeps its one beat per cycle. (The completion queue's consumer releases each completed chunk exactly once,
+which the reduce engine and the external prefetcher both do.)
+
 Latency: three cycles from an accepted beat to its write, commit and completion in X (two more than before
 the timing work of issue #11); the events (``ev_*``) are registered and come a cycle after that; a release of
 a slot takes effect a cycle after ``release``. The completion output has a one-record skid register (no
@@ -85,7 +102,10 @@ from .layouts import (
 )
 from .stream import keep_and_tree, kept_copies, lowest_index, priority_select
 
-__all__ = ["SlotTable", "SlotState"]
+__all__ = ["SlotTable", "SlotState", "BLOCK_STATES_FROM"]
+
+#: From this many slots on, ``states=None`` keeps the slot states in block memories (module docstring).
+BLOCK_STATES_FROM = 1 << 12
 
 
 class SlotState(enum.Enum, shape=2):
@@ -135,11 +155,15 @@ class SlotTable(wiring.Component):
     ``ev_reemit`` (it asked for a RESULT again), ``ev_evict`` (it took a live slot back), and, with
     ``ev_valid``, the packet's ``foreign`` flag ``ev_foreign`` (for
     the core's bypass verdict).
+    ``states``: ``"lut"`` or ``"block"`` (module docstring); None picks ``"block"`` from
+    :data:`BLOCK_STATES_FROM` slots on. Both have the same latency, ports and cycle behaviour.
     """
 
-    def __init__(self, *, width, slots, members, slot_bytes, buffers="internal"):
+    def __init__(self, *, width, slots, members, slot_bytes, buffers="internal", states=None):
         if buffers not in ("internal", "external"):
             raise ValueError(f"The member buffers must be 'internal' or 'external', not {buffers!r}.")
+        if states not in (None, "lut", "block"):
+            raise ValueError(f"The slot states must be kept in 'lut' or 'block' memory, not {states!r}.")
         if slots < 1 or slots & (slots - 1):
             raise ValueError(f"The slot count must be a power of two, not {slots}.")
         if not 1 <= members <= protocol.MAX_RANKS:
@@ -148,6 +172,9 @@ class SlotTable(wiring.Component):
         self.words = payload_words(width, slot_bytes)
         self.depth = slots * members * self.words
         self.buffers = buffers
+        if states is None:
+            states = "block" if slots >= BLOCK_STATES_FROM else "lut"
+        self.states = states
         if buffers == "internal":
             store = {
                 "rd": Out(
@@ -222,6 +249,8 @@ class SlotTable(wiring.Component):
                 # stored (by position in the summation order), for the eviction rule below.
                 "rot": max(1, (ctx.G - 1).bit_length()),
                 "mmask": ctx.G,
+                # Completions of the slot, modulo 2: busy while it differs from the releases' count.
+                **({"gen": 1} if self.states == "block" else {}),
             }
         )
         if self.buffers == "internal":
@@ -247,9 +276,14 @@ class SlotTable(wiring.Component):
         # Read asynchronously (LUT RAM) into a register of this table's own: its bypass of the commit being
         # written in the same cycle is chosen from registers (a commit in X to the slot read), not from
         # the write port's enable and address after the read address.
-        ctx.srps = [state_lo.read_port(domain="comb"), state_hi.read_port(domain="comb")]
         ctx.srd = Signal(ctx.state_layout)
         ctx.srp_data = Signal(sw)
+        if self.states == "lut":
+            ctx.srps = [state_lo.read_port(domain="comb"), state_hi.read_port(domain="comb")]
+        else:
+            # Block RAM: the read port's output register is D's state register (enabled with D); the
+            # commit written in the read's cycle is forwarded from registers of its own (``_commit``).
+            ctx.srps = [state_lo.read_port(domain="sync"), state_hi.read_port(domain="sync")]
         m.d.comb += ctx.srp_data.eq(Cat(ctx.srps[0].data, ctx.srps[1].data))
 
         # After reset every slot is written empty, one per cycle (the memory's power-up contents are not
@@ -391,6 +425,8 @@ class SlotTable(wiring.Component):
                 "wclaim": 1,  # a claim's first write: it waits while the slot is busy
                 "rec": 1,  # a last beat with a record for the completion queue (a completion or a re-emit)
                 **({"midx": range(ctx.G)} if self.buffers == "external" else {}),  # its buffer in the slot
+                # The slot's completions (mod 2) as of every packet ahead of this beat (block states).
+                **({"gen": 1} if self.states == "block" else {}),
             }
         )
         ctx.xv = Signal()
@@ -717,6 +753,8 @@ class SlotTable(wiring.Component):
             )
         )
         m.d.comb += ctx.new.state.eq(Mux(ctx.completes, SlotState.DONE, SlotState.LIVE))
+        if self.states == "block":
+            m.d.comb += ctx.new.gen.eq(ctx.st_e.gen ^ ctx.completes)
         with m.If(ctx.completes):
             m.d.comb += [
                 ctx.new.last_valid.eq(1),
@@ -794,6 +832,8 @@ class SlotTable(wiring.Component):
             ]
             if self.buffers == "external":
                 m.d.sync += ctx.x.midx.eq(ctx.w_buf)  # the buffer within the slot (rotated)
+            if self.states == "block":
+                m.d.sync += ctx.x.gen.eq(ctx.st_e.gen)
 
         # Whether any drop code applies was decided in E; the code itself, for the counters, is formed here.
         ctx.slot_drop = Signal(32)
@@ -811,7 +851,8 @@ class SlotTable(wiring.Component):
     def _stall(self, m, ctx):
         """Stage X: the busy wait, the completion output's skid register and the stall's copies."""
         # Stage X. A claim waits while the slot's buffers are still being read by the reduce engine.
-        ctx.busy = Signal(ctx.S)
+        if self.states == "lut":
+            ctx.busy = Signal(ctx.S)
         ctx.x_busy = Signal()  # the busy bit of X's slot, kept beside it so that the stall is one gate
         ctx.x_busy_n = Signal(init=1)  # ~x_busy
         ctx.busy_stall = ctx.x.wclaim & ctx.x_busy
@@ -889,8 +930,17 @@ class SlotTable(wiring.Component):
             hit_i.eq(wr & (ctx.x.slot == self.i.payload.slot)),
         ]
         wr_hit = Mux(ctx.sk_v, hit_sk, hit_i)
-        with m.If(ctx.en_d):
-            m.d.sync += ctx.srd.eq(Mux(wr_hit, ctx.x.new, ctx.srp_data))
+        if self.states == "lut":
+            with m.If(ctx.en_d):
+                m.d.sync += ctx.srd.eq(Mux(wr_hit, ctx.x.new, ctx.srp_data))
+        else:
+            # The read port's register holds the word as it was before this cycle's write; that write, if
+            # it is to the slot read, is kept beside it and taken instead.
+            fwd_hit, fwd_new = Signal(), Signal(ctx.state_layout)
+            m.d.comb += [p.en.eq(ctx.en_d) for p in ctx.srps]
+            with m.If(ctx.en_d):
+                m.d.sync += [fwd_hit.eq(wr_hit), fwd_new.eq(ctx.x.new)]
+            m.d.comb += ctx.srd.eq(Mux(fwd_hit, fwd_new, ctx.srp_data))
 
         # Commit.
         with m.If(ctx.clearing):
@@ -916,6 +966,13 @@ class SlotTable(wiring.Component):
             self.ev_foreign.eq(ctx.x.foreign),
         ]
 
+        if self.states == "lut":
+            self._busy_vector(m, ctx)
+        else:
+            self._busy_memory(m, ctx)
+
+    def _busy_vector(self, m, ctx):
+        """The busy flags as one S-bit register (``states="lut"``) and X's flag from it."""
         # Busy: completed, and the reduce engine has not yet issued every read of it.
         set_mask = Mux(ctx.xv & ctx.x.commit & ctx.x.completes, (Const(1, ctx.S) << ctx.x.slot)[: ctx.S], 0)
         # The release is registered first (it comes from the reduce engine's issue logic); a slot stays busy
@@ -943,3 +1000,34 @@ class SlotTable(wiring.Component):
             busy_x.eq(ctx.busy.bit_select(ctx.x.slot, 1) & ~clr_x),
         ]
         m.d.sync += kept_copies([(ctx.x_busy, False), (ctx.x_busy_n, True)], Mux(ctx.en_x, busy_e, busy_x))
+
+    def _busy_memory(self, m, ctx):
+        """The busy flags as generation counts (``states="block"``, module docstring) and X's flag."""
+        # Releases of each slot, modulo 2. A release flips its slot's bit: read on the cycle it comes, written
+        # on the next (as the busy register takes a registered release), the previous write forwarded.
+        m.submodules.relgen = relgen = memory.Memory(shape=1, depth=ctx.S, init=[])
+        rw = relgen.write_port()
+        rd_rel = relgen.read_port(domain="sync")
+        rd_x = relgen.read_port(domain="sync")
+        rel, rel_slot = Signal(), Signal(range(ctx.S))
+        m.d.sync += [rel.eq(self.release), rel_slot.eq(self.release_slot)]
+        m.d.comb += rd_rel.addr.eq(self.release_slot)
+        fw_rel, fw_rel_v = Signal(), Signal()
+        m.d.sync += [fw_rel.eq(rw.en & (rw.addr == self.release_slot)), fw_rel_v.eq(rw.data)]
+        with m.If(ctx.clearing):
+            m.d.comb += [rw.addr.eq(ctx.clear_idx), rw.data.eq(0), rw.en.eq(1)]
+        with m.Else():
+            m.d.comb += [
+                rw.addr.eq(rel_slot),
+                rw.data.eq(~Mux(fw_rel, fw_rel_v, rd_rel.data)),
+                rw.en.eq(rel),
+            ]
+        # X's flag: its beat's generation (from E, every commit ahead of it counted, X's own completion
+        # included when it moves on) against the releases of the slot that will be in X next cycle.
+        m.d.comb += rd_x.addr.eq(Mux(ctx.en_x, ctx.e.slot, ctx.x.slot))
+        fw_x, fw_x_v = Signal(), Signal()
+        m.d.sync += [fw_x.eq(rw.en & (rw.addr == rd_x.addr)), fw_x_v.eq(rw.data)]
+        m.d.comb += [
+            ctx.x_busy.eq(ctx.x.gen ^ Mux(fw_x, fw_x_v, rd_x.data)),
+            ctx.x_busy_n.eq(~ctx.x_busy),
+        ]

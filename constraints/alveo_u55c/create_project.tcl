@@ -3,6 +3,14 @@
 #   wanreduce verilog --bypass-bytes 0 -o build/verilog   # W=512, the AXI top wanreduce_axi, one port
 #   vivado -mode batch -source constraints/alveo_u55c/create_project.tcl -tclargs build/verilog build/vivado
 #
+# The external-buffer build (docs/extmem.md), its member buffers in the card's HBM:
+#
+#   wanreduce verilog --bypass-bytes 0 --buffers external --mem-ports 2 --slots 1048576 \
+#       --mem-addr-width 33 --mem-id-width 6 -o build/verilog
+#
+# is recognised from wanreduce_axi.json; hbm.tcl then adds the HBM controller, its clocking and one
+# SmartConnect per memory port, and u55c_top.v connects them (WANREDUCE_HBM).
+#
 # Then `launch_runs impl_1 -to_step write_bitstream` in the project, or open it in the GUI. Documented, not
 # run in this repository's CI (Vivado is not installed there). Tested parameter names are those of
 # cmac_usplus 3.1, axis_data_fifo 2.0 and jtag_axi 1.2; check them against your Vivado's IP catalog.
@@ -22,6 +30,20 @@ catch {set_property board_part xilinx.com:au55c:part0:1.0 [current_project]}
 add_files -norecurse [list $vdir/wanreduce_axi.v $here/u55c_top.v]
 add_files -fileset constrs_1 -norecurse $here/wanreduce_u55c.xdc
 set_property top u55c_top [current_fileset]
+
+# External member buffers: the build's memory ports, address and ID widths from its JSON.
+set fp [open $vdir/wanreduce_axi.json]
+set json [read $fp]
+close $fp
+if {[regexp {"buffers":\s*"external"} $json]} {
+    if {![regexp {"mem_ports":\s*(\d+)} $json -> mem_ports]
+        || ![regexp {"m_axi_mem0__awaddr":\s*\{\s*"dir":\s*"output",\s*"bits":\s*(\d+)} $json -> mem_addr]
+        || ![regexp {"m_axi_mem0__awid":\s*\{\s*"dir":\s*"output",\s*"bits":\s*(\d+)} $json -> mem_id]} {
+        error "$vdir/wanreduce_axi.json names external buffers but not their ports: rerun `wanreduce verilog`"
+    }
+    source $here/hbm.tcl
+    wanreduce_hbm $projdir $mem_ports $mem_addr $mem_id
+}
 
 # 100G Ethernet subsystem on QSFP0 (GT quad 130, 161.1328125 MHz reference), AXI4-Stream user interface,
 # RS-FEC, shared logic in the core (it instantiates the reference clock buffer).

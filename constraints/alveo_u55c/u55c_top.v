@@ -10,6 +10,10 @@
 // aggregator does not promise, so its output goes through a store-and-forward (packet mode) FIFO.
 // The port list of cmac_usplus follows its instantiation template (PG203); status outputs not used here
 // are left open.
+//
+// With WANREDUCE_HBM defined (create_project.tcl does it for an external-buffer build, docs/extmem.md), the
+// aggregator's AXI4 memory ports go to the HBM through the block design hbm.tcl builds; its two include
+// files, written into the project folder, hold the wires, that design's instance and the port connections.
 `default_nettype none
 module u55c_top (
     input  wire       clk_100mhz_p, clk_100mhz_n,
@@ -20,7 +24,9 @@ module u55c_top (
     output wire       hbm_cattrip,
     output wire [1:0] qsfp0_led
 );
-    assign hbm_cattrip = 1'b0;
+`ifndef WANREDUCE_HBM
+    assign hbm_cattrip = 1'b0;   // no HBM in use: keep it powered
+`endif
 
     wire init_clk, init_clk_ibuf;
     IBUFDS ibuf_100 (.I(clk_100mhz_p), .IB(clk_100mhz_n), .O(init_clk_ibuf));
@@ -87,6 +93,10 @@ module u55c_top (
     wire [511:0] agg_tdata;
     wire [63:0]  agg_tkeep;
     wire         rx_tready_unused;
+`ifdef WANREDUCE_HBM
+`include "wanreduce_hbm.vh"
+    assign hbm_cattrip = hbm_cattrip_hbm;
+`endif
     wanreduce_axi agg (
         .clk(core_clk), .rst(rst_core), .axil_clk(init_clk), .axil_rst(rst_axil),
         .s_axis__tdata(rx_tdata), .s_axis__tkeep(rx_tkeep), .s_axis__tlast(rx_tlast),
@@ -98,6 +108,9 @@ module u55c_top (
         .s_axil__bresp(bresp), .s_axil__bvalid(bvalid), .s_axil__bready(bready),
         .s_axil__araddr(araddr[18:0]), .s_axil__arvalid(arvalid), .s_axil__arready(arready),
         .s_axil__rdata(rdata), .s_axil__rresp(rresp), .s_axil__rvalid(rvalid), .s_axil__rready(rready)
+`ifdef WANREDUCE_HBM
+`include "wanreduce_hbm_ports.vh"
+`endif
     );
 
     axis_data_fifo_0 tx_fifo (

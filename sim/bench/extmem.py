@@ -4,10 +4,10 @@ W = 512, 8 sources sending back-to-back CONTRIB frames of 1 KiB fp32 payloads (c
 contributions of each in random order), K = 2 AXI4 ports answered by the harness's memory model
 (``sim/verilator/axi_ram.h``) with a fixed latency of 300 cycles on every read and write burst, read
 bursts of different IDs interleaved in random order, no back-pressure; no output back-pressure; 3,000
-chunks, so every slot is used about three times. The build has S = 2^10 slots, not the 2^20 of a full HBM:
-the slot table's busy flags are one S-bit vector set and cleared by S-bit shifts, which Amaranth converts
-in time quadratic in S (over 9 minutes at 2^11 on the shared machine, most of a day at 2^15) and not at
-all from 2^16 (its values stop at 65,535 bits); ``docs/extmem.md``.
+chunks in sequence. The build has S = 2^20 slots (8 GiB of member buffers per port, 16 GiB in all: a
+U55C's HBM), so its slot table keeps the slot states in block memories (``hw/slot_table.py``,
+``states="block"``). Their clearing after reset holds the input for 2^20 cycles; the traffic starts after
+it (``settle_cycles``), so the span measured (first to last input beat) is the traffic's alone.
 
 * ``extmem_beats_per_cycle``: input beats accepted per cycle, first to last input beat;
 * ``extmem_read_beats_per_cycle``: member-buffer beats read back (all ports' R beats) per cycle, first to
@@ -34,7 +34,9 @@ from ..verify import traffic
 
 __all__ = ["run"]
 
-WIDTH, MEMBERS, SLOTS, PORTS, LATENCY, CLOCK_HZ = 512, 8, 1 << 10, 2, 300, 322e6
+WIDTH, MEMBERS, SLOTS, PORTS, LATENCY, CLOCK_HZ = 512, 8, 1 << 20, 2, 300, 322e6
+#: Each port's address bits: ceil(S / K) x G_max x a 2 KiB stride = 8 GiB.
+ADDR_WIDTH = 33
 CONFIG = dict(width=WIDTH, slots=SLOTS, members=MEMBERS, slot_bytes=1024, dests=1, entry="frame")
 
 
@@ -45,7 +47,7 @@ def run(*, n_chunks=3000, seed=0):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        core = AggregatorCore(**CONFIG, buffers="external", mem_ports=PORTS, mem_addr_width=28)
+        core = AggregatorCore(**CONFIG, buffers="external", mem_ports=PORTS, mem_addr_width=ADDR_WIDTH)
     mm = core.ext["map"]
     rng = np.random.default_rng(seed)
     elems = rng.integers(0, 1 << 30, (MEMBERS, 256), dtype=np.uint32)
@@ -67,7 +69,7 @@ def run(*, n_chunks=3000, seed=0):
     golden = GoldenAggregator(**site, slots=SLOTS, members=MEMBERS, slot_bytes=1024)
     expected = [out for f in frames for out in golden.feed_frame(f)]
     beats = packets_to_beats(frames, WIDTH)
-    h = AxiHarness(core, top="agg_core_extmem_bench", key=("AggregatorCore", CONFIG, PORTS, 28))
+    h = AxiHarness(core, top="agg_core_extmem_bench", key=("AggregatorCore", CONFIG, PORTS, ADDR_WIDTH))
     out, st = h.run(
         beats,
         latency=(LATENCY, LATENCY),
@@ -78,6 +80,9 @@ def run(*, n_chunks=3000, seed=0):
         ctl_reads=control.counter_reads(),
         drain_cycles=2 * LATENCY + 500,
         max_cycles=4 * SLOTS + 4 * len(beats),
+        # The slot states are cleared one slot per cycle after reset, the input held meanwhile: the traffic
+        # starts after that, so that the span measured is the traffic's.
+        settle_cycles=SLOTS + 64,
     )
     got = beats_to_packets(out, WIDTH)
     reads = sum(p["r"] for p in st.ports)

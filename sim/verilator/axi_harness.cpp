@@ -5,8 +5,10 @@
 // Built by wanreduce.sim.verilator.axi_harness with IN_BITS, OUT_BITS, HAS_CTL, HAS_COUNTERS (the core's
 // mem_errors and mem_drops outputs), MEM_PORTS and LANES (bytes per
 // data beat) defined. Usage: axi_harness KEY=VALUE ... (in, out, n_in, seed, idle, bp, max_cycles, drain,
-// reset_cycles, ctl_w, n_ctl_w, ctl_r, n_ctl_r, mem_bytes, lat_lo, lat_hi, pause, reorder, budget, bad);
-// prints one JSON object with the run's statistics on stdout.
+// reset_cycles, ctl_w, n_ctl_w, ctl_r, n_ctl_r, mem_bytes, lat_lo, lat_hi, pause, reorder, budget, bad,
+// settle); prints one JSON object with the run's statistics on stdout. `settle`: no input beat is offered
+// before that cycle of the streaming phase (a core that holds its input after reset, e.g. while clearing
+// its slot states, is then measured from its first beat on).
 //
 // Per cycle: the input beat and o__ready are set and each memory drives its slave outputs; clk=0 + eval()
 // settles the master's outputs; the stream handshakes are sampled and each memory observes its port; then
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
     const uint64_t max_cycles = num("max_cycles", "1000000");
     const uint64_t drain = num("drain", "64");
     const uint64_t reset_cycles = num("reset_cycles", "4");
+    const uint64_t settle = num("settle", "0");
     const uint64_t seed = num("seed", "0");
     const uint64_t idle_thr = num("idle", "0");  // probabilities in units of 2^-32
     const uint64_t bp_thr = num("bp", "0");
@@ -199,7 +202,7 @@ int main(int argc, char** argv) {
     axi::SlaveOut s[MEM_PORTS];
     axi::MasterOut m[MEM_PORTS];
     while (true) {
-        if (!presenting && in_idx < n_in && rng_in.next() >= idle_thr) {
+        if (!presenting && in_idx < n_in && cycle >= settle && rng_in.next() >= idle_thr) {
             put_port(top->i___05Fpayload, &in[in_idx * IN_BYTES], IN_BYTES);
             presenting = true;
         }

@@ -166,8 +166,11 @@ class AxiHarness:
         ctl_writes=(),
         ctl_reads=(),
         allow_timeout=False,
+        settle_cycles=0,
     ):
-        """Stream ``beats`` (uint8, shape (N, in_bytes)) through the core; return ``(out, AxiRunStats)``."""
+        """Stream ``beats`` (uint8, shape (N, in_bytes)) through the core; return ``(out, AxiRunStats)``.
+        ``settle_cycles``: no beat is offered before that cycle (a core clearing its state after reset holds
+        its input anyway; the input span then starts at its first beat taken, not inside the clearing)."""
         lo, hi = latency
         if not 1 <= lo <= hi < _P32:
             raise ValueError(f"The latency must be a range 1 <= lo <= hi, not {latency}.")
@@ -182,9 +185,11 @@ class AxiHarness:
             )
         if (ctl_writes or ctl_reads) and not self.has_ctl:
             raise ValueError(f"Module {self.top} has no control port.")
+        if int(settle_cycles) != settle_cycles or settle_cycles < 0:
+            raise ValueError(f"settle_cycles must be a whole number of cycles, not {settle_cycles}.")
         n = len(arr)
         if max_cycles is None:
-            max_cycles = 10_000 + 64 * n + 4 * hi
+            max_cycles = 10_000 + int(settle_cycles) + 64 * n + 4 * hi
         with tempfile.TemporaryDirectory(prefix="wanreduce-axi-harness-") as tmp:
             tmp = Path(tmp)
             (tmp / "in.bin").write_bytes(np.ascontiguousarray(arr).tobytes())
@@ -212,6 +217,7 @@ class AxiHarness:
                 "reorder": int(bool(reorder)),
                 "budget": budget,
                 "bad": ",".join(f"{int(p)}:{int(a)}" for p, a in bad),
+                "settle": int(settle_cycles),
             }
             proc = subprocess.run(
                 [str(self.binary), *(f"{k}={v}" for k, v in args.items())], capture_output=True, text=True

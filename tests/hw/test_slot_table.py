@@ -1,7 +1,8 @@
 """Slot table: the slot decision (claim, store, stale, ahead of window, duplicate, mismatch) and completion,
 packet by packet, against the golden aggregator's drop tally, RESULT count, re-emits (a duplicate of the
 slot's shadow chunk) and evictions for the same contributions, with job 1 in round banks of two slots and
-summation orders that are not ascending."""
+summation orders that are not ascending. Both ways of keeping the slot states (``states``: LUT RAM and a
+busy vector, block RAM and busy generations) must give the same events."""
 
 import numpy as np
 import pytest
@@ -119,12 +120,12 @@ def _beats(packets, width):
     return out
 
 
-def _simulate(packets, stalls, width=512):
+def _simulate(packets, stalls, width=512, states="lut"):
     """Feed the packets (one beat each at W = 512, several narrower) and return the events and the slots
     of the re-emit requests. With ``stalls``, the completion queue refuses records and the input idles at
     random, so the skid buffer, the stall of stage X and the forwarding of the slot state under a stall
     are exercised."""
-    dut = SlotTable(width=width, slots=S, members=G, slot_bytes=C)
+    dut = SlotTable(width=width, slots=S, members=G, slot_bytes=C, states=states)
     events = []
     replays = []
 
@@ -176,11 +177,12 @@ def _simulate(packets, stalls, width=512):
     return events, replays
 
 
+@pytest.mark.parametrize("states", ["lut", "block"])
 @pytest.mark.parametrize("width", [512, 64])
 @pytest.mark.parametrize("stalls", [False, True])
-def test_decisions_match_golden(stalls, width):
+def test_decisions_match_golden(stalls, width, states):
     packets = _packets(_random_traffic())
-    events, replays = _simulate(packets, stalls, width)
+    events, replays = _simulate(packets, stalls, width, states)
     assert len(events) == len(packets)
     want = [p[-1] for p in packets]
     assert events == want
@@ -191,11 +193,12 @@ def test_decisions_match_golden(stalls, width):
     assert sum(e[2] for e in want) >= 5 and sum(e[3] for e in want) >= 1
 
 
+@pytest.mark.parametrize("states", ["lut", "block"])
 @pytest.mark.parametrize("width", [512, 64])
 @pytest.mark.parametrize("stalls", [False, True])
-def test_back_to_back_groups(stalls, width):
+def test_back_to_back_groups(stalls, width, states):
     packets = _packets(_back_to_back_traffic())
-    events, replays = _simulate(packets, stalls, width)
+    events, replays = _simulate(packets, stalls, width, states)
     want = [p[-1] for p in packets]
     assert events == want
     assert sum(r for _, r, _, _ in want) == 40 and sum(e[2] for e in want) == 40

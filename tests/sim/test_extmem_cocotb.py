@@ -4,7 +4,9 @@ at W = 64 and 512. ``make test`` runs every test at W = 64; at W = 512 the laten
 (``extmem_matches_golden``: latencies 1..8 and 1..400, and 1..400 under stress) on a shorter workload and
 the whole module (error responses, the eviction scenario, 200 packets) are marked slow: the W = 512 build
 alone takes minutes of ``make test``'s budget, and the C++ harness covers the same rules at volume
-(tests/sim/test_extmem_harness.py). Both W = 512 runs share one build."""
+(tests/sim/test_extmem_harness.py). Both W = 512 runs share one build. At W = 64 the module runs twice: with
+the slot table's states in LUT RAM (these 4-slot builds' default) and in block memories (``slot_states=
+"block"``, the 2^20-slot build's, forced on here so that its busy generations meet slots reused at once)."""
 
 import warnings
 
@@ -17,25 +19,29 @@ pytestmark = pytest.mark.rtl
 CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jobs": 4, "rounds": 64, "mem_ports": 2}
 
 
-def _core(width):
+def _core(width, states="lut"):
     from wanreduce.hw.core import AggregatorCore
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AggregatorCore(width=width, entry="frame", buffers="external", mem_addr_width=16, **CONFIG)
+        return AggregatorCore(
+            width=width, entry="frame", buffers="external", mem_addr_width=16, slot_states=states, **CONFIG
+        )
 
 
 @pytest.mark.parametrize(
-    "width,bank_bits,n_packets,only",
+    "width,bank_bits,n_packets,only,states",
     [
-        (64, 1, 200, None),
-        pytest.param(512, 0, 80, "extmem_matches_golden", marks=pytest.mark.slow),
-        pytest.param(512, 0, 200, None, marks=pytest.mark.slow),
+        (64, 1, 200, None, "lut"),
+        (64, 1, 200, None, "block"),
+        pytest.param(512, 0, 80, "extmem_matches_golden", "lut", marks=pytest.mark.slow),
+        pytest.param(512, 0, 200, None, "lut", marks=pytest.mark.slow),
     ],
-    ids=["w64", "w512-sweep", "w512"],
+    ids=["w64", "w64-block", "w512-sweep", "w512"],
 )
-def test_extmem_matches_golden(width, bank_bits, n_packets, only):
-    core = _core(width)
+def test_extmem_matches_golden(width, bank_bits, n_packets, only, states):
+    core = _core(width, states)
+    assert core.slot_table.states == states
     mm = core.ext["map"]
     params = {
         "width": width,

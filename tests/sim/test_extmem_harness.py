@@ -2,7 +2,10 @@
 memory model (``sim/verilator/axi_ram.h``: latency, back-pressure, read bursts of different IDs interleaved
 and reordered, AXI rules checked): thousands of frames of ``tb_core``'s workload (jobs, rounds, chunks in
 WAN order, duplicates, stale rounds, malformed packets), every RESULT byte and every counter against the
-golden model. W = 64 in ``make test``; W = 512 (a longer build) is marked slow."""
+golden model. W = 64 in ``make test``; W = 512 (a longer build) is marked slow. Each runs with the slot
+table's states in LUT RAM (``slot_states="lut"``, what these 4-slot builds get by default) and in block
+memories (``"block"``, the 2^20-slot build's, forced on at 4 slots so that slots are reused and busy all
+the time). The 2^20-slot core itself (slow) takes chunks spread over its whole slot range."""
 
 import warnings
 
@@ -24,14 +27,18 @@ RUNS = [  # latency range, pause, reorder, input idles, output back-pressure
 ]
 
 
-def _harness(width):
+def _harness(width, states="lut"):
     from wanreduce.hw.core import AggregatorCore
     from wanreduce.sim.verilator.axi_harness import AxiHarness
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        core = AggregatorCore(width=width, entry="frame", buffers="external", mem_addr_width=16, **CONFIG)
-    return core, AxiHarness(core, top="agg_core_axi", key=("AggregatorCore", width, sorted(CONFIG.items())))
+        core = AggregatorCore(
+            width=width, entry="frame", buffers="external", mem_addr_width=16, slot_states=states, **CONFIG
+        )
+    assert core.slot_table.states == states
+    key = ("AggregatorCore", width, sorted(CONFIG.items()), *(() if states == "lut" else (states,)))
+    return core, AxiHarness(core, top="agg_core_axi", key=key)
 
 
 def _workload(seed, ordered):
@@ -46,11 +53,12 @@ def _workload(seed, ordered):
     return site, golden, packets, expected
 
 
+@pytest.mark.parametrize("states", ["lut", "block"])
 @pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.slow)])
-def test_extmem_volume_matches_golden(width):
+def test_extmem_volume_matches_golden(width, states):
     from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
 
-    core, h = _harness(width)
+    core, h = _harness(width, states)
     for n, (latency, pause, reorder, idle, bp) in enumerate(RUNS):
         site, golden, packets, expected = _workload(100 * width + n, ordered=n > 0)
         out, st = h.run(
@@ -75,11 +83,12 @@ def test_extmem_volume_matches_golden(width):
         assert all(p["ar"] and p["aw"] for p in st.ports), "a memory port was never used"
 
 
-def test_extmem_error_response_drops_the_chunk():
+@pytest.mark.parametrize("states", ["lut", "block"])
+def test_extmem_error_response_drops_the_chunk(states):
     """SLVERR on member 0 of slot 1 (port 1): that slot's chunks are dropped and counted, never summed."""
     from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
 
-    core, h = _harness(64)
+    core, h = _harness(64, states)
     site, golden, packets, expected = _workload(7, ordered=True)
     stride = core.ext["map"].stride_bytes
     out, st = h.run(
@@ -98,3 +107,57 @@ def test_extmem_error_response_drops_the_chunk():
     assert len(got) < len(expected), "every RESULT left although chunks were dropped"
     allowed = {bytes(e) for e in expected}
     assert all(bytes(g) in allowed for g in got), "a RESULT left that the golden model never sent"
+
+
+@pytest.mark.slow
+def test_extmem_million_slots():
+    """S = 2^20 (block states, chosen by the slot count): 300 chunks of 4 contributions, each to its own
+    slot, the slots far apart over the whole range (chunk numbers a large odd stride apart, so their low
+    20 bits, the slot, differ in every bit); a few of them sent twice, for re-emits from slots far from the
+    others; RESULTs and counters against the golden model, every member buffer read back once."""
+    from wanreduce.hw.core import AggregatorCore
+    from wanreduce.hw.slot_table import BLOCK_STATES_FROM
+    from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
+    from wanreduce.sim.verilator.axi_harness import AxiHarness
+    from wanreduce.spec.protocol import DType
+
+    slots, members, width = 1 << 20, 4, 64
+    config = dict(slots=slots, members=members, slot_bytes=64, dests=1, jobs=4, rounds=64, mem_ports=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        core = AggregatorCore(width=width, entry="frame", buffers="external", mem_addr_width=28, **config)
+    assert slots >= BLOCK_STATES_FROM and core.slot_table.states == "block"
+    h = AxiHarness(core, top="agg_core_axi_1m", key=("AggregatorCore", width, sorted(config.items())))
+    rng = np.random.default_rng(20)
+    rank = 2
+    jobs = {0: [(1 << members) - 1]}
+    site = dict(rank=rank, jobs=jobs, mac=tb_core.MAC, ip=tb_core.IP, destinations=tb_core.DESTS[:1])
+    golden = GoldenAggregator(**site, slots=slots, members=members, slot_bytes=64)
+    chunks = [(k * 0x9E3B5) % slots for k in range(300)]
+    assert len(set(chunks)) == len(chunks) and max(chunks) - min(chunks) > slots // 2
+    frames = []
+    for n, chunk in enumerate(chunks):
+        for src in rng.permutation(members).tolist() + ([0] if n % 50 == 7 else []):
+            elems = rng.integers(0, 1 << 30, 16, dtype=np.uint32)
+            p = traffic.contrib(
+                job=0, round=0, chunk=chunk, src=src, group=0, dtype=DType.FP32, elems_bits=elems
+            )
+            frames.append(traffic.frame_of(p, src=src, udp_checksum=False))
+    expected = [out for f in frames for out in golden.feed_frame(f)]
+    out, st = h.run(
+        packets_to_beats(frames, width),
+        latency=(1, 300),
+        reorder=True,
+        pause=0.2,
+        seed=20,
+        mem_bytes=core.ext["map"].port_bytes,
+        ctl_writes=control.config_writes(**site, core=core),
+        ctl_reads=control.counter_reads(),
+        drain_cycles=1000,
+        max_cycles=2 * slots + 200 * len(frames),
+    )
+    got = beats_to_packets(out, width)
+    assert control.decode_counters(st.ctl_reads) == golden.counters
+    assert got == expected and golden.counters["results"] == len(chunks)
+    assert golden.counters["results_reemitted"] == 6
+    assert sum(p["r"] for p in st.ports) == len(chunks) * members * core.words
