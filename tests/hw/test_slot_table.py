@@ -120,6 +120,16 @@ def _beats(packets, width):
     return out
 
 
+#: Both state memories at the narrow width, where a packet takes several beats; the block states at
+#: W = 512 as well in ``make test-all`` (the same decisions on one beat a packet).
+_STATES_WIDTHS = [
+    ("lut", 512),
+    ("lut", 64),
+    ("block", 64),
+    pytest.param("block", 512, marks=pytest.mark.slow),
+]
+
+
 def _simulate(packets, stalls, width=512, states="lut"):
     """Feed the packets (one beat each at W = 512, several narrower) and return the events and the slots
     of the re-emit requests. With ``stalls``, the completion queue refuses records and the input idles at
@@ -177,8 +187,7 @@ def _simulate(packets, stalls, width=512, states="lut"):
     return events, replays
 
 
-@pytest.mark.parametrize("states", ["lut", "block"])
-@pytest.mark.parametrize("width", [512, 64])
+@pytest.mark.parametrize(("states", "width"), _STATES_WIDTHS)
 @pytest.mark.parametrize("stalls", [False, True])
 def test_decisions_match_golden(stalls, width, states):
     packets = _packets(_random_traffic())
@@ -193,8 +202,7 @@ def test_decisions_match_golden(stalls, width, states):
     assert sum(e[2] for e in want) >= 5 and sum(e[3] for e in want) >= 1
 
 
-@pytest.mark.parametrize("states", ["lut", "block"])
-@pytest.mark.parametrize("width", [512, 64])
+@pytest.mark.parametrize(("states", "width"), _STATES_WIDTHS)
 @pytest.mark.parametrize("stalls", [False, True])
 def test_back_to_back_groups(stalls, width, states):
     packets = _packets(_back_to_back_traffic())
