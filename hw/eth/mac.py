@@ -18,7 +18,7 @@ before they are sent (the line never waits for the core). ``primitive`` selects 
 ("ecp5") or their models ("model", for Verilator); nothing else differs.
 """
 
-from amaranth.hdl import Cat, ClockDomain, ClockSignal, Module, ResetSignal
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
@@ -150,12 +150,18 @@ class EthMac(wiring.Component):
                     m.d.sync += counter.eq(counter + 1)
 
         # Transmit: whole frames -> the transmit clock -> bytes -> pins.
+        # On the transmit clock, reset from a registered copy of its reset of this MAC's own (two registers
+        # deep), so that the reset's way across the die from its synchroniser takes two cycles, not one.
+        m.domains.mac_tx = ClockDomain("mac_tx", local=True)
+        tx_rst = [Signal(init=1, reset_less=True, name=f"tx_rst{k}") for k in range(2)]
+        m.d.eth_tx += [tx_rst[0].eq(ResetSignal("eth_tx")), tx_rst[1].eq(tx_rst[0])]
+        m.d.comb += [ClockSignal("mac_tx").eq(ClockSignal("eth_tx")), ResetSignal("mac_tx").eq(tx_rst[1])]
         m.submodules.tx_buf = tx_buf = FrameBuffer(width=W, depth=self.tx_depth, status_bits=1)
         m.submodules.tx_cdc = tx_cdc = fifo.AsyncFIFO(
-            width=Beat(W).size, depth=8, r_domain="eth_tx", w_domain="sync"
+            width=Beat(W).size, depth=8, r_domain="mac_tx", w_domain="sync"
         )
-        m.submodules.tx_mac = tx_mac = _rename(TxMac(width=W), "eth_tx")
-        m.submodules.tx_ddr = tx_ddr = DDROutput(width=5, domain="eth_tx", primitive=self.primitive)
+        m.submodules.tx_mac = tx_mac = _rename(TxMac(width=W), "mac_tx")
+        m.submodules.tx_ddr = tx_ddr = DDROutput(width=5, domain="mac_tx", primitive=self.primitive)
         m.submodules.tx_clk_ddr = tx_clk_ddr = DDROutput(width=1, domain="eth_tx90", primitive=self.primitive)
         m.d.comb += [
             tx_buf.i.valid.eq(self.i.valid),
