@@ -4,9 +4,10 @@ at W = 64 and 512. ``make test`` runs every test at W = 64; at W = 512 the laten
 (``extmem_matches_golden``: latencies 1..8 and 1..400, and 1..400 under stress) on a shorter workload and
 the whole module (error responses, the eviction scenario, 200 packets) are marked slow: the W = 512 build
 alone takes minutes of ``make test``'s budget, and the C++ harness covers the same rules at volume
-(tests/sim/test_extmem_harness.py). Both W = 512 runs share one build. At W = 64 the module runs twice: with
-the slot table's states in LUT RAM (these 4-slot builds' default) and in block memories (``slot_states=
-"block"``, the 2^20-slot build's, forced on here so that its busy generations meet slots reused at once)."""
+(tests/sim/test_extmem_harness.py). Both W = 512 runs share one build. At W = 64 the module runs with
+the slot table's states in LUT RAM (these 4-slot builds' default), and with them in block memories
+(``slot_states="block"``, the 2^20-slot build's, forced on here so that its busy generations meet slots
+reused at once) the sweep on a shorter workload in ``make test``, the whole module when slow."""
 
 import warnings
 
@@ -33,11 +34,12 @@ def _core(width, states="lut"):
     "width,bank_bits,n_packets,only,states",
     [
         (64, 1, 200, None, "lut"),
-        (64, 1, 200, None, "block"),
+        (64, 1, 80, "extmem_matches_golden", "block"),
+        pytest.param(64, 1, 200, None, "block", marks=pytest.mark.slow),
         pytest.param(512, 0, 80, "extmem_matches_golden", "lut", marks=pytest.mark.slow),
         pytest.param(512, 0, 200, None, "lut", marks=pytest.mark.slow),
     ],
-    ids=["w64", "w64-block", "w512-sweep", "w512"],
+    ids=["w64", "w64-block-sweep", "w64-block", "w512-sweep", "w512"],
 )
 def test_extmem_matches_golden(width, bank_bits, n_packets, only, states):
     core = _core(width, states)
