@@ -46,6 +46,7 @@ __all__ = [
     "EthBoard",
     "EthBoardTop",
     "ETH_BOARD_MHZ",
+    "ETH_CORE",
     "RGMII_MHZ",
     "block_resets",
     "board_clocks",
@@ -57,6 +58,10 @@ __all__ = [
 #: 125 MHz on the ECP5 at some placement seeds only (docs/vendor.md); 100 MHz, a division of the same VCO,
 #: leaves it margin while its 64-bit bus still carries 6.4 times the line's gigabit.
 ETH_BOARD_MHZ = 100
+#: The ECPIX-5 Ethernet top's core: the UART board's (:data:`~wanreduce.hw.board.BOARD_CORE`) with 16 slots
+#: of 1 KiB member buffers, so that the wire's usual 1 KiB chunk fits. Placed with every clock domain
+#: meeting its constraint (docs/board.md says what limits a larger one).
+ETH_CORE = {**BOARD_CORE, "slots": 16, "slot_bytes": 1024}
 #: The RGMII clocks of gigabit Ethernet (receive from the PHY, transmit from the PLL).
 RGMII_MHZ = 125
 #: Core cycles per bit of the board's UART at 115200 baud.
@@ -211,8 +216,8 @@ def board_clocks(m, platform, pll):
 
 class EthBoardTop(Elaboratable):
     """:class:`EthBoard` on an ECPIX-5: the PLL (from the 100 MHz oscillator: 125 MHz, the same at 90°,
-    and the core's :data:`ETH_BOARD_MHZ`), resets, the RGMII, MDIO, PHY reset, UART and LED pins. ``core``
-    as :class:`EthBoard`'s."""
+    and the core's :data:`ETH_BOARD_MHZ`), resets, the RGMII, MDIO, PHY reset, UART and LED pins. ``core``:
+    :class:`~wanreduce.hw.core.AggregatorCore` keywords, default :data:`ETH_CORE`."""
 
     #: EHXPLLL settings: 100 MHz in, VCO 500 MHz; CLKOP 125 MHz (fed back), CLKOS 125 MHz one VCO period
     #: (2 ns, 90°) later, CLKOS2 100 MHz for the core.
@@ -232,7 +237,7 @@ class EthBoardTop(Elaboratable):
     CORE_MHZ = ETH_BOARD_MHZ
 
     def __init__(self, *, core=None, baud=115200):
-        self.core, self.baud = core, baud
+        self.core, self.baud = ETH_CORE if core is None else core, baud
 
     @classmethod
     def core_cycles(cls, *, baud):
@@ -385,5 +390,5 @@ def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core
         "core_mhz": round(top_class.CORE_MHZ, 3),
         "rgmii_mhz": RGMII_MHZ,
         "pll": dict(top_class.PLL),
-        "config": dict(core or BOARD_CORE),
+        "config": dict(top.core or BOARD_CORE),
     }
