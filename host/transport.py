@@ -12,10 +12,11 @@ frame times of the site's link) plus the software path's slack; on real processe
 does (RFC 6298: an initial timeout until a RESULT has been timed, then the smoothed latency and its
 variation, at least ``RTT_MAX_FACTOR`` times the slowest so far, Karn's rule, a backoff after an expiry),
 because a member may send a chunk much later than this site does. A RESULT for a chunk already applied
-makes it send its contribution once more (a member may lack it), with a doubling hold-off; after its own
-tensor is done a site lingers (:meth:`SiteTransport.linger`) to keep answering so. After ``RETRIES``
-retries, and no sooner than ``DEAD_AFTER`` times the longest a live member may wait between two sends of
-the chunk after its first send, the run stops with :class:`~wanreduce.host.wan.SiteTimeout` naming the
+makes it send its contribution once more (a member may lack it), with a hold-off that doubles up to the
+retransmission interval's cap; after its own tensor is done a site lingers (:meth:`SiteTransport.linger`)
+to keep answering so. After ``RETRIES`` retries a chunk is still resent at that capped interval, and once
+``DEAD_AFTER`` times the longest a live member may wait between two sends of the chunk has passed since
+its first send, the run stops with :class:`~wanreduce.host.wan.SiteTimeout` naming the
 site, the round and the group. A whole run also has a deadline: it never blocks without one.
 
 Latency: one window of ``bank_slots`` chunks per round trip to the group's farthest member. Back-pressure:
@@ -487,20 +488,22 @@ class _Run:
                 # The timeout grew since this timer was set (a slow RESULT elsewhere): wait it out.
                 self.due[r, c] = sent_at + self.rto(r)
                 continue
+            dead_at = math.inf
             if k >= RETRIES:
+                # Out of retransmissions, but a member whose timeout is backed off to its cap may still
+                # resend: keep sending at the capped interval (each copy also makes members that have the
+                # RESULT echo their contributions) until the dead-site horizon.
                 first = self.first_sent[r, c]
                 dead_at = (self.t0 if math.isnan(first) else first) + DEAD_AFTER * self.longest_wait(r)
-                if now < dead_at:
-                    self.due[r, c] = dead_at
-                    continue
-                self._give_up(r, c)
+                if now >= dead_at:
+                    self._give_up(r, c)
             self.out.retransmits += 1
             self.sent_at[r, c] = math.nan
             if k == 0:
                 self.backoff = min(2 * self.backoff, RTO_CAP)
             self.ready.append((r, np.array([c]), True))
             step = 1 << min(k + 1, BACKOFF_STEPS)
-            self.due[r, c] = now + self.rto(r, backed_off=False) * step
+            self.due[r, c] = min(now + self.rto(r, backed_off=False) * step, dead_at)
             self.retries[r, c] = k + 1
         self.next_check = float(self.due.min())
 
@@ -511,7 +514,8 @@ class _Run:
         waited = time.monotonic() - (self.t0 if math.isnan(first) else first)
         raise SiteTimeout(
             f"round {self.first + r}: {names[rank]} has no RESULT for chunk {c} of group "
-            f"{{{','.join(names[m] for m in members)}}} after {waited:.3g} s ({RETRIES} retransmissions); "
+            f"{{{','.join(names[m] for m in members)}}} after {waited:.3g} s "
+            f"({int(self.retries[r, c])} retransmissions); "
             "a member is dead or unreachable; stopping rather than summing without it",
             site=rank,
             round=self.first + r,
@@ -609,7 +613,7 @@ class _Run:
         """A RESULT for a chunk already applied: a member may lack this site's contribution."""
         self.out.results_ignored += 1
         last, n_echo = self.echoed.get((r, c), (-math.inf, 0))
-        if now - last >= self.rto(r) * (1 << n_echo) and self._holds(r, c):
+        if now - last >= self.rto(r) * (1 << min(n_echo, BACKOFF_STEPS)) and self._holds(r, c):
             self.echoed[(r, c)] = (now, n_echo + 1)
             self.out.resends_on_result += 1
             self.ready.append((r, np.array([c]), True))

@@ -94,12 +94,6 @@ def test_bf16_over_udp_is_exact():
     )
 
 
-# Slow-marked because it is not yet reliable: in a few runs in a hundred (observed 1 in 12 under load) a
-# chunk deadlocks. A member whose own RESULT came resends its contribution only when an echoed RESULT
-# passes its hold-off, which doubles with every echo, while the waiting site stops retransmitting after
-# its RETRIES; when the last resends are lost, the waiting site gives up. The echo path has to change
-# (docs/net.md) before this runs in make test again.
-@pytest.mark.slow
 def test_loss_duplication_reordering_and_corruption_still_exact():
     faults = netdemo.NetFaults(loss=0.03, dup=0.03, reorder=True, corrupt=0.02, seed=4)
     # What is checked is exactness, not timing: a generous allowance for software latency keeps the test
@@ -183,7 +177,9 @@ def test_a_dead_site_stops_the_run_with_one_line_naming_it_and_the_round():
 def test_a_chunk_out_of_retransmissions_waits_for_a_backed_off_member_before_giving_up():
     """A member whose timeout is backed off to its cap resends a chunk only every ``longest_wait``; this
     site, its own timeout at its floor, may run out of retransmissions sooner, and must not call that member
-    dead before its next resend could have come."""
+    dead before its next resend could have come. Until then it keeps resending at its capped interval: a
+    member that has the RESULT answers only a resend, and stopping would strand the chunk when the last
+    copies are lost."""
     layout = site_layout(SCHEDULE)
     tp = transport.SiteTransport(
         SCHEDULE, 0, layout=layout, one_way_s=DELAYS, site_Bps=1e12, port=_port(), job=18
@@ -199,10 +195,43 @@ def test_a_chunk_out_of_retransmissions_waits_for_a_backed_off_member_before_giv
         run.due[0, 5] = t0
         early = t0 + 0.9 * transport.DEAD_AFTER * longest
         run.next_check = -np.inf
+        dead_at = t0 + transport.DEAD_AFTER * longest
         run._expire(early)  # out of retransmissions, but too early to call anyone dead
-        assert run.due[0, 5] == pytest.approx(t0 + transport.DEAD_AFTER * longest)
+        r, cs, again = run.ready[-1]
+        assert (r, cs.tolist(), again) == (0, [5], True)  # resent all the same
+        capped = run.rto(0, backed_off=False) * (1 << transport.BACKOFF_STEPS)
+        assert run.due[0, 5] == pytest.approx(min(early + capped, dead_at))
+        assert run.retries[0, 5] == transport.RETRIES + 1
         with pytest.raises(SiteTimeout, match="round 0: LON has no RESULT for chunk 5"):
             run._expire(t0 + 1.01 * transport.DEAD_AFTER * longest)
+    finally:
+        tp.close()
+
+
+def test_an_echoed_result_resends_at_most_every_capped_interval():
+    """A RESULT for a chunk already applied means a member may lack this site's contribution: it is resent,
+    with a hold-off that doubles per echo but never beyond the retransmission interval's cap, so a member
+    still retransmitting before its dead-site horizon always gets an answer."""
+    layout = site_layout(SCHEDULE)
+    tp = transport.SiteTransport(
+        SCHEDULE, 0, layout=layout, one_way_s=DELAYS, site_Bps=1e12, port=_port(), job=19
+    )
+    try:
+        tp.open()
+        t0 = time.monotonic()
+        run = transport._Run(tp, _tensors(13)[0], None, 0, t0, 60.0, None, None, None)
+        cap = run.rto(0) * (1 << transport.BACKOFF_STEPS)
+        assert cap <= run.longest_wait(0)
+        now, resent = t0, []
+        for _ in range(12):  # twelve echoes, each just past the previous resend's hold-off cap
+            before = len(run.ready)
+            run._echo(0, 5, now)
+            resent.append(len(run.ready) > before)
+            now += cap * 1.01
+        assert all(resent)
+        before = len(run.ready)
+        run._echo(0, 5, now - cap * 0.5)  # within the hold-off of the last resend: not again
+        assert len(run.ready) == before
     finally:
         tp.close()
 
