@@ -12,8 +12,8 @@ frame times of the site's link) plus the software path's slack; on real processe
 does (RFC 6298: an initial timeout until a RESULT has been timed, then the smoothed latency and its
 variation, at least ``RTT_MAX_FACTOR`` times the slowest so far, Karn's rule, a backoff after an expiry),
 because a member may send a chunk much later than this site does. A RESULT for a chunk already applied
-makes it send its contribution once more (a member may lack it), with a hold-off that doubles up to the
-retransmission interval's cap; after its own tensor is done a site lingers (:meth:`SiteTransport.linger`)
+makes it send its contribution once more (a member may lack it), at most once per timeout; after its
+own tensor is done a site lingers (:meth:`SiteTransport.linger`)
 to keep answering so. After ``RETRIES`` retries a chunk is still resent at that capped interval, and once
 ``DEAD_AFTER`` times the longest a live member may wait between two sends of the chunk has passed since
 its first send, the run stops with :class:`~wanreduce.host.wan.SiteTimeout` naming the
@@ -612,9 +612,11 @@ class _Run:
     def _echo(self, r, c, now):
         """A RESULT for a chunk already applied: a member may lack this site's contribution."""
         self.out.results_ignored += 1
-        last, n_echo = self.echoed.get((r, c), (-math.inf, 0))
-        if now - last >= self.rto(r) * (1 << min(n_echo, BACKOFF_STEPS)) and self._holds(r, c):
-            self.echoed[(r, c)] = (now, n_echo + 1)
+        # At most once per timeout, never backed off: the member asking retransmits at intervals of a few
+        # timeouts until its dead-site horizon, and each of its tries must find this site ready to answer.
+        # Done members answering each other's resends stay within that rate, and stop when they stop lingering.
+        if now - self.echoed.get((r, c), -math.inf) >= self.rto(r, backed_off=False) and self._holds(r, c):
+            self.echoed[(r, c)] = now
             self.out.resends_on_result += 1
             self.ready.append((r, np.array([c]), True))
 

@@ -209,9 +209,9 @@ def test_a_chunk_out_of_retransmissions_waits_for_a_backed_off_member_before_giv
 
 
 def test_an_echoed_result_resends_at_most_every_capped_interval():
-    """A RESULT for a chunk already applied means a member may lack this site's contribution: it is resent,
-    with a hold-off that doubles per echo but never beyond the retransmission interval's cap, so a member
-    still retransmitting before its dead-site horizon always gets an answer."""
+    """A RESULT for a chunk already applied means a member may lack this site's contribution: it is resent
+    at most once per timeout, a hold-off that never grows, so every retransmission of a member still
+    waiting before its dead-site horizon gets an answer."""
     layout = site_layout(SCHEDULE)
     tp = transport.SiteTransport(
         SCHEDULE, 0, layout=layout, one_way_s=DELAYS, site_Bps=1e12, port=_port(), job=19
@@ -220,10 +220,11 @@ def test_an_echoed_result_resends_at_most_every_capped_interval():
         tp.open()
         t0 = time.monotonic()
         run = transport._Run(tp, _tensors(13)[0], None, 0, t0, 60.0, None, None, None)
-        cap = run.rto(0) * (1 << transport.BACKOFF_STEPS)
-        assert cap <= run.longest_wait(0)
+        run.backoff = transport.RTO_CAP  # a backed-off timeout must not lengthen the hold-off
+        cap = run.rto(0, backed_off=False)
+        assert cap * (1 << transport.BACKOFF_STEPS) <= run.longest_wait(0)
         now, resent = t0, []
-        for _ in range(12):  # twelve echoes, each just past the previous resend's hold-off cap
+        for _ in range(12):  # twelve echoes, each just past the previous resend's hold-off
             before = len(run.ready)
             run._echo(0, 5, now)
             resent.append(len(run.ready) > before)
