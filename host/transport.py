@@ -614,7 +614,7 @@ class _Run:
         self.out.results_ignored += 1
         # At most once per timeout, never backed off: the member asking retransmits at intervals of a few
         # timeouts until its dead-site horizon, and each of its tries must find this site ready to answer.
-        # Done members answering each other's resends stay within that rate, and stop when they stop lingering.
+        # Done members answering each other's resends keep that rate, and stop when they stop lingering.
         if now - self.echoed.get((r, c), -math.inf) >= self.rto(r, backed_off=False) and self._holds(r, c):
             self.echoed[(r, c)] = now
             self.out.resends_on_result += 1
