@@ -201,7 +201,8 @@ def core_geometry(schedule, *, slots, chunk_bytes, members, width=64, source="th
             raise WanreduceError(f"give --slots: {source} has no params.memory_bytes")
         if not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0:
             raise WanreduceError(f"{source}: params.memory_bytes {memory!r} is not a positive whole number")
-        fit = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=members, width=width)
+        buffers = params.get("buffers", "internal")
+        fit = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=members, width=width, buffers=buffers)
         if fit < 1:
             raise WanreduceError(
                 f"{source}: params.memory_bytes {memory} holds no slot of {members} member buffers and a "

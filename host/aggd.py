@@ -84,7 +84,8 @@ def _param(schedule, key, default=None):
 def site_layout(schedule, *, dtype=DType.FP32):
     """The aggregator layout every site of ``schedule`` uses: from its ``memory_bytes``, ``chunk_bytes``
     and ``bus_bits`` parameters, as ``wanreduce demo`` sizes its cores (slots of G_max member buffers and a
-    shadow, one bank per round)."""
+    shadow, one bank per round), by the slot rule of the build its ``buffers`` parameter names (the
+    internal build when it names none). A ``bank_slots`` parameter must agree with that build's."""
     if schedule.lean is not None:
         raise WanreduceError(
             "the schedule is a root-mode (lean) schedule; aggd and the transport run gather mode"
@@ -95,13 +96,19 @@ def site_layout(schedule, *, dtype=DType.FP32):
     width = _param(schedule, "bus_bits", 512)
     if chunk_bytes % dtype.size:
         raise WanreduceError(f"chunks of {chunk_bytes} bytes do not hold whole {dtype.label} elements")
+    buffers = schedule.params.get("buffers", "internal")
     members = max(len(g) for rnd in schedule.rounds for g in rnd)
-    slots = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=members, width=width)
+    slots = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=members, width=width, buffers=buffers)
     bank_bits, bank_slots = bank_layout(slots, schedule.period)
     if not bank_slots:
         raise WanreduceError(
             f"{memory} bytes of aggregator memory hold no round bank of {members}-member slots of "
             f"{chunk_bytes}-byte chunks for a {schedule.period}-round period"
+        )
+    if "bank_slots" in schedule.params and _param(schedule, "bank_slots") != bank_slots:
+        raise WanreduceError(
+            f"the schedule's params.bank_slots {schedule.params['bank_slots']} is not the {bank_slots} "
+            f"that {memory} bytes of the {buffers} build give; the file was edited or made for another build"
         )
     return SiteLayout(slots, members, chunk_bytes, bank_bits, bank_slots, chunk_bytes // dtype.size, width)
 

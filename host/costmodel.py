@@ -136,12 +136,13 @@ class CostParams:
     def slots(self, members):
         """Slots S (a power of two) of a core built for groups of up to ``members`` in this memory: each
         ``members`` member buffers and a shadow RESULT (0: not one fits)."""
-        if not self.external:
-            return aggregator_slots(
-                self.memory_bytes, chunk_bytes=self.chunk_bytes, members=members, width=self.bus_bits
-            )
-        fit = self.memory_bytes // ((members + 1) * self.buffer_bytes)
-        return 1 << (fit.bit_length() - 1) if fit else 0
+        return aggregator_slots(
+            self.memory_bytes,
+            chunk_bytes=self.chunk_bytes,
+            members=members,
+            width=self.bus_bits,
+            buffers=self.buffers,
+        )
 
     @property
     def memory_Bps(self):

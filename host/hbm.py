@@ -41,6 +41,7 @@ __all__ = [
     "AMPLE",
     "AMPLE_LABEL",
     "stride_bytes",
+    "slots_for_memory",
     "memory_rate_Bps",
     "memory_delay_s",
 ]
@@ -67,6 +68,13 @@ def stride_bytes(chunk_bytes, width):
     external memory map's stride (``hw/extmem.py``'s ``ExtMemMap``)."""
     words = payload_words(width, chunk_bytes)
     return (1 << (words - 1).bit_length()) * (width // 8)
+
+
+def slots_for_memory(memory_bytes, *, members, chunk_bytes, width):
+    """Slots S (a power of two) of the external build in ``memory_bytes``: each ``members`` member buffers
+    and a shadow RESULT at the external map's stride (:func:`stride_bytes`); 0 when not one fits."""
+    fit = memory_bytes // ((members + 1) * stride_bytes(chunk_bytes, width))
+    return 1 << (fit.bit_length() - 1) if fit else 0
 
 
 def memory_rate_Bps(*, ports, chunk_bytes, width):

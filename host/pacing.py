@@ -13,7 +13,9 @@ import numpy as np
 
 from ..spec.core import member_buffer_bytes as _member_buffer_bytes
 from ..spec.core import slots_for_memory
+from ..spec.errors import WanreduceError
 from ..spec.protocol import WIRE_OVERHEAD, DType
+from . import hbm
 from .wan import bank_layout, simulate
 
 __all__ = ["Timeline", "timeline", "member_buffer_bytes", "aggregator_slots", "bank_slots_for"]
@@ -34,10 +36,15 @@ def member_buffer_bytes(chunk_bytes, width=DEFAULT_WIDTH):
     return _member_buffer_bytes(chunk_bytes, width)
 
 
-def aggregator_slots(memory_bytes, *, chunk_bytes, members, width=DEFAULT_WIDTH):
+def aggregator_slots(memory_bytes, *, chunk_bytes, members, width=DEFAULT_WIDTH, buffers="internal"):
     """Slots S (a power of two, as the gateware builds them) that ``memory_bytes`` holds with ``members``
-    member buffers each plus one for the slot's shadow RESULT (:func:`wanreduce.spec.core.slots_for_memory`);
-    0 when not even one fits."""
+    member buffers each plus one for the slot's shadow RESULT: on chip by
+    :func:`wanreduce.spec.core.slots_for_memory`, in the external build (``buffers="external"``) by
+    :func:`wanreduce.host.hbm.slots_for_memory`; 0 when not even one fits."""
+    if buffers not in ("internal", "external"):
+        raise WanreduceError(f"the build's buffers are 'internal' or 'external', not {buffers!r}")
+    if buffers == "external":
+        return hbm.slots_for_memory(memory_bytes, members=members, chunk_bytes=chunk_bytes, width=width)
     return slots_for_memory(memory_bytes, members=members, chunk_bytes=chunk_bytes, width=width)
 
 

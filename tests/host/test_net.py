@@ -266,6 +266,27 @@ def test_root_mode_schedules_are_refused_with_one_line():
         site_layout(lean)
 
 
+def test_an_external_schedule_sizes_the_aggregators_by_the_external_rule():
+    """The external build pads each member buffer to a power of two of beats: a 1 KiB chunk and its 32-byte
+    header at 512 bits are 17 beats of 64 bytes, 1,088 bytes on chip and 2,048 in external memory, so
+    140,000 bytes hold 140000 // (4 x 1088) = 32 slots of three members and a shadow on chip, but
+    140000 // (4 x 2048) = 17, so 16, externally."""
+    params = {"memory_bytes": 140_000, "chunk_bytes": 1024, "bus_bits": 512}
+    internal = Schedule(sites=SITES, rounds=SCHEDULE.rounds, params=params)
+    external = Schedule(sites=SITES, rounds=SCHEDULE.rounds, params={**params, "buffers": "external"})
+    assert site_layout(internal).slots == 32
+    lay = site_layout(external)
+    assert (lay.slots, lay.bank_slots) == (16, 8)
+    ok = Schedule(sites=SITES, rounds=SCHEDULE.rounds, params={**external.params, "bank_slots": 8})
+    assert site_layout(ok).bank_slots == 8
+    edited = Schedule(sites=SITES, rounds=SCHEDULE.rounds, params={**external.params, "bank_slots": 16})
+    with pytest.raises(WanreduceError, match="params.bank_slots 16 is not the 8"):
+        site_layout(edited)
+    odd = Schedule(sites=SITES, rounds=SCHEDULE.rounds, params={**params, "buffers": "hbm"})
+    with pytest.raises(WanreduceError, match="'internal' or 'external', not 'hbm'"):
+        site_layout(odd)
+
+
 @contextlib.contextmanager
 def _one_site(*, job):
     """A one-member group's transport and layout, its aggregator running: its RESULT is its own
