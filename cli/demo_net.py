@@ -30,10 +30,20 @@ from ..sim.verify.cosim import CLOCK_HZ
 from ..sim.verify.demo import parse_kill
 from ..spec.errors import WanreduceError
 from ..spec.protocol import Drop, DType
-from ._common import add_experiment_options, add_fault_options, add_port_option, int_in
+from ._common import (
+    Outputs,
+    add_experiment_options,
+    add_fault_options,
+    add_force_option,
+    add_port_option,
+    int_in,
+)
 from .aggd import ENGINES, make_engine
 
 __all__ = ["register", "run"]
+
+#: The report's file unless ``-o`` names another (the command's own: replaced on each run).
+REPORT = Path("build/demo_net.json")
 
 #: The counters that count work, not drops.
 _WORK = (
@@ -92,10 +102,13 @@ def register(sub):
         help="seconds the whole run may take (default: 300)",
     )
     p.add_argument(
-        "--json",
-        default="build/demo_net.json",
-        help="report file (default: build/demo_net.json; '-' for none)",
+        "-o",
+        "--output",
+        metavar="FILE",
+        help=f"write the report (JSON) to FILE; it must not exist unless --force (default: {REPORT}, "
+        "replaced on each run)",
     )
+    add_force_option(p, "the report file")
     p.add_argument(
         "--demo-json",
         default="build/demo.json",
@@ -108,12 +121,10 @@ def _progress(msg):
     print(f"demo-net: {msg}", file=sys.stderr, flush=True)
 
 
-def _write(where, report):
-    if where != "-":
-        path = Path(where)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=1) + "\n")
-        print(f"wrote {path}")
+def _write(outs, path, report):
+    with outs.commit():
+        outs.write_text(path, json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")
 
 
 def _rtl_demo(path, args, schedule):
@@ -140,6 +151,8 @@ def run(args):
     dtype = DType.from_label(args.dtype)
     if not 0 <= args.delay_scale <= 100:
         raise WanreduceError(f"--delay-scale must be in 0..100, not {args.delay_scale}")
+    outs = Outputs(force=args.force, inputs=[args.topology, args.demo_json])
+    report_path = outs.add(args.output, "-o", default=REPORT)
     topo = load_topology(args.topology)
     chunk_bytes = args.chunk_elems * dtype.size
     n_chunks = wan.chunk_count(args.elements, args.chunk_elems)
@@ -231,7 +244,8 @@ def run(args):
         print(f"demo-net: {exc}", file=sys.stderr)
         print("demo-net: FAIL")
         _write(
-            args.json,
+            outs,
+            report_path,
             {
                 **base,
                 "error": str(exc),
@@ -245,7 +259,10 @@ def run(args):
     finally:
         if spaces is not None:
             spaces.__exit__(None, None, None)
-    return _report(args, topo, schedule, best, layout, tensors, run, base, faulty)
+    report, ok = _report(args, topo, schedule, best, layout, tensors, run, base, faulty)
+    _write(outs, report_path, report)
+    print("demo-net: PASS" if ok else "demo-net: FAIL")
+    return 0 if ok else 1
 
 
 def _report(args, topo, schedule, best, layout, tensors, run, base, faulty):
@@ -325,6 +342,4 @@ def _report(args, topo, schedule, best, layout, tensors, run, base, faulty):
         "counters": dict(zip(topo.sites, run.counters, strict=True)),
         "pass": ok,
     }
-    _write(args.json, report)
-    print("demo-net: PASS" if ok else "demo-net: FAIL")
-    return 0 if ok else 1
+    return report, ok

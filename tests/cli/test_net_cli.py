@@ -108,7 +108,7 @@ def test_demo_net_nine_sites_pass_and_write_the_report(capsys, tmp_path):
         str(_port()),
         "--job",
         "22",
-        "--json",
+        "-o",
         str(path),
         "--demo-json",
         str(tmp_path / "none"),
@@ -120,6 +120,14 @@ def test_demo_net_nine_sites_pass_and_write_the_report(capsys, tmp_path):
     assert report["distinct_results"] == 1 and report["equal_to_rtl_demo"] is True
     # Fault-free: nothing dropped, nothing retransmitted.
     assert report["drops"] == {} and report["retransmits"] == report["resends_on_result"] == 0
+
+
+def test_demo_net_never_replaces_a_report_without_force(capsys, tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text("keep me\n")
+    code, out, err = _run(capsys, "demo-net", "--elements", "1024", "-o", str(path))
+    assert code == 2 and "already exists; pass --force" in err and len(err.strip().splitlines()) == 1
+    assert path.read_text() == "keep me\n"
 
 
 def test_emit_live_synchronises_one_site_through_running_aggregators(capsys, tmp_path):
@@ -164,7 +172,7 @@ def test_demo_net_in_network_namespaces_or_one_line_saying_why_not(capsys, tmp_p
 
     path = tmp_path / "demo_net.json"
     argv = ["demo-net", "--netns", "--elements", "1024", "--time-limit", "1", "--delay-scale", "0.1"]
-    argv += ["--port", str(_port()), "--job", "24", "--json", str(path)]
+    argv += ["--port", str(_port()), "--job", "24", "-o", str(path)]
     argv += ["--demo-json", str(tmp_path / "none")]
     code, out, err = _run(capsys, *argv)
     assert code == 0 and "demo-net: PASS" in out, out + err
