@@ -11,8 +11,7 @@ import io
 
 import numpy as np
 
-from ..host.pcap import read_pcap_timed
-from ..host.replay import collect_results, result_payloads
+from ..host.replay import capture_results
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS
 from ._common import Outputs, add_force_option, header_field, int_in
@@ -80,12 +79,7 @@ def _pick(sets, attr, wanted, option, what):
 def run(args):
     outs = Outputs(force=args.force, inputs=[args.input])
     path = outs.add(args.output, "-o")
-    _, frames = read_pcap_timed(args.input)
-    payloads, not_udp = result_payloads(frames)
-    sets, ignored = collect_results(payloads, source=args.input)
-    ignored += not_udp
-    if not sets:
-        raise WanreduceError(f"{args.input}: holds no RESULT frames ({ignored} other frames)")
+    sets, ignored = capture_results(args.input)
     sets = _pick(sets, "site", args.rank, "--rank", "site")
     sets = _pick(sets, "job", args.job, "--job", "job")
     (chosen,) = _pick(sets, "round", args.round, "--round", "round")
