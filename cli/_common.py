@@ -39,7 +39,7 @@ from ..host.emit import topology_for
 from ..host.lean import DEFAULT_JITTER_S
 from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_size, parse_size
-from ..spec.errors import WanreduceError
+from ..spec.errors import WanreduceError, read_input
 from ..spec.protocol import HEADER_LAYOUT, UDP_PORT, DType
 
 __all__ = [
@@ -138,15 +138,7 @@ def load_npy(path, *, void16_as_bf16=False):
     2-byte void array as bfloat16: that is how ``np.save`` stores an ``ml_dtypes.bfloat16`` array, since
     the .npy header has no name for the type.
     """
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(_NPY_MAGIC))
-    except FileNotFoundError:
-        raise WanreduceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise WanreduceError(f"{path}: is a directory, not a .npy file") from None
-    except OSError as exc:
-        raise WanreduceError(f"{path}: cannot read it ({exc.strerror})") from None
+    head = read_input(path, "a .npy file", len(_NPY_MAGIC))
     if head.startswith(b"PK"):
         raise WanreduceError(f"{path}: is an .npz archive, not a .npy file; save one array with np.save")
     if head != _NPY_MAGIC:
