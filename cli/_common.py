@@ -372,6 +372,13 @@ def add_port_option(p, what):
     )
 
 
+def add_dtype_option(p, what="element type on the wire"):
+    """``--dtype``, one of the wire's element types (fp32 by default); ``what`` is its help."""
+    p.add_argument(
+        "--dtype", choices=[d.label for d in DType], default="fp32", help=f"{what} (default: fp32)"
+    )
+
+
 def add_experiment_options(p, *, widths):
     """The options of an experiment over every site of a topology (``demo``, ``demo-net``): the topology,
     the memory the schedule and the cores are built for, the seeded tensors, the cores' width (one of
@@ -398,12 +405,7 @@ def add_experiment_options(p, *, widths):
         default=256,
         help="elements per packet (default: 256, 1 KiB of fp32)",
     )
-    p.add_argument(
-        "--dtype",
-        choices=[d.label for d in DType],
-        default="fp32",
-        help="element type on the wire (default: fp32)",
-    )
+    add_dtype_option(p)
     p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
     p.add_argument(
         "--width",

@@ -18,6 +18,7 @@ from ..spec.protocol import MAX_RANKS, DType
 from ..spec.schedfile import load_schedule
 from ._common import (
     Outputs,
+    add_dtype_option,
     add_force_option,
     add_grads_option,
     add_speed_options,
@@ -61,12 +62,7 @@ def register(sub):
         help="the emitting site's rank, an index into the schedule's sites, or 'all' (one model "
         "run for every site; -o then names each file with {rank} or {site}) (required)",
     )
-    p.add_argument(
-        "--dtype",
-        choices=[d.label for d in DType],
-        default="fp32",
-        help="element type on the wire (default: fp32)",
-    )
+    add_dtype_option(p)
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("-o", "--output", metavar="OUT.pcap", help="write the frames with their send times")
     out.add_argument(

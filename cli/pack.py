@@ -6,7 +6,15 @@ from ..host.pcap import write_pcap
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS, DType
-from ._common import Outputs, add_force_option, add_port_option, header_field, int_in, load_npy
+from ._common import (
+    Outputs,
+    add_dtype_option,
+    add_force_option,
+    add_port_option,
+    header_field,
+    int_in,
+    load_npy,
+)
 
 __all__ = ["register", "run"]
 
@@ -26,12 +34,7 @@ def register(sub):
         "ml_dtypes is read as bf16)",
     )
     p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="pcap file to write (required)")
-    p.add_argument(
-        "--dtype",
-        choices=[d.label for d in DType],
-        default="fp32",
-        help="element type on the wire (default: fp32)",
-    )
+    add_dtype_option(p)
     p.add_argument(
         "--rank",
         type=int_in(0, MAX_RANKS - 1, "--rank"),
