@@ -40,7 +40,7 @@ from ..host.lean import DEFAULT_JITTER_S
 from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_size, parse_size
 from ..spec.errors import WanreduceError, read_input
-from ..spec.protocol import HEADER_LAYOUT, UDP_PORT, DType
+from ..spec.protocol import HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
 
 __all__ = [
     "int_in",
@@ -370,6 +370,15 @@ def add_port_option(p, what):
     p.add_argument(
         "--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT, help=f"{what} (default: {UDP_PORT})"
     )
+
+
+def add_rank_option(p, help, **kw):
+    """``--rank``, a site's rank; ``help`` says which site, ``kw`` (``required``, ``default``) the rest."""
+    p.add_argument("--rank", type=rank_arg, help=help, **kw)
+
+
+#: An argparse type: a site's rank (``--rank``), 0..MAX_RANKS - 1.
+rank_arg = int_in(0, MAX_RANKS - 1, "--rank")
 
 
 def add_dtype_option(p, what="element type on the wire"):

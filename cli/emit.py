@@ -14,7 +14,7 @@ from ..host.pcap import write_pcap_timed
 from ..host.replay import parse_udp_url, send_datagrams, udp_datagram
 from ..host.units import format_seconds
 from ..spec.errors import WanreduceError
-from ..spec.protocol import MAX_RANKS, DType
+from ..spec.protocol import DType
 from ..spec.schedfile import load_schedule
 from ._common import (
     Outputs,
@@ -26,6 +26,7 @@ from ._common import (
     header_field,
     int_in,
     positive_float,
+    rank_arg,
     wan_of,
 )
 from .emit_live import add_options as add_live_options
@@ -35,7 +36,7 @@ __all__ = ["register", "run"]
 
 
 def rank_or_all(text):
-    return "all" if text == "all" else int_in(0, MAX_RANKS - 1, "--rank")(text)
+    return "all" if text == "all" else rank_arg(text)
 
 
 def register(sub):

@@ -5,12 +5,13 @@ from ..host.packet import MAX_COUNT, pack_tensor
 from ..host.pcap import write_pcap
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import MAX_RANKS, DType
+from ..spec.protocol import DType
 from ._common import (
     Outputs,
     add_dtype_option,
     add_force_option,
     add_port_option,
+    add_rank_option,
     header_field,
     int_in,
     load_npy,
@@ -35,12 +36,7 @@ def register(sub):
     )
     p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="pcap file to write (required)")
     add_dtype_option(p)
-    p.add_argument(
-        "--rank",
-        type=int_in(0, MAX_RANKS - 1, "--rank"),
-        required=True,
-        help="this site's rank, 0..63 (required)",
-    )
+    add_rank_option(p, "this site's rank, 0..63 (required)", required=True)
     p.add_argument("--job", type=header_field("job"), default=0, help="job id (default: 0)")
     p.add_argument(
         "--round", type=header_field("round"), default=0, help="schedule round number (default: 0)"

@@ -41,7 +41,16 @@ from ..spec.core import WIDTHS
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
-from ._common import Outputs, add_force_option, add_json_option, add_port_option, int_in, print_json, progress
+from ._common import (
+    Outputs,
+    add_force_option,
+    add_json_option,
+    add_port_option,
+    add_rank_option,
+    int_in,
+    print_json,
+    progress,
+)
 
 __all__ = [
     "register",
@@ -101,12 +110,7 @@ def register(sub):
         "RESULT destinations; write the frames it emits and its counters.",
     )
     p.add_argument("input", metavar="IN.pcap", help="frames to feed (classic pcap, Ethernet)")
-    p.add_argument(
-        "--rank",
-        type=int_in(0, MAX_RANKS - 1, "--rank"),
-        required=True,
-        help="this site's rank, 0..63 (required)",
-    )
+    add_rank_option(p, "this site's rank, 0..63 (required)", required=True)
     p.add_argument(
         "--schedule", metavar="S.json", required=True, help="schedule file of PROTOCOL.md (required)"
     )

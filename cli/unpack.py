@@ -13,8 +13,7 @@ import numpy as np
 
 from ..host.replay import capture_results
 from ..spec.errors import WanreduceError
-from ..spec.protocol import MAX_RANKS
-from ._common import Outputs, add_force_option, header_field, int_in
+from ._common import Outputs, add_force_option, add_rank_option, header_field
 
 __all__ = ["register", "run", "averaged"]
 
@@ -37,12 +36,7 @@ def register(sub):
     )
     p.add_argument("input", metavar="RESULTS.pcap", help="capture holding RESULT frames")
     p.add_argument("-o", "--output", metavar="OUT.npy", required=True, help="tensor to write (required)")
-    p.add_argument(
-        "--rank",
-        type=int_in(0, MAX_RANKS - 1, "--rank"),
-        default=None,
-        help="the aggregator site whose RESULTs to take (default: the only one in the capture)",
-    )
+    add_rank_option(p, "the aggregator site whose RESULTs to take (default: the only one in the capture)")
     p.add_argument(
         "--job",
         type=header_field("job"),
