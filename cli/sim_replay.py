@@ -328,36 +328,26 @@ def run(args):
     geometry = dict(
         width=args.width, slots=slots, members=members, slot_bytes=chunk_bytes, dests=len(dests), jobs=cap
     )
+    # The core's configuration, the same whichever build runs the frames.
+    config = dict(
+        rank=rank,
+        jobs=jobs,
+        destinations=dests,
+        mac=mac,
+        ip=ip,
+        port=args.port,
+        bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits),
+    )
     t0 = time.perf_counter()
     if args.bypass is None:
         with build_progress(note):
             sim = CoreSim(**geometry, entry="frame", port=args.port)
         if len(frames) > LONG_REPLAY_FRAMES:
             note(f"simulating {len(frames)} frames through the core")
-        result = sim.run(
-            frames,
-            rank=rank,
-            jobs=jobs,
-            destinations=dests,
-            mac=mac,
-            ip=ip,
-            port=args.port,
-            bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits),
-        )
+        result = sim.run(frames, **config)
         packets, counters, forwarded = result.packets, result.counters, []
     else:
-        packets, counters, forwarded = _replay_inline(
-            frames,
-            geometry,
-            args,
-            rank=rank,
-            jobs=jobs,
-            dests=dests,
-            mac=mac,
-            ip=ip,
-            note=note,
-            bank_bits=bank_bits,
-        )
+        packets, counters, forwarded = _replay_inline(frames, geometry, config, args, note=note)
     if len(frames) > LONG_REPLAY_FRAMES:
         note(f"simulated in {time.perf_counter() - t0:.1f} s")
     with outs.commit():
@@ -408,26 +398,16 @@ def run(args):
     return 0
 
 
-def _replay_inline(frames, geometry, args, *, rank, jobs, dests, mac, ip, note, bank_bits):
-    """The frames through an in-line core (the co-simulation's build, with a bypass port): returns the
-    RESULT frames, the counters and the forwarded frames."""
+def _replay_inline(frames, geometry, config, args, *, note):
+    """The frames through an in-line core (the co-simulation's build, with a bypass port) configured with
+    ``config``: returns the RESULT frames, the counters and the forwarded frames."""
     from ..host import control
     from ..sim.verify.cosim import RtlCores
 
     with build_progress(note):
         cores = RtlCores(count=1, **geometry, port=args.port, bypass_bytes=args.bypass_bytes)
     c = cores.core
-    writes = control.config_writes(
-        rank=rank,
-        jobs=jobs,
-        destinations=dests,
-        mac=mac,
-        ip=ip,
-        port=args.port,
-        core=c,
-        bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits),
-        bypass=True,
-    )
+    writes = control.config_writes(**config, core=c, bypass=True)
     cores.configure(0, writes)
     if len(frames) > LONG_REPLAY_FRAMES:
         note(f"simulating {len(frames)} frames through the in-line core")
