@@ -329,14 +329,9 @@ def run(args):
         width=args.width, slots=slots, members=members, slot_bytes=chunk_bytes, dests=len(dests), jobs=cap
     )
     # The core's configuration, the same whichever build runs the frames.
+    job_bits = None if bank_bits is None else dict.fromkeys(jobs, bank_bits)
     config = dict(
-        rank=rank,
-        jobs=jobs,
-        destinations=dests,
-        mac=mac,
-        ip=ip,
-        port=args.port,
-        bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits),
+        rank=rank, jobs=jobs, destinations=dests, mac=mac, ip=ip, port=args.port, bank_bits=job_bits
     )
     t0 = time.perf_counter()
     if args.bypass is None:
