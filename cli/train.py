@@ -292,6 +292,34 @@ def _lm_units(named):
     return units
 
 
+def _run_recorded(args, experiment, cfg, named_figures, *, units, note):
+    """``experiment(cfg, setting)`` run with its figures recorded (``named_figures`` of the result, their
+    ``units`` of those names, one ``note`` for all), then the results and the figure written; the
+    result."""
+    base = _setting(args)
+    outs = Outputs(force=args.force)
+    out_json = outs.add(args.output, "--output")
+    out_png = outs.add(_figure(args.plot), "--plot")
+    progress("train", base.describe())
+    # The figures' provenance is of the code as it was when the run started.
+    prov = figures.provenance(
+        figures.module_sources(__name__), ["wanreduce", "train", *_argv(args)], output=args.output
+    )
+    result = experiment(cfg, base, log=lambda text: progress("train", text))
+    named = named_figures(result)
+    result["figures"] = figures.records(
+        named,
+        prov=prov,
+        units=units(named),
+        notes=dict.fromkeys(named, note),
+        runs=dict.fromkeys(named, 1),
+    )
+    with outs.commit():
+        write_json(result, outs.temp(out_json))
+        plot(result, outs.temp(out_png))
+    return result
+
+
 def _run_lm(args, methods):
     d = LMConfig()
     cfg = LMConfig(
@@ -304,27 +332,14 @@ def _run_lm(args, methods):
         schedule_time_s=args.schedule_time,
         methods=methods,
     )
-    base = _setting(args)
-    outs = Outputs(force=args.force)
-    out_json = outs.add(args.output, "--output")
-    out_png = outs.add(_figure(args.plot), "--plot")
-    progress("train", base.describe())
-    # The figures' provenance is of the code as it was when the run started.
-    prov = figures.provenance(
-        figures.module_sources(__name__), ["wanreduce", "train", *_argv(args)], output=args.output
+    result = _run_recorded(
+        args,
+        run_lm_experiment,
+        cfg,
+        lm_figures,
+        units=_lm_units,
+        note="make train: one run per method and grid point (seeded)",
     )
-    result = run_lm_experiment(cfg, base, log=lambda text: progress("train", text))
-    named = lm_figures(result)
-    result["figures"] = figures.records(
-        named,
-        prov=prov,
-        units=_lm_units(named),
-        notes=dict.fromkeys(named, "make train: one run per method and grid point (seeded)"),
-        runs=dict.fromkeys(named, 1),
-    )
-    with outs.commit():
-        write_json(result, outs.temp(out_json))
-        plot(result, outs.temp(out_png))
     print(lm_table_text(result))
     print()
     print(sweep_text(result))
@@ -377,28 +392,18 @@ def run(args):
     )
     if args.target > 1:
         raise WanreduceError(f"the target accuracy must be at most 1, got {args.target}")
-    base = _setting(args)
-    outs = Outputs(force=args.force)
-    out_json = outs.add(args.output, "--output")
-    out_png = outs.add(_figure(args.plot), "--plot")
-    progress("train", base.describe())
-    prov = figures.provenance(
-        figures.module_sources(__name__), ["wanreduce", "train", *_argv(args)], output=args.output
-    )
-    result = run_experiment(cfg, base, log=lambda text: progress("train", text))
     # A run at another wire dtype records beside the default one rather than over it.
     prefix = "train_" if args.dtype == Config().dtype else f"train_{args.dtype}_"
-    named = train_figures(result, prefix)
-    result["figures"] = figures.records(
-        named,
-        prov=prov,
-        units={k: "" for k in named if k.endswith(("_best", "_steps_to_target", "_runs", "_methods"))},
-        notes=dict.fromkeys(named, "one run per distinct method (seeded); the clock is the cost model's"),
-        runs=dict.fromkeys(named, 1),
+    result = _run_recorded(
+        args,
+        run_experiment,
+        cfg,
+        lambda result: train_figures(result, prefix),
+        units=lambda named: {
+            k: "" for k in named if k.endswith(("_best", "_steps_to_target", "_runs", "_methods"))
+        },
+        note="one run per distinct method (seeded); the clock is the cost model's",
     )
-    with outs.commit():
-        write_json(result, outs.temp(out_json))
-        plot(result, outs.temp(out_png))
     print(table_text(result))
     print()
     print(sweep_text(result))
