@@ -320,17 +320,28 @@ def _run_recorded(args, experiment, cfg, named_figures, *, units, note):
     return result
 
 
-def _run_lm(args, methods):
-    d = LMConfig()
-    cfg = LMConfig(
+def _config(cls, args, methods, **own):
+    """``cls``, either task's configuration, from the options both tasks share and the task's ``own``
+    fields."""
+    return cls(
         sites=args.sites,
-        target=args.target if args.target is not None else d.target,
         dtype=args.dtype,
         engine=args.engine,
-        max_steps=args.max_steps if args.max_steps is not None else d.max_steps,
         seed=args.seed,
         schedule_time_s=args.schedule_time,
         methods=methods,
+        **own,
+    )
+
+
+def _run_lm(args, methods):
+    d = LMConfig()
+    cfg = _config(
+        LMConfig,
+        args,
+        methods,
+        target=args.target if args.target is not None else d.target,
+        max_steps=args.max_steps if args.max_steps is not None else d.max_steps,
     )
     result = _run_recorded(
         args,
@@ -378,17 +389,14 @@ def run(args):
         args.target = Config().target
     if args.max_steps is None:
         args.max_steps = Config().max_steps
-    cfg = Config(
-        sites=args.sites,
+    cfg = _config(
+        Config,
+        args,
+        methods,
         target=args.target,
         h=args.h,
-        dtype=args.dtype,
-        engine=args.engine,
         max_steps=args.max_steps,
         diloco_steps=args.diloco_steps,
-        seed=args.seed,
-        schedule_time_s=args.schedule_time,
-        methods=methods,
     )
     if args.target > 1:
         raise WanreduceError(f"the target accuracy must be at most 1, got {args.target}")
