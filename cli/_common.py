@@ -39,8 +39,8 @@ from ..host.emit import topology_for
 from ..host.lean import DEFAULT_JITTER_S
 from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_size, parse_size
-from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_LAYOUT, UDP_PORT, DType
+from ..spec.errors import WanreduceError, read_input
+from ..spec.protocol import HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
 
 __all__ = [
     "int_in",
@@ -138,15 +138,7 @@ def load_npy(path, *, void16_as_bf16=False):
     2-byte void array as bfloat16: that is how ``np.save`` stores an ``ml_dtypes.bfloat16`` array, since
     the .npy header has no name for the type.
     """
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(_NPY_MAGIC))
-    except FileNotFoundError:
-        raise WanreduceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise WanreduceError(f"{path}: is a directory, not a .npy file") from None
-    except OSError as exc:
-        raise WanreduceError(f"{path}: cannot read it ({exc.strerror})") from None
+    head = read_input(path, "a .npy file", len(_NPY_MAGIC))
     if head.startswith(b"PK"):
         raise WanreduceError(f"{path}: is an .npz archive, not a .npy file; save one array with np.save")
     if head != _NPY_MAGIC:
@@ -380,6 +372,22 @@ def add_port_option(p, what):
     )
 
 
+def add_rank_option(p, help, **kw):
+    """``--rank``, a site's rank; ``help`` says which site, ``kw`` (``required``, ``default``) the rest."""
+    p.add_argument("--rank", type=rank_arg, help=help, **kw)
+
+
+#: An argparse type: a site's rank (``--rank``), 0..MAX_RANKS - 1.
+rank_arg = int_in(0, MAX_RANKS - 1, "--rank")
+
+
+def add_dtype_option(p, what="element type on the wire"):
+    """``--dtype``, one of the wire's element types (fp32 by default); ``what`` is its help."""
+    p.add_argument(
+        "--dtype", choices=[d.label for d in DType], default="fp32", help=f"{what} (default: fp32)"
+    )
+
+
 def add_experiment_options(p, *, widths):
     """The options of an experiment over every site of a topology (``demo``, ``demo-net``): the topology,
     the memory the schedule and the cores are built for, the seeded tensors, the cores' width (one of
@@ -406,12 +414,7 @@ def add_experiment_options(p, *, widths):
         default=256,
         help="elements per packet (default: 256, 1 KiB of fp32)",
     )
-    p.add_argument(
-        "--dtype",
-        choices=[d.label for d in DType],
-        default="fp32",
-        help="element type on the wire (default: fp32)",
-    )
+    add_dtype_option(p)
     p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
     p.add_argument(
         "--width",

@@ -14,9 +14,9 @@ from ..host.aggd import Aggd, BatchEngine, GoldenEngine, counters_line, site_lay
 from ..host.emit import topology_for
 from ..host.netio import WanEmulator
 from ..spec.errors import WanreduceError
-from ..spec.protocol import UDP_PORT, DType
+from ..spec.protocol import DType
 from ..spec.schedfile import load_schedule
-from ._common import int_in, progress
+from ._common import add_dtype_option, add_port_option, int_in, progress
 
 __all__ = ["register", "run", "make_engine", "ENGINES"]
 
@@ -37,16 +37,9 @@ def register(sub):
         default="127.0.0.1",
         help="IPv4 address of the only interface to listen and send on (default: 127.0.0.1, loopback)",
     )
-    p.add_argument(
-        "--port", type=int_in(1, 65535, "--port"), default=UDP_PORT, help=f"UDP port (default: {UDP_PORT})"
-    )
+    add_port_option(p, "UDP port")
     p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
-    p.add_argument(
-        "--dtype",
-        choices=[d.label for d in DType],
-        default="fp32",
-        help="element type of the chunks (default: fp32)",
-    )
+    add_dtype_option(p, "element type of the chunks")
     p.add_argument(
         "--engine",
         choices=ENGINES,

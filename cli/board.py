@@ -8,9 +8,8 @@ use (``wanreduce.host.control``), then reads the core's counters and the board's
 
 from ..host.board import BAUDS, BoardLink, board_config_writes, read_counters
 from ..spec.errors import WanreduceError
-from ..spec.protocol import MAX_RANKS
 from ..spec.schedfile import load_schedule
-from ._common import add_json_option, header_field, int_in, print_json
+from ._common import add_json_option, add_rank_option, header_field, print_json
 
 __all__ = ["register", "run"]
 
@@ -23,12 +22,7 @@ def register(sub):
     )
     p.add_argument("port", metavar="PORT", help="the board's serial port, e.g. /dev/ttyUSB1")
     p.add_argument("--schedule", metavar="S.json", default=None, help="schedule file to load (default: none)")
-    p.add_argument(
-        "--rank",
-        type=int_in(0, MAX_RANKS - 1, "--rank"),
-        default=None,
-        help="this site's rank (with --schedule)",
-    )
+    add_rank_option(p, "this site's rank (with --schedule)")
     p.add_argument(
         "--job",
         type=header_field("job"),

@@ -14,10 +14,11 @@ from ..host.pcap import write_pcap_timed
 from ..host.replay import parse_udp_url, send_datagrams, udp_datagram
 from ..host.units import format_seconds
 from ..spec.errors import WanreduceError
-from ..spec.protocol import MAX_RANKS, DType
+from ..spec.protocol import DType
 from ..spec.schedfile import load_schedule
 from ._common import (
     Outputs,
+    add_dtype_option,
     add_force_option,
     add_grads_option,
     add_speed_options,
@@ -25,6 +26,7 @@ from ._common import (
     header_field,
     int_in,
     positive_float,
+    rank_arg,
     wan_of,
 )
 from .emit_live import add_options as add_live_options
@@ -34,7 +36,7 @@ __all__ = ["register", "run"]
 
 
 def rank_or_all(text):
-    return "all" if text == "all" else int_in(0, MAX_RANKS - 1, "--rank")(text)
+    return "all" if text == "all" else rank_arg(text)
 
 
 def register(sub):
@@ -61,12 +63,7 @@ def register(sub):
         help="the emitting site's rank, an index into the schedule's sites, or 'all' (one model "
         "run for every site; -o then names each file with {rank} or {site}) (required)",
     )
-    p.add_argument(
-        "--dtype",
-        choices=[d.label for d in DType],
-        default="fp32",
-        help="element type on the wire (default: fp32)",
-    )
+    add_dtype_option(p)
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("-o", "--output", metavar="OUT.pcap", help="write the frames with their send times")
     out.add_argument(

@@ -5,8 +5,17 @@ from ..host.packet import MAX_COUNT, pack_tensor
 from ..host.pcap import write_pcap
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import MAX_RANKS, DType
-from ._common import Outputs, add_force_option, add_port_option, header_field, int_in, load_npy
+from ..spec.protocol import DType
+from ._common import (
+    Outputs,
+    add_dtype_option,
+    add_force_option,
+    add_port_option,
+    add_rank_option,
+    header_field,
+    int_in,
+    load_npy,
+)
 
 __all__ = ["register", "run"]
 
@@ -26,18 +35,8 @@ def register(sub):
         "ml_dtypes is read as bf16)",
     )
     p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="pcap file to write (required)")
-    p.add_argument(
-        "--dtype",
-        choices=[d.label for d in DType],
-        default="fp32",
-        help="element type on the wire (default: fp32)",
-    )
-    p.add_argument(
-        "--rank",
-        type=int_in(0, MAX_RANKS - 1, "--rank"),
-        required=True,
-        help="this site's rank, 0..63 (required)",
-    )
+    add_dtype_option(p)
+    add_rank_option(p, "this site's rank, 0..63 (required)", required=True)
     p.add_argument("--job", type=header_field("job"), default=0, help="job id (default: 0)")
     p.add_argument(
         "--round", type=header_field("round"), default=0, help="schedule round number (default: 0)"

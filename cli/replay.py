@@ -13,9 +13,8 @@ from ..host.pcap import read_pcap_timed
 from ..host.replay import arrival_order, parse_udp_url, send_datagrams, sources, udp_datagram
 from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
-from ..spec.protocol import MAX_RANKS
 from ..spec.schedfile import load_schedule
-from ._common import add_json_option, add_speed_options, add_wan_option, int_in, print_json
+from ._common import add_json_option, add_rank_option, add_speed_options, add_wan_option, print_json
 
 __all__ = ["register", "run", "wan_and_rank"]
 
@@ -41,13 +40,11 @@ def wan_and_rank(args):
 
 def add_site_options(p, *, required):
     add_wan_option(p, default_help="required" if required else "default: none, use the pcap's timestamps")
-    p.add_argument(
-        "--rank",
-        type=int_in(0, MAX_RANKS - 1, "--rank"),
-        default=None,
-        required=required,
-        help="the receiving site's rank, an index into the WAN's (or the schedule's) sites"
+    add_rank_option(
+        p,
+        "the receiving site's rank, an index into the WAN's (or the schedule's) sites"
         + (" (required)" if required else " (with --wan)"),
+        required=required,
     )
     p.add_argument(
         "--schedule",

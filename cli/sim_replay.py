@@ -41,7 +41,16 @@ from ..spec.core import WIDTHS
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
-from ._common import Outputs, add_force_option, add_json_option, add_port_option, int_in, print_json, progress
+from ._common import (
+    Outputs,
+    add_force_option,
+    add_json_option,
+    add_port_option,
+    add_rank_option,
+    int_in,
+    print_json,
+    progress,
+)
 
 __all__ = [
     "register",
@@ -101,12 +110,7 @@ def register(sub):
         "RESULT destinations; write the frames it emits and its counters.",
     )
     p.add_argument("input", metavar="IN.pcap", help="frames to feed (classic pcap, Ethernet)")
-    p.add_argument(
-        "--rank",
-        type=int_in(0, MAX_RANKS - 1, "--rank"),
-        required=True,
-        help="this site's rank, 0..63 (required)",
-    )
+    add_rank_option(p, "this site's rank, 0..63 (required)", required=True)
     p.add_argument(
         "--schedule", metavar="S.json", required=True, help="schedule file of PROTOCOL.md (required)"
     )
@@ -325,36 +329,21 @@ def run(args):
     geometry = dict(
         width=args.width, slots=slots, members=members, slot_bytes=chunk_bytes, dests=len(dests), jobs=cap
     )
+    # The core's configuration, the same whichever build runs the frames.
+    job_bits = None if bank_bits is None else dict.fromkeys(jobs, bank_bits)
+    config = dict(
+        rank=rank, jobs=jobs, destinations=dests, mac=mac, ip=ip, port=args.port, bank_bits=job_bits
+    )
     t0 = time.perf_counter()
     if args.bypass is None:
         with build_progress(note):
             sim = CoreSim(**geometry, entry="frame", port=args.port)
         if len(frames) > LONG_REPLAY_FRAMES:
             note(f"simulating {len(frames)} frames through the core")
-        result = sim.run(
-            frames,
-            rank=rank,
-            jobs=jobs,
-            destinations=dests,
-            mac=mac,
-            ip=ip,
-            port=args.port,
-            bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits),
-        )
+        result = sim.run(frames, **config)
         packets, counters, forwarded = result.packets, result.counters, []
     else:
-        packets, counters, forwarded = _replay_inline(
-            frames,
-            geometry,
-            args,
-            rank=rank,
-            jobs=jobs,
-            dests=dests,
-            mac=mac,
-            ip=ip,
-            note=note,
-            bank_bits=bank_bits,
-        )
+        packets, counters, forwarded = _replay_inline(frames, geometry, config, args, note=note)
     if len(frames) > LONG_REPLAY_FRAMES:
         note(f"simulated in {time.perf_counter() - t0:.1f} s")
     with outs.commit():
@@ -405,26 +394,16 @@ def run(args):
     return 0
 
 
-def _replay_inline(frames, geometry, args, *, rank, jobs, dests, mac, ip, note, bank_bits):
-    """The frames through an in-line core (the co-simulation's build, with a bypass port): returns the
-    RESULT frames, the counters and the forwarded frames."""
+def _replay_inline(frames, geometry, config, args, *, note):
+    """The frames through an in-line core (the co-simulation's build, with a bypass port) configured with
+    ``config``: returns the RESULT frames, the counters and the forwarded frames."""
     from ..host import control
     from ..sim.verify.cosim import RtlCores
 
     with build_progress(note):
         cores = RtlCores(count=1, **geometry, port=args.port, bypass_bytes=args.bypass_bytes)
     c = cores.core
-    writes = control.config_writes(
-        rank=rank,
-        jobs=jobs,
-        destinations=dests,
-        mac=mac,
-        ip=ip,
-        port=args.port,
-        core=c,
-        bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits),
-        bypass=True,
-    )
+    writes = control.config_writes(**config, core=c, bypass=True)
     cores.configure(0, writes)
     if len(frames) > LONG_REPLAY_FRAMES:
         note(f"simulating {len(frames)} frames through the in-line core")

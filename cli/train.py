@@ -292,18 +292,10 @@ def _lm_units(named):
     return units
 
 
-def _run_lm(args, methods):
-    d = LMConfig()
-    cfg = LMConfig(
-        sites=args.sites,
-        target=args.target if args.target is not None else d.target,
-        dtype=args.dtype,
-        engine=args.engine,
-        max_steps=args.max_steps if args.max_steps is not None else d.max_steps,
-        seed=args.seed,
-        schedule_time_s=args.schedule_time,
-        methods=methods,
-    )
+def _run_recorded(args, experiment, cfg, named_figures, *, units, note):
+    """``experiment(cfg, setting)`` run with its figures recorded (``named_figures`` of the result, their
+    ``units`` of those names, one ``note`` for all), then the results and the figure written; the
+    result."""
     base = _setting(args)
     outs = Outputs(force=args.force)
     out_json = outs.add(args.output, "--output")
@@ -313,18 +305,52 @@ def _run_lm(args, methods):
     prov = figures.provenance(
         figures.module_sources(__name__), ["wanreduce", "train", *_argv(args)], output=args.output
     )
-    result = run_lm_experiment(cfg, base, log=lambda text: progress("train", text))
-    named = lm_figures(result)
+    result = experiment(cfg, base, log=lambda text: progress("train", text))
+    named = named_figures(result)
     result["figures"] = figures.records(
         named,
         prov=prov,
-        units=_lm_units(named),
-        notes=dict.fromkeys(named, "make train: one run per method and grid point (seeded)"),
+        units=units(named),
+        notes=dict.fromkeys(named, note),
         runs=dict.fromkeys(named, 1),
     )
     with outs.commit():
         write_json(result, outs.temp(out_json))
         plot(result, outs.temp(out_png))
+    return result
+
+
+def _config(cls, args, methods, **own):
+    """``cls``, either task's configuration, from the options both tasks share and the task's ``own``
+    fields."""
+    return cls(
+        sites=args.sites,
+        dtype=args.dtype,
+        engine=args.engine,
+        seed=args.seed,
+        schedule_time_s=args.schedule_time,
+        methods=methods,
+        **own,
+    )
+
+
+def _run_lm(args, methods):
+    d = LMConfig()
+    cfg = _config(
+        LMConfig,
+        args,
+        methods,
+        target=args.target if args.target is not None else d.target,
+        max_steps=args.max_steps if args.max_steps is not None else d.max_steps,
+    )
+    result = _run_recorded(
+        args,
+        run_lm_experiment,
+        cfg,
+        lm_figures,
+        units=_lm_units,
+        note="make train: one run per method and grid point (seeded)",
+    )
     print(lm_table_text(result))
     print()
     print(sweep_text(result))
@@ -363,42 +389,29 @@ def run(args):
         args.target = Config().target
     if args.max_steps is None:
         args.max_steps = Config().max_steps
-    cfg = Config(
-        sites=args.sites,
+    cfg = _config(
+        Config,
+        args,
+        methods,
         target=args.target,
         h=args.h,
-        dtype=args.dtype,
-        engine=args.engine,
         max_steps=args.max_steps,
         diloco_steps=args.diloco_steps,
-        seed=args.seed,
-        schedule_time_s=args.schedule_time,
-        methods=methods,
     )
     if args.target > 1:
         raise WanreduceError(f"the target accuracy must be at most 1, got {args.target}")
-    base = _setting(args)
-    outs = Outputs(force=args.force)
-    out_json = outs.add(args.output, "--output")
-    out_png = outs.add(_figure(args.plot), "--plot")
-    progress("train", base.describe())
-    prov = figures.provenance(
-        figures.module_sources(__name__), ["wanreduce", "train", *_argv(args)], output=args.output
-    )
-    result = run_experiment(cfg, base, log=lambda text: progress("train", text))
     # A run at another wire dtype records beside the default one rather than over it.
     prefix = "train_" if args.dtype == Config().dtype else f"train_{args.dtype}_"
-    named = train_figures(result, prefix)
-    result["figures"] = figures.records(
-        named,
-        prov=prov,
-        units={k: "" for k in named if k.endswith(("_best", "_steps_to_target", "_runs", "_methods"))},
-        notes=dict.fromkeys(named, "one run per distinct method (seeded); the clock is the cost model's"),
-        runs=dict.fromkeys(named, 1),
+    result = _run_recorded(
+        args,
+        run_experiment,
+        cfg,
+        lambda result: train_figures(result, prefix),
+        units=lambda named: {
+            k: "" for k in named if k.endswith(("_best", "_steps_to_target", "_runs", "_methods"))
+        },
+        note="one run per distinct method (seeded); the clock is the cost model's",
     )
-    with outs.commit():
-        write_json(result, outs.temp(out_json))
-        plot(result, outs.temp(out_png))
     print(table_text(result))
     print()
     print(sweep_text(result))

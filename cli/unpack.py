@@ -11,11 +11,9 @@ import io
 
 import numpy as np
 
-from ..host.pcap import read_pcap_timed
-from ..host.replay import collect_results, result_payloads
+from ..host.replay import capture_results
 from ..spec.errors import WanreduceError
-from ..spec.protocol import MAX_RANKS
-from ._common import Outputs, add_force_option, header_field, int_in
+from ._common import Outputs, add_force_option, add_rank_option, header_field
 
 __all__ = ["register", "run", "averaged"]
 
@@ -38,12 +36,7 @@ def register(sub):
     )
     p.add_argument("input", metavar="RESULTS.pcap", help="capture holding RESULT frames")
     p.add_argument("-o", "--output", metavar="OUT.npy", required=True, help="tensor to write (required)")
-    p.add_argument(
-        "--rank",
-        type=int_in(0, MAX_RANKS - 1, "--rank"),
-        default=None,
-        help="the aggregator site whose RESULTs to take (default: the only one in the capture)",
-    )
+    add_rank_option(p, "the aggregator site whose RESULTs to take (default: the only one in the capture)")
     p.add_argument(
         "--job",
         type=header_field("job"),
@@ -80,12 +73,7 @@ def _pick(sets, attr, wanted, option, what):
 def run(args):
     outs = Outputs(force=args.force, inputs=[args.input])
     path = outs.add(args.output, "-o")
-    _, frames = read_pcap_timed(args.input)
-    payloads, not_udp = result_payloads(frames)
-    sets, ignored = collect_results(payloads, source=args.input)
-    ignored += not_udp
-    if not sets:
-        raise WanreduceError(f"{args.input}: holds no RESULT frames ({ignored} other frames)")
+    sets, ignored = capture_results(args.input)
     sets = _pick(sets, "site", args.rank, "--rank", "site")
     sets = _pick(sets, "job", args.job, "--job", "job")
     (chosen,) = _pick(sets, "round", args.round, "--round", "round")

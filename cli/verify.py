@@ -8,9 +8,7 @@ RESULT matches, 1 when some do not (each mismatch is listed), 2 on bad input.
 """
 
 from ..host.emit import load_grads
-from ..host.pcap import read_pcap_timed
-from ..host.replay import check_results, collect_results, result_payloads
-from ..spec.errors import WanreduceError
+from ..host.replay import capture_results, check_results
 from ..spec.schedfile import load_schedule
 from ._common import add_grads_option, add_json_option, print_json
 
@@ -40,12 +38,7 @@ def register(sub):
 def run(args):
     schedule = load_schedule(args.schedule)
     grads = load_grads(args.grads, schedule)
-    _, frames = read_pcap_timed(args.input)
-    payloads, not_udp = result_payloads(frames)
-    sets, ignored = collect_results(payloads, source=args.input)
-    ignored += not_udp
-    if not sets:
-        raise WanreduceError(f"{args.input}: holds no RESULT frames ({ignored} other frames)")
+    sets, _ = capture_results(args.input)
     checked, problems = check_results(schedule, grads, sets)
     rounds = sorted({s.round for s in sets})
     sites = sorted({s.site for s in sets})

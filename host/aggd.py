@@ -31,6 +31,7 @@ import numpy as np
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, UDP_PORT, DType
+from ..spec.schedfile import check_rank
 from .batchagg import BatchAggregator
 from .frames import build_frame, parse_frame
 from .golden import Destination, GoldenAggregator
@@ -236,8 +237,7 @@ class Aggd:
         wan=None,
         local_results=False,
     ):
-        if not 0 <= rank < schedule.n:
-            raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1} of the schedule")
+        check_rank(schedule, rank, " of the schedule")
         self.schedule, self.rank, self.engine = schedule, rank, engine
         self.interface, self.port, self.job, self.wan = interface, port, job, wan
         # RESULTs only to this machine's hosts (multicast TTL 0): the aggregator sits at the site's edge, so

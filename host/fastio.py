@@ -77,67 +77,28 @@ def _build(source, target):
     return None
 
 
+_P, _N, _I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+#: ``udpio.cc``'s entry points: argument types and result type (None: left at ctypes' default).
+_SIGNATURES = {
+    "udpio_new": (None, _P),
+    "udpio_free": ([_P], None),
+    "udpio_gro": ([_I], None),
+    "udpio_recv": ([_P, _I, _P, _N, _I, _P, _N, _P, _N], _I),
+    "udpio_div_f32": ([_P, _N, _P, _N, _I, _I, ctypes.c_float], _I),
+    "udpio_run_of": ([_P, _N, _I, _P, _N], _I),
+    "udpio_send": ([_I, _P, _P, _P, _N, _P, _P, _I, _N, _I], _I),
+    "udpio_sum_f32": ([_P, _N, _N, _P, _I, _I, _I, _P, _N, ctypes.c_uint32], _I),
+}
+
+
 def _load(path):
     lib = ctypes.CDLL(str(path), use_errno=True)
-    lib.udpio_new.restype = ctypes.c_void_p
-    lib.udpio_free.argtypes = [ctypes.c_void_p]
-    lib.udpio_gro.argtypes = [ctypes.c_int]
-    lib.udpio_recv.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-    ]
-    lib.udpio_recv.restype = ctypes.c_int
-    lib.udpio_div_f32.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_float,
-    ]
-    lib.udpio_div_f32.restype = ctypes.c_int
-    lib.udpio_run_of.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-    ]
-    lib.udpio_run_of.restype = ctypes.c_int
-    lib.udpio_send.argtypes = [
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int,
-        ctypes.c_size_t,
-        ctypes.c_int,
-    ]
-    lib.udpio_send.restype = ctypes.c_int
-    lib.udpio_sum_f32.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_uint32,
-    ]
-    lib.udpio_sum_f32.restype = ctypes.c_int
+    for name, (argtypes, restype) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        if argtypes is not None:
+            fn.argtypes = argtypes
+        if restype is not None:
+            fn.restype = restype
     return lib
 
 

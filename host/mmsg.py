@@ -81,6 +81,18 @@ _CALLS = _libc()
 HAVE_MMSG = _CALLS is not None
 
 
+def _mmsg(call, sock, msgs, count, flags, *rest):
+    """``recvmmsg`` or ``sendmmsg`` (``call``) of ``count`` messages of ``msgs`` on ``sock``: how many it
+    moved, 0 where the socket would block or a signal came first (the caller tries again later)."""
+    got = call(sock.fileno(), ctypes.addressof(msgs), count, flags, *rest)
+    if got < 0:
+        err = ctypes.get_errno()
+        if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+            return 0
+        raise OSError(err, os.strerror(err))
+    return got
+
+
 def _np_dtype(struct, base=0):
     """A numpy structured dtype with the ctypes structure's own field offsets (nested ones flattened)."""
     names, formats, offsets = [], [], []
@@ -216,12 +228,7 @@ class Receiver:
                 pass
             return n
         flags = _MSG_DONTWAIT | _MSG_TRUNC
-        got = _CALLS[0](sock.fileno(), ctypes.addressof(self._msgs), limit, flags, None)
-        if got < 0:
-            err = ctypes.get_errno()
-            if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                return 0
-            raise OSError(err, os.strerror(err))
+        got = _mmsg(_CALLS[0], sock, self._msgs, limit, flags, None)
         self.lengths[:got] = self._m["len"][:got]
         return got
 
@@ -297,12 +304,7 @@ class Sender:
             pairs["len"][:k, 0] = head_len
             pairs["base"][:k, 1] = addrs[done : done + k]
             pairs["len"][:k, 1] = lengths[done : done + k]
-            got = _CALLS[1](sock.fileno(), ctypes.addressof(msgs), k, _MSG_DONTWAIT)
-            if got < 0:
-                err = ctypes.get_errno()
-                if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                    return done
-                raise OSError(err, os.strerror(err))
+            got = _mmsg(_CALLS[1], sock, msgs, k, _MSG_DONTWAIT)
             done += got
             if got < k:
                 return done
@@ -368,12 +370,7 @@ class Sender:
             msgs, _, _, v = self._single
             v["base"][:k] = addr + starts[done : done + k]
             v["len"][:k] = lengths[done : done + k]
-            got = _CALLS[1](sock.fileno(), ctypes.addressof(msgs), k, _MSG_DONTWAIT)
-            if got < 0:
-                err = ctypes.get_errno()
-                if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                    return done
-                raise OSError(err, os.strerror(err))
+            got = _mmsg(_CALLS[1], sock, msgs, k, _MSG_DONTWAIT)
             done += got
             if got < k:
                 return done
@@ -426,12 +423,7 @@ class Sender:
             v["base"][slot + 1] = addrs[lo:hi]
             v["len"][slot + 1] = lengths[lo:hi]
             m["iovlen"][:k] = 2 * (ends[sent : sent + k] - first[sent : sent + k])
-            got = _CALLS[1](sock.fileno(), ctypes.addressof(msgs), k, _MSG_DONTWAIT)
-            if got < 0:
-                err = ctypes.get_errno()
-                if err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                    raise OSError(err, os.strerror(err))
-                got = 0
+            got = _mmsg(_CALLS[1], sock, msgs, k, _MSG_DONTWAIT)
             sent += got
             if got < k:
                 break

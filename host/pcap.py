@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from ..spec.errors import WanreduceError, WanreduceWarning
+from ..spec.errors import WanreduceError, WanreduceWarning, read_input
 
 __all__ = ["read_pcap", "read_pcap_timed", "write_pcap", "write_pcap_timed", "LINKTYPE_ETHERNET"]
 
@@ -38,15 +38,7 @@ def read_pcap_timed(path):
 
 def _read_records(path):
     """``(times, frames)`` of a pcap file as lists, with the one-line errors of a bad file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise WanreduceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise WanreduceError(f"{path}: is a directory, not a pcap file") from None
-    except OSError as exc:
-        raise WanreduceError(f"{path}: cannot read it ({exc.strerror})") from None
+    data = read_input(path, "a pcap file")
     if len(data) < 24:
         raise WanreduceError(f"{path}: too short to be a pcap file ({len(data)} bytes)")
     if data[:4] == b"\x0a\x0d\x0d\x0a":

@@ -12,7 +12,7 @@ RESULTs collected back into tensors.
   datagram with a plain socket, at its time (scaled by ``speed``) or back to back, and measures how late
   each one left; :class:`Receiver` collects datagrams on a port in a thread, bounded in count and time.
 * RESULTs. :func:`collect_results` groups a capture's RESULT payloads by (aggregator site, job, round)
-  and assembles each into one tensor.
+  and assembles each into one tensor; :func:`capture_results` does so for a pcap file.
 """
 
 import math
@@ -28,6 +28,7 @@ from ..spec.errors import WanreduceError
 from ..spec.protocol import FLAG_LAST, FRAME_OVERHEAD, HEADER_BYTES, VERSION, DType, Kind
 from .frames import build_frame, parse_frame
 from .packet import Payloads, decode_headers, header_of, unpack_payloads
+from .pcap import read_pcap_timed
 from .protocol import bits_dtype, np_dtype
 from .reference import ordered_sum, run_reference
 
@@ -44,6 +45,7 @@ __all__ = [
     "datagram_frames",
     "ResultSet",
     "collect_results",
+    "capture_results",
     "check_results",
 ]
 
@@ -358,6 +360,18 @@ def collect_results(payloads, *, source="capture"):
                 chunks=len(ordered),
             )
         )
+    return sets, ignored
+
+
+def capture_results(path):
+    """The RESULTs of the pcap file ``path`` → ``(sets, ignored)`` as :func:`collect_results` gives them,
+    ``ignored`` counting the frames that are not RESULTs; a capture with no RESULT is an error."""
+    _, frames = read_pcap_timed(path)
+    payloads, not_udp = result_payloads(frames)
+    sets, ignored = collect_results(payloads, source=path)
+    ignored += not_udp
+    if not sets:
+        raise WanreduceError(f"{path}: holds no RESULT frames ({ignored} other frames)")
     return sets, ignored
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, UDP_PORT, WIRE_OVERHEAD, DType, Kind
+from ..spec.schedfile import check_rank
 from . import fastio
 from .aggd import members_of
 from .mmsg import Receiver, Sender
@@ -142,8 +143,7 @@ class SiteTransport:
         wan=None,
         slack_s=SLACK_S,
     ):
-        if not 0 <= rank < schedule.n:
-            raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1} of the schedule")
+        check_rank(schedule, rank, " of the schedule")
         if not site_Bps > 0:
             raise ValueError(f"The site's link rate must be positive, not {site_Bps}.")
         self.schedule, self.rank, self.layout = schedule, rank, layout

@@ -249,6 +249,23 @@ def _members(schedule, rank, round_index):
     return tuple(group_of(schedule, rank, round_index)[1])
 
 
+def round_links(member_of):
+    """``(prev_round, next_round)``: per site and round, the site's previous and next round that it takes
+    part in (None where there is none); ``member_of[s][r]`` is empty or None where site ``s`` sits out
+    round ``r``."""
+    prev_round = [[None] * len(rows) for rows in member_of]
+    next_round = [[None] * len(rows) for rows in member_of]
+    for s, rows in enumerate(member_of):
+        last = None
+        for r, members in enumerate(rows):
+            if members:
+                prev_round[s][r] = last
+                if last is not None:
+                    next_round[s][last] = r
+                last = r
+    return prev_round, next_round
+
+
 @dataclasses.dataclass
 class RoundStats:
     round: int
@@ -478,16 +495,7 @@ class _WanSim:
             ]
             for s in range(n)
         ]
-        self.prev_round = [[None] * rounds for _ in range(n)]
-        self.next_round = [[None] * rounds for _ in range(n)]
-        for s in range(n):
-            last = None
-            for r in range(rounds):
-                if self.member_of[s][r]:
-                    self.prev_round[s][r] = last
-                    if last is not None:
-                        self.next_round[s][last] = r
-                    last = r
+        self.prev_round, self.next_round = round_links(self.member_of)
 
     def _push(self, t, kind, *data):
         heapq.heappush(self.events, (t, self.seq, kind, data))

@@ -48,7 +48,7 @@ from .frames import parse_frame
 from .golden import Destination, GoldenAggregator, RootEntry
 from .pacing import aggregator_slots, member_buffer_bytes
 from .protocol import bits_dtype, np_dtype
-from .wan import Msg, bank_layout, chunk_count, chunk_frame, result_msg
+from .wan import Msg, bank_layout, chunk_count, chunk_frame, result_msg, round_links
 
 __all__ = [
     "LeanRun",
@@ -373,16 +373,7 @@ class _LeanSim:
                 for st in stripes:
                     for c in range(st["first_chunk"], st["first_chunk"] + self._limit(st)):
                         self.root_of[r][(gid, c)] = st["root"]
-        self.prev_round = [[None] * rounds for _ in range(n)]
-        self.next_round = [[None] * rounds for _ in range(n)]
-        for s in range(n):
-            last = None
-            for r in range(rounds):
-                if self.member_of[s][r] is not None:
-                    self.prev_round[s][r] = last
-                    if last is not None:
-                        self.next_round[s][last] = r
-                    last = r
+        self.prev_round, self.next_round = round_links(self.member_of)
 
     def load_inline_sites(self, tensors, build):
         """Each site's starting chunks and its in-line aggregator, configured for the stripes it roots."""

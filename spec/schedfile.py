@@ -31,6 +31,7 @@ __all__ = [
     "schedule_to_obj",
     "expected_bitmap",
     "group_of",
+    "check_rank",
 ]
 
 SCHEDULE_VERSION = 2
@@ -329,11 +330,16 @@ def write_schedule(schedule, path):
         raise WanreduceError(f"cannot write schedule file {path}: {exc}") from None
 
 
+def check_rank(schedule, rank, where=""):
+    """The one-line error of a ``rank`` that is not one of ``schedule``'s sites (``where`` ends it)."""
+    if not 0 <= rank < schedule.n:
+        raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1}{where}")
+
+
 def group_of(schedule, rank, round_index):
     """(group id, members in summation order) of ``rank`` in round ``round_index`` (mod period), or
     ``(None, [])``."""
-    if not 0 <= rank < schedule.n:
-        raise WanreduceError(f"rank {rank} is outside 0..{schedule.n - 1}")
+    check_rank(schedule, rank)
     if round_index < 0:
         raise WanreduceError(f"round {round_index} is negative")
     for gid, grp in enumerate(schedule.rounds[round_index % schedule.period]):
