@@ -50,14 +50,9 @@ static uint8_t wbuf[MEM_PORTS][LANES + 8];
 int main(int argc, char** argv) {
     const Args args("axi_harness", argc, argv);
 
-    const uint64_t n_in = args.num("n_in", "0");
-    const uint64_t max_cycles = args.num("max_cycles", "1000000");
-    const uint64_t drain = args.num("drain", "64");
-    const uint64_t reset_cycles = args.num("reset_cycles", "4");
+    const StreamOptions opts(args);
+    const auto [n_in, max_cycles, drain, reset_cycles, seed, idle_thr, bp_thr] = opts;
     const uint64_t settle = args.num("settle", "0");
-    const uint64_t seed = args.num("seed", "0");
-    const uint64_t idle_thr = args.num("idle", "0");  // probabilities in units of 2^-32
-    const uint64_t bp_thr = args.num("bp", "0");
     axi::Rng rng_in(seed * 2 + 1), rng_out(seed * 2 + 2);
 
     std::vector<std::unique_ptr<axi::Ram>> rams;
@@ -116,21 +111,7 @@ int main(int argc, char** argv) {
 
     const axi::SlaveOut quiet{};
     for (auto& p : io) p.drive(quiet);
-    top->i___05Fvalid = 0;
-    top->o___05Fready = 0;
-#if HAS_CTL
-    top->ctl___05Fwe = 0;
-    top->ctl___05Fre = 0;
-    top->ctl___05Faddr = 0;
-    top->ctl___05Fwdata = 0;
-#endif
-    top->rst = 1;
-    for (uint64_t k = 0; k < reset_cycles; ++k) tick(top.get());
-    top->rst = 0;
-    tick(top.get());
-#if HAS_CTL
-    ctl_write_all(args, top.get());
-#endif
+    start_stream<true, bool(HAS_CTL)>(args, top.get(), reset_cycles);
 
     auto t0 = std::chrono::steady_clock::now();
     uint64_t cycle = 0, in_idx = 0, quiet_from = 0;
@@ -181,11 +162,7 @@ int main(int argc, char** argv) {
         if (!all_idle) quiet_from = cycle;
         ++cycle;
         if (bad_port >= 0) break;
-        if (in_idx == n_in && cycle - quiet_from > drain) break;
-        if (cycle >= max_cycles) {
-            timed_out = true;
-            break;
-        }
+        if (stream_over(opts, cycle, in_idx, quiet_from, timed_out)) break;
     }
     auto t1 = std::chrono::steady_clock::now();
     top->i___05Fvalid = 0;

@@ -39,9 +39,9 @@ import numpy as np
 from . import runner, toolchain
 from .harness import (
     HarnessError,
-    HarnessTimeout,
     build_driver,
     check_probabilities,
+    check_timeout,
     run_driver,
     stream_args,
 )
@@ -193,15 +193,7 @@ class AxiHarness:
             r = np.asarray([int(a) for a in ctl_reads], dtype="<u4")
             (tmp / "ctl_w.bin").write_bytes(w.tobytes())
             (tmp / "ctl_r.bin").write_bytes(r.tobytes())
-            args = stream_args(
-                tmp,
-                n,
-                seed=seed,
-                idle_prob=idle_prob,
-                backpressure_prob=backpressure_prob,
-                max_cycles=max_cycles,
-                drain_cycles=drain_cycles,
-            )
+            args = stream_args(tmp, n, seed, idle_prob, backpressure_prob, max_cycles, drain_cycles)
             args |= {
                 "ctl_w": tmp / "ctl_w.bin",
                 "n_ctl_w": len(w),
@@ -220,10 +212,6 @@ class AxiHarness:
             out = np.frombuffer((tmp / "out.bin").read_bytes(), dtype=np.uint8).reshape(-1, self.out_bytes)
         if stats.axi_error:
             raise AxiViolation(f"{self.top} broke an AXI4 rule on {stats.axi_error}.")
-        if stats.timed_out and not allow_timeout:
-            raise HarnessTimeout(
-                f"The AXI harness for {self.top} hit max_cycles={max_cycles} with {stats.in_beats}/{n} beats "
-                f"accepted and {stats.out_beats} out.",
-                stats,
-            )
+        if not allow_timeout:
+            check_timeout(stats, f"The AXI harness for {self.top}", max_cycles, n)
         return out.copy(), stats

@@ -42,6 +42,35 @@ struct Args {
     }
 };
 
+// The settings every stream harness takes, with their defaults; unpacked in this order.
+struct StreamOptions {
+    uint64_t n_in, max_cycles, drain, reset_cycles, seed;
+    // Probabilities come as integers in units of 2^-32 so that the C++ and Python sides agree exactly.
+    uint64_t idle_thr, bp_thr;
+
+    explicit StreamOptions(const Args& a)
+        : n_in(a.num("n_in", "0")),
+          max_cycles(a.num("max_cycles", "1000000")),
+          drain(a.num("drain", "64")),
+          reset_cycles(a.num("reset_cycles", "4")),
+          seed(a.num("seed", "0")),
+          idle_thr(a.num("idle", "0")),
+          bp_thr(a.num("bp", "0")) {}
+};
+
+// The end of a cycle of the stream phase, `cycle` already counted: the run is over once every input beat
+// is in and the output has been quiet for more than `drain` cycles, or at max_cycles, which sets
+// `timed_out`.
+static inline bool stream_over(const StreamOptions& o, uint64_t cycle, uint64_t in_idx, uint64_t quiet_from,
+                               bool& timed_out) {
+    if (in_idx == o.n_in && cycle - quiet_from > o.drain) return true;
+    if (cycle >= o.max_cycles) {
+        timed_out = true;
+        return true;
+    }
+    return false;
+}
+
 // The whole file; empty for an empty path.
 static std::vector<uint8_t> read_file(const char* prog, const std::string& path) {
     std::vector<uint8_t> buf;
@@ -115,4 +144,24 @@ static void ctl_read_all(const Args& args, Top* top, std::vector<uint32_t>& read
         std::memcpy(&a, &r[k * 4], 4);
         reads.push_back(ctl_read(top, a));
     }
+}
+
+// The start of every stream run: both streams and the control port quiet, `reset_cycles` cycles in reset
+// (a design with a reset) and one out of it, then the control-port writes of ctl_w (a design with a
+// control port).
+template <bool HasRst, bool HasCtl, typename Top>
+static void start_stream(const Args& args, Top* top, uint64_t reset_cycles) {
+    top->i___05Fvalid = 0;
+    top->o___05Fready = 0;
+    if constexpr (HasCtl) {
+        top->ctl___05Fwe = 0;
+        top->ctl___05Fre = 0;
+        top->ctl___05Faddr = 0;
+        top->ctl___05Fwdata = 0;
+    }
+    if constexpr (HasRst) top->rst = 1;
+    for (uint64_t k = 0; k < reset_cycles; ++k) tick(top);
+    if constexpr (HasRst) top->rst = 0;
+    tick(top);
+    if constexpr (HasCtl) ctl_write_all(args, top);
 }

@@ -57,15 +57,10 @@ struct Rng {
 int main(int argc, char** argv) {
     const Args args("harness", argc, argv);
 
-    const uint64_t n_in = args.num("n_in", "0");
-    const uint64_t max_cycles = args.num("max_cycles", "1000000");
-    const uint64_t drain = args.num("drain", "64");
-    const uint64_t reset_cycles = args.num("reset_cycles", "4");
-    // Probabilities come as integers in units of 2^-32 so that the C++ and Python sides agree exactly.
-    const uint64_t idle_thr = args.num("idle", "0");
-    const uint64_t bp_thr = args.num("bp", "0");
-    Rng rng_in(args.num("seed", "0") * 2 + 1);
-    Rng rng_out(args.num("seed", "0") * 2 + 2);
+    const StreamOptions opts(args);
+    const auto [n_in, max_cycles, drain, reset_cycles, seed, idle_thr, bp_thr] = opts;
+    Rng rng_in(seed * 2 + 1);
+    Rng rng_out(seed * 2 + 2);
 
     std::vector<uint8_t> in = read_beats(args, n_in);
     const bool stamps = !args.str("stamps_in").empty();
@@ -79,29 +74,9 @@ int main(int argc, char** argv) {
     auto top = std::make_unique<Vtop>(ctx.get());
 
     uint64_t cycle = 0;  // counts rising edges since the start of the stream phase
-    auto tick = [&]() { ::tick(top.get()); };
 
-    top->i___05Fvalid = 0;
-    top->o___05Fready = 0;
-#if HAS_CTL
-    top->ctl___05Fwe = 0;
-    top->ctl___05Fre = 0;
-    top->ctl___05Faddr = 0;
-    top->ctl___05Fwdata = 0;
-#endif
-#if HAS_RST
-    top->rst = 1;
-#endif
-    for (uint64_t k = 0; k < reset_cycles; ++k) tick();
-#if HAS_RST
-    top->rst = 0;
-#endif
-    tick();
-
+    start_stream<bool(HAS_RST), bool(HAS_CTL)>(args, top.get(), reset_cycles);
     std::vector<uint32_t> ctl_reads;
-#if HAS_CTL
-    ctl_write_all(args, top.get());
-#endif
 
     auto t0 = std::chrono::steady_clock::now();
     uint64_t in_idx = 0;
@@ -154,11 +129,7 @@ int main(int argc, char** argv) {
             if (++in_idx == n_in) quiet_from = cycle;
         }
         ++cycle;
-        if (in_idx == n_in && cycle - quiet_from > drain) break;
-        if (cycle >= max_cycles) {
-            timed_out = true;
-            break;
-        }
+        if (stream_over(opts, cycle, in_idx, quiet_from, timed_out)) break;
     }
     auto t1 = std::chrono::steady_clock::now();
     top->i___05Fvalid = 0;

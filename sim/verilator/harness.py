@@ -63,6 +63,7 @@ __all__ = [
     "from_beats",
     "build_driver",
     "check_probabilities",
+    "check_timeout",
     "run_driver",
     "stream_args",
 ]
@@ -159,7 +160,7 @@ def build_driver(kind, output, *, top, verilog, driver, defines, opt, extra=""):
     return runner.cached_build(kind, [top, verilog, source, defines, opt], do_build)
 
 
-def stream_args(tmp, n, *, seed, idle_prob, backpressure_prob, max_cycles, drain_cycles):
+def stream_args(tmp, n, seed, idle_prob, backpressure_prob, max_cycles, drain_cycles):
     """The arguments every stream driver takes: ``n`` beats from ``tmp/in.bin`` into ``tmp/out.bin``,
     probabilities in the drivers' units of 2^-32."""
     return {
@@ -172,6 +173,16 @@ def stream_args(tmp, n, *, seed, idle_prob, backpressure_prob, max_cycles, drain
         "max_cycles": int(max_cycles),
         "drain": int(drain_cycles),
     }
+
+
+def check_timeout(stats, what, max_cycles, n):
+    """HarnessTimeout naming ``what`` if its run of ``n`` beats hit ``max_cycles`` (``stats.timed_out``)."""
+    if stats.timed_out:
+        raise HarnessTimeout(
+            f"{what} hit max_cycles={max_cycles} with {stats.in_beats}/{n} beats accepted and "
+            f"{stats.out_beats} out.",
+            stats,
+        )
 
 
 def run_driver(binary, args, what):
@@ -274,15 +285,7 @@ class Harness:
         with tempfile.TemporaryDirectory(prefix="wanreduce-harness-") as tmp:
             tmp = Path(tmp)
             (tmp / "in.bin").write_bytes(data)
-            args = stream_args(
-                tmp,
-                n,
-                seed=seed,
-                idle_prob=idle_prob,
-                backpressure_prob=backpressure_prob,
-                max_cycles=max_cycles,
-                drain_cycles=drain_cycles,
-            )
+            args = stream_args(tmp, n, seed, idle_prob, backpressure_prob, max_cycles, drain_cycles)
             args["reset_cycles"] = int(reset_cycles)
             if self.has_trace:
                 args["trace"] = tmp / "trace.bin"
@@ -314,10 +317,6 @@ class Harness:
                 pairs = np.fromfile(tmp / "trace.bin", dtype="<u8").reshape(-1, 2)
                 stats.trace_cycles = pairs[:, 0].copy()
                 stats.trace = pairs[:, 1].astype(np.uint32)
-        if stats.timed_out and not allow_timeout:
-            raise HarnessTimeout(
-                f"The harness for {self.top} hit max_cycles={max_cycles} with "
-                f"{stats.in_beats}/{n} beats accepted and {stats.out_beats} out.",
-                stats,
-            )
+        if not allow_timeout:
+            check_timeout(stats, f"The harness for {self.top}", max_cycles, n)
         return out.copy(), stats
