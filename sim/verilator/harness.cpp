@@ -28,6 +28,7 @@
 #include "Vtop.h"
 #include "driver_io.h"
 #include "ports.h"
+#include "rng.h"
 #include "verilated.h"
 
 #ifndef HAS_RST
@@ -39,20 +40,6 @@
 #ifndef HAS_TRACE
 #define HAS_TRACE 0
 #endif
-
-// xorshift64*: fast, seedable, good enough to decide idles and back-pressure.
-struct Rng {
-    uint64_t s;
-    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {
-        if (s == 0) s = 1;
-    }
-    inline uint32_t next() {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        return static_cast<uint32_t>((s * 0x2545F4914F6CDD1Dull) >> 32);
-    }
-};
 
 int main(int argc, char** argv) {
     const Args args("harness", argc, argv);
