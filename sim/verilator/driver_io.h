@@ -1,7 +1,7 @@
-// What the stream harness executables share (harness.cpp, axi_harness.cpp): their KEY=VALUE arguments,
-// binary files in and out, the input beats and the control port's writes and reads, which the Python side
-// hands over as files. Every failure prints "<program>: <what>" on stderr and exits with 3, the code the
-// Python side reports.
+// What the stream harness executables share (harness.cpp, axi_harness.cpp): their KEY=VALUE arguments and
+// stream settings, binary files in and out (the input beats, the control port's writes and reads, which the
+// Python side hands over as files), the start of a run (reset, control writes) and the test for its end.
+// Every failure prints "<program>: <what>" on stderr and exits with 3, the code the Python side reports.
 
 #pragma once
 
