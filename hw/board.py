@@ -62,7 +62,11 @@ __all__ = [
     "BOARD_CORE",
     "BOARD_MHZ",
     "pll_params",
+    "EHXPLLL_MODES",
+    "EHXPLLL_HELD",
+    "EHXPLLL_FILTER",
     "build",
+    "build_top",
 ]
 
 #: The core built into a board top: the ECP5-sized configuration of ``make synth``.
@@ -296,6 +300,38 @@ def pll_params(fin_mhz, fout_mhz):
     return best[1], best[2], best[3], best[4]
 
 
+#: The EHXPLLL settings every board top's PLL shares: no reset, standby or dynamic phase steps, the
+#: output dividers' own muxes.
+EHXPLLL_MODES = {
+    "p_PLLRST_ENA": "DISABLED",
+    "p_INTFB_WAKE": "DISABLED",
+    "p_STDBY_ENABLE": "DISABLED",
+    "p_DPHASE_SOURCE": "DISABLED",
+    "p_OUTDIVIDER_MUXA": "DIVA",
+    "p_OUTDIVIDER_MUXB": "DIVB",
+    "p_OUTDIVIDER_MUXC": "DIVC",
+}
+#: The EHXPLLL's dynamic control inputs (reset, standby, phase steps, output gating), held at fixed levels.
+EHXPLLL_HELD = {
+    "i_RST": 0,
+    "i_STDBY": 0,
+    "i_PHASESEL0": 0,
+    "i_PHASESEL1": 0,
+    "i_PHASEDIR": 1,
+    "i_PHASESTEP": 1,
+    "i_PHASELOADREG": 1,
+    "i_PLLWAKESYNC": 0,
+    "i_ENCLKOP": 0,
+}
+#: The loop filter attributes every board top's PLL carries.
+EHXPLLL_FILTER = {
+    "a_ICP_CURRENT": "12",
+    "a_LPF_RESISTOR": "8",
+    "a_MFG_ENABLE_FILTEROPAMP": "1",
+    "a_MFG_GMCREF_SEL": "2",
+}
+
+
 class BoardTop(Elaboratable):
     """The board design: PLL, reset, :class:`~wanreduce.hw.core.AggregatorCore` (``core``, keywords of
     :data:`BOARD_CORE` by default), :class:`UARTBridge`, LEDs."""
@@ -313,13 +349,7 @@ class BoardTop(Elaboratable):
         clkop, lock = Signal(name="pll_clkop"), Signal(name="pll_lock")
         m.submodules.pll = Instance(
             "EHXPLLL",
-            p_PLLRST_ENA="DISABLED",
-            p_INTFB_WAKE="DISABLED",
-            p_STDBY_ENABLE="DISABLED",
-            p_DPHASE_SOURCE="DISABLED",
-            p_OUTDIVIDER_MUXA="DIVA",
-            p_OUTDIVIDER_MUXB="DIVB",
-            p_OUTDIVIDER_MUXC="DIVC",
+            **EHXPLLL_MODES,
             p_OUTDIVIDER_MUXD="DIVD",
             p_CLKOP_ENABLE="ENABLED",
             p_CLKOP_DIV=op,
@@ -332,21 +362,10 @@ class BoardTop(Elaboratable):
             i_CLKFB=clkop,
             o_CLKOP=clkop,
             o_LOCK=lock,
-            i_RST=0,
-            i_STDBY=0,
-            i_PHASESEL0=0,
-            i_PHASESEL1=0,
-            i_PHASEDIR=1,
-            i_PHASESTEP=1,
-            i_PHASELOADREG=1,
-            i_PLLWAKESYNC=0,
-            i_ENCLKOP=0,
+            **EHXPLLL_HELD,
             a_FREQUENCY_PIN_CLKI="100",
             a_FREQUENCY_PIN_CLKOP=f"{fout:g}",
-            a_ICP_CURRENT="12",
-            a_LPF_RESISTOR="8",
-            a_MFG_ENABLE_FILTEROPAMP="1",
-            a_MFG_GMCREF_SEL="2",
+            **EHXPLLL_FILTER,
         )
         m.domains.sync = ClockDomain("sync")
         m.d.comb += ClockSignal("sync").eq(clkop)
@@ -404,14 +423,10 @@ def _yowasp_env():
             os.environ[var] = found
 
 
-def build(board="ecpix5_85", *, build_dir, freq_mhz=BOARD_MHZ, baud=115200, seed=1, name="wanreduce_board"):
-    """Build the board top to a bitstream in ``build_dir``; return a dict describing the build."""
-    platforms = _platforms()
-    if board not in platforms:
-        raise ValueError(f"The board must be one of {', '.join(platforms)}, not {board!r}.")
-    _yowasp_env()
-    platform = platforms[board]()
-    top = BoardTop(freq_mhz=freq_mhz, baud=baud)
+def build_top(platform, top, *, name, build_dir, seed, **extra):
+    """Run amaranth-boards' flow for ``top`` on ``platform`` to a bitstream ``name`` in ``build_dir``:
+    nextpnr's router2 from placement seed ``seed``, its timing report beside the bitstream; ``extra``:
+    more keywords of the flow."""
     platform.build(
         top,
         name=name,
@@ -422,7 +437,19 @@ def build(board="ecpix5_85", *, build_dir, freq_mhz=BOARD_MHZ, baud=115200, seed
         # an assertion (ABC_OPS_REINTEGRATE, rtlil.cc:3091) mapping this design read from RTLIL, and maps
         # the same design read from Verilog.
         script_after_read=f"write_verilog -norename {name}.v; design -reset; read_verilog {name}.v",
+        **extra,
     )
+
+
+def build(board="ecpix5_85", *, build_dir, freq_mhz=BOARD_MHZ, baud=115200, seed=1, name="wanreduce_board"):
+    """Build the board top to a bitstream in ``build_dir``; return a dict describing the build."""
+    platforms = _platforms()
+    if board not in platforms:
+        raise ValueError(f"The board must be one of {', '.join(platforms)}, not {board!r}.")
+    _yowasp_env()
+    platform = platforms[board]()
+    top = BoardTop(freq_mhz=freq_mhz, baud=baud)
+    build_top(platform, top, name=name, build_dir=build_dir, seed=seed)
     clki, fb, op, fout = top.pll
     return {
         "name": name,

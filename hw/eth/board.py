@@ -37,7 +37,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from ...spec import regmap
-from ..board import BOARD_CORE, UARTBridge
+from ..board import BOARD_CORE, EHXPLLL_FILTER, EHXPLLL_HELD, EHXPLLL_MODES, UARTBridge
 from ..core import AggregatorCore
 from .mac import RX_COUNTERS, TX_COUNTERS, EthMac, RgmiiSignature
 from .mdio import PhyManager
@@ -51,7 +51,9 @@ __all__ = [
     "block_resets",
     "board_clocks",
     "board_registers",
+    "phy_manager",
     "port_registers",
+    "take_board_keywords",
 ]
 
 #: The Ethernet tops' core clock, a PLL output of its own: the core at this size meets the RGMII clock's
@@ -118,6 +120,36 @@ def block_resets(m, blocks, domain="sync"):
     return renamed
 
 
+def take_board_keywords(
+    board,
+    *,
+    primitive="ecp5",
+    uart_divisor=UART_DIVISOR,
+    mdc_divisor=50,
+    phy_reset_cycles=ETH_BOARD_MHZ * 10_000,
+    phy_settle_cycles=ETH_BOARD_MHZ * 50_000,
+    poll_cycles=ETH_BOARD_MHZ * 100_000,
+):
+    """Keep on ``board`` the keywords every Ethernet board takes besides ``core`` (:class:`EthBoard`'s):
+    its MACs' DDR cells, its UART's and its PHY managers' timing."""
+    board.primitive = primitive
+    board.uart_divisor, board.mdc_divisor = uart_divisor, mdc_divisor
+    board.phy_cycles = (phy_reset_cycles, phy_settle_cycles, poll_cycles)
+
+
+def phy_manager(board, phy=0):
+    """A PHY manager with ``board``'s timing (:func:`take_board_keywords`) for the PHY at MDIO address
+    ``phy``."""
+    reset_cycles, settle_cycles, poll_cycles = board.phy_cycles
+    return PhyManager(
+        divisor=board.mdc_divisor,
+        reset_cycles=reset_cycles,
+        settle_cycles=settle_cycles,
+        poll_cycles=poll_cycles,
+        phy=phy,
+    )
+
+
 class EthBoard(wiring.Component):
     """Core, MAC, UART bridge and PHY manager, with the board's pins as ports.
 
@@ -130,22 +162,10 @@ class EthBoard(wiring.Component):
     counted (``rx_overflow``).
     """
 
-    def __init__(
-        self,
-        *,
-        primitive="ecp5",
-        core=None,
-        uart_divisor=UART_DIVISOR,
-        mdc_divisor=50,
-        phy_reset_cycles=ETH_BOARD_MHZ * 10_000,
-        phy_settle_cycles=ETH_BOARD_MHZ * 50_000,
-        poll_cycles=ETH_BOARD_MHZ * 100_000,
-        phy=0,
-    ):
-        self.primitive = primitive
+    def __init__(self, *, core=None, phy=0, **board):
+        take_board_keywords(self, **board)
         self.core_params = dict(core or BOARD_CORE)
-        self.uart_divisor, self.mdc_divisor, self.phy = uart_divisor, mdc_divisor, phy
-        self.phy_cycles = (phy_reset_cycles, phy_settle_cycles, poll_cycles)
+        self.phy = phy
         super().__init__(
             {
                 "rgmii": Out(RgmiiSignature()),
@@ -168,14 +188,7 @@ class EthBoard(wiring.Component):
         blocks = block_resets(m, {"core": core, "mac": EthMac(width=core.width, primitive=self.primitive)})
         m.submodules.core, m.submodules.mac = core, mac = blocks["core"], blocks["mac"]
         m.submodules.bridge = bridge = UARTBridge(width=core.width, divisor=self.uart_divisor)
-        reset_cycles, settle_cycles, poll_cycles = self.phy_cycles
-        m.submodules.phy = phy = PhyManager(
-            divisor=self.mdc_divisor,
-            reset_cycles=reset_cycles,
-            settle_cycles=settle_cycles,
-            poll_cycles=poll_cycles,
-            phy=self.phy,
-        )
+        m.submodules.phy = phy = phy_manager(self, self.phy)
         wiring.connect(m, wiring.flipped(self.rgmii), mac.rgmii)
         wiring.connect(m, mac.o, core.i)
         wiring.connect(m, core.o, mac.i)
@@ -257,13 +270,7 @@ class EthBoardTop(Elaboratable):
         clkop, clkos, clkos2, lock = Signal(), Signal(), Signal(), Signal()
         m.submodules.pll = Instance(
             "EHXPLLL",
-            p_PLLRST_ENA="DISABLED",
-            p_INTFB_WAKE="DISABLED",
-            p_STDBY_ENABLE="DISABLED",
-            p_DPHASE_SOURCE="DISABLED",
-            p_OUTDIVIDER_MUXA="DIVA",
-            p_OUTDIVIDER_MUXB="DIVB",
-            p_OUTDIVIDER_MUXC="DIVC",
+            **EHXPLLL_MODES,
             p_CLKOP_ENABLE="ENABLED",
             p_CLKOS_ENABLE="ENABLED",
             p_CLKOS2_ENABLE="ENABLED",
@@ -285,23 +292,12 @@ class EthBoardTop(Elaboratable):
             o_CLKOS=clkos,
             o_CLKOS2=clkos2,
             o_LOCK=lock,
-            i_RST=0,
-            i_STDBY=0,
-            i_PHASESEL0=0,
-            i_PHASESEL1=0,
-            i_PHASEDIR=1,
-            i_PHASESTEP=1,
-            i_PHASELOADREG=1,
-            i_PLLWAKESYNC=0,
-            i_ENCLKOP=0,
+            **EHXPLLL_HELD,
             a_FREQUENCY_PIN_CLKI="100",
             a_FREQUENCY_PIN_CLKOP=str(RGMII_MHZ),
             a_FREQUENCY_PIN_CLKOS=str(RGMII_MHZ),
             a_FREQUENCY_PIN_CLKOS2=f"{cls.CORE_MHZ:.6g}",
-            a_ICP_CURRENT="12",
-            a_LPF_RESISTOR="8",
-            a_MFG_ENABLE_FILTEROPAMP="1",
-            a_MFG_GMCREF_SEL="2",
+            **EHXPLLL_FILTER,
         )
         return clkop, clkos, clkos2, lock
 
@@ -361,7 +357,7 @@ def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core
     own from the oscillator's."""
     import importlib
 
-    from ..board import _yowasp_env
+    from ..board import _yowasp_env, build_top
 
     check_eth_board(board)
     boards_module, platform_name, top_module, top_name, ports = ETH_BOARDS[board]
@@ -369,13 +365,12 @@ def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core
     top_class = getattr(importlib.import_module(f"{__package__}.{top_module}"), top_name)
     top = top_class(core=core)
     _yowasp_env()
-    platform.build(
+    build_top(
+        platform,
         top,
         name=name,
-        build_dir=str(build_dir),
-        do_program=False,
-        nextpnr_opts=f"--router router2 --timing-allow-fail --seed {seed} --report {name}.report.json",
-        script_after_read=f"write_verilog -norename {name}.v; design -reset; read_verilog {name}.v",
+        build_dir=build_dir,
+        seed=seed,
         add_preferences="".join(
             f'FREQUENCY PORT "eth_rgmii_{k}__rx_clk__io" {RGMII_MHZ * 1e6} HZ;\n' for k in range(ports)
         ),

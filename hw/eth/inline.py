@@ -22,17 +22,16 @@ from ...spec import ethernet, regmap
 from ..board import BOARD_CORE, UARTBridge
 from ..core import AggregatorCore
 from .board import (
-    ETH_BOARD_MHZ,
     RGMII_MHZ,
-    UART_DIVISOR,
     EthBoardTop,
     block_resets,
     board_clocks,
     board_registers,
+    phy_manager,
     port_registers,
+    take_board_keywords,
 )
 from .mac import EthMac, RgmiiSignature
-from .mdio import PhyManager
 from .merge import FrameMerge
 
 __all__ = ["EthInlineBoard", "VersaInlineTop", "INLINE_BYPASS_BYTES"]
@@ -58,21 +57,9 @@ class EthInlineBoard(wiring.Component):
     ``bypass_bytes`` = :data:`INLINE_BYPASS_BYTES` unless it says otherwise. Latency and back-pressure:
     the MACs' and the core's; a frame waits in the LAN MAC's transmit buffer while another is sent."""
 
-    def __init__(
-        self,
-        *,
-        primitive="ecp5",
-        core=None,
-        uart_divisor=UART_DIVISOR,
-        mdc_divisor=50,
-        phy_reset_cycles=ETH_BOARD_MHZ * 10_000,
-        phy_settle_cycles=ETH_BOARD_MHZ * 50_000,
-        poll_cycles=ETH_BOARD_MHZ * 100_000,
-    ):
-        self.primitive = primitive
+    def __init__(self, *, core=None, **board):
+        take_board_keywords(self, **board)
         self.core_params = {"bypass_bytes": INLINE_BYPASS_BYTES, **dict(core or BOARD_CORE)}
-        self.uart_divisor, self.mdc_divisor = uart_divisor, mdc_divisor
-        self.phy_cycles = (phy_reset_cycles, phy_settle_cycles, poll_cycles)
         ports = {"wan": Out(RgmiiSignature()), "lan": Out(RgmiiSignature())}
         for side in ("wan", "lan"):
             ports.update({f"{side}_{k}": v for k, v in _mdio_ports().items()})
@@ -107,15 +94,9 @@ class EthInlineBoard(wiring.Component):
             bridge.o.ready.eq(1),
             bridge.i.valid.eq(0),
         ]
-        reset_cycles, settle_cycles, poll_cycles = self.phy_cycles
         values = []
         for side, mac in (("wan", wan), ("lan", lan)):
-            m.submodules[f"{side}_phy"] = phy = PhyManager(
-                divisor=self.mdc_divisor,
-                reset_cycles=reset_cycles,
-                settle_cycles=settle_cycles,
-                poll_cycles=poll_cycles,
-            )
+            m.submodules[f"{side}_phy"] = phy = phy_manager(self)
             m.d.comb += [
                 getattr(self, f"{side}_mdc").eq(phy.mdc),
                 getattr(self, f"{side}_mdio_o").eq(phy.mdio_o),

@@ -58,6 +58,23 @@ def _site(rank):
     return dests, addressing.aggregator_mac(rank), addressing.aggregator_ip(rank)
 
 
+def _scenario(rng, n_packets):
+    """A random site's rank, RESULT destinations, MAC and IP addresses, and the jobs and frames of
+    ``n_packets`` of its traffic for the simulated core."""
+    rank = int(rng.integers(0, 8))
+    dests, mac, ip = _site(rank)
+    jobs, frames = traffic.scenario(
+        rng,
+        rank=rank,
+        slots=CORE["slots"],
+        slot_bytes=CORE["slot_bytes"],
+        members=CORE["members"],
+        n_packets=n_packets,
+        frames=True,
+    )
+    return rank, dests, mac, ip, jobs, frames
+
+
 #: Verilator options of the boards' simulation builds. cocotb's runner makes every signal of every module
 #: accessible (``--public-flat-rw``): for a whole core that nearly triples the C++ Verilator writes and
 #: stops it optimising across the design, while these testbenches touch only the top's ports, so only the
@@ -237,17 +254,7 @@ async def board_end_to_end(dut):
     seed = p.get("seed", 1)
     rng = np.random.default_rng(seed)
     prng = random.Random(seed)
-    rank = int(rng.integers(0, 8))
-    dests, mac, ip = _site(rank)
-    jobs, frames = traffic.scenario(
-        rng,
-        rank=rank,
-        slots=CORE["slots"],
-        slot_bytes=CORE["slot_bytes"],
-        members=CORE["members"],
-        n_packets=p.get("n_packets", 120),
-        frames=True,
-    )
+    rank, dests, mac, ip, jobs, frames = _scenario(rng, p.get("n_packets", 120))
     frames = [_padded(f) for f in frames]  # what the wire delivers: the sender pads short frames
     site = dict(rank=rank, jobs=jobs, mac=mac, ip=ip, destinations=dests)
     golden = golden_of(CORE, **site)
@@ -441,17 +448,7 @@ async def inline_end_to_end(dut):
     p = runner.params()
     seed = p.get("seed", 1)
     rng = np.random.default_rng(seed)
-    rank = int(rng.integers(0, 8))
-    dests, mac, ip = _site(rank)
-    jobs, frames = traffic.scenario(
-        rng,
-        rank=rank,
-        slots=CORE["slots"],
-        slot_bytes=CORE["slot_bytes"],
-        members=CORE["members"],
-        n_packets=p.get("n_packets", 60),
-        frames=True,
-    )
+    rank, dests, mac, ip, jobs, frames = _scenario(rng, p.get("n_packets", 60))
     others = _other_frames(rng, 12)
     wan_in = [_padded(f) for f in frames]
     for o in others:

@@ -157,6 +157,16 @@ def _gmii(payload, *, fcs=True, error=None):
     return frame
 
 
+async def _deliver(tb, rng, size, count):
+    """``count`` random frames of ``size`` bytes into the MAC, whole, as the PHY sends them; returns their
+    payloads once the PHY has sent the last."""
+    payloads = [_payload(rng, size) for _ in range(count)]
+    for p in payloads:
+        await tb.phy.rx.send(_gmii(p))
+    await tb.phy.rx.wait()
+    return payloads
+
+
 def receive_cases(rng):
     """``[(GmiiFrame, expected counter, payload or None)]``: the receive test's frames in order."""
     from cocotbext.eth import GmiiFrame
@@ -219,16 +229,10 @@ async def mac_receives(dut):
     # Overflow: the core stops taking frames; the buffer holds what it can and drops the rest, counted,
     # and the frames after the stall arrive whole.
     tb.ready_hold = True
-    stalled = [_payload(rng, 1400) for _ in range(6)]
-    for p in stalled:
-        await tb.phy.rx.send(_gmii(p))
-    await tb.phy.rx.wait()
+    stalled = await _deliver(tb, rng, 1400, 6)
     await ClockCycles(dut.clk, 100)
     tb.ready_hold = False
-    after = [_payload(rng, 200) for _ in range(3)]
-    for p in after:
-        await tb.phy.rx.send(_gmii(p))
-    await tb.phy.rx.wait()
+    after = await _deliver(tb, rng, 200, 3)
     await ClockCycles(dut.clk, 1000)
     counts2 = tb.counters()
     lost = counts2["rx_overflow"] - counts["rx_overflow"]

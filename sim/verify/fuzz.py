@@ -1071,6 +1071,20 @@ class FuzzReport:
         return self
 
 
+def _check_sent(report, seed, sent, want, what):
+    """Fail ``report`` with ``what`` and where the packets ``sent`` first part from ``want``, unless they
+    are the same."""
+    if sent != want:
+        first = next(
+            (k for k, (a, b) in enumerate(zip(sent, want, strict=False)) if a != b),
+            min(len(sent), len(want)),
+        )
+        _fail(
+            report,
+            f"seed {seed}: {what} ({len(sent)} sent, {len(want)} expected, first difference at {first})",
+        )
+
+
 def _fail(report, message):
     report.violations += 1
     if len(report.details) < 20:
@@ -1248,27 +1262,9 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
         # Forwarded frames: byte for byte and in order, as the golden model and the classifier have them.
         passed = beats_to_packets(bypass_out, sim.width)
         for name, want in (("golden model", golden.forwarded), ("classifier", want_forwarded)):
-            if passed != want:
-                first = next(
-                    (k for k, (a, b) in enumerate(zip(passed, want, strict=False)) if a != b),
-                    min(len(passed), len(want)),
-                )
-                _fail(
-                    report,
-                    f"seed {seed}: forwarded frames differ from the {name}'s ({len(passed)} sent, "
-                    f"{len(want)} expected, first difference at {first})",
-                )
+            _check_sent(report, seed, passed, want, f"forwarded frames differ from the {name}'s")
     packets = beats_to_packets(out, sim.width)
-    if packets != want_out:
-        first = next(
-            (k for k, (a, b) in enumerate(zip(packets, want_out, strict=False)) if a != b),
-            min(len(packets), len(want_out)),
-        )
-        _fail(
-            report,
-            f"seed {seed}: RESULTs differ from the golden model ({len(packets)} sent, "
-            f"{len(want_out)} expected, first difference at {first})",
-        )
+    _check_sent(report, seed, packets, want_out, "RESULTs differ from the golden model")
     fresh_done = sum(1 for event in want_codes[n_fuzz:] if event[1])
     live_left = sum(1 for slot in classifier.slots if slot is not None and slot[0] == "live")
     sent = golden.counters["results"] + golden.counters["results_reemitted"]

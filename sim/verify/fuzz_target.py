@@ -42,6 +42,16 @@ _HDR_FMT = "!HBBBBHIIHHHHQ"
 _FIELDS = ("magic", "version", "kind", "dtype", "flags", "job", "round", "chunk", "src", "group", "count")
 _FIELDS += ("reserved", "bitmap")
 _SIZE = {0: 4, 1: 2, 2: 2}
+# The header codes made by setting one field to a value the core refuses.
+_FIELD_SET = {
+    12: ("kind", 2),
+    13: ("dtype", 3),
+    14: ("flags", 0x80),
+    15: ("reserved", 1),
+    16: ("count", 0),
+    18: ("kind", 1),
+    19: ("bitmap", 0),
+}
 
 
 def pairs_for(entry, *, foreign=False):
@@ -194,20 +204,9 @@ class Targeter:
             f["magic"] ^= 1
         elif code == 11:
             f["version"] += 1
-        elif code == 12:
-            f["kind"] = 2
-        elif code == 13:
-            f["dtype"] = 3
-        elif code == 14:
-            f["flags"] = 0x80
-        elif code == 15:
-            f["reserved"] = 1
-        elif code == 16:
-            f["count"] = 0
-        elif code == 18:
-            f["kind"] = 1
-        elif code == 19:
-            f["bitmap"] = 0
+        elif code in _FIELD_SET:
+            field, value = _FIELD_SET[code]
+            f[field] = value
         elif code == 20:
             size = _SIZE[f["dtype"]]
             f["count"] = self.s.slot_bytes // size + 1

@@ -22,13 +22,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "Vtop.h"
 #include "axi_ram.h"
+#include "driver_io.h"
 #include "ports.h"
 #include "verilated.h"
 
@@ -47,77 +47,29 @@
 
 static uint8_t wbuf[MEM_PORTS][LANES + 8];
 
-static std::vector<uint8_t> read_file(const std::string& path) {
-    std::vector<uint8_t> buf;
-    if (path.empty()) return buf;
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) {
-        std::fprintf(stderr, "axi_harness: cannot open %s\n", path.c_str());
-        std::exit(3);
-    }
-    std::fseek(f, 0, SEEK_END);
-    long size = std::ftell(f);
-    std::fseek(f, 0, SEEK_SET);
-    buf.resize(static_cast<size_t>(size));
-    if (size > 0 && std::fread(buf.data(), 1, buf.size(), f) != buf.size()) {
-        std::fprintf(stderr, "axi_harness: short read on %s\n", path.c_str());
-        std::exit(3);
-    }
-    std::fclose(f);
-    return buf;
-}
-
-static void write_file(const std::string& path, const void* data, size_t size) {
-    if (path.empty()) return;
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (!f || (size && std::fwrite(data, 1, size, f) != size)) {
-        std::fprintf(stderr, "axi_harness: cannot write %s\n", path.c_str());
-        std::exit(3);
-    }
-    std::fclose(f);
-}
-
 int main(int argc, char** argv) {
-    std::map<std::string, std::string> opt;
-    for (int k = 1; k < argc; ++k) {
-        std::string a = argv[k];
-        size_t eq = a.find('=');
-        if (eq == std::string::npos) {
-            std::fprintf(stderr, "axi_harness: argument %s is not KEY=VALUE\n", a.c_str());
-            return 3;
-        }
-        opt[a.substr(0, eq)] = a.substr(eq + 1);
-    }
-    auto num = [&](const char* key, const char* dflt) {
-        return std::strtoull((opt.count(key) ? opt[key] : std::string(dflt)).c_str(), nullptr, 10);
-    };
-    auto str = [&](const char* key) { return opt.count(key) ? opt[key] : std::string(); };
+    const Args args("axi_harness", argc, argv);
 
-    const uint64_t n_in = num("n_in", "0");
-    const uint64_t max_cycles = num("max_cycles", "1000000");
-    const uint64_t drain = num("drain", "64");
-    const uint64_t reset_cycles = num("reset_cycles", "4");
-    const uint64_t settle = num("settle", "0");
-    const uint64_t seed = num("seed", "0");
-    const uint64_t idle_thr = num("idle", "0");  // probabilities in units of 2^-32
-    const uint64_t bp_thr = num("bp", "0");
+    const StreamOptions opts(args);
+    const auto [n_in, max_cycles, drain, reset_cycles, seed, idle_thr, bp_thr] = opts;
+    const uint64_t settle = args.num("settle", "0");
     axi::Rng rng_in(seed * 2 + 1), rng_out(seed * 2 + 2);
 
     std::vector<std::unique_ptr<axi::Ram>> rams;
     for (int k = 0; k < MEM_PORTS; ++k) {
         axi::Config c;
-        c.mem_bytes = num("mem_bytes", "4294967296");
+        c.mem_bytes = args.num("mem_bytes", "4294967296");
         c.lanes = LANES;
-        c.lat_lo = static_cast<uint32_t>(num("lat_lo", "1"));
-        c.lat_hi = static_cast<uint32_t>(num("lat_hi", "1"));
-        c.pause = static_cast<uint32_t>(num("pause", "0"));
-        c.reorder = num("reorder", "0") != 0;
-        c.budget = static_cast<uint32_t>(num("budget", "0"));
+        c.lat_lo = static_cast<uint32_t>(args.num("lat_lo", "1"));
+        c.lat_hi = static_cast<uint32_t>(args.num("lat_hi", "1"));
+        c.pause = static_cast<uint32_t>(args.num("pause", "0"));
+        c.reorder = args.num("reorder", "0") != 0;
+        c.budget = static_cast<uint32_t>(args.num("budget", "0"));
         c.seed = seed * 16 + 3 + k;
         rams.emplace_back(new axi::Ram(c));
     }
     {  // bad=PORT:ADDR,PORT:ADDR
-        std::string b = str("bad");
+        std::string b = args.str("bad");
         size_t pos = 0;
         while (pos < b.size()) {
             size_t end = b.find(',', pos);
@@ -138,15 +90,7 @@ int main(int argc, char** argv) {
         }
     }
 
-    std::vector<uint8_t> in = read_file(str("in"));
-    if (in.size() < n_in * IN_BYTES) {
-        std::fprintf(stderr, "axi_harness: input file holds fewer than %" PRIu64 " beats\n", n_in);
-        return 3;
-    }
-    if (IN_BITS % 8) {
-        const uint8_t mask = static_cast<uint8_t>((1u << (IN_BITS % 8)) - 1);
-        for (uint64_t b = 0; b < n_in; ++b) in[b * IN_BYTES + IN_BYTES - 1] &= mask;
-    }
+    std::vector<uint8_t> in = read_beats(args, n_in);
     std::vector<uint8_t> out;
     out.reserve(n_in * OUT_BYTES + OUT_BYTES);
 
@@ -167,31 +111,7 @@ int main(int argc, char** argv) {
 
     const axi::SlaveOut quiet{};
     for (auto& p : io) p.drive(quiet);
-    top->i___05Fvalid = 0;
-    top->o___05Fready = 0;
-#if HAS_CTL
-    top->ctl___05Fwe = 0;
-    top->ctl___05Fre = 0;
-    top->ctl___05Faddr = 0;
-    top->ctl___05Fwdata = 0;
-#endif
-    top->rst = 1;
-    for (uint64_t k = 0; k < reset_cycles; ++k) tick(top.get());
-    top->rst = 0;
-    tick(top.get());
-#if HAS_CTL
-    {
-        std::vector<uint8_t> w = read_file(str("ctl_w"));
-        const uint64_t n_w = num("n_ctl_w", "0");
-        for (uint64_t k = 0; k < n_w; ++k) {
-            uint32_t a, d;
-            std::memcpy(&a, &w[k * 8], 4);
-            std::memcpy(&d, &w[k * 8 + 4], 4);
-            ctl_write(top.get(), a, d);
-        }
-        tick(top.get());
-    }
-#endif
+    start_stream<true, bool(HAS_CTL)>(args, top.get(), reset_cycles);
 
     auto t0 = std::chrono::steady_clock::now();
     uint64_t cycle = 0, in_idx = 0, quiet_from = 0;
@@ -242,11 +162,7 @@ int main(int argc, char** argv) {
         if (!all_idle) quiet_from = cycle;
         ++cycle;
         if (bad_port >= 0) break;
-        if (in_idx == n_in && cycle - quiet_from > drain) break;
-        if (cycle >= max_cycles) {
-            timed_out = true;
-            break;
-        }
+        if (stream_over(opts, cycle, in_idx, quiet_from, timed_out)) break;
     }
     auto t1 = std::chrono::steady_clock::now();
     top->i___05Fvalid = 0;
@@ -255,15 +171,7 @@ int main(int argc, char** argv) {
 
     std::vector<uint32_t> ctl_reads;
 #if HAS_CTL
-    if (bad_port < 0) {
-        std::vector<uint8_t> r = read_file(str("ctl_r"));
-        const uint64_t n_r = num("n_ctl_r", "0");
-        for (uint64_t k = 0; k < n_r; ++k) {
-            uint32_t a;
-            std::memcpy(&a, &r[k * 4], 4);
-            ctl_reads.push_back(ctl_read(top.get(), a));
-        }
-    }
+    if (bad_port < 0) ctl_read_all(args, top.get(), ctl_reads);
 #endif
 #if HAS_COUNTERS
     const uint64_t mem_errors = static_cast<uint64_t>(top->mem_errors);
@@ -272,7 +180,7 @@ int main(int argc, char** argv) {
     const uint64_t mem_errors = 0, mem_drops = 0;
 #endif
     top->final();
-    write_file(str("out"), out.data(), out.size());
+    write_file(args.prog, args.str("out"), out.data(), out.size());
 
     const double secs = std::chrono::duration<double>(t1 - t0).count();
     auto i64 = [](uint64_t v) { return v == UINT64_MAX ? (int64_t)-1 : (int64_t)v; };

@@ -30,16 +30,21 @@ API::
 """
 
 import contextlib
-import json
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import cxx, runner, toolchain
-from .harness import HarnessError, HarnessTimeout
+from . import runner, toolchain
+from .harness import (
+    HarnessError,
+    build_driver,
+    check_probabilities,
+    check_timeout,
+    run_driver,
+    stream_args,
+)
 
 __all__ = ["AxiHarness", "AxiRunStats", "AxiViolation", "budget_word"]
 
@@ -129,23 +134,16 @@ class AxiHarness:
             f"-DHAS_CTL={int(self.has_ctl)} -DHAS_COUNTERS={int('mem_errors' in ports)} "
             f"-DMEM_PORTS={k} -DLANES={self.lanes}"
         )
-        source = cxx.driver_text(_SOURCE) + _MODEL.read_text()
-
-        def do_build(out):
-            try:
-                toolchain.build_cpp(
-                    out,
-                    top=top,
-                    verilog=text,
-                    driver=_SOURCE,
-                    output="axi_harness",
-                    cflags=cxx.cflags(defines),
-                    opt=opt,
-                )
-            except RuntimeError as exc:
-                raise HarnessError(str(exc)) from None
-
-        self.dir = runner.cached_build("axi-harness", [top, text, source, defines, opt], do_build)
+        self.dir = build_driver(
+            "axi-harness",
+            "axi_harness",
+            top=top,
+            verilog=text,
+            driver=_SOURCE,
+            defines=defines,
+            opt=opt,
+            extra=_MODEL.read_text(),
+        )
         self.binary = self.dir / "obj" / "axi_harness"
 
     def run(
@@ -175,9 +173,7 @@ class AxiHarness:
         if not 1 <= lo <= hi < _P32:
             raise ValueError(f"The latency must be a range 1 <= lo <= hi, not {latency}.")
         budget = budget_word(budget)
-        for name, p in (("pause", pause), ("idle_prob", idle_prob), ("backpressure_prob", backpressure_prob)):
-            if not 0.0 <= p < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), not {p}.")
+        check_probabilities(pause=pause, idle_prob=idle_prob, backpressure_prob=backpressure_prob)
         arr = np.asarray(beats)
         if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] != self.in_bytes:
             raise ValueError(
@@ -197,15 +193,8 @@ class AxiHarness:
             r = np.asarray([int(a) for a in ctl_reads], dtype="<u4")
             (tmp / "ctl_w.bin").write_bytes(w.tobytes())
             (tmp / "ctl_r.bin").write_bytes(r.tobytes())
-            args = {
-                "in": tmp / "in.bin",
-                "out": tmp / "out.bin",
-                "n_in": n,
-                "seed": int(seed) & (2**63 - 1),
-                "idle": int(idle_prob * _P32),
-                "bp": int(backpressure_prob * _P32),
-                "max_cycles": int(max_cycles),
-                "drain": int(drain_cycles),
+            args = stream_args(tmp, n, seed, idle_prob, backpressure_prob, max_cycles, drain_cycles)
+            args |= {
                 "ctl_w": tmp / "ctl_w.bin",
                 "n_ctl_w": len(w),
                 "ctl_r": tmp / "ctl_r.bin",
@@ -219,20 +208,10 @@ class AxiHarness:
                 "bad": ",".join(f"{int(p)}:{int(a)}" for p, a in bad),
                 "settle": int(settle_cycles),
             }
-            proc = subprocess.run(
-                [str(self.binary), *(f"{k}={v}" for k, v in args.items())], capture_output=True, text=True
-            )
-            if proc.returncode != 0:
-                tail = proc.stderr.strip()[-2000:]
-                raise HarnessError(f"The AXI harness for {self.top} exited with {proc.returncode}: {tail}")
-            stats = AxiRunStats(**json.loads(proc.stdout.strip().splitlines()[-1]))
+            stats = AxiRunStats(**run_driver(self.binary, args, f"The AXI harness for {self.top}"))
             out = np.frombuffer((tmp / "out.bin").read_bytes(), dtype=np.uint8).reshape(-1, self.out_bytes)
         if stats.axi_error:
             raise AxiViolation(f"{self.top} broke an AXI4 rule on {stats.axi_error}.")
-        if stats.timed_out and not allow_timeout:
-            raise HarnessTimeout(
-                f"The AXI harness for {self.top} hit max_cycles={max_cycles} with {stats.in_beats}/{n} beats "
-                f"accepted and {stats.out_beats} out.",
-                stats,
-            )
+        if not allow_timeout:
+            check_timeout(stats, f"The AXI harness for {self.top}", max_cycles, n)
         return out.copy(), stats

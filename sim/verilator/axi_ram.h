@@ -49,21 +49,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "rng.h"
+
 namespace axi {
 
-struct Rng {  // xorshift64*
-    uint64_t s;
-    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {
-        if (s == 0) s = 1;
-    }
-    uint32_t next() {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        return static_cast<uint32_t>((s * 0x2545F4914F6CDD1Dull) >> 32);
-    }
-    uint32_t below(uint32_t n) { return static_cast<uint32_t>((static_cast<uint64_t>(next()) * n) >> 32); }
-};
+using Rng = ::Rng;  // rng.h's, the stream harnesses' generator too
 
 struct Config {
     uint64_t mem_bytes = 1ull << 32;

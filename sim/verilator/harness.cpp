@@ -21,13 +21,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "Vtop.h"
+#include "driver_io.h"
 #include "ports.h"
+#include "rng.h"
 #include "verilated.h"
 
 #ifndef HAS_RST
@@ -40,86 +41,16 @@
 #define HAS_TRACE 0
 #endif
 
-// xorshift64*: fast, seedable, good enough to decide idles and back-pressure.
-struct Rng {
-    uint64_t s;
-    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {
-        if (s == 0) s = 1;
-    }
-    inline uint32_t next() {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        return static_cast<uint32_t>((s * 0x2545F4914F6CDD1Dull) >> 32);
-    }
-};
-
-static std::vector<uint8_t> read_file(const std::string& path) {
-    std::vector<uint8_t> buf;
-    if (path.empty()) return buf;
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) {
-        std::fprintf(stderr, "harness: cannot open %s\n", path.c_str());
-        std::exit(3);
-    }
-    std::fseek(f, 0, SEEK_END);
-    long size = std::ftell(f);
-    std::fseek(f, 0, SEEK_SET);
-    buf.resize(static_cast<size_t>(size));
-    if (size > 0 && std::fread(buf.data(), 1, buf.size(), f) != buf.size()) {
-        std::fprintf(stderr, "harness: short read on %s\n", path.c_str());
-        std::exit(3);
-    }
-    std::fclose(f);
-    return buf;
-}
-
-static void write_file(const std::string& path, const void* data, size_t size) {
-    if (path.empty()) return;
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (!f || (size && std::fwrite(data, 1, size, f) != size)) {
-        std::fprintf(stderr, "harness: cannot write %s\n", path.c_str());
-        std::exit(3);
-    }
-    std::fclose(f);
-}
-
 int main(int argc, char** argv) {
-    std::map<std::string, std::string> opt;
-    for (int k = 1; k < argc; ++k) {
-        std::string a = argv[k];
-        size_t eq = a.find('=');
-        if (eq == std::string::npos) {
-            std::fprintf(stderr, "harness: argument %s is not KEY=VALUE\n", a.c_str());
-            return 3;
-        }
-        opt[a.substr(0, eq)] = a.substr(eq + 1);
-    }
-    auto num = [&](const char* key, const char* dflt) { return std::strtoull(
-        (opt.count(key) ? opt[key] : std::string(dflt)).c_str(), nullptr, 10); };
-    auto str = [&](const char* key) { return opt.count(key) ? opt[key] : std::string(); };
+    const Args args("harness", argc, argv);
 
-    const uint64_t n_in = num("n_in", "0");
-    const uint64_t max_cycles = num("max_cycles", "1000000");
-    const uint64_t drain = num("drain", "64");
-    const uint64_t reset_cycles = num("reset_cycles", "4");
-    // Probabilities come as integers in units of 2^-32 so that the C++ and Python sides agree exactly.
-    const uint64_t idle_thr = num("idle", "0");
-    const uint64_t bp_thr = num("bp", "0");
-    Rng rng_in(num("seed", "0") * 2 + 1);
-    Rng rng_out(num("seed", "0") * 2 + 2);
+    const StreamOptions opts(args);
+    const auto [n_in, max_cycles, drain, reset_cycles, seed, idle_thr, bp_thr] = opts;
+    Rng rng_in(seed * 2 + 1);
+    Rng rng_out(seed * 2 + 2);
 
-    std::vector<uint8_t> in = read_file(str("in"));
-    if (in.size() < n_in * IN_BYTES) {
-        std::fprintf(stderr, "harness: input file holds fewer than %" PRIu64 " beats\n", n_in);
-        return 3;
-    }
-    // Verilator assumes bits above a port's width are zero; clear them once rather than trusting callers.
-    if (IN_BITS % 8) {
-        const uint8_t mask = static_cast<uint8_t>((1u << (IN_BITS % 8)) - 1);
-        for (uint64_t b = 0; b < n_in; ++b) in[b * IN_BYTES + IN_BYTES - 1] &= mask;
-    }
-    const bool stamps = !str("stamps_in").empty();
+    std::vector<uint8_t> in = read_beats(args, n_in);
+    const bool stamps = !args.str("stamps_in").empty();
     std::vector<uint64_t> in_stamp, out_stamp;
     if (stamps) in_stamp.reserve(n_in);
 
@@ -130,39 +61,9 @@ int main(int argc, char** argv) {
     auto top = std::make_unique<Vtop>(ctx.get());
 
     uint64_t cycle = 0;  // counts rising edges since the start of the stream phase
-    auto tick = [&]() { ::tick(top.get()); };
 
-    top->i___05Fvalid = 0;
-    top->o___05Fready = 0;
-#if HAS_CTL
-    top->ctl___05Fwe = 0;
-    top->ctl___05Fre = 0;
-    top->ctl___05Faddr = 0;
-    top->ctl___05Fwdata = 0;
-#endif
-#if HAS_RST
-    top->rst = 1;
-#endif
-    for (uint64_t k = 0; k < reset_cycles; ++k) tick();
-#if HAS_RST
-    top->rst = 0;
-#endif
-    tick();
-
+    start_stream<bool(HAS_RST), bool(HAS_CTL)>(args, top.get(), reset_cycles);
     std::vector<uint32_t> ctl_reads;
-#if HAS_CTL
-    {
-        std::vector<uint8_t> w = read_file(str("ctl_w"));
-        const uint64_t n_w = num("n_ctl_w", "0");
-        for (uint64_t k = 0; k < n_w; ++k) {
-            uint32_t a, d;
-            std::memcpy(&a, &w[k * 8], 4);
-            std::memcpy(&d, &w[k * 8 + 4], 4);
-            ctl_write(top.get(), a, d);
-        }
-        tick();
-    }
-#endif
 
     auto t0 = std::chrono::steady_clock::now();
     uint64_t in_idx = 0;
@@ -215,34 +116,22 @@ int main(int argc, char** argv) {
             if (++in_idx == n_in) quiet_from = cycle;
         }
         ++cycle;
-        if (in_idx == n_in && cycle - quiet_from > drain) break;
-        if (cycle >= max_cycles) {
-            timed_out = true;
-            break;
-        }
+        if (stream_over(opts, cycle, in_idx, quiet_from, timed_out)) break;
     }
     auto t1 = std::chrono::steady_clock::now();
     top->i___05Fvalid = 0;
     top->o___05Fready = 0;
 
 #if HAS_CTL
-    {
-        std::vector<uint8_t> r = read_file(str("ctl_r"));
-        const uint64_t n_r = num("n_ctl_r", "0");
-        for (uint64_t k = 0; k < n_r; ++k) {
-            uint32_t a;
-            std::memcpy(&a, &r[k * 4], 4);
-            ctl_reads.push_back(ctl_read(top.get(), a));
-        }
-    }
+    ctl_read_all(args, top.get(), ctl_reads);
 #endif
     top->final();
 
-    write_file(str("out"), out.data(), out.size());
-    write_file(str("trace"), trace.data(), trace.size() * 8);
+    write_file(args.prog, args.str("out"), out.data(), out.size());
+    write_file(args.prog, args.str("trace"), trace.data(), trace.size() * 8);
     if (stamps) {
-        write_file(str("stamps_in"), in_stamp.data(), in_stamp.size() * 8);
-        write_file(str("stamps_out"), out_stamp.data(), out_stamp.size() * 8);
+        write_file(args.prog, args.str("stamps_in"), in_stamp.data(), in_stamp.size() * 8);
+        write_file(args.prog, args.str("stamps_out"), out_stamp.data(), out_stamp.size() * 8);
     }
     const double secs = std::chrono::duration<double>(t1 - t0).count();
     std::printf("{\"cycles\": %" PRIu64 ", \"in_beats\": %" PRIu64 ", \"out_beats\": %zu, \"timed_out\": %s, "

@@ -54,7 +54,19 @@ import numpy as np
 
 from . import cxx, runner, toolchain
 
-__all__ = ["Harness", "RunStats", "HarnessError", "HarnessTimeout", "to_beats", "from_beats"]
+__all__ = [
+    "Harness",
+    "RunStats",
+    "HarnessError",
+    "HarnessTimeout",
+    "to_beats",
+    "from_beats",
+    "build_driver",
+    "check_probabilities",
+    "check_timeout",
+    "run_driver",
+    "stream_args",
+]
 
 _SOURCE = Path(__file__).with_name("harness.cpp")
 _STREAM_PORTS = ("i__payload", "i__valid", "i__ready", "o__payload", "o__valid", "o__ready")
@@ -118,6 +130,72 @@ def from_beats(beats):
     return [int.from_bytes(row.tobytes(), "little") for row in beats]
 
 
+def check_probabilities(**probs):
+    """ValueError unless every named probability is in [0, 1)."""
+    for name, p in probs.items():
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), not {p}.")
+
+
+def build_driver(kind, output, *, top, verilog, driver, defines, opt, extra=""):
+    """The cache folder of the C++ stream driver ``driver`` built around the Verilated ``top`` into the
+    executable ``obj/<output>``, built once (``extra``: the text of headers it includes besides
+    :mod:`.cxx`'s); HarnessError when the build fails."""
+    source = cxx.driver_text(driver) + extra
+
+    def do_build(out):
+        try:
+            toolchain.build_cpp(
+                out,
+                top=top,
+                verilog=verilog,
+                driver=driver,
+                output=output,
+                cflags=cxx.cflags(defines),
+                opt=opt,
+            )
+        except RuntimeError as exc:
+            raise HarnessError(str(exc)) from None
+
+    return runner.cached_build(kind, [top, verilog, source, defines, opt], do_build)
+
+
+def stream_args(tmp, n, seed, idle_prob, backpressure_prob, max_cycles, drain_cycles):
+    """The arguments every stream driver takes: ``n`` beats from ``tmp/in.bin`` into ``tmp/out.bin``,
+    probabilities in the drivers' units of 2^-32."""
+    return {
+        "in": tmp / "in.bin",
+        "out": tmp / "out.bin",
+        "n_in": n,
+        "seed": int(seed) & (2**63 - 1),
+        "idle": int(idle_prob * _P32),
+        "bp": int(backpressure_prob * _P32),
+        "max_cycles": int(max_cycles),
+        "drain": int(drain_cycles),
+    }
+
+
+def check_timeout(stats, what, max_cycles, n):
+    """HarnessTimeout naming ``what`` if its run of ``n`` beats hit ``max_cycles`` (``stats.timed_out``)."""
+    if stats.timed_out:
+        raise HarnessTimeout(
+            f"{what} hit max_cycles={max_cycles} with {stats.in_beats}/{n} beats accepted and "
+            f"{stats.out_beats} out.",
+            stats,
+        )
+
+
+def run_driver(binary, args, what):
+    """Run a stream driver with ``args`` as KEY=VALUE; the statistics it prints, as a dict. HarnessError
+    naming ``what`` when it fails."""
+    proc = subprocess.run(
+        [str(binary), *(f"{k}={v}" for k, v in args.items())], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise HarnessError(f"{what} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 class Harness:
     """A Verilated DUT compiled with the C++ stream harness (built once per design; cached on disk)."""
 
@@ -160,23 +238,9 @@ class Harness:
         )
         if self.has_trace:
             defines += " -DHAS_TRACE=1"
-        source = cxx.driver_text(_SOURCE)
-
-        def do_build(out):
-            try:
-                toolchain.build_cpp(
-                    out,
-                    top=top,
-                    verilog=text,
-                    driver=_SOURCE,
-                    output="harness",
-                    cflags=cxx.cflags(defines),
-                    opt=opt,
-                )
-            except RuntimeError as exc:
-                raise HarnessError(str(exc)) from None
-
-        self.dir = runner.cached_build("harness", [top, text, source, defines, opt], do_build)
+        self.dir = build_driver(
+            "harness", "harness", top=top, verilog=text, driver=_SOURCE, defines=defines, opt=opt
+        )
         self.binary = self.dir / "obj" / "harness"
 
     def run(
@@ -195,9 +259,7 @@ class Harness:
         allow_timeout=False,
     ):
         """Stream ``beats`` through the DUT; return ``(out_beats, RunStats)``. See the module docstring."""
-        for name, p in (("idle_prob", idle_prob), ("backpressure_prob", backpressure_prob)):
-            if not 0.0 <= p < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), not {p}.")
+        check_probabilities(idle_prob=idle_prob, backpressure_prob=backpressure_prob)
         if drain_cycles < 1 or reset_cycles < 1:
             raise ValueError("drain_cycles and reset_cycles must each be at least 1.")
         if isinstance(beats, bytes | bytearray | memoryview):
@@ -223,17 +285,8 @@ class Harness:
         with tempfile.TemporaryDirectory(prefix="wanreduce-harness-") as tmp:
             tmp = Path(tmp)
             (tmp / "in.bin").write_bytes(data)
-            args = {
-                "in": tmp / "in.bin",
-                "out": tmp / "out.bin",
-                "n_in": n,
-                "seed": int(seed) & (2**63 - 1),
-                "idle": int(idle_prob * _P32),
-                "bp": int(backpressure_prob * _P32),
-                "max_cycles": int(max_cycles),
-                "drain": int(drain_cycles),
-                "reset_cycles": int(reset_cycles),
-            }
+            args = stream_args(tmp, n, seed, idle_prob, backpressure_prob, max_cycles, drain_cycles)
+            args["reset_cycles"] = int(reset_cycles)
             if self.has_trace:
                 args["trace"] = tmp / "trace.bin"
             if stamps:
@@ -254,14 +307,7 @@ class Harness:
                         "n_ctl_r": len(r),
                     }
                 )
-            proc = subprocess.run(
-                [str(self.binary), *(f"{k}={v}" for k, v in args.items())], capture_output=True, text=True
-            )
-            if proc.returncode != 0:
-                raise HarnessError(
-                    f"The harness for {self.top} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}"
-                )
-            info = json.loads(proc.stdout.strip().splitlines()[-1])
+            info = run_driver(self.binary, args, f"The harness for {self.top}")
             out = np.frombuffer((tmp / "out.bin").read_bytes(), dtype=np.uint8).reshape(-1, self.out_bytes)
             stats = RunStats(**info)
             if stamps:
@@ -271,10 +317,6 @@ class Harness:
                 pairs = np.fromfile(tmp / "trace.bin", dtype="<u8").reshape(-1, 2)
                 stats.trace_cycles = pairs[:, 0].copy()
                 stats.trace = pairs[:, 1].astype(np.uint32)
-        if stats.timed_out and not allow_timeout:
-            raise HarnessTimeout(
-                f"The harness for {self.top} hit max_cycles={max_cycles} with "
-                f"{stats.in_beats}/{n} beats accepted and {stats.out_beats} out.",
-                stats,
-            )
+        if not allow_timeout:
+            check_timeout(stats, f"The harness for {self.top}", max_cycles, n)
         return out.copy(), stats
