@@ -39,7 +39,8 @@ from ..host.emit import topology_for
 from ..host.lean import DEFAULT_JITTER_S
 from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_size, parse_size
-from ..spec.errors import WanreduceError, read_input
+from ..spec.errors import WanreduceError
+from ..spec.files import read_input
 from ..spec.protocol import HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
 
 __all__ = [

@@ -10,7 +10,8 @@ import warnings
 
 import numpy as np
 
-from ..spec.errors import WanreduceError, WanreduceWarning, read_input
+from ..spec.errors import WanreduceError, WanreduceWarning
+from ..spec.files import read_input
 
 __all__ = ["read_pcap", "read_pcap_timed", "write_pcap", "write_pcap_timed", "LINKTYPE_ETHERNET"]
 
