@@ -70,6 +70,7 @@ __all__ = [
     "print_json",
     "jsonable",
     "progress",
+    "plural",
     "same_file",
 ]
 
@@ -316,6 +317,11 @@ def jsonable(value):
 
 def print_json(value):
     print(json.dumps(jsonable(value), indent=1, allow_nan=False))
+
+
+def plural(n, word, many=None):
+    """``n word`` with the word in the plural unless n is 1: ``plural(1, "chunk")`` is ``"1 chunk"``."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def progress(command, text):

@@ -25,6 +25,7 @@ from ._common import (
     add_wan_option,
     header_field,
     int_in,
+    plural,
     positive_float,
     rank_arg,
     wan_of,
@@ -153,9 +154,9 @@ def run(args):
                 f"rank {em.rank} ({site}) is in no group in {rounds} rounds; nothing to emit"
             )
         what = (
-            f"rank {em.rank} ({site}): {len(em.frames)} CONTRIB frames, {em.rounds_sent} of {rounds} "
-            f"rounds, {em.n_chunks} chunk{'s' if em.n_chunks != 1 else ''} of {em.elements} "
-            f"{dtype.label} elements"
+            f"rank {em.rank} ({site}): {plural(len(em.frames), 'CONTRIB frame')}, {em.rounds_sent} of "
+            f"{plural(rounds, 'round')}, a tensor of {plural(em.elements, dtype.label + ' element')} in "
+            f"{plural(em.n_chunks, 'chunk')}"
         )
         if em.frames:
             what += (

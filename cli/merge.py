@@ -41,8 +41,8 @@ def run(args):
     if args.wan is None:
         raise WanreduceError("--wan is required: the one-way delays decide the order")
     outs = Outputs(force=args.force, inputs=[*args.inputs, args.schedule])
+    topo = wan_and_rank(args)  # a wrong --rank is named before the output's own checks
     path = outs.add(args.output, "-o")
-    topo = wan_and_rank(args)
     schedule = load_schedule(args.schedule) if args.schedule is not None else None
     all_times, all_frames, all_srcs = [], [], []
     dropped = 0

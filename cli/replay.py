@@ -14,7 +14,14 @@ from ..host.replay import arrival_order, parse_udp_url, send_datagrams, sources,
 from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
-from ._common import add_json_option, add_rank_option, add_speed_options, add_wan_option, print_json
+from ._common import (
+    add_json_option,
+    add_rank_option,
+    add_speed_options,
+    add_wan_option,
+    plural,
+    print_json,
+)
 
 __all__ = ["register", "run", "wan_and_rank"]
 
@@ -32,9 +39,12 @@ def wan_and_rank(args):
     else:
         topo = load_topology(args.wan)
     if args.rank >= topo.n:
-        raise WanreduceError(
-            f"--rank {args.rank} is outside 0..{topo.n - 1} ({topo.name} has {topo.n} sites)"
+        where = (
+            f"the schedule's {plural(topo.n, 'site')} of {topo.name}"
+            if args.schedule is not None
+            else f"{topo.name} has {plural(topo.n, 'site')}"
         )
+        raise WanreduceError(f"--rank {args.rank} is outside 0..{topo.n - 1} ({where})")
     return topo
 
 

@@ -68,7 +68,7 @@ def test_emit_then_loopback_udp_then_capture(capsys, files):
         capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 3, "-o", out
     )
     assert code == 0, err
-    assert "rank 2 (FRA): 9 CONTRIB frames, 3 of 3 rounds, 3 chunks of 45 fp32 elements" in text
+    assert "rank 2 (FRA): 9 CONTRIB frames, 3 of 3 rounds, a tensor of 45 fp32 elements in 3 chunks" in text
     sent = payloads_of(out)
     assert len(sent) == 9
     with Receiver(count=len(sent), timeout=20) as rx:
@@ -197,7 +197,7 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     write_pcap(res, results)
     code, text, err = run(capsys, "verify", res, "--grads", npz, "--schedule", sched)
     assert code == 0, err
-    assert "3 RESULT tensors (9 RESULTs) of sites [4], rounds 0..2: all bit-exact" in text
+    assert "3 RESULT tensors (9 RESULTs) of site 4, rounds 0..2: all bit-exact" in text
     # what site 4's hosts hold after round 1, against the lead's reference model
     arr = tmp / "r1.npy"
     code, text, err = run(capsys, "unpack", res, "-o", arr, "--round", 1)
@@ -224,7 +224,9 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     write_pcap(tmp / "bad.pcap", [bytes(f) for f in bad], overwrite=True)
     code, text, _ = run(capsys, "verify", tmp / "bad.pcap", "--grads", npz, "--schedule", sched)
     assert code == 1
-    assert f"round {h['round']} element {h['chunk'] * 16 + 3}: got" in text and "1 problems" in text
+    assert f"round {h['round']} element {h['chunk'] * 16 + 3}: got" in text and text.rstrip().endswith(
+        ": 1 problem"
+    )
     # replay with the WAN's delays sends in the merged order
     with Receiver(count=27, timeout=20) as rx:
         code, _, err = run(
@@ -344,3 +346,81 @@ def test_emit_takes_the_schedules_own_csv_topology(capsys, tmp_path):
     csv.rename(tmp_path / "moved.csv")
     code, _, err = run(capsys, *argv, "-o", tmp_path / "f.pcap")
     assert code == 2 and "give it with --wan" in err and err.count("\n") == 1
+
+
+def test_summaries_and_errors_read_as_sentences(capsys, files):
+    """Plurals follow the counts, and an error names what the input holds in plain words."""
+    tmp, sched, npz, _ = files
+    one = tmp / "one.pcap"
+    argv = ["emit", "--schedule", sched, "--grads", npz, "--rank", 4, "--rounds", 1, "--chunk-elems", 64]
+    code, text, err = run(capsys, *argv, "-o", one)
+    assert code == 0, err
+    assert "rank 4 (LON): 1 CONTRIB frame, 1 of 1 round, a tensor of 45 fp32 elements in 1 chunk" in text
+    three = tmp / "three.json"
+    three.write_text(json.dumps(SCHEDULE | {"sites": NINE[:3], "rounds": [{"groups": [[0, 1, 2]]}]}))
+    one_line_error(
+        capsys,
+        "replay",
+        one,
+        "--to",
+        "udp://127.0.0.1:9",
+        "--wan",
+        "nine-city",
+        "--schedule",
+        three,
+        "--rank",
+        5,
+        match="--rank 5 is outside 0..2 (the schedule's 3 sites of nine-city)",
+    )
+
+
+def test_a_wrong_option_is_named_before_an_existing_output(capsys, files):
+    """merge and unpack refuse a --rank that is not in their input first: the user's file is the second
+    problem, and stays as it was."""
+    tmp, sched, npz, _ = files
+    pcaps = [tmp / f"{rank}.pcap" for rank in range(9)]
+    for rank, pcap in enumerate(pcaps):
+        argv = ["--schedule", sched, "--grads", npz, "--rank", rank, "--rounds", 1, "-o", pcap]
+        assert run(capsys, "emit", *argv)[0] == 0
+    merged = tmp / "in4.pcap"
+    assert run(capsys, "merge", *pcaps, "--wan", "nine-city", "--rank", 4, "-o", merged)[0] == 0
+    res = tmp / "results4.pcap"
+    write_pcap(res, golden_results(load_schedule(sched), merged, 4)[0])
+    mine = tmp / "x.pcap"
+    mine.write_bytes(b"keep")
+    one_line_error(
+        capsys,
+        "merge",
+        *pcaps,
+        "--wan",
+        "nine-city",
+        "--rank",
+        9,
+        "-o",
+        mine,
+        match="--rank 9 is outside 0..8",
+    )
+    one_line_error(
+        capsys, "unpack", res, "--rank", 9, "-o", mine, match="no RESULTs of site 9 (it has only site 4)"
+    )
+    assert mine.read_bytes() == b"keep"
+    # a missing schedule reads the same in every command
+    missing = tmp / "missing.json"
+    one_line_error(
+        capsys,
+        "merge",
+        *pcaps,
+        "--wan",
+        "nine-city",
+        "--rank",
+        4,
+        "--schedule",
+        missing,
+        "-o",
+        tmp / "m.pcap",
+        match=f"{missing}: no such file",
+    )
+    one_line_error(
+        capsys, "verify", res, "--grads", npz, "--schedule", missing, match=f"{missing}: no such file"
+    )
+    assert not (tmp / "m.pcap").exists()

@@ -354,3 +354,28 @@ def test_replay_in_line_root_mode(tmp_path, capsys):
     # the bypass pcap is an output like the others: it may not be an input, nor one of them twice
     assert main(argv[:-1] + [str(out), "--force"]) == 2
     assert "--bypass names the same file" in capsys.readouterr().err
+
+
+def test_help_states_the_exit_statuses_and_o_is_out(files, capsys):
+    with pytest.raises(SystemExit):
+        main(["sim-replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit status: 0 when the core dropped nothing, 1 when it dropped frames" in text
+    assert "2 for bad input" in text and "-o OUT.pcap, --out OUT.pcap" in text
+    # -o is --out: refused like it when it names the input, and the input is untouched
+    tmp, sched, pcap, _ = files
+    before = pcap.read_bytes()
+    argv = [
+        "sim-replay",
+        str(pcap),
+        "--rank",
+        "2",
+        "--schedule",
+        str(sched),
+        "--counters",
+        str(tmp / "c.json"),
+    ]
+    assert main([*argv, "-o", str(pcap)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "is also an input" in err and err.count("\n") == 1
+    assert pcap.read_bytes() == before

@@ -47,3 +47,20 @@ def test_refused_before_any_work(capsys, tmp_path, extra, message):
     code, _, err = _run(capsys, "-o", str(out), *SMALL, *extra)
     assert code == 2 and message in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_help_reads_as_a_sentence(capsys):
+    with pytest.raises(SystemExit):
+        main(["verilog", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--force replace a file in DIR that exists (default: refuse)" in text
+
+
+def test_a_gateware_refusal_is_a_cli_one_liner(capsys, tmp_path):
+    """The gateware's ValueError is a capitalised sentence; the CLI says it as every other error, lower
+    case and without a full stop, and writes nothing."""
+    out = tmp_path / "v"
+    code, _, err = _run(capsys, "-o", str(out), *SMALL, "--slots", "3")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "error: the slot count must be a power of two, not 3\n" in err
+    assert not out.exists() or not any(out.iterdir())
