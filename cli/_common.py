@@ -71,6 +71,7 @@ __all__ = [
     "jsonable",
     "progress",
     "plural",
+    "flattened",
     "same_file",
 ]
 
@@ -322,6 +323,13 @@ def print_json(value):
 def plural(n, word, many=None):
     """``n word`` with the word in the plural unless n is 1: ``plural(1, "chunk")`` is ``"1 chunk"``."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def flattened(shape):
+    """`` (flattened from (10, 30))`` for an array of more than one dimension, else ``""``: the wire
+    carries a flat tensor, and a summary says so when the user's array had a shape."""
+    shape = tuple(shape)
+    return f" (flattened from {shape})" if len(shape) > 1 else ""
 
 
 def progress(command, text):

@@ -23,6 +23,7 @@ from ._common import (
     add_grads_option,
     add_speed_options,
     add_wan_option,
+    flattened,
     header_field,
     int_in,
     plural,
@@ -156,7 +157,7 @@ def run(args):
         what = (
             f"rank {em.rank} ({site}): {plural(len(em.frames), 'CONTRIB frame')}, {em.rounds_sent} of "
             f"{plural(rounds, 'round')}, a tensor of {plural(em.elements, dtype.label + ' element')} in "
-            f"{plural(em.n_chunks, 'chunk')}"
+            f"{plural(em.n_chunks, 'chunk')}{flattened(grads[em.rank].shape)}"
         )
         if em.frames:
             what += (

@@ -332,3 +332,16 @@ def test_train_checks_its_figure_before_training(capsys, tmp_path):
     err = capsys.readouterr().err
     assert code == 2 and "must be a .png, .svg or .pdf file" in err and err.count("\n") == 1
     assert not (tmp_path / "t.json").exists()
+
+
+def test_pack_says_when_it_flattens(capsys, tmp_path):
+    """The wire carries a flat tensor: a (10, 30) array is packed as 300 elements, and the summary says
+    so; a flat one needs no word."""
+    square, flat = tmp_path / "sq.npy", tmp_path / "flat.npy"
+    np.save(square, np.ones((10, 30), np.float32))
+    np.save(flat, np.ones(300, np.float32))
+    code, text, err = run(capsys, "pack", str(square), "-o", str(tmp_path / "a.pcap"), "--rank", "1")
+    assert code == 0, err
+    assert "300 fp32 elements (flattened from (10, 30))," in text
+    code, text, err = run(capsys, "pack", str(flat), "-o", str(tmp_path / "b.pcap"), "--rank", "1")
+    assert code == 0 and "300 fp32 elements, rank 1" in text and "flattened" not in text, err

@@ -355,7 +355,8 @@ def test_summaries_and_errors_read_as_sentences(capsys, files):
     argv = ["emit", "--schedule", sched, "--grads", npz, "--rank", 4, "--rounds", 1, "--chunk-elems", 64]
     code, text, err = run(capsys, *argv, "-o", one)
     assert code == 0, err
-    assert "rank 4 (LON): 1 CONTRIB frame, 1 of 1 round, a tensor of 45 fp32 elements in 1 chunk" in text
+    want = "rank 4 (LON): 1 CONTRIB frame, 1 of 1 round, a tensor of 45 fp32 elements in 1 chunk"
+    assert f"{want} (flattened from (5, 9))" in text  # the wire has no shape: said, not done silently
     three = tmp / "three.json"
     three.write_text(json.dumps(SCHEDULE | {"sites": NINE[:3], "rounds": [{"groups": [[0, 1, 2]]}]}))
     one_line_error(
