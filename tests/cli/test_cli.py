@@ -345,3 +345,27 @@ def test_pack_says_when_it_flattens(capsys, tmp_path):
     assert "300 fp32 elements (flattened from (10, 30))," in text
     code, text, err = run(capsys, "pack", str(flat), "-o", str(tmp_path / "b.pcap"), "--rank", "1")
     assert code == 0 and "300 fp32 elements, rank 1" in text and "flattened" not in text, err
+
+
+def test_train_replaces_its_own_scratch_but_not_a_named_file(capsys, tmp_path, monkeypatch):
+    """build/train.json and build/train.png are the command's scratch: a second run is not refused; the
+    same files named with -o and --plot are the user's and need --force. Training is stopped right after
+    the outputs are checked (the provenance is the next step), so no run takes minutes."""
+    import wanreduce.cli.train as train
+    from wanreduce.spec.errors import WanreduceError
+
+    def stop(*args, **kwargs):
+        raise WanreduceError("outputs checked, stopped before training")
+
+    monkeypatch.setattr(train.figures, "provenance", stop)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build").mkdir()
+    for name in ("train.json", "train.png"):
+        (tmp_path / "build" / name).write_text("an earlier run\n")
+    code, _, err = run(capsys, "train", "--task", "digits")
+    assert code == 2 and err.splitlines()[-1].endswith("stopped before training"), err
+    code, _, err = run(capsys, "train", "--task", "digits", "-o", "build/train.json")
+    assert code == 2 and "--output build/train.json already exists; pass --force" in err, err
+    code, _, err = run(capsys, "train", "--task", "digits", "--plot", "build/train.png")
+    assert code == 2 and "--plot build/train.png already exists; pass --force" in err, err
+    assert (tmp_path / "build" / "train.json").read_text() == "an earlier run\n"
