@@ -47,6 +47,7 @@ from ._common import (
     add_port_option,
     add_rank_option,
     int_in,
+    plural,
     print_json,
     progress,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "register",
     "run",
     "jobs_in_frames",
+    "contrib_sources",
     "parse_dest",
     "core_geometry",
     "unexpected_by_round",
@@ -98,6 +100,17 @@ def jobs_in_frames(frames, port):
         if job not in jobs:
             jobs.append(job)
     return jobs
+
+
+def contrib_sources(frames, port):
+    """The header ``src`` of every frame that looks like a wanreduce CONTRIB to ``port`` (a set)."""
+    srcs = set()
+    for f in frames:
+        payload, info, _ = parse_frame(f, port=port)
+        h = header_of(payload) if info is not None and info.dport == port else None
+        if h is not None and h["kind"] == Kind.CONTRIB:
+            srcs.add(int(h["src"]))
+    return srcs
 
 
 def register(sub):
@@ -307,6 +320,14 @@ def run(args):
     if len(dests) > 16:
         raise WanreduceError(f"the core sends to at most 16 destinations, not {len(dests)}")
     job_ids = jobs_in_frames(frames, args.port) or [0]
+    beyond = sorted({src for src in contrib_sources(frames, args.port) if src >= schedule.n})
+    if beyond:
+        # A source past the schedule's ranks has no bit in any expected set: every one of its frames would
+        # be dropped, a capture of another schedule rather than a finding about the core.
+        raise WanreduceError(
+            f"{args.input}: CONTRIBs from src {', '.join(map(str, beyond))}, but {args.schedule} has "
+            f"{plural(schedule.n, 'site')} (ranks 0..{schedule.n - 1}); is the capture of another schedule?"
+        )
     if len(job_ids) > MAX_JOBS:
         raise WanreduceError(f"the pcap carries {len(job_ids)} job ids; the core holds at most {MAX_JOBS}")
     # Each round's group in the schedule's summation order: the core sums in that order (PROTOCOL.md).

@@ -425,3 +425,23 @@ def test_a_wrong_option_is_named_before_an_existing_output(capsys, files):
         capsys, "verify", res, "--grads", npz, "--schedule", missing, match=f"{missing}: no such file"
     )
     assert not (tmp / "m.pcap").exists()
+
+
+def test_merge_warns_of_contribs_from_outside_their_group(capsys, files):
+    """Captures emitted for one schedule, merged with another: the CONTRIBs whose source is not in the
+    group they name reach the aggregator only to be dropped, and merge says so on stderr."""
+    tmp, sched, npz, _ = files
+    pcaps = [tmp / f"{rank}.pcap" for rank in range(9)]
+    for rank, pcap in enumerate(pcaps):
+        argv = ["--schedule", sched, "--grads", npz, "--rank", rank, "--rounds", 1, "-o", pcap]
+        assert run(capsys, "emit", *argv)[0] == 0
+    argv = ["merge", *pcaps, "--wan", "nine-city", "--rank", 4]
+    code, _, err = run(capsys, *argv, "--schedule", sched, "-o", tmp / "same.pcap")
+    assert code == 0 and err == "", err
+    other = tmp / "other.json"
+    other.write_text(json.dumps(SCHEDULE | {"rounds": [{"groups": [[0, 1, 2], [3, 4, 5], [6, 7, 8]]}]}))
+    code, text, err = run(capsys, *argv, "--schedule", other, "-o", tmp / "other.pcap")
+    # rank 4 is in group 1 of both; group 1 was {1, 3, 5} when emitted: rank 1's 3 chunks are strays
+    assert code == 0 and "9 frames from 9 captures" in text, err
+    assert err.count("\n") == 1 and "warning: 3 CONTRIBs from a site not in its round's group" in err
+    assert f"(first: {pcaps[1]}, src 1 in round 0)" in err and "unexpected_src" in err

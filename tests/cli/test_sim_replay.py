@@ -379,3 +379,24 @@ def test_help_states_the_exit_statuses_and_o_is_out(files, capsys):
     err = capsys.readouterr().err
     assert "--out" in err and "is also an input" in err and err.count("\n") == 1
     assert pcap.read_bytes() == before
+
+
+def test_sources_beyond_the_schedule_are_refused_before_the_build(files, capsys, monkeypatch):
+    """A capture whose CONTRIBs come from ranks the schedule does not have is another schedule's: one
+    line, exit 2, before any Verilator build (the core is never built here) and no output written."""
+    tmp, _, pcap, _ = files
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the core was built")
+
+    monkeypatch.setattr(sim_replay, "CoreSim", no_build)
+    three = tmp / "three.json"
+    three.write_text(
+        json.dumps(SCHEDULE | {"sites": SCHEDULE["sites"][:3], "rounds": [{"groups": [[0, 1, 2]]}]})
+    )
+    out, counters = tmp / "o.pcap", tmp / "c.json"
+    argv = ["sim-replay", str(pcap), "--rank", "2", "--schedule", str(three), "-o", str(out)]
+    assert main([*argv, "--counters", str(counters)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "CONTRIBs from src 3, 4, but" in err and "has 3 sites (ranks 0..2)" in err
+    assert not out.exists() and not counters.exists()
