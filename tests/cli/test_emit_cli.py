@@ -9,6 +9,7 @@ import pytest
 
 import wanreduce.cli as cli
 from tests.support.wire import decode_frame, decode_payload
+from wanreduce.host.frames import build_frame
 from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.host.pcap import read_pcap, read_pcap_timed, write_pcap, write_pcap_timed
 from wanreduce.host.reference import run_reference
@@ -90,7 +91,7 @@ def test_emit_then_loopback_udp_then_capture(capsys, files):
     with Receiver(count=2, timeout=20) as rx:
         code, text, err = run(capsys, "replay", tmp / "odd.pcap", "--to", f"udp://127.0.0.1:{rx.port}")
     assert code == 0, err
-    assert "2 packets" in text and "1 frames without a UDP datagram skipped" in text
+    assert "2 packets" in text and "1 frame without a UDP datagram skipped" in text
     assert [d for _, d, _ in rx.datagrams] == sent[:2]
     # emit straight to the socket, the model's 0.3 s of pacing played 1000 times faster
     with Receiver(count=len(sent), timeout=20) as rx:
@@ -445,3 +446,54 @@ def test_merge_warns_of_contribs_from_outside_their_group(capsys, files):
     assert code == 0 and "9 frames from 9 captures" in text, err
     assert err.count("\n") == 1 and "warning: 3 CONTRIBs from a site not in its round's group" in err
     assert f"(first: {pcaps[1]}, src 1 in round 0)" in err and "unexpected_src" in err
+
+
+def test_replay_skips_and_counts_udp_that_is_not_wanreduce(capsys, files):
+    """A capture holds other traffic too (a DNS query here): by default it is not sent and the summary
+    counts it; --all-udp sends it as is; with --wan it has no sending site, so --all-udp is refused."""
+    tmp, sched, npz, _ = files
+    out = tmp / "rank2.pcap"
+    assert (
+        run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 1, "-o", out)[0]
+        == 0
+    )
+    sent = payloads_of(out)
+    dns = build_frame(
+        b"\x12\x34\x01\x00\x00\x01" + bytes(6),
+        src_mac=bytes(6),
+        dst_mac=bytes(6),
+        src_ip="127.0.0.1",
+        dst_ip="127.0.0.1",
+        sport=5353,
+        dport=53,
+    )
+    mixed = tmp / "mixed.pcap"
+    write_pcap(mixed, [dns, *read_pcap(out)])
+    with Receiver(count=len(sent), timeout=20) as rx:
+        code, text, err = run(capsys, "replay", mixed, "--to", f"udp://127.0.0.1:{rx.port}", "--topspeed")
+    assert code == 0, err
+    assert (
+        f"{len(sent)} packets" in text
+        and "1 UDP payload not wanreduce skipped (--all-udp sends them)" in text
+    )
+    assert [d for _, d, _ in rx.datagrams] == sent
+    with Receiver(count=len(sent) + 1, timeout=20) as rx:
+        argv = ["replay", mixed, "--to", f"udp://127.0.0.1:{rx.port}", "--topspeed", "--all-udp", "--json"]
+        code, text, err = run(capsys, *argv)
+    report = json.loads(text)
+    assert code == 0 and report["packets"] == len(sent) + 1 and report["not_wanreduce"] == 1, err
+    assert [d for _, d, _ in rx.datagrams][1:] == sent
+    url = "udp://127.0.0.1:9"  # never reached
+    one_line_error(
+        capsys,
+        "replay",
+        mixed,
+        "--to",
+        url,
+        "--wan",
+        "nine-city",
+        "--rank",
+        4,
+        "--all-udp",
+        match="no sending site",
+    )
