@@ -107,12 +107,14 @@ def run(args):
         keep = [i for i in keep if header_of(datagrams[i]) is not None]
         if not keep:
             raise WanreduceError(
-                f"{args.input}: no UDP payload is a wanreduce packet; nothing to replay (--all-udp sends them)"
+                f"{args.input}: no UDP payload is a wanreduce packet; nothing to replay "
+                "(--all-udp sends them)"
             )
     elif foreign and topo is not None:
         raise WanreduceError(
             f"--all-udp with --wan: {plural(foreign, 'UDP payload')} of {args.input} "
-            f"{'is' if foreign == 1 else 'are'} not wanreduce packets, so have no sending site to time them by"
+            + ("is not a wanreduce packet" if foreign == 1 else "are not wanreduce packets")
+            + ", so no sending site times them"
         )
     payloads, times = [datagrams[i] for i in keep], times[keep]
     if topo is not None:
