@@ -25,6 +25,7 @@ from ._common import (
     add_wan_option,
     flattened,
     header_field,
+    heartbeat,
     int_in,
     plural,
     positive_float,
@@ -134,18 +135,21 @@ def run(args):
         if args.to is None:
             raise WanreduceError("--live needs --to udp://INTERFACE:PORT (the interface's address)")
         return run_live(args, schedule, address, topo, grads, dtype, gbps)
-    ems = emit_sites(
-        schedule,
-        grads,
-        ranks=ranks,
-        dtype=dtype,
-        one_way_s=topo.one_way_s,
-        gbps=gbps,
-        bank_slots=bank_slots_of(schedule, args.bank_slots),
-        job=args.job,
-        rounds=args.rounds,
-        chunk_elems=args.chunk_elems,
-    )
+    # A million rounds take an hour of pacing model: said every few seconds, not in silence.
+    with heartbeat("emit") as step:
+        ems = emit_sites(
+            schedule,
+            grads,
+            ranks=ranks,
+            dtype=dtype,
+            one_way_s=topo.one_way_s,
+            gbps=gbps,
+            bank_slots=bank_slots_of(schedule, args.bank_slots),
+            job=args.job,
+            rounds=args.rounds,
+            chunk_elems=args.chunk_elems,
+            log=step,
+        )
     rounds = schedule.period if args.rounds is None else args.rounds
     lines = []
     for em in ems:

@@ -497,3 +497,32 @@ def test_replay_skips_and_counts_udp_that_is_not_wanreduce(capsys, files):
         "--all-udp",
         match="no sending site",
     )
+
+
+def test_a_long_emit_says_what_it_is_doing(capsys, files, monkeypatch):
+    """A run longer than the heartbeat's period prints which step it is in on stderr (stdout stays the
+    summary); a short one prints nothing. The pacing model is slowed here instead of a run of an hour."""
+    import time
+
+    import wanreduce.cli._common as common
+    import wanreduce.host.emit as host_emit
+
+    tmp, sched, npz, _ = files
+    argv = ["emit", "--schedule", sched, "--grads", npz, "--rank", 0, "--rounds", 4]
+    code, _, err = run(capsys, *argv, "-o", tmp / "quick.pcap")
+    assert code == 0 and err == "", err
+    real = host_emit.timeline
+
+    def slow(*args, **kwargs):
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(common, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(host_emit, "timeline", slow)
+    code, text, err = run(capsys, *argv, "-o", tmp / "slow.pcap")
+    assert code == 0 and text.count("\n") == 1 and "rank 0 (AMS)" in text, err
+    lines = err.splitlines()
+    assert len(lines) >= 2 and lines[0].startswith(
+        "wanreduce emit: pacing model of 4 rounds, 3 chunks each ("
+    )
+    assert all(line.startswith("wanreduce emit: ") and line.endswith(" s so far)") for line in lines)
