@@ -12,9 +12,10 @@ import tempfile
 from pathlib import Path
 
 from ..sim.synth import verilog
+from ..sim.verilator.runner import build_progress
 from ..spec.core import CoreConfig
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option
+from ._common import Outputs, add_force_option, progress
 
 __all__ = ["register", "run"]
 
@@ -91,9 +92,10 @@ def run(args):
         prefix=".wanreduce-verilog-", dir=out.parent if out.exists() else None
     ) as tmp:
         try:
-            verilog.export(tmp, **options)
-            if args.blocks:
-                verilog.write_blocks(tmp, args.width, **block_config)
+            with build_progress(lambda text: progress("verilog", text)):
+                verilog.export(tmp, **options)
+                if args.blocks:
+                    verilog.write_blocks(tmp, args.width, **block_config)
         except ValueError as exc:
             raise WanreduceError(_one_line(str(exc))) from None
         with outs.commit():
