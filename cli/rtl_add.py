@@ -31,7 +31,8 @@ def register(sub):
         "bf16), add each pair with the RTL adder lanes simulated by Verilator, and write the (N,) sums' "
         "bit patterns. The first run for a dtype/width/stages builds the simulation (Amaranth's "
         "conversion, then Verilator: about 10 s on an idle machine, 40 s on a busy one); later runs "
-        "reuse it, and the time reported is the simulation's alone. NaN results are the canonical quiet NaN (0x7FC00000, 0x7E00, 0x7FC0).",
+        "reuse it, and the time reported is the simulation's alone. NaN results are the canonical quiet NaN "
+        "(0x7FC00000, 0x7E00, 0x7FC0).",
     )
     p.add_argument("input", metavar="IN.npy", help="(N, 2) operand bit patterns (read only, never written)")
     p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns")
