@@ -272,13 +272,10 @@ def run(args):
             f"--bypass-bytes {args.bypass_bytes} is not a whole number of {args.width // 8}-byte beats"
         )
     outs = Outputs(force=args.force, inputs=[args.input, args.schedule])
-    out_pcap = outs.add(args.out, "--out")
-    out_json = outs.add(args.counters, "--counters")
-    out_bypass = outs.add(args.bypass, "--bypass") if args.bypass is not None else None
     schedule = load_schedule(args.schedule)
     if args.rank >= schedule.n:
         raise WanreduceError(
-            f"--rank {args.rank} is not a site of {args.schedule} (it has {schedule.n} sites)"
+            f"--rank {args.rank} is not a site of {args.schedule} (it has {plural(schedule.n, 'site')})"
         )
     largest = max((len(g) for rnd in schedule.rounds for g in rnd), default=1)
     members = args.members if args.members is not None else largest
@@ -302,6 +299,10 @@ def run(args):
                 f"{slots} slots cannot hold one slot for each of the schedule's {schedule.period} rounds; "
                 "give more --slots"
             )
+    # Checked after the schedule's own refusals, so a wrong --rank is named before an existing output.
+    out_pcap = outs.add(args.out, "--out")
+    out_json = outs.add(args.counters, "--counters")
+    out_bypass = outs.add(args.bypass, "--bypass") if args.bypass is not None else None
     frames = read_pcap(args.input)
     rank = args.rank
     mac = parse_mac(args.mac if args.mac else addressing.aggregator_mac(rank))

@@ -400,3 +400,14 @@ def test_sources_beyond_the_schedule_are_refused_before_the_build(files, capsys,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "CONTRIBs from src 3, 4, but" in err and "has 3 sites (ranks 0..2)" in err
     assert not out.exists() and not counters.exists()
+
+
+def test_a_wrong_rank_is_named_before_an_existing_output(files, capsys):
+    tmp, sched, pcap, _ = files
+    mine = tmp / "o.pcap"
+    mine.write_bytes(b"keep")
+    argv = ["sim-replay", str(pcap), "--rank", "9", "--schedule", str(sched), "-o", str(mine)]
+    assert main([*argv, "--counters", str(tmp / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--rank 9 is not a site of" in err and "(it has 6 sites)" in err
+    assert mine.read_bytes() == b"keep" and not (tmp / "c.json").exists()
