@@ -30,6 +30,8 @@ import math
 import os
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +73,10 @@ __all__ = [
     "print_json",
     "jsonable",
     "progress",
+    "heartbeat",
+    "HEARTBEAT_S",
+    "plural",
+    "flattened",
     "same_file",
 ]
 
@@ -319,9 +325,47 @@ def print_json(value):
     print(json.dumps(jsonable(value), indent=1, allow_nan=False))
 
 
+def plural(n, word, many=None):
+    """``n word`` with the word in the plural unless n is 1: ``plural(1, "chunk")`` is ``"1 chunk"``."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def flattened(shape):
+    """`` (flattened from (10, 30))`` for an array of more than one dimension, else ``""``: the wire
+    carries a flat tensor, and a summary says so when the user's array had a shape."""
+    shape = tuple(shape)
+    return f" (flattened from {shape})" if len(shape) > 1 else ""
+
+
 def progress(command, text):
     """One progress line on stderr, ``wanreduce COMMAND: text``, flushed at once."""
     print(f"wanreduce {command}: {text}", file=sys.stderr, flush=True)
+
+
+#: Seconds between the lines of :func:`heartbeat`: a run shorter than this prints none.
+HEARTBEAT_S = 5.0
+
+
+@contextlib.contextmanager
+def heartbeat(command):
+    """A :func:`progress` line every :data:`HEARTBEAT_S` seconds while the block runs, naming the step the
+    block last reported (through the function it is given) and the time so far; a block that ends sooner
+    prints nothing. For a long step inside a library that has no progress of its own."""
+    step = ["working"]
+    stop = threading.Event()
+    t0 = time.perf_counter()
+
+    def beat():
+        while not stop.wait(HEARTBEAT_S):
+            progress(command, f"{step[0]} ({time.perf_counter() - t0:.0f} s so far)")
+
+    thread = threading.Thread(target=beat, name=f"wanreduce {command} progress", daemon=True)
+    thread.start()
+    try:
+        yield lambda text: step.__setitem__(0, text)
+    finally:
+        stop.set()
+        thread.join()
 
 
 # -- option groups that several commands share, and their parse-time checks --------------------------

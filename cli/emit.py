@@ -23,8 +23,11 @@ from ._common import (
     add_grads_option,
     add_speed_options,
     add_wan_option,
+    flattened,
     header_field,
+    heartbeat,
     int_in,
+    plural,
     positive_float,
     rank_arg,
     wan_of,
@@ -132,18 +135,21 @@ def run(args):
         if args.to is None:
             raise WanreduceError("--live needs --to udp://INTERFACE:PORT (the interface's address)")
         return run_live(args, schedule, address, topo, grads, dtype, gbps)
-    ems = emit_sites(
-        schedule,
-        grads,
-        ranks=ranks,
-        dtype=dtype,
-        one_way_s=topo.one_way_s,
-        gbps=gbps,
-        bank_slots=bank_slots_of(schedule, args.bank_slots),
-        job=args.job,
-        rounds=args.rounds,
-        chunk_elems=args.chunk_elems,
-    )
+    # A million rounds take an hour of pacing model: said every few seconds, not in silence.
+    with heartbeat("emit") as step:
+        ems = emit_sites(
+            schedule,
+            grads,
+            ranks=ranks,
+            dtype=dtype,
+            one_way_s=topo.one_way_s,
+            gbps=gbps,
+            bank_slots=bank_slots_of(schedule, args.bank_slots),
+            job=args.job,
+            rounds=args.rounds,
+            chunk_elems=args.chunk_elems,
+            log=step,
+        )
     rounds = schedule.period if args.rounds is None else args.rounds
     lines = []
     for em in ems:
@@ -153,9 +159,9 @@ def run(args):
                 f"rank {em.rank} ({site}) is in no group in {rounds} rounds; nothing to emit"
             )
         what = (
-            f"rank {em.rank} ({site}): {len(em.frames)} CONTRIB frames, {em.rounds_sent} of {rounds} "
-            f"rounds, {em.n_chunks} chunk{'s' if em.n_chunks != 1 else ''} of {em.elements} "
-            f"{dtype.label} elements"
+            f"rank {em.rank} ({site}): {plural(len(em.frames), 'CONTRIB frame')}, {em.rounds_sent} of "
+            f"{plural(rounds, 'round')}, a tensor of {plural(em.elements, dtype.label + ' element')} in "
+            f"{plural(em.n_chunks, 'chunk')}{flattened(grads[em.rank].shape)}"
         )
         if em.frames:
             what += (

@@ -41,12 +41,13 @@ def run(args):
     if args.wan is None:
         raise WanreduceError("--wan is required: the one-way delays decide the order")
     outs = Outputs(force=args.force, inputs=[*args.inputs, args.schedule])
+    topo = wan_and_rank(args)  # a wrong --rank is named before the output's own checks
     path = outs.add(args.output, "-o")
-    topo = wan_and_rank(args)
     schedule = load_schedule(args.schedule) if args.schedule is not None else None
     all_times, all_frames, all_srcs = [], [], []
     dropped = 0
     seen = []
+    strays = []  # (capture, src, round) of the CONTRIBs kept whose source is not in their round's group
     for name in args.inputs:
         twin = next((s for s in seen if same_file(s, name)), None)
         if twin is not None:
@@ -64,11 +65,22 @@ def run(args):
             if schedule is not None and not _delivered(schedule, args.rank, p):
                 dropped += 1
                 continue
+            if schedule is not None and _stray(schedule, p):
+                strays.append((name, int(s), int(header_of(p)["round"])))
             all_times.append(t)
             all_frames.append(f)
             all_srcs.append(s)
     if not all_frames:
         raise WanreduceError(f"the inputs hold no frames for rank {args.rank}; nothing to merge")
+    if strays:
+        name, src, round_ = strays[0]
+        warnings.warn(
+            f"{len(strays)} CONTRIB{'s' if len(strays) != 1 else ''} from a site not in its round's group "
+            f"(first: {name}, src {src} in round {round_}); rank {args.rank}'s aggregator drops "
+            "them as unexpected_src",
+            WanreduceWarning,
+            stacklevel=1,
+        )
     arrival, order = arrival_order(np.asarray(all_times), np.asarray(all_srcs), topo.one_way_s, args.rank)
     with outs.commit():
         write_pcap_timed(outs.temp(path), arrival, [all_frames[i] for i in order], overwrite=True)
@@ -88,3 +100,15 @@ def _delivered(schedule, rank, payload):
         return True
     gid, _ = group_of(schedule, rank, int(h["round"]))
     return gid == h["group"]
+
+
+def _stray(schedule, payload):
+    """A CONTRIB whose ``src`` is not a member of the group it names in its round: another schedule's."""
+    h = header_of(payload)
+    if h["kind"] != Kind.CONTRIB:
+        return False
+    src, round_ = int(h["src"]), int(h["round"])
+    if src >= schedule.n:
+        return True
+    gid, _ = group_of(schedule, src, round_)
+    return gid != h["group"]

@@ -12,6 +12,7 @@ from ._common import (
     add_force_option,
     add_port_option,
     add_rank_option,
+    flattened,
     header_field,
     int_in,
     load_npy,
@@ -125,7 +126,8 @@ def run(args):
     with outs.commit():
         write_pcap(outs.temp(out), frames)
     print(
-        f"{args.output}: {len(payloads)} CONTRIB frames, {tensor.size} {dtype.label} elements, "
+        f"{args.output}: {len(payloads)} CONTRIB frames, {tensor.size} {dtype.label} elements"
+        f"{flattened(tensor.shape)}, "
         f"rank {args.rank}, job {args.job}, round {args.round}, group {args.group}"
     )
     return 0

@@ -22,7 +22,6 @@ forwarded, not dropped.
 """
 
 import json
-import os
 import sys
 import time
 
@@ -48,6 +47,7 @@ from ._common import (
     add_port_option,
     add_rank_option,
     int_in,
+    plural,
     print_json,
     progress,
 )
@@ -56,6 +56,7 @@ __all__ = [
     "register",
     "run",
     "jobs_in_frames",
+    "contrib_sources",
     "parse_dest",
     "core_geometry",
     "unexpected_by_round",
@@ -101,13 +102,25 @@ def jobs_in_frames(frames, port):
     return jobs
 
 
+def contrib_sources(frames, port):
+    """The header ``src`` of every frame that looks like a wanreduce CONTRIB to ``port`` (a set)."""
+    srcs = set()
+    for f in frames:
+        payload, info, _ = parse_frame(f, port=port)
+        h = header_of(payload) if info is not None and info.dport == port else None
+        if h is not None and h["kind"] == Kind.CONTRIB:
+            srcs.add(int(h["src"]))
+    return srcs
+
+
 def register(sub):
     p = sub.add_parser(
         "sim-replay",
         help="replay a pcap through the Verilated aggregator core",
         description="Feed the frames of a pcap, in file order and back to back, into one site's aggregator "
         "core simulated with Verilator, configured for the site's rank, the schedule's expected sets and the "
-        "RESULT destinations; write the frames it emits and its counters.",
+        "RESULT destinations; write the frames it emits and its counters. Exit status: 0 when the core "
+        "dropped nothing, 1 when it dropped frames (each reason named), 2 for bad input.",
     )
     p.add_argument("input", metavar="IN.pcap", help="frames to feed (classic pcap, Ethernet)")
     add_rank_option(p, "this site's rank, 0..63 (required)", required=True)
@@ -157,7 +170,7 @@ def register(sub):
         "group 01:00:5e:57:53:<rank>,239.87.83.<rank>,47000)",
     )
     p.add_argument(
-        "--out", metavar="OUT.pcap", required=True, help="pcap of the frames the core emits (required)"
+        "-o", "--out", metavar="OUT.pcap", required=True, help="pcap of the frames the core emits (required)"
     )
     p.add_argument(
         "--counters", metavar="OUT.json", required=True, help="JSON file of the core's counters (required)"
@@ -259,17 +272,10 @@ def run(args):
             f"--bypass-bytes {args.bypass_bytes} is not a whole number of {args.width // 8}-byte beats"
         )
     outs = Outputs(force=args.force, inputs=[args.input, args.schedule])
-    out_pcap = outs.add(args.out, "--out")
-    out_json = outs.add(args.counters, "--counters")
-    out_bypass = outs.add(args.bypass, "--bypass") if args.bypass is not None else None
-    if not os.path.isfile(args.schedule):
-        # load_schedule's message would carry the OS's own wording ("[Errno 2] ...")
-        what = "is a directory, not a schedule file" if os.path.isdir(args.schedule) else "no such file"
-        raise WanreduceError(f"{args.schedule}: {what}")
     schedule = load_schedule(args.schedule)
     if args.rank >= schedule.n:
         raise WanreduceError(
-            f"--rank {args.rank} is not a site of {args.schedule} (it has {schedule.n} sites)"
+            f"--rank {args.rank} is not a site of {args.schedule} (it has {plural(schedule.n, 'site')})"
         )
     largest = max((len(g) for rnd in schedule.rounds for g in rnd), default=1)
     members = args.members if args.members is not None else largest
@@ -293,6 +299,10 @@ def run(args):
                 f"{slots} slots cannot hold one slot for each of the schedule's {schedule.period} rounds; "
                 "give more --slots"
             )
+    # Checked after the schedule's own refusals, so a wrong --rank is named before an existing output.
+    out_pcap = outs.add(args.out, "--out")
+    out_json = outs.add(args.counters, "--counters")
+    out_bypass = outs.add(args.bypass, "--bypass") if args.bypass is not None else None
     frames = read_pcap(args.input)
     rank = args.rank
     mac = parse_mac(args.mac if args.mac else addressing.aggregator_mac(rank))
@@ -311,6 +321,14 @@ def run(args):
     if len(dests) > 16:
         raise WanreduceError(f"the core sends to at most 16 destinations, not {len(dests)}")
     job_ids = jobs_in_frames(frames, args.port) or [0]
+    beyond = sorted({src for src in contrib_sources(frames, args.port) if src >= schedule.n})
+    if beyond:
+        # A source past the schedule's ranks has no bit in any expected set: every one of its frames would
+        # be dropped, a capture of another schedule rather than a finding about the core.
+        raise WanreduceError(
+            f"{args.input}: CONTRIBs from src {', '.join(map(str, beyond))}, but {args.schedule} has "
+            f"{plural(schedule.n, 'site')} (ranks 0..{schedule.n - 1}); is the capture of another schedule?"
+        )
     if len(job_ids) > MAX_JOBS:
         raise WanreduceError(f"the pcap carries {len(job_ids)} job ids; the core holds at most {MAX_JOBS}")
     # Each round's group in the schedule's summation order: the core sums in that order (PROTOCOL.md).

@@ -126,13 +126,18 @@ def register(subparsers):
         help=f"seconds of schedule search per memory size (default: {d.schedule_time_s:g})",
     )
     p.add_argument(
-        "-o", "--output", default=DEFAULT_JSON, metavar="FILE.json", help=f"results (default: {DEFAULT_JSON})"
+        "-o",
+        "--output",
+        default=None,
+        metavar="FILE.json",
+        help=f"results; a FILE that exists needs --force (default: {DEFAULT_JSON}, replaced each run)",
     )
     p.add_argument(
         "--plot",
-        default=DEFAULT_PLOT,
+        default=None,
         metavar="FIGURE.png",
-        help=f"figure of accuracy against simulated time (default: {DEFAULT_PLOT})",
+        help="figure of accuracy against simulated time; a FIGURE that exists needs --force "
+        f"(default: {DEFAULT_PLOT}, replaced each run)",
     )
     add_force_option(p, "the results or figure")
     add_options(p)
@@ -150,9 +155,9 @@ def _argv(args):
         out += ["--task", args.task]
     if args.dtype != Config().dtype:
         out += ["--dtype", args.dtype]
-    if args.output != DEFAULT_JSON:
+    if args.output is not None:
         out += ["--output", args.output]
-    if args.plot != DEFAULT_PLOT:
+    if args.plot is not None:
         out += ["--plot", args.plot]
     return out
 
@@ -298,12 +303,13 @@ def _run_recorded(args, experiment, cfg, named_figures, *, units, note):
     result."""
     base = _setting(args)
     outs = Outputs(force=args.force)
-    out_json = outs.add(args.output, "--output")
-    out_png = outs.add(_figure(args.plot), "--plot")
+    # The default files under build/ are the command's scratch, replaced each run; a named one is not.
+    out_json = outs.add(args.output, "--output", default=DEFAULT_JSON)
+    out_png = outs.add(args.plot and _figure(args.plot), "--plot", default=DEFAULT_PLOT)
     progress("train", base.describe())
     # The figures' provenance is of the code as it was when the run started.
     prov = figures.provenance(
-        figures.module_sources(__name__), ["wanreduce", "train", *_argv(args)], output=args.output
+        figures.module_sources(__name__), ["wanreduce", "train", *_argv(args)], output=str(out_json)
     )
     result = experiment(cfg, base, log=lambda text: progress("train", text))
     named = named_figures(result)

@@ -65,18 +65,20 @@ def _pick(sets, attr, wanted, option, what):
         wanted = values[-1]
     elif wanted not in values:
         raise WanreduceError(
-            f"the capture holds no RESULTs of {what} {wanted} (it has {what}s {', '.join(map(str, values))})"
+            f"the capture holds no RESULTs of {what} {wanted} (it has "
+            + (f"only {what} {values[0]})" if len(values) == 1 else f"{what}s {', '.join(map(str, values))})")
         )
     return [s for s in sets if getattr(s, attr) == wanted]
 
 
 def run(args):
     outs = Outputs(force=args.force, inputs=[args.input])
-    path = outs.add(args.output, "-o")
     sets, ignored = capture_results(args.input)
     sets = _pick(sets, "site", args.rank, "--rank", "site")
     sets = _pick(sets, "job", args.job, "--job", "job")
     (chosen,) = _pick(sets, "round", args.round, "--round", "round")
+    # Checked after the options that pick from the input, so a wrong --rank is named first.
+    path = outs.add(args.output, "-o")
     tensor = chosen.values if args.sum else averaged(chosen)
     buf = io.BytesIO()
     np.save(buf, tensor, allow_pickle=False)

@@ -10,7 +10,7 @@ RESULT matches, 1 when some do not (each mismatch is listed), 2 on bad input.
 from ..host.emit import load_grads
 from ..host.replay import capture_results, check_results
 from ..spec.schedfile import load_schedule
-from ._common import add_grads_option, add_json_option, print_json
+from ._common import add_grads_option, add_json_option, plural, print_json
 
 __all__ = ["register", "run"]
 
@@ -57,9 +57,18 @@ def run(args):
     else:
         for line in problems:
             print(line)
-        verdict = "all bit-exact" if not problems else f"{len(problems)} problems"
+        verdict = "all bit-exact" if not problems else plural(len(problems), "problem")
         print(
-            f"{args.input}: {checked} RESULT tensors ({chunks} RESULTs) of sites {sites}, rounds "
-            f"{rounds[0]}..{rounds[-1]}: {verdict}"
+            f"{args.input}: {plural(checked, 'RESULT tensor')} ({plural(chunks, 'RESULT')}) of "
+            f"{_listed(sites, 'site')}, {_listed(rounds, 'round')}: {verdict}"
         )
     return 0 if not problems else 1
+
+
+def _listed(values, word):
+    """``site 4``, ``sites 0, 3, 5`` or, for a run of consecutive numbers, ``rounds 0..7``."""
+    if len(values) == 1:
+        return f"{word} {values[0]}"
+    if values == list(range(values[0], values[-1] + 1)):
+        return f"{word}s {values[0]}..{values[-1]}"
+    return f"{word}s {', '.join(map(str, values))}"

@@ -12,9 +12,10 @@ import tempfile
 from pathlib import Path
 
 from ..sim.synth import verilog
+from ..sim.verilator.runner import build_progress
 from ..spec.core import CoreConfig
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option
+from ._common import Outputs, add_force_option, progress
 
 __all__ = ["register", "run"]
 
@@ -30,7 +31,7 @@ def register(sub):
     )
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="output directory (created if missing)")
     verilog.add_arguments(p)
-    add_force_option(p, "files in DIR that exist")
+    add_force_option(p, "a file in DIR")
     p.set_defaults(func=run)
 
 
@@ -91,14 +92,22 @@ def run(args):
         prefix=".wanreduce-verilog-", dir=out.parent if out.exists() else None
     ) as tmp:
         try:
-            verilog.export(tmp, **options)
-            if args.blocks:
-                verilog.write_blocks(tmp, args.width, **block_config)
+            with build_progress(lambda text: progress("verilog", text)):
+                verilog.export(tmp, **options)
+                if args.blocks:
+                    verilog.write_blocks(tmp, args.width, **block_config)
         except ValueError as exc:
-            raise WanreduceError(str(exc)) from None
+            raise WanreduceError(_one_line(str(exc))) from None
         with outs.commit():
             for final in finals:
                 shutil.copyfile(Path(tmp) / final.name, outs.temp(final))
     for final in finals:
         print(final)
     return 0
+
+
+def _one_line(sentence):
+    """The gateware's sentence ("The slot count must be ..., not 3.") in the CLI's style of error: lower
+    case first, no full stop."""
+    text = sentence.strip().rstrip(".")
+    return text[:1].lower() + text[1:]

@@ -278,8 +278,13 @@ def emit_sites(
     rounds=None,
     chunk_elems=None,
     udp_checksum=True,
+    log=None,
 ):
-    """:func:`emit_site` for several ranks (default: all) at the cost of one model run and one timeline."""
+    """:func:`emit_site` for several ranks (default: all) at the cost of one model run and one timeline.
+
+    ``log``, if given, is told each step as it starts (one line of text): the pacing model, the reference
+    sums, each rank's frames."""
+    log = log or (lambda text: None)
     dtype = DType(dtype)
     ranks = list(range(schedule.n)) if ranks is None else list(ranks)
     for rank in ranks:
@@ -309,6 +314,10 @@ def emit_sites(
             )
     elements = int(np.asarray(grads[0]).size)
     n_chunks = -(-elements // chunk_elems)
+    log(
+        f"pacing model of {rounds} round{'s' if rounds != 1 else ''}, "
+        f"{n_chunks} chunk{'s' if n_chunks != 1 else ''} each"
+    )
     rates = np.broadcast_to(np.asarray(gbps, dtype=float), (schedule.n,))
     frame_s = np.array([frame_seconds(chunk_elems, dtype, r) for r in rates])
     if schedule.lean is None:
@@ -329,9 +338,12 @@ def emit_sites(
     # what a site holds before round r is what the reference holds after round r - 1
     before = [[np.asarray(g).astype(wire).reshape(-1) for g in grads]]
     if rounds > 1:
+        log(f"reference sums of {rounds - 1} rounds")
         before += run_reference(schedule, grads, dtype=dtype, rounds=rounds - 1)
-    return [
-        _frames_of(
+
+    def frames_of(rank):
+        log(f"frames of rank {rank}")
+        return _frames_of(
             schedule,
             before,
             plan,
@@ -344,8 +356,8 @@ def emit_sites(
             elements=elements,
             udp_checksum=udp_checksum,
         )
-        for rank in ranks
-    ]
+
+    return [frames_of(rank) for rank in ranks]
 
 
 def _frames_of(

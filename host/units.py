@@ -63,7 +63,7 @@ def parse_size(text, *, what="size", maximum=MAX_SIZE):
 def parse_size_range(text, *, what="size range", steps_per_doubling=1, maximum=MAX_SIZE):
     """``"64KiB:16GiB"`` -> geometric sizes from 64 KiB to 16 GiB, ``steps_per_doubling`` per factor 2.
 
-    A single size gives a one-element list; the high end is always included.
+    A single size, or LOW equal to HIGH, gives a one-element list; the high end is always included.
     """
     parts = str(text).split(":")
     if len(parts) == 1:
@@ -71,8 +71,10 @@ def parse_size_range(text, *, what="size range", steps_per_doubling=1, maximum=M
     if len(parts) != 2:
         raise WanreduceError(f"{what} {text!r} must be SIZE or LOW:HIGH (e.g. 64KiB:16GiB)")
     lo, hi = (parse_size(p, what=what, maximum=maximum) for p in parts)
-    if hi <= lo:
-        raise WanreduceError(f"{what} {text!r} must go from a smaller to a larger size")
+    if hi < lo:
+        raise WanreduceError(
+            f"{what} {text!r} must go from a smaller to a larger size (or LOW equal to HIGH)"
+        )
     count = int(math.floor(math.log2(hi / lo) * steps_per_doubling + 1e-9))
     sizes = [int(round(lo * 2 ** (k / steps_per_doubling))) for k in range(count + 1)]
     if sizes[-1] != hi:

@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .errors import WanreduceError
+from .errors import WanreduceError, read_input
 from .protocol import MAX_RANKS
 
 __all__ = [
@@ -258,11 +258,11 @@ def parse_schedule(text, *, source="schedule"):
 
 def load_schedule(path):
     """Read and validate a schedule file; every defect is a one-line :class:`WanreduceError`."""
+    data = read_input(path, "a schedule file")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WanreduceError(f"cannot read schedule file {path}: {exc}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WanreduceError(f"{path}: not a schedule file (not UTF-8 text)") from None
     return parse_schedule(text, source=str(path))
 
 

@@ -332,3 +332,69 @@ def test_train_checks_its_figure_before_training(capsys, tmp_path):
     err = capsys.readouterr().err
     assert code == 2 and "must be a .png, .svg or .pdf file" in err and err.count("\n") == 1
     assert not (tmp_path / "t.json").exists()
+
+
+def test_pack_says_when_it_flattens(capsys, tmp_path):
+    """The wire carries a flat tensor: a (10, 30) array is packed as 300 elements, and the summary says
+    so; a flat one needs no word."""
+    square, flat = tmp_path / "sq.npy", tmp_path / "flat.npy"
+    np.save(square, np.ones((10, 30), np.float32))
+    np.save(flat, np.ones(300, np.float32))
+    code, text, err = run(capsys, "pack", str(square), "-o", str(tmp_path / "a.pcap"), "--rank", "1")
+    assert code == 0, err
+    assert "300 fp32 elements (flattened from (10, 30))," in text
+    code, text, err = run(capsys, "pack", str(flat), "-o", str(tmp_path / "b.pcap"), "--rank", "1")
+    assert code == 0 and "300 fp32 elements, rank 1" in text and "flattened" not in text, err
+
+
+def test_train_replaces_its_own_scratch_but_not_a_named_file(capsys, tmp_path, monkeypatch):
+    """build/train.json and build/train.png are the command's scratch: a second run is not refused; the
+    same files named with -o and --plot are the user's and need --force. Training is stopped right after
+    the outputs are checked (the provenance is the next step), so no run takes minutes."""
+    import wanreduce.cli.train as train
+    from wanreduce.spec.errors import WanreduceError
+
+    def stop(*args, **kwargs):
+        raise WanreduceError("outputs checked, stopped before training")
+
+    monkeypatch.setattr(train.figures, "provenance", stop)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build").mkdir()
+    for name in ("train.json", "train.png"):
+        (tmp_path / "build" / name).write_text("an earlier run\n")
+    code, _, err = run(capsys, "train", "--task", "digits")
+    assert code == 2 and err.splitlines()[-1].endswith("stopped before training"), err
+    code, _, err = run(capsys, "train", "--task", "digits", "-o", "build/train.json")
+    assert code == 2 and "--output build/train.json already exists; pass --force" in err, err
+    code, _, err = run(capsys, "train", "--task", "digits", "--plot", "build/train.png")
+    assert code == 2 and "--plot build/train.png already exists; pass --force" in err, err
+    assert (tmp_path / "build" / "train.json").read_text() == "an earlier run\n"
+
+
+def test_rtl_add_times_the_simulation_not_the_build(capsys, tmp_path, monkeypatch):
+    """The time in rtl-add's summary (and so the rate a reader takes from it) is the simulation's: the
+    first call, which builds the harness, is outside it. The build is stood in for by a sleep here."""
+    import time
+    from types import SimpleNamespace
+
+    import wanreduce.cli.rtl_add as rtl_add
+
+    calls = []
+
+    def fake_lanes_add(fmt, a, b, *, width, stages, return_stats=False):
+        calls.append(len(a))
+        if len(calls) == 1:
+            time.sleep(0.6)  # the build of a first run
+        sums = np.zeros(len(a), np.uint32)
+        return (sums, SimpleNamespace(cycles=len(a))) if return_stats else sums
+
+    monkeypatch.setattr(rtl_add.fadd_check, "lanes_add", fake_lanes_add)
+    src = tmp_path / "in.npy"
+    np.save(src, np.ones((1000, 2), np.uint32))
+    code, text, err = run(capsys, "rtl-add", str(src), str(tmp_path / "out.npy"))
+    assert code == 0, err
+    assert calls == [1, 1000]
+    seconds = float(text.split(" in ")[1].split(" s ")[0])
+    assert seconds < 0.5, text
+    code, out, _ = run(capsys, "rtl-add", "--help")
+    assert code == 0 and "simulation's alone" in " ".join(out.split())

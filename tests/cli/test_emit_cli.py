@@ -9,6 +9,7 @@ import pytest
 
 import wanreduce.cli as cli
 from tests.support.wire import decode_frame, decode_payload
+from wanreduce.host.frames import build_frame
 from wanreduce.host.golden import Destination, GoldenAggregator
 from wanreduce.host.pcap import read_pcap, read_pcap_timed, write_pcap, write_pcap_timed
 from wanreduce.host.reference import run_reference
@@ -68,7 +69,7 @@ def test_emit_then_loopback_udp_then_capture(capsys, files):
         capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 3, "-o", out
     )
     assert code == 0, err
-    assert "rank 2 (FRA): 9 CONTRIB frames, 3 of 3 rounds, 3 chunks of 45 fp32 elements" in text
+    assert "rank 2 (FRA): 9 CONTRIB frames, 3 of 3 rounds, a tensor of 45 fp32 elements in 3 chunks" in text
     sent = payloads_of(out)
     assert len(sent) == 9
     with Receiver(count=len(sent), timeout=20) as rx:
@@ -90,7 +91,7 @@ def test_emit_then_loopback_udp_then_capture(capsys, files):
     with Receiver(count=2, timeout=20) as rx:
         code, text, err = run(capsys, "replay", tmp / "odd.pcap", "--to", f"udp://127.0.0.1:{rx.port}")
     assert code == 0, err
-    assert "2 packets" in text and "1 frames without a UDP datagram skipped" in text
+    assert "2 packets" in text and "1 frame without a UDP datagram skipped" in text
     assert [d for _, d, _ in rx.datagrams] == sent[:2]
     # emit straight to the socket, the model's 0.3 s of pacing played 1000 times faster
     with Receiver(count=len(sent), timeout=20) as rx:
@@ -197,7 +198,7 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     write_pcap(res, results)
     code, text, err = run(capsys, "verify", res, "--grads", npz, "--schedule", sched)
     assert code == 0, err
-    assert "3 RESULT tensors (9 RESULTs) of sites [4], rounds 0..2: all bit-exact" in text
+    assert "3 RESULT tensors (9 RESULTs) of site 4, rounds 0..2: all bit-exact" in text
     # what site 4's hosts hold after round 1, against the lead's reference model
     arr = tmp / "r1.npy"
     code, text, err = run(capsys, "unpack", res, "-o", arr, "--round", 1)
@@ -224,7 +225,9 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     write_pcap(tmp / "bad.pcap", [bytes(f) for f in bad], overwrite=True)
     code, text, _ = run(capsys, "verify", tmp / "bad.pcap", "--grads", npz, "--schedule", sched)
     assert code == 1
-    assert f"round {h['round']} element {h['chunk'] * 16 + 3}: got" in text and "1 problems" in text
+    assert f"round {h['round']} element {h['chunk'] * 16 + 3}: got" in text and text.rstrip().endswith(
+        ": 1 problem"
+    )
     # replay with the WAN's delays sends in the merged order
     with Receiver(count=27, timeout=20) as rx:
         code, _, err = run(
@@ -344,3 +347,182 @@ def test_emit_takes_the_schedules_own_csv_topology(capsys, tmp_path):
     csv.rename(tmp_path / "moved.csv")
     code, _, err = run(capsys, *argv, "-o", tmp_path / "f.pcap")
     assert code == 2 and "give it with --wan" in err and err.count("\n") == 1
+
+
+def test_summaries_and_errors_read_as_sentences(capsys, files):
+    """Plurals follow the counts, and an error names what the input holds in plain words."""
+    tmp, sched, npz, _ = files
+    one = tmp / "one.pcap"
+    argv = ["emit", "--schedule", sched, "--grads", npz, "--rank", 4, "--rounds", 1, "--chunk-elems", 64]
+    code, text, err = run(capsys, *argv, "-o", one)
+    assert code == 0, err
+    want = "rank 4 (LON): 1 CONTRIB frame, 1 of 1 round, a tensor of 45 fp32 elements in 1 chunk"
+    assert f"{want} (flattened from (5, 9))" in text  # the wire has no shape: said, not done silently
+    three = tmp / "three.json"
+    three.write_text(json.dumps(SCHEDULE | {"sites": NINE[:3], "rounds": [{"groups": [[0, 1, 2]]}]}))
+    one_line_error(
+        capsys,
+        "replay",
+        one,
+        "--to",
+        "udp://127.0.0.1:9",
+        "--wan",
+        "nine-city",
+        "--schedule",
+        three,
+        "--rank",
+        5,
+        match="--rank 5 is outside 0..2 (the schedule's 3 sites of nine-city)",
+    )
+
+
+def test_a_wrong_option_is_named_before_an_existing_output(capsys, files):
+    """merge and unpack refuse a --rank that is not in their input first: the user's file is the second
+    problem, and stays as it was."""
+    tmp, sched, npz, _ = files
+    pcaps = [tmp / f"{rank}.pcap" for rank in range(9)]
+    for rank, pcap in enumerate(pcaps):
+        argv = ["--schedule", sched, "--grads", npz, "--rank", rank, "--rounds", 1, "-o", pcap]
+        assert run(capsys, "emit", *argv)[0] == 0
+    merged = tmp / "in4.pcap"
+    assert run(capsys, "merge", *pcaps, "--wan", "nine-city", "--rank", 4, "-o", merged)[0] == 0
+    res = tmp / "results4.pcap"
+    write_pcap(res, golden_results(load_schedule(sched), merged, 4)[0])
+    mine = tmp / "x.pcap"
+    mine.write_bytes(b"keep")
+    one_line_error(
+        capsys,
+        "merge",
+        *pcaps,
+        "--wan",
+        "nine-city",
+        "--rank",
+        9,
+        "-o",
+        mine,
+        match="--rank 9 is outside 0..8",
+    )
+    one_line_error(
+        capsys, "unpack", res, "--rank", 9, "-o", mine, match="no RESULTs of site 9 (it has only site 4)"
+    )
+    assert mine.read_bytes() == b"keep"
+    # a missing schedule reads the same in every command
+    missing = tmp / "missing.json"
+    one_line_error(
+        capsys,
+        "merge",
+        *pcaps,
+        "--wan",
+        "nine-city",
+        "--rank",
+        4,
+        "--schedule",
+        missing,
+        "-o",
+        tmp / "m.pcap",
+        match=f"{missing}: no such file",
+    )
+    one_line_error(
+        capsys, "verify", res, "--grads", npz, "--schedule", missing, match=f"{missing}: no such file"
+    )
+    assert not (tmp / "m.pcap").exists()
+
+
+def test_merge_warns_of_contribs_from_outside_their_group(capsys, files):
+    """Captures emitted for one schedule, merged with another: the CONTRIBs whose source is not in the
+    group they name reach the aggregator only to be dropped, and merge says so on stderr."""
+    tmp, sched, npz, _ = files
+    pcaps = [tmp / f"{rank}.pcap" for rank in range(9)]
+    for rank, pcap in enumerate(pcaps):
+        argv = ["--schedule", sched, "--grads", npz, "--rank", rank, "--rounds", 1, "-o", pcap]
+        assert run(capsys, "emit", *argv)[0] == 0
+    argv = ["merge", *pcaps, "--wan", "nine-city", "--rank", 4]
+    code, _, err = run(capsys, *argv, "--schedule", sched, "-o", tmp / "same.pcap")
+    assert code == 0 and err == "", err
+    other = tmp / "other.json"
+    other.write_text(json.dumps(SCHEDULE | {"rounds": [{"groups": [[0, 1, 2], [3, 4, 5], [6, 7, 8]]}]}))
+    code, text, err = run(capsys, *argv, "--schedule", other, "-o", tmp / "other.pcap")
+    # rank 4 is in group 1 of both; group 1 was {1, 3, 5} when emitted: rank 1's 3 chunks are strays
+    assert code == 0 and "9 frames from 9 captures" in text, err
+    assert err.count("\n") == 1 and "warning: 3 CONTRIBs from a site not in its round's group" in err
+    assert f"(first: {pcaps[1]}, src 1 in round 0)" in err and "unexpected_src" in err
+
+
+def test_replay_skips_and_counts_udp_that_is_not_wanreduce(capsys, files):
+    """A capture holds other traffic too (a DNS query here): by default it is not sent and the summary
+    counts it; --all-udp sends it as is; with --wan it has no sending site, so --all-udp is refused."""
+    tmp, sched, npz, _ = files
+    out = tmp / "rank2.pcap"
+    assert (
+        run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 2, "--rounds", 1, "-o", out)[0]
+        == 0
+    )
+    sent = payloads_of(out)
+    dns = build_frame(
+        b"\x12\x34\x01\x00\x00\x01" + bytes(6),
+        src_mac=bytes(6),
+        dst_mac=bytes(6),
+        src_ip="127.0.0.1",
+        dst_ip="127.0.0.1",
+        sport=5353,
+        dport=53,
+    )
+    mixed = tmp / "mixed.pcap"
+    write_pcap(mixed, [dns, *read_pcap(out)])
+    with Receiver(count=len(sent), timeout=20) as rx:
+        code, text, err = run(capsys, "replay", mixed, "--to", f"udp://127.0.0.1:{rx.port}", "--topspeed")
+    assert code == 0, err
+    assert (
+        f"{len(sent)} packets" in text
+        and "1 UDP payload not wanreduce skipped (--all-udp sends them)" in text
+    )
+    assert [d for _, d, _ in rx.datagrams] == sent
+    with Receiver(count=len(sent) + 1, timeout=20) as rx:
+        argv = ["replay", mixed, "--to", f"udp://127.0.0.1:{rx.port}", "--topspeed", "--all-udp", "--json"]
+        code, text, err = run(capsys, *argv)
+    report = json.loads(text)
+    assert code == 0 and report["packets"] == len(sent) + 1 and report["not_wanreduce"] == 1, err
+    assert [d for _, d, _ in rx.datagrams][1:] == sent
+    url = "udp://127.0.0.1:9"  # never reached
+    one_line_error(
+        capsys,
+        "replay",
+        mixed,
+        "--to",
+        url,
+        "--wan",
+        "nine-city",
+        "--rank",
+        4,
+        "--all-udp",
+        match="no sending site",
+    )
+
+
+def test_a_long_emit_says_what_it_is_doing(capsys, files, monkeypatch):
+    """A run longer than the heartbeat's period prints which step it is in on stderr (stdout stays the
+    summary); a short one prints nothing. The pacing model is slowed here instead of a run of an hour."""
+    import time
+
+    import wanreduce.cli._common as common
+    import wanreduce.host.emit as host_emit
+
+    tmp, sched, npz, _ = files
+    argv = ["emit", "--schedule", sched, "--grads", npz, "--rank", 0, "--rounds", 4]
+    code, _, err = run(capsys, *argv, "-o", tmp / "quick.pcap")
+    assert code == 0 and err == "", err
+    real = host_emit.timeline
+
+    def slow(*args, **kwargs):
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(common, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(host_emit, "timeline", slow)
+    code, text, err = run(capsys, *argv, "-o", tmp / "slow.pcap")
+    assert code == 0 and text.count("\n") == 1 and "rank 0 (AMS)" in text, err
+    lines = err.splitlines()
+    assert len(lines) >= 2 and lines[0].startswith(
+        "wanreduce emit: pacing model of 4 rounds, 3 chunks each ("
+    )
+    assert all(line.startswith("wanreduce emit: ") and line.endswith(" s so far)") for line in lines)

@@ -354,3 +354,60 @@ def test_replay_in_line_root_mode(tmp_path, capsys):
     # the bypass pcap is an output like the others: it may not be an input, nor one of them twice
     assert main(argv[:-1] + [str(out), "--force"]) == 2
     assert "--bypass names the same file" in capsys.readouterr().err
+
+
+def test_help_states_the_exit_statuses_and_o_is_out(files, capsys):
+    with pytest.raises(SystemExit):
+        main(["sim-replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit status: 0 when the core dropped nothing, 1 when it dropped frames" in text
+    assert "2 for bad input" in text and "-o OUT.pcap, --out OUT.pcap" in text
+    # -o is --out: refused like it when it names the input, and the input is untouched
+    tmp, sched, pcap, _ = files
+    before = pcap.read_bytes()
+    argv = [
+        "sim-replay",
+        str(pcap),
+        "--rank",
+        "2",
+        "--schedule",
+        str(sched),
+        "--counters",
+        str(tmp / "c.json"),
+    ]
+    assert main([*argv, "-o", str(pcap)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "is also an input" in err and err.count("\n") == 1
+    assert pcap.read_bytes() == before
+
+
+def test_sources_beyond_the_schedule_are_refused_before_the_build(files, capsys, monkeypatch):
+    """A capture whose CONTRIBs come from ranks the schedule does not have is another schedule's: one
+    line, exit 2, before any Verilator build (the core is never built here) and no output written."""
+    tmp, _, pcap, _ = files
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the core was built")
+
+    monkeypatch.setattr(sim_replay, "CoreSim", no_build)
+    three = tmp / "three.json"
+    three.write_text(
+        json.dumps(SCHEDULE | {"sites": SCHEDULE["sites"][:3], "rounds": [{"groups": [[0, 1, 2]]}]})
+    )
+    out, counters = tmp / "o.pcap", tmp / "c.json"
+    argv = ["sim-replay", str(pcap), "--rank", "2", "--schedule", str(three), "-o", str(out)]
+    assert main([*argv, "--counters", str(counters)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "CONTRIBs from src 3, 4, but" in err and "has 3 sites (ranks 0..2)" in err
+    assert not out.exists() and not counters.exists()
+
+
+def test_a_wrong_rank_is_named_before_an_existing_output(files, capsys):
+    tmp, sched, pcap, _ = files
+    mine = tmp / "o.pcap"
+    mine.write_bytes(b"keep")
+    argv = ["sim-replay", str(pcap), "--rank", "9", "--schedule", str(sched), "-o", str(mine)]
+    assert main([*argv, "--counters", str(tmp / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--rank 9 is not a site of" in err and "(it has 6 sites)" in err
+    assert mine.read_bytes() == b"keep" and not (tmp / "c.json").exists()

@@ -385,3 +385,15 @@ def test_schedule_json_and_progress(capsys, tmp_path, monkeypatch):
     assert doc["schedule"]["period_s"] == pytest.approx(sched.metrics["period_s"])
     assert {b["name"] for b in doc["baselines"]} == {"ring", "param_server", "unicast", "colocated"}
     assert all(b["speedup"] > 0 for b in doc["baselines"]) and doc["output"] == str(out)
+
+
+def test_sweep_of_one_memory_size(capsys, tmp_path):
+    """LOW:HIGH with LOW equal to HIGH is one point, as a single size is; a falling range is still refused."""
+    png = tmp_path / "one.png"
+    argv = ["sweep", "--tensor-range", "1MiB:1MiB", "-o", str(png)]
+    code, text, err = run(capsys, *argv, "--memory", "1MiB:1MiB")
+    assert code == 0, err
+    rows = [line for line in text.splitlines() if line.strip().split(" ")[0] == "1MiB"]
+    assert len(rows) == 1 and png.exists()
+    code, _, err = run(capsys, *argv, "--memory", "2MiB:1MiB")
+    assert code == 2 and "smaller to a larger" in err and err.count("\n") == 1

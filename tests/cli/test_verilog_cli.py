@@ -47,3 +47,36 @@ def test_refused_before_any_work(capsys, tmp_path, extra, message):
     code, _, err = _run(capsys, "-o", str(out), *SMALL, *extra)
     assert code == 2 and message in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_help_reads_as_a_sentence(capsys):
+    with pytest.raises(SystemExit):
+        main(["verilog", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--force replace a file in DIR that exists (default: refuse)" in text
+
+
+def test_a_gateware_refusal_is_a_cli_one_liner(capsys, tmp_path):
+    """The gateware's ValueError is a capitalised sentence; the CLI says it as every other error, lower
+    case and without a full stop, and writes nothing."""
+    out = tmp_path / "v"
+    code, _, err = _run(capsys, "-o", str(out), *SMALL, "--slots", "3")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "error: the slot count must be a power of two, not 3\n" in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.rtl
+def test_a_first_conversion_is_announced(capsys, tmp_path, monkeypatch):
+    """Amaranth's conversion of a configuration not converted before is said on stderr (it takes tens of
+    seconds for a whole core); the next run takes the cached text and says nothing."""
+    monkeypatch.setenv("WANREDUCE_BUILD_DIR", str(tmp_path / "cache"))
+    code, out, err = _run(capsys, "-o", str(tmp_path / "a"), *SMALL)
+    assert code == 0, err
+    lines = err.splitlines()
+    assert lines[0].startswith(
+        "wanreduce verilog: converting wanreduce_core from Amaranth to Verilog (first use"
+    )
+    assert len(lines) == 2 and lines[1].startswith("wanreduce verilog: converted in "), err
+    code, out, err = _run(capsys, "-o", str(tmp_path / "b"), *SMALL)
+    assert code == 0 and err == "", err
