@@ -9,15 +9,18 @@ open ECP5 flow.
 import re
 import shutil
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from ..sim.synth import verilog
-from ..sim.verilator.runner import build_progress
 from ..spec.core import CoreConfig
 from ..spec.errors import WanreduceError
 from ._common import Outputs, add_force_option, progress
 
 __all__ = ["register", "run"]
+
+_CONVERTING = "converting the core to Verilog (from Amaranth on first use, then cached)"
 
 
 def register(sub):
@@ -92,10 +95,19 @@ def run(args):
         prefix=".wanreduce-verilog-", dir=out.parent if out.exists() else None
     ) as tmp:
         try:
-            with build_progress(lambda text: progress("verilog", text)):
+            # A first conversion of a configuration takes Amaranth up to tens of seconds: said once it has
+            # taken a second, so a refusal of the options (at once) stays the one line it is.
+            t0 = time.perf_counter()
+            said = threading.Timer(1.0, progress, ("verilog", _CONVERTING))
+            said.start()
+            try:
                 verilog.export(tmp, **options)
                 if args.blocks:
                     verilog.write_blocks(tmp, args.width, **block_config)
+            finally:
+                said.cancel()
+            if said.finished.is_set() and time.perf_counter() - t0 >= 1.0:
+                progress("verilog", f"converted in {time.perf_counter() - t0:.0f} s")
         except ValueError as exc:
             raise WanreduceError(_one_line(str(exc))) from None
         with outs.commit():

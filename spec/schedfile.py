@@ -16,7 +16,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .errors import WanreduceError, read_input
+from .errors import WanreduceError
+from .files import read_input
 from .protocol import MAX_RANKS
 
 __all__ = [

@@ -127,7 +127,17 @@ def design_verilog(design, *, top, key=None):
         return Path(design).read_text()
     if isinstance(design, str):
         return design
-    return toolchain.verilog_text(design, top=top, key=key)
+    if _progress is None:
+        return toolchain.verilog_text(design, top=top, key=key)
+    # A first conversion of a whole core takes Amaranth tens of seconds before any Verilator build starts;
+    # a cached one under a second: said either way through the build's progress callback, so no run is
+    # silent for that long.
+    _progress(f"preparing the Verilog of {top} (converted from Amaranth on first use, then cached)")
+    t0 = time.perf_counter()
+    text = toolchain.verilog_text(design, top=top, key=key)
+    if time.perf_counter() - t0 >= 1.0:
+        _progress(f"converted in {time.perf_counter() - t0:.0f} s")
+    return text
 
 
 @contextlib.contextmanager

@@ -33,7 +33,6 @@ import inspect
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 __all__ = [
@@ -229,20 +228,7 @@ def verilog_text(component, *, top, key=None, sources=()):
         with contextlib.suppress(OSError):
             os.utime(path)  # its last use, for `wanreduce cache --prune`
         return path.read_text()
-    # A first conversion of a whole core takes Amaranth tens of seconds before any Verilator build starts:
-    # said through the build's own progress callback, so a first run is not silent.
-    from . import runner
-
-    report = runner._progress
-    t0 = time.perf_counter()
-    if report is not None:
-        report(
-            f"converting {top} from Amaranth to Verilog (first use of this configuration; later runs "
-            "reuse it)"
-        )
     text = verilog.convert(component, name=top, emit_src=False)
-    if report is not None:
-        report(f"converted in {time.perf_counter() - t0:.0f} s")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".v.tmp{os.getpid()}")
     tmp.write_text(text)
