@@ -32,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 from ..spec import protocol
 from .bypass import BypassBuffer
 from .control import Control, ControlSignature
-from .extmem import AXI4Signature, BurstWriter, ExtMemMap, MemPrefetch, axi4_fields
+from .extmem import AXI4Signature, BurstWriter, ExtMemMap, MemPrefetch, axi4_fields, check_wait_depth
 from .fanout import Fanout
 from .frame_parser import FrameParser
 from .header_parser import HeaderParser
@@ -58,6 +58,10 @@ class AggregatorCore(wiring.Component):
     input to the slot table's verdict). ``adder``/``formats`` replace the adder lanes in tests only.
     ``slot_states``: how the slot table keeps its per-slot states, ``"lut"`` or ``"block"``
     (:class:`~wanreduce.hw.slot_table.SlotTable`; None: block memories from 4,096 slots on).
+    ``buffers="external"`` (docs/extmem.md) puts the member buffers behind ``mem_ports`` AXI4 ports;
+    ``mem_frames`` (chunks read at once) and ``mem_wait_depth`` (completed chunks waiting for their writes'
+    responses) must each cover the memory's latency in chunk intervals (docs/extmem.md, "Sizing for the
+    memory's latency").
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class AggregatorCore(wiring.Component):
         mem_addr_width=34,
         mem_id_width=None,
         mem_frames=16,
+        mem_wait_depth=16,
         slot_states=None,
     ):
         if buffers not in ("internal", "external"):
@@ -116,6 +121,7 @@ class AggregatorCore(wiring.Component):
                 addr_width=mem_addr_width,
                 id_width=mem_id_width,
                 frames=mem_frames,
+                wait_depth=mem_wait_depth,
             )
         self.reduce = Reduce(
             frames=self.ext["frames"] if self.ext else None,
@@ -337,7 +343,10 @@ class AggregatorCore(wiring.Component):
         """Completions through the prefetcher (external member buffers read into on-chip frames)."""
         mm = self.ext["map"]
         m.submodules.prefetch = pre = MemPrefetch(
-            mem_map=mm, frames=self.ext["frames"], id_width=self.ext["id_width"]
+            mem_map=mm,
+            frames=self.ext["frames"],
+            id_width=self.ext["id_width"],
+            wait_depth=self.ext["wait_depth"],
         )
         m.d.comb += [
             pre.i.payload.eq(queue.r_data),
@@ -366,10 +375,12 @@ class AggregatorCore(wiring.Component):
                     m.d.comb += getattr(side, name).eq(getattr(port, name))
 
 
-def _external(*, width, slots, members, words, ports, addr_width, id_width, frames):
-    """The external build's memory map, read frames and ID width, checked (``ValueError``)."""
+def _external(*, width, slots, members, words, ports, addr_width, id_width, frames, wait_depth):
+    """The external build's memory map, read frames, ID width and stage A's depth, checked
+    (``ValueError``)."""
     if frames < 1 or frames & (frames - 1):
         raise ValueError(f"The read frames must be a power of two, not {frames}.")
+    check_wait_depth(wait_depth)
     frames = min(frames, slots)
     mm = ExtMemMap(width=width, slots=slots, members=members, words=words, ports=ports, addr_width=addr_width)
     need = max(1, (frames * (1 << (members - 1).bit_length()) - 1).bit_length())
@@ -382,4 +393,4 @@ def _external(*, width, slots, members, words, ports, addr_width, id_width, fram
         need -= 1
     if need > id_width:
         raise ValueError(f"An AXI ID of {id_width} bits cannot name the {members} member reads of one chunk.")
-    return {"map": mm, "frames": frames, "id_width": id_width}
+    return {"map": mm, "frames": frames, "id_width": id_width, "wait_depth": wait_depth}

@@ -12,7 +12,8 @@ up to a power of two (so no burst crosses a 4 KiB boundary: a stride is at most 
 itself). A contribution is one INCR burst of its stored beats (a 1 KiB chunk at W = 512 is 17 beats).
 
 Ordering: the writer issues a contribution's burst once its last beat is in (so a truncated packet gives
-a shorter burst, never a wrong one) and retires bursts in order as their write responses come; a
+a shorter burst, never a wrong one), each port's bursts in their order and the ports independently, and
+retires bursts in the order they were queued as their write responses come; a
 completed chunk is read only after every burst closed before it was retired, so reads never overtake
 the writes they depend on, whatever order the memory keeps between reads and writes. Each read burst has
 the ID of its (frame, member), so responses may come back in any order across IDs.
@@ -27,10 +28,22 @@ from amaranth.lib.wiring import In, Out
 
 from .layouts import Completion
 
-__all__ = ["AXI4Signature", "BurstWriter", "ExtMemMap", "MemPrefetch", "axi4_fields"]
+__all__ = ["AXI4Signature", "BurstWriter", "ExtMemMap", "MemPrefetch", "axi4_fields", "check_wait_depth"]
 
 _INCR = 1
 _MAX_BURST_BEATS = 256
+#: Write bursts the :class:`BurstWriter` keeps waiting for their response, at most.
+WRITES_OUTSTANDING = 64
+
+
+def check_wait_depth(depth):
+    """``ValueError`` with a sentence unless ``depth`` (stage A's records) is in 1..WRITES_OUTSTANDING: every
+    completed chunk has at least one burst, so no more records than that can be waiting for writes."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= WRITES_OUTSTANDING:
+        raise ValueError(
+            f"The records waiting for their writes (mem_wait_depth) must be a whole number from 1 to "
+            f"{WRITES_OUTSTANDING}, the write bursts in flight at most, not {depth!r}."
+        )
 
 
 def axi4_fields(*, data_width, addr_width, id_width, write=True, read=True):
@@ -135,19 +148,21 @@ class BurstWriter(wiring.Component):
     """Writes each stored contribution to its member buffer as one AXI4 burst.
 
     Input (from the slot table's X stage, one stored beat per ``wr_en``): ``wr_data`` of slot ``wr_slot``,
-    member ``wr_member``; ``wr_end`` marks the packet's last beat. The beats wait in a FIFO; a packet's
-    burst (its stored beats, if any) is queued at ``wr_end``. ``room`` is a register: low when the FIFO
-    or the burst queues could not take ``margin`` more beats or packets, which the core uses to hold the
-    slot table's input (the beats already inside it always fit).
+    member ``wr_member``; ``wr_end`` marks the packet's last beat. The beats wait in their port's FIFO
+    (``data_depth`` beats each); a packet's burst (its stored beats, if any) is queued at ``wr_end``.
+    ``room`` is a register: low when a port's FIFO or the retirement queue could not take ``margin`` more
+    beats or packets, which the core uses to hold the slot table's input (the beats already inside it
+    always fit).
     Outputs: ``closed`` (bursts queued so far, modulo 2**16), ``retired`` (bursts whose write response has
     come, in order), ``err``/``err_slot`` (a retired burst had SLVERR or DECERR, registered), ``mem0`` ...
     (the write channels of each port).
-    Latency: a burst's address goes out the cycle after its last beat came in; its data follows from the
-    FIFO at one beat per cycle. Back-pressure: AWREADY or WREADY low holds that channel (valid and data
-    held); BVALID is taken while the port's response queue has room.
+    Latency: a burst's address goes out the cycle after its last beat came in; its data follows from its
+    port's FIFO at one beat per cycle, each port on its own. Back-pressure: AWREADY or WREADY low holds
+    that port's channel (valid and data held), not the other ports'; BVALID is taken while the port's
+    response queue has room.
     """
 
-    def __init__(self, *, mem_map, data_depth=None, outstanding=64, margin=16):
+    def __init__(self, *, mem_map, data_depth=None, outstanding=WRITES_OUTSTANDING, margin=16):
         self.map = mm = mem_map
         self.data_depth = data_depth or 1 << (2 * mm.words + 2 * margin - 1).bit_length()
         self.outstanding, self.margin = outstanding, margin
@@ -175,19 +190,28 @@ class BurstWriter(wiring.Component):
         mm = self.map
         K, W = mm.ports, mm.width
         ports = [getattr(self, _port_names(k)) for k in range(K)]
-        desc = data.StructLayout({"port": range(K), "addr": mm.addr_width, "len": 8})
+        desc = data.StructLayout({"addr": mm.addr_width, "len": 8})
         ret = data.StructLayout({"port": range(K), "slot": range(mm.slots)})
-        m.submodules.dq = dq = fifo.SyncFIFOBuffered(width=W, depth=self.data_depth)
-        m.submodules.awq = awq = fifo.SyncFIFOBuffered(width=desc.size, depth=self.outstanding)
-        m.submodules.wq = wq = fifo.SyncFIFOBuffered(width=desc.size, depth=self.outstanding)
-        m.submodules.rq = rq = fifo.SyncFIFOBuffered(width=ret.size, depth=self.outstanding)
-        bqs = []
+        # One data FIFO and burst queue per port: a port whose memory is busy (its reads take its beats)
+        # holds only its own writes, not the other ports' behind them.
+        dqs, awqs, wqs, bqs = [], [], [], []
         for k in range(K):
+            sfx = "" if K == 1 else str(k)
+            dq = fifo.SyncFIFOBuffered(width=W, depth=self.data_depth)
+            awq = fifo.SyncFIFOBuffered(width=desc.size, depth=self.outstanding)
+            wq = fifo.SyncFIFOBuffered(width=8, depth=self.outstanding)
             bq = fifo.SyncFIFOBuffered(width=1, depth=self.outstanding)
+            m.submodules[f"dq{sfx}"] = dq
+            m.submodules[f"awq{sfx}"] = awq
+            m.submodules[f"wq{sfx}"] = wq
             m.submodules[f"bq{k}"] = bq
+            dqs.append(dq)
+            awqs.append(awq)
+            wqs.append(wq)
             bqs.append(bq)
+        m.submodules.rq = rq = fifo.SyncFIFOBuffered(width=ret.size, depth=self.outstanding)
 
-        # Input: beats into the FIFO, a burst queued at the packet's end if it stored any.
+        # Input: beats into their port's FIFO, a burst queued at the packet's end if it stored any.
         nbeat = Signal(9)
         total = nbeat + self.wr_en
         close = self.wr_end & (total != 0)
@@ -195,57 +219,61 @@ class BurstWriter(wiring.Component):
         d_in = Signal(desc)
         r_in = Signal(ret)
         m.d.comb += [
-            dq.w_en.eq(self.wr_en),
-            dq.w_data.eq(self.wr_data),
-            d_in.port.eq(port),
             d_in.addr.eq(addr),
             d_in.len.eq(total - 1),
             r_in.port.eq(port),
             r_in.slot.eq(self.wr_slot),
-            awq.w_data.eq(d_in),
-            wq.w_data.eq(d_in),
             rq.w_data.eq(r_in),
-            awq.w_en.eq(close),
-            wq.w_en.eq(close),
             rq.w_en.eq(close),
         ]
+        for k in range(K):
+            here = port == k
+            m.d.comb += [
+                dqs[k].w_en.eq(self.wr_en & here),
+                dqs[k].w_data.eq(self.wr_data),
+                awqs[k].w_data.eq(d_in),
+                wqs[k].w_data.eq(d_in.len),
+                awqs[k].w_en.eq(close & here),
+                wqs[k].w_en.eq(close & here),
+            ]
         m.d.sync += [
             nbeat.eq(Mux(self.wr_end, 0, total)),
             self.closed.eq(self.closed + close),
             self.room.eq(
-                (dq.level <= self.data_depth - self.margin)
+                Cat(*(dq.level <= self.data_depth - self.margin for dq in dqs)).all()
                 & (rq.level <= self.outstanding - self.burst_margin)
             ),
         ]
 
         lanes = W // 8
-        aw, wd = Signal(desc), Signal(desc)
-        m.d.comb += [aw.eq(awq.r_data), wd.eq(wq.r_data)]
-        wcnt = Signal(8)
-        wl = wcnt == wd.len
-        aw_go, w_go = [], []
         for k, p in enumerate(ports):
+            aw = Signal(desc, name=f"aw{k}")
+            wcnt = Signal(8, name=f"wcnt{k}")
+            wl = wcnt == wqs[k].r_data
             m.d.comb += [
+                aw.eq(awqs[k].r_data),
                 p.awid.eq(0),
                 p.awaddr.eq(aw.addr),
                 p.awlen.eq(aw.len),
                 p.awsize.eq((lanes - 1).bit_length()),
                 p.awburst.eq(_INCR),
-                p.awvalid.eq(awq.r_rdy & (aw.port == k)),
-                p.wdata.eq(dq.r_data),
+                p.awvalid.eq(awqs[k].r_rdy),
+                p.wdata.eq(dqs[k].r_data),
                 p.wstrb.eq((1 << lanes) - 1),
                 p.wlast.eq(wl),
-                p.wvalid.eq(wq.r_rdy & dq.r_rdy & (wd.port == k)),
+                p.wvalid.eq(wqs[k].r_rdy & dqs[k].r_rdy),
                 bqs[k].w_en.eq(p.bvalid),
                 bqs[k].w_data.eq(p.bresp[1]),  # SLVERR (2) and DECERR (3)
                 p.bready.eq(bqs[k].w_rdy),
             ]
-            aw_go.append(p.awvalid & p.awready)
-            w_go.append(p.wvalid & p.wready)
-        w_fire = Cat(*w_go).any()
-        m.d.comb += [awq.r_en.eq(Cat(*aw_go).any()), dq.r_en.eq(w_fire), wq.r_en.eq(w_fire & wl)]
-        with m.If(w_fire):
-            m.d.sync += wcnt.eq(Mux(wl, 0, wcnt + 1))
+            w_go = p.wvalid & p.wready
+            m.d.comb += [
+                awqs[k].r_en.eq(p.awvalid & p.awready),
+                dqs[k].r_en.eq(w_go),
+                wqs[k].r_en.eq(w_go & wl),
+            ]
+            with m.If(w_go):
+                m.d.sync += wcnt.eq(Mux(wl, 0, wcnt + 1))
 
         # Retire in queueing order: the oldest burst's port must have its next response.
         rh = Signal(ret)
@@ -274,7 +302,8 @@ class MemPrefetch(wiring.Component):
     slot table (the chunk's buffers are no longer needed in external memory); ``closed``/``retired``/
     ``werr``/``werr_slot``: from the :class:`BurstWriter`; ``errors`` (error responses) and ``drops``
     (chunks dropped for them), counters.
-    Stages: A keeps up to ``wait_depth`` records in order, each until every burst written before it came
+    Stages: A keeps up to ``wait_depth`` records in order (``check_wait_depth``; docs/extmem.md sizes it
+    from the memory's latency and rate), each until every burst written before it came
     was retired (and takes the slot's write-error bit); B waits for the chunk's frame and issues one read
     burst per member m, from the slot's buffer b = (m + rot) mod G_max into the frame's buffer b, with
     ID = frame * 2**ceil(log2 G_max) + b; the R beats of all ports (one per cycle, lowest port first) are
@@ -295,6 +324,7 @@ class MemPrefetch(wiring.Component):
                 f"{frames} frames of {mm.members} member reads need IDs of "
                 f"{(frames * self.gp - 1).bit_length()} bits, more than {id_width}."
             )
+        check_wait_depth(wait_depth)
         self.frames, self.id_width = frames, id_width
         self.queue_depth = queue_depth or frames + 4
         self.wait_depth = wait_depth

@@ -23,7 +23,7 @@ the WAN's delays (which are about 3 % of it).
   model unchanged: the memory the model charges is then not the one simulated, and the ratio shows it.
 * ``rate_bound_extmem_u55c_sim_over_model``: the build the ample-memory figures assume (W = 512 at
   322.27 MHz, K = 2, 1 µs = 322 cycles, 0.70 beats per cycle and port), 2 MiB, hosts at 40 Gbit/s: the
-  model names ``hbm`` the bound, and the RTL takes longer than it says (docs/figures.md).
+  model names ``hbm`` the bound; the burst writer's FIFO per port keeps both ports busy (docs/figures.md).
 * ``rate_bound_exact``: every run left every site with the numpy reference's bits and dropped nothing.
 
 Each figure is one deterministic run (seeded tensors, no jitter).

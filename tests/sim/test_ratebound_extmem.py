@@ -78,3 +78,18 @@ def test_bad_memory_settings_are_refused_with_a_sentence():
         _check_latency(0)
     with pytest.raises(ValueError, match="budget"):
         _check_budget(-1.0)
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+def test_u55c_point_keeps_both_ports_busy():
+    """The bench's U55C run (W = 512, K = 2, 322 cycles of latency): with one write FIFO for both ports a
+    port busy with reads held the other's writes and the sync took 1.25 times the model's."""
+    from wanreduce.sim.bench.ratebound import EXTMEM_U55C
+
+    cores = metro_ext_cores(
+        width=512, memory=EXTMEM_U55C["memory"], mem_ports=2, latency_cycles=1, beats=None
+    )
+    r = rate_bound(**EXTMEM_U55C, cores=cores)
+    assert r["exact"] and r["drops"] == 0 and r["model_bound"] == "hbm"
+    assert 0.95 <= r["sim_over_model"] <= 1.05, r
