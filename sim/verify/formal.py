@@ -689,6 +689,10 @@ def _exe(name):
     return found
 
 
+#: Whether this process has called the solver once (:func:`tool_path`).
+_solver_warm = False
+
+
 def tool_path(folder=None):
     """A folder holding ``yosys``, ``yosys-smtbmc`` and ``boolector`` wrappers of the yowasp tools next to
     this Python, with the solver called once; returns it."""
@@ -699,11 +703,12 @@ def tool_path(folder=None):
         wrapper = folder / name
         wrapper.write_text(f'#!/bin/sh\nexec "{exe}" "$@"\n')
         wrapper.chmod(0o755)
-    stamp = folder / ".solver-warm"
-    if not stamp.exists():
-        # Its first call compiles the solver and prints a notice; smtbmc must never see that.
+    global _solver_warm
+    if not _solver_warm:
+        # Its first call compiles the solver into YoWASP's cache and prints a notice; smtbmc must never
+        # see that. Once per process, not a stamp file: the cache can be emptied while /tmp is not.
         subprocess.run([str(folder / "boolector"), "--version"], capture_output=True, timeout=900)
-        stamp.write_text("ok\n")
+        _solver_warm = True
     return folder
 
 
