@@ -174,20 +174,28 @@ def test_a_dead_site_stops_the_run_with_one_line_naming_it_and_the_round():
     assert multiprocessing.active_children() == []  # every aggregator and host process was stopped
 
 
+@contextlib.contextmanager
+def _bare_run(*, job, seed):
+    """LON's transport, open, and the state of one synchronisation of a seeded tensor that nothing drives:
+    a test steps its timers and echoes by hand."""
+    tp = transport.SiteTransport(
+        SCHEDULE, 0, layout=site_layout(SCHEDULE), one_way_s=DELAYS, site_Bps=1e12, port=_port(), job=job
+    )
+    try:
+        tp.open()
+        yield transport._Run(tp, _tensors(seed)[0], None, 0, time.monotonic(), 60.0, None, None, None)
+    finally:
+        tp.close()
+
+
 def test_a_chunk_out_of_retransmissions_waits_for_a_backed_off_member_before_giving_up():
     """A member whose timeout is backed off to its cap resends a chunk only every ``longest_wait``; this
     site, its own timeout at its floor, may run out of retransmissions sooner, and must not call that member
     dead before its next resend could have come. Until then it keeps resending at its capped interval: a
     member that has the RESULT answers only a resend, and stopping would strand the chunk when the last
     copies are lost."""
-    layout = site_layout(SCHEDULE)
-    tp = transport.SiteTransport(
-        SCHEDULE, 0, layout=layout, one_way_s=DELAYS, site_Bps=1e12, port=_port(), job=18
-    )
-    try:
-        tp.open()
-        t0 = time.monotonic()
-        run = transport._Run(tp, _tensors(12)[0], None, 0, t0, 60.0, None, None, None)
+    with _bare_run(job=18, seed=12) as run:
+        t0 = run.t0
         longest = run.longest_wait(0)
         assert longest >= transport.RTO_CAP * run.timeout[0] * (1 << transport.BACKOFF_STEPS)
         run.first_sent[0, 5] = t0
@@ -204,22 +212,14 @@ def test_a_chunk_out_of_retransmissions_waits_for_a_backed_off_member_before_giv
         assert run.retries[0, 5] == transport.RETRIES + 1
         with pytest.raises(SiteTimeout, match="round 0: LON has no RESULT for chunk 5"):
             run._expire(t0 + 1.01 * transport.DEAD_AFTER * longest)
-    finally:
-        tp.close()
 
 
 def test_an_echoed_result_resends_at_most_every_capped_interval():
     """A RESULT for a chunk already applied means a member may lack this site's contribution: it is resent
     at most once per timeout, a hold-off that never grows, so every retransmission of a member still
     waiting before its dead-site horizon gets an answer."""
-    layout = site_layout(SCHEDULE)
-    tp = transport.SiteTransport(
-        SCHEDULE, 0, layout=layout, one_way_s=DELAYS, site_Bps=1e12, port=_port(), job=19
-    )
-    try:
-        tp.open()
-        t0 = time.monotonic()
-        run = transport._Run(tp, _tensors(13)[0], None, 0, t0, 60.0, None, None, None)
+    with _bare_run(job=19, seed=13) as run:
+        t0 = run.t0
         run.backoff = transport.RTO_CAP  # a backed-off timeout must not lengthen the hold-off
         cap = run.rto(0, backed_off=False)
         assert cap * (1 << transport.BACKOFF_STEPS) <= run.longest_wait(0)
@@ -233,8 +233,6 @@ def test_an_echoed_result_resends_at_most_every_capped_interval():
         before = len(run.ready)
         run._echo(0, 5, now - cap * 0.5)  # within the hold-off of the last resend: not again
         assert len(run.ready) == before
-    finally:
-        tp.close()
 
 
 def test_emulator_delays_each_source_by_its_pair_and_keeps_stamps_order():
