@@ -254,7 +254,11 @@ def build(design, *, top, build_args=(), waves=False, opt="-O0", key=None):
             else:
                 os.environ["MAKEFLAGS"] = saved
 
-    out = cached_build("cocotb", [top, text, repr(args), repr(waves), opt], do_build)
+    import cocotb
+
+    # The model links cocotb's libraries by the absolute path of the venv that built it: the version is in
+    # the key, and run() points the loader at the running venv's copy, so a build outlives its venv.
+    out = cached_build("cocotb", [top, text, repr(args), repr(waves), opt, cocotb.__version__], do_build)
     return Build(dir=out, top=top, verilog=out / f"{top}.v", ports=toolchain.parse_ports(text, top=top))
 
 
@@ -326,7 +330,7 @@ def run(
     tdir = test_dir()
     results = tdir / "results.xml"
     log = tdir / "sim.log"
-    env = {PARAMS_ENV: json.dumps(params or {})}
+    env = {PARAMS_ENV: json.dumps(params or {}), "LD_LIBRARY_PATH": _cocotb_libs()}
     env.update(extra_env or {})
     sim = get_runner("verilator")
     status = None
@@ -361,6 +365,14 @@ def run(
     if n == 0:
         raise AssertionError(f"cocotb ran no tests from {module!r} (testcase={testcase!r}); check the names.")
     return tdir
+
+
+def _cocotb_libs():
+    """LD_LIBRARY_PATH with the running cocotb's ``libs`` first: the loader searches it before a build's
+    RUNPATH, which names the venv that built it (gone when that venv is)."""
+    from cocotb_tools.config import libs_dir
+
+    return os.pathsep.join(p for p in (str(libs_dir), os.environ.get("LD_LIBRARY_PATH", "")) if p)
 
 
 def params():

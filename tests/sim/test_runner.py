@@ -1,6 +1,9 @@
 """cocotb on Verilator from pytest: parameters reach the testbench, a failing cocotb assertion fails the
 pytest test with its text, and a design is built once and shared."""
 
+import re
+from pathlib import Path
+
 import cocotb
 import pytest
 from amaranth import Module
@@ -98,3 +101,39 @@ def test_build_is_cached_and_test_dirs_distinct():
 def test_missing_cocotb_test_is_an_error():
     with pytest.raises(AssertionError, match="ran no tests"):
         runner.run(Incr(), top="incr", module=__name__, testcase="no_such_test")
+
+
+def test_build_outlives_the_venv_that_built_it(tmp_path):
+    # A cached model names cocotb's libraries by the building venv's absolute path (its RUNPATH). Point
+    # that path of a copied build at a folder that does not exist, as when that venv is deleted: the
+    # copy must still run with this venv's cocotb.
+    import shutil
+
+    from cocotb_tools.config import libs_dir
+
+    b = runner.build(Incr(), top="incr")
+    copy = tmp_path / "build"
+    shutil.copytree(b.dir, copy)
+    model = copy / "obj" / "incr"
+    data = model.read_bytes()
+    named = set(re.findall(rb"/[^\x00:]*/cocotb/libs", data))
+    assert named, "the model does not name cocotb's libraries: this test checks nothing"
+    for old in named:
+        data = data.replace(old, b"/" + b"x" * (len(old) - 1))
+    model.write_bytes(data)
+    assert str(libs_dir).encode() not in data
+    moved = runner.Build(dir=copy, top=b.top, verilog=copy / b.verilog.name, ports=b.ports)
+    runner.run(moved, top="incr", module=__name__, testcase="incr_matches", params={"start": 0, "n": 4})
+
+
+def test_build_key_names_the_cocotb_version(monkeypatch):
+    import cocotb
+
+    keys = []
+    monkeypatch.setattr(
+        runner, "cached_build", lambda kind, parts, fn: keys.append(parts) or Path("/nonexistent")
+    )
+    runner.build(Incr(), top="incr")
+    monkeypatch.setattr(cocotb, "__version__", "0.0.0-other")
+    runner.build(Incr(), top="incr")
+    assert keys[0][-1] != keys[1][-1] and keys[1][-1] == "0.0.0-other"
