@@ -30,15 +30,16 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, UDP_PORT, DType
+from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
 from ..spec.schedfile import check_rank
 from .batchagg import BatchAggregator
-from .frames import build_frame, parse_frame
+from .frames import frame_between, parse_frame
 from .golden import Destination, GoldenAggregator
 from .mmsg import Receiver, Sender
 from .netio import RECV_BYTES, drain, drain_stamped, enable_timestamps, flip_bit, open_socket
 from .pacing import aggregator_slots
-from .wan import bank_layout
+from .packet import decode_headers
+from .wan import bank_layout, host_end
 
 __all__ = [
     "SiteLayout",
@@ -125,26 +126,12 @@ def members_of(schedule, rank, round_index):
 def contrib_frame_of(payload, *, period):
     """The frame a CONTRIB datagram travelled in (its sender's host addresses, its group's multicast
     address, UDP checksum computed): what an FPGA would have received."""
-    lay = HEADER_LAYOUT
-    head = bytes(payload[:32]).ljust(32, b"\0")
-
-    def field(name):
-        pos, size = lay[name]
-        return int.from_bytes(head[pos : pos + size], "big")
-
-    src = min(field("src"), 63)
+    h = decode_headers(np.frombuffer(bytes(payload).ljust(HEADER_BYTES, b"\0"), np.uint8))[0]
+    src = min(int(h["src"]), MAX_RANKS - 1)
     dst = addressing.contrib_group_ip(
-        job=field("job"), round=field("round"), group=field("group") & 0xFF, period=period
+        job=int(h["job"]), round=int(h["round"]), group=int(h["group"]) & 0xFF, period=period
     )
-    return build_frame(
-        payload,
-        src_mac=addressing.host_mac(src),
-        dst_mac=addressing.multicast_mac(dst),
-        src_ip=addressing.host_ip(src),
-        dst_ip=dst,
-        sport=UDP_PORT,
-        dport=UDP_PORT,
-    )
+    return frame_between(payload, host_end(src), Destination(addressing.multicast_mac(dst), dst))
 
 
 class GoldenEngine:

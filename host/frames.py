@@ -29,6 +29,7 @@ __all__ = [
     "ipv4_checksum",
     "udp_checksum",
     "build_frame",
+    "frame_between",
     "build_frames",
     "parse_frame",
     "FrameInfo",
@@ -155,6 +156,13 @@ def build_frames(
 def build_frame(payload, **kwargs):
     """One frame (bytes) around one UDP payload; keyword arguments as :func:`build_frames`."""
     return build_frames(np.frombuffer(bytes(payload), np.uint8)[None, :], **kwargs)[0].tobytes()
+
+
+def frame_between(payload, src, dst, **options):
+    """One frame (bytes) around one UDP payload from end point ``src`` to end point ``dst``, each with a
+    ``mac``, an ``ip`` and a ``port``; ``options`` as :func:`build_frames`."""
+    macs, ips = dict(src_mac=src.mac, dst_mac=dst.mac), dict(src_ip=src.ip, dst_ip=dst.ip)
+    return build_frame(payload, **macs, **ips, sport=src.port, dport=dst.port, **options)
 
 
 class FrameInfo:

@@ -47,7 +47,7 @@ from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
 from ..spec.schedfile import group_of
-from .frames import build_frame, parse_frame
+from .frames import frame_between, parse_frame
 from .golden import Destination, GoldenAggregator
 from .packet import decode_headers, pack_tensor
 from .protocol import bits_dtype, np_dtype
@@ -400,7 +400,41 @@ def simulate(
     return sim.report()
 
 
-class _WanSim:
+class ChunkSender:
+    """What both WAN simulators send: a site's CONTRIB frame of one chunk of its tensor. Needs the
+    simulator's ``with_data``, ``current`` (each site's chunks), ``dtype``, ``job``, ``period``,
+    ``chunk_elems`` and ``n_chunks``."""
+
+    def chunk_frame(self, s, r, c, group, *, root=None):
+        """Site ``s``'s CONTRIB frame of chunk ``c`` in round ``r`` from its hosts: to the group's multicast
+        address, or unicast to the aggregator of ``root`` (root mode); None in a run without data."""
+        if not self.with_data:
+            return None
+        if root is None:
+            ip = addressing.contrib_group_ip(job=self.job, round=r, group=group, period=self.period)
+            dst = Destination(addressing.multicast_mac(ip), ip)
+        else:
+            dst = Destination(addressing.aggregator_mac(root), addressing.aggregator_ip(root))
+        payloads = pack_tensor(
+            self.current[s][c],
+            dtype=self.dtype,
+            rank=s,
+            job=self.job,
+            round=r,
+            group=group,
+            chunk_elems=self.chunk_elems,
+            first_chunk=c,
+            last=c == self.n_chunks - 1,
+        )
+        return frame_between(next(iter(payloads)), host_end(s), dst)
+
+
+def host_end(rank):
+    """Site ``rank``'s hosts as the sender of its CONTRIBs: their address and the wanreduce port."""
+    return Destination(addressing.host_mac(rank), addressing.host_ip(rank), UDP_PORT)
+
+
+class _WanSim(ChunkSender):
     """The state of one :func:`simulate` run: each site's chunks waiting on their data and window, its
     ready queue and access link, the frames on the WAN, the aggregators, and the event queue."""
 
@@ -580,20 +614,7 @@ class _WanSim:
             frame = self.sent_frames[(s, r, c)]
         else:
             self.send[s, r, c] = t
-            frame = None
-            if self.with_data:
-                frame = contrib_frame(
-                    self.current[s][c],
-                    dtype=self.dtype,
-                    rank=s,
-                    job=self.job,
-                    round_index=r,
-                    group=gid,
-                    chunk=c,
-                    chunk_elems=self.chunk_elems,
-                    last=c == self.n_chunks - 1,
-                    period=self.period,
-                )
+            frame = self.chunk_frame(s, r, c, gid)
             if self.faults is not None:
                 self.sent_frames[(s, r, c)] = frame
         arrive = t + self.frame_s[s]
@@ -824,36 +845,3 @@ class _WanSim:
         final = [np.concatenate(self.current[s]) for s in range(self.n)] if self.with_data else None
         counters = [a.counters() for a in self.sites]
         return WanRun(stats, finish, send, result, self.ingress, counters, final, self.emitted, self.rec)
-
-
-def contrib_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, period):
-    """One CONTRIB frame of chunk ``chunk``, from site ``rank``'s hosts to its group's multicast address."""
-    ip = addressing.contrib_group_ip(job=job, round=round_index, group=group, period=period)
-    header = dict(dtype=dtype, rank=rank, job=job, round_index=round_index, group=group, last=last)
-    return chunk_frame(
-        elems, chunk=chunk, chunk_elems=chunk_elems, dst_mac=addressing.multicast_mac(ip), dst_ip=ip, **header
-    )
-
-
-def chunk_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, dst_mac, dst_ip):
-    """One CONTRIB frame of chunk ``chunk`` from site ``rank``'s hosts to ``dst_mac``/``dst_ip``."""
-    payloads = pack_tensor(
-        elems,
-        dtype=dtype,
-        rank=rank,
-        job=job,
-        round=round_index,
-        group=group,
-        chunk_elems=chunk_elems,
-        first_chunk=chunk,
-        last=last,
-    )
-    return build_frame(
-        next(iter(payloads)),
-        src_mac=addressing.host_mac(rank),
-        dst_mac=dst_mac,
-        src_ip=addressing.host_ip(rank),
-        dst_ip=dst_ip,
-        sport=UDP_PORT,
-        dport=UDP_PORT,
-    )
