@@ -31,15 +31,15 @@ import numpy as np
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
-from ..spec.schedfile import check_rank
+from ..spec.schedfile import check_rank, group_of
 from .batchagg import BatchAggregator
 from .frames import frame_between, parse_frame
-from .golden import Destination, GoldenAggregator
+from .golden import Destination
 from .mmsg import Receiver, Sender
 from .netio import RECV_BYTES, drain, drain_stamped, enable_timestamps, flip_bit, open_socket
 from .pacing import aggregator_slots
 from .packet import decode_headers
-from .wan import bank_layout, host_end
+from .wan import bank_layout, host_end, period_members, site_aggregator
 
 __all__ = [
     "SiteLayout",
@@ -72,6 +72,12 @@ class SiteLayout:
     bank_slots: int
     chunk_elems: int
     width: int
+
+    def table(self):
+        """The slot table's sizes, as the aggregators take them."""
+        return dict(
+            slots=self.slots, members=self.members, slot_bytes=self.slot_bytes, bank_bits=self.bank_bits
+        )
 
 
 def _param(schedule, key, default=None):
@@ -117,10 +123,8 @@ def site_layout(schedule, *, dtype=DType.FP32):
 
 def members_of(schedule, rank, round_index):
     """``(group id, members in summation order)`` of ``rank`` in a round, or ``(None, ())``."""
-    for gid, grp in enumerate(schedule.rounds[round_index % schedule.period]):
-        if rank in grp:
-            return gid, tuple(grp)
-    return None, ()
+    gid, grp = group_of(schedule, rank, round_index)
+    return gid, tuple(grp)
 
 
 def contrib_frame_of(payload, *, period):
@@ -138,17 +142,8 @@ class GoldenEngine:
     """The golden aggregator of site ``rank`` configured for ``schedule`` (job ``job``)."""
 
     def __init__(self, schedule, rank, layout, *, job=0):
-        period = [members_of(schedule, rank, r)[1] for r in range(schedule.period)]
         self.period = schedule.period
-        self.agg = GoldenAggregator(
-            rank=rank,
-            jobs={job: period},
-            slots=layout.slots,
-            members=layout.members,
-            slot_bytes=layout.slot_bytes,
-            bank_bits={job: layout.bank_bits},
-            destinations=[Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)],
-        )
+        self.agg = site_aggregator(schedule, rank, job=job, **layout.table())
 
     def feed(self, payload):
         """A UDP payload in → the RESULT payloads it completes or re-emits."""
@@ -174,12 +169,9 @@ class BatchEngine(GoldenEngine):
         self.agg = BatchAggregator(
             rank=rank,
             job=job,
-            period=[members_of(schedule, rank, r)[1] for r in range(schedule.period)],
-            slots=layout.slots,
-            members=layout.members,
-            slot_bytes=layout.slot_bytes,
-            bank_bits=layout.bank_bits,
+            period=period_members(schedule, rank),
             batch=batch,
+            **layout.table(),
         )
 
     def feed_batch(self, rows, lengths, heads=None):
@@ -205,41 +197,40 @@ class BatchEngine(GoldenEngine):
         return self.agg.feed_frame(frame)
 
 
-class Aggd:
+class SiteSocket:
+    """What a site's aggregator process and its hosts' transport have alike: site ``rank`` of ``schedule``
+    (job ``job``) on a UDP socket bound at ``interface``:``port``, once opened; ``wan`` is a
+    :class:`~wanreduce.host.netio.WanEmulator` for what arrives (None: the real network only)."""
+
+    def __init__(self, schedule, rank, *, interface="127.0.0.1", port=UDP_PORT, job=0, wan=None):
+        check_rank(schedule, rank, " of the schedule")
+        self.schedule, self.rank = schedule, rank
+        self.interface, self.port, self.job, self.wan = interface, port, job, wan
+        self.sock = None
+
+
+class Aggd(SiteSocket):
     """Site ``rank``'s aggregator process: sockets, the emulated WAN in front, an engine behind.
 
-    ``engine`` has ``feed(payload)``, ``feed_frame(frame)`` (both → RESULT payloads) and ``counters()``.
-    ``wan`` is a :class:`~wanreduce.host.netio.WanEmulator` for what arrives (None: the real network only).
+    ``engine`` has ``feed(payload)``, ``feed_frame(frame)`` (both → RESULT payloads) and ``counters()``;
+    the other keywords are :class:`SiteSocket`'s.
     """
 
-    def __init__(
-        self,
-        schedule,
-        rank,
-        engine,
-        *,
-        interface="127.0.0.1",
-        port=UDP_PORT,
-        job=0,
-        wan=None,
-        local_results=False,
-    ):
-        check_rank(schedule, rank, " of the schedule")
-        self.schedule, self.rank, self.engine = schedule, rank, engine
-        self.interface, self.port, self.job, self.wan = interface, port, job, wan
+    def __init__(self, schedule, rank, engine, *, local_results=False, **where):
+        super().__init__(schedule, rank, **where)
+        self.engine = engine
         # RESULTs only to this machine's hosts (multicast TTL 0): the aggregator sits at the site's edge, so
         # its RESULTs do not cross the site's access link, which is what a rate-limited link models.
         self.local_results = bool(local_results)
         self.groups = sorted(
             {
-                addressing.contrib_group_ip(job=job, round=r, group=gid, period=schedule.period)
+                addressing.contrib_group_ip(job=self.job, round=r, group=gid, period=schedule.period)
                 for r in range(schedule.period)
                 for gid, _ in [members_of(schedule, rank, r)]
                 if gid is not None
             }
         )
-        self.result_to = (addressing.site_group_ip(rank), port)
-        self.sock = None
+        self.result_to = (addressing.site_group_ip(rank), self.port)
         self.sent = 0
         self.received = 0
         self._rx = self._tx = self._sel = None

@@ -208,17 +208,8 @@ class GoldenSite:
 
     def __init__(self, schedule, rank, *, slots, members, slot_bytes, bank_bits, job=0, datapath=None):
         self.datapath = datapath
-        jobs = {job: [_members(schedule, rank, r) for r in range(schedule.period)]}
-        dest = Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)
-        self.agg = GoldenAggregator(
-            rank=rank,
-            jobs=jobs,
-            slots=slots,
-            members=members,
-            slot_bytes=slot_bytes,
-            destinations=[dest],
-            bank_bits={job: bank_bits},
-        )
+        table = dict(slots=slots, members=members, slot_bytes=slot_bytes, bank_bits=bank_bits)
+        self.agg = site_aggregator(schedule, rank, job=job, **table)
 
     def feed(self, t, msgs):
         out = []
@@ -247,6 +238,22 @@ def result_msg(frame):
 
 def _members(schedule, rank, round_index):
     return tuple(group_of(schedule, rank, round_index)[1])
+
+
+def period_members(schedule, rank):
+    """Site ``rank``'s group of each round of ``schedule``'s period, in summation order: what its
+    aggregator expects."""
+    return [_members(schedule, rank, r) for r in range(schedule.period)]
+
+
+def site_aggregator(schedule, rank, *, slots, members, slot_bytes, bank_bits, job=0):
+    """The golden aggregator of site ``rank`` for job ``job`` of ``schedule``: ``slots`` slots of
+    ``members`` member buffers of ``slot_bytes``, round banks of ``2**bank_bits`` slots, RESULTs to the
+    site's hosts."""
+    hosts = Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)
+    jobs, banks = {job: period_members(schedule, rank)}, {job: bank_bits}
+    table = dict(slots=slots, members=members, slot_bytes=slot_bytes)
+    return GoldenAggregator(rank=rank, jobs=jobs, bank_bits=banks, destinations=[hosts], **table)
 
 
 def round_links(member_of):

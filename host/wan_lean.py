@@ -44,7 +44,7 @@ from ..spec import addressing
 from ..spec.core import bank_slot
 from ..spec.errors import WanreduceError
 from ..spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
-from .frames import parse_frame
+from .frames import dst_ip_of, parse_frame
 from .golden import Destination, GoldenAggregator, RootEntry
 from .pacing import aggregator_slots, member_buffer_bytes
 from .protocol import bits_dtype, np_dtype
@@ -513,7 +513,7 @@ class _LeanSim(ChunkSender):
             if port == "o":
                 msg = result_msg(f)
                 members = self.plan[msg.round][msg.group][0]
-                if f[30:34] == self.host_group[q]:  # the copy for q's own hosts
+                if dst_ip_of(f) == self.host_group[q]:  # the copy for q's own hosts
                     self._free(q, msg.round, msg.chunk)
                     self.seen.pop((q, msg.round, msg.chunk), None)
                     self._push(t_out + self.frame_s[q], _RESULT, q, msg)
