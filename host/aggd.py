@@ -31,7 +31,7 @@ import numpy as np
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
-from ..spec.schedfile import check_rank, group_of
+from ..spec.schedfile import check_rank, group_of, period_members
 from .batchagg import BatchAggregator
 from .frames import frame_between, parse_frame
 from .golden import Destination
@@ -39,7 +39,7 @@ from .mmsg import Receiver, Sender
 from .netio import RECV_BYTES, drain, drain_stamped, enable_timestamps, flip_bit, open_socket
 from .pacing import aggregator_slots
 from .packet import decode_headers
-from .wan import bank_layout, host_end, period_members, site_aggregator
+from .wan import bank_layout, host_end, site_aggregator
 
 __all__ = [
     "SiteLayout",

@@ -46,7 +46,7 @@ import numpy as np
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
-from ..spec.schedfile import group_of
+from ..spec.schedfile import group_of, period_members
 from .frames import frame_between, parse_frame
 from .golden import Destination, GoldenAggregator
 from .packet import decode_headers, pack_tensor
@@ -238,12 +238,6 @@ def result_msg(frame):
 
 def _members(schedule, rank, round_index):
     return tuple(group_of(schedule, rank, round_index)[1])
-
-
-def period_members(schedule, rank):
-    """Site ``rank``'s group of each round of ``schedule``'s period, in summation order: what its
-    aggregator expects."""
-    return [_members(schedule, rank, r) for r in range(schedule.period)]
 
 
 def site_aggregator(schedule, rank, *, slots, members, slot_bytes, bank_bits, job=0):
