@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ...spec.errors import WanreduceError
+from ...spec.protocol import MAX_RANKS
 from ..topology import load_topology
 from .methods import Setting
 
@@ -46,8 +47,8 @@ class RunConfig:
     def check_common(self, positive):
         """The checks every comparison makes of its configuration: the sites, the integer fields named in
         ``positive`` (each at least 1), the aggregation engine and the wire dtype."""
-        if not 2 <= self.sites <= 64:
-            raise WanreduceError(f"training needs 2..64 sites, got {self.sites}")
+        if not 2 <= self.sites <= MAX_RANKS:
+            raise WanreduceError(f"training needs 2..{MAX_RANKS} sites, got {self.sites}")
         for name in positive:
             value = getattr(self, name)
             if value < 1:
