@@ -30,15 +30,16 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, UDP_PORT, DType
-from ..spec.schedfile import check_rank
+from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
+from ..spec.schedfile import check_rank, group_of, period_members
 from .batchagg import BatchAggregator
-from .frames import build_frame, parse_frame
-from .golden import Destination, GoldenAggregator
+from .frames import frame_between, parse_frame
+from .golden import Destination
 from .mmsg import Receiver, Sender
 from .netio import RECV_BYTES, drain, drain_stamped, enable_timestamps, flip_bit, open_socket
 from .pacing import aggregator_slots
-from .wan import bank_layout
+from .packet import decode_headers
+from .wan import bank_layout, host_end, site_aggregator
 
 __all__ = [
     "SiteLayout",
@@ -71,6 +72,12 @@ class SiteLayout:
     bank_slots: int
     chunk_elems: int
     width: int
+
+    def table(self):
+        """The slot table's sizes, as the aggregators take them."""
+        return dict(
+            slots=self.slots, members=self.members, slot_bytes=self.slot_bytes, bank_bits=self.bank_bits
+        )
 
 
 def _param(schedule, key, default=None):
@@ -116,52 +123,27 @@ def site_layout(schedule, *, dtype=DType.FP32):
 
 def members_of(schedule, rank, round_index):
     """``(group id, members in summation order)`` of ``rank`` in a round, or ``(None, ())``."""
-    for gid, grp in enumerate(schedule.rounds[round_index % schedule.period]):
-        if rank in grp:
-            return gid, tuple(grp)
-    return None, ()
+    gid, grp = group_of(schedule, rank, round_index)
+    return gid, tuple(grp)
 
 
 def contrib_frame_of(payload, *, period):
     """The frame a CONTRIB datagram travelled in (its sender's host addresses, its group's multicast
     address, UDP checksum computed): what an FPGA would have received."""
-    lay = HEADER_LAYOUT
-    head = bytes(payload[:32]).ljust(32, b"\0")
-
-    def field(name):
-        pos, size = lay[name]
-        return int.from_bytes(head[pos : pos + size], "big")
-
-    src = min(field("src"), 63)
+    h = decode_headers(np.frombuffer(bytes(payload).ljust(HEADER_BYTES, b"\0"), np.uint8))[0]
+    src = min(int(h["src"]), MAX_RANKS - 1)
     dst = addressing.contrib_group_ip(
-        job=field("job"), round=field("round"), group=field("group") & 0xFF, period=period
+        job=int(h["job"]), round=int(h["round"]), group=int(h["group"]) & 0xFF, period=period
     )
-    return build_frame(
-        payload,
-        src_mac=addressing.host_mac(src),
-        dst_mac=addressing.multicast_mac(dst),
-        src_ip=addressing.host_ip(src),
-        dst_ip=dst,
-        sport=UDP_PORT,
-        dport=UDP_PORT,
-    )
+    return frame_between(payload, host_end(src), Destination(addressing.multicast_mac(dst), dst))
 
 
 class GoldenEngine:
     """The golden aggregator of site ``rank`` configured for ``schedule`` (job ``job``)."""
 
     def __init__(self, schedule, rank, layout, *, job=0):
-        period = [members_of(schedule, rank, r)[1] for r in range(schedule.period)]
         self.period = schedule.period
-        self.agg = GoldenAggregator(
-            rank=rank,
-            jobs={job: period},
-            slots=layout.slots,
-            members=layout.members,
-            slot_bytes=layout.slot_bytes,
-            bank_bits={job: layout.bank_bits},
-            destinations=[Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)],
-        )
+        self.agg = site_aggregator(schedule, rank, job=job, **layout.table())
 
     def feed(self, payload):
         """A UDP payload in → the RESULT payloads it completes or re-emits."""
@@ -187,12 +169,9 @@ class BatchEngine(GoldenEngine):
         self.agg = BatchAggregator(
             rank=rank,
             job=job,
-            period=[members_of(schedule, rank, r)[1] for r in range(schedule.period)],
-            slots=layout.slots,
-            members=layout.members,
-            slot_bytes=layout.slot_bytes,
-            bank_bits=layout.bank_bits,
+            period=period_members(schedule, rank),
             batch=batch,
+            **layout.table(),
         )
 
     def feed_batch(self, rows, lengths, heads=None):
@@ -218,41 +197,40 @@ class BatchEngine(GoldenEngine):
         return self.agg.feed_frame(frame)
 
 
-class Aggd:
+class SiteSocket:
+    """What a site's aggregator process and its hosts' transport have alike: site ``rank`` of ``schedule``
+    (job ``job``) on a UDP socket bound at ``interface``:``port``, once opened; ``wan`` is a
+    :class:`~wanreduce.host.netio.WanEmulator` for what arrives (None: the real network only)."""
+
+    def __init__(self, schedule, rank, *, interface="127.0.0.1", port=UDP_PORT, job=0, wan=None):
+        check_rank(schedule, rank, " of the schedule")
+        self.schedule, self.rank = schedule, rank
+        self.interface, self.port, self.job, self.wan = interface, port, job, wan
+        self.sock = None
+
+
+class Aggd(SiteSocket):
     """Site ``rank``'s aggregator process: sockets, the emulated WAN in front, an engine behind.
 
-    ``engine`` has ``feed(payload)``, ``feed_frame(frame)`` (both → RESULT payloads) and ``counters()``.
-    ``wan`` is a :class:`~wanreduce.host.netio.WanEmulator` for what arrives (None: the real network only).
+    ``engine`` has ``feed(payload)``, ``feed_frame(frame)`` (both → RESULT payloads) and ``counters()``;
+    the other keywords are :class:`SiteSocket`'s.
     """
 
-    def __init__(
-        self,
-        schedule,
-        rank,
-        engine,
-        *,
-        interface="127.0.0.1",
-        port=UDP_PORT,
-        job=0,
-        wan=None,
-        local_results=False,
-    ):
-        check_rank(schedule, rank, " of the schedule")
-        self.schedule, self.rank, self.engine = schedule, rank, engine
-        self.interface, self.port, self.job, self.wan = interface, port, job, wan
+    def __init__(self, schedule, rank, engine, *, local_results=False, **where):
+        super().__init__(schedule, rank, **where)
+        self.engine = engine
         # RESULTs only to this machine's hosts (multicast TTL 0): the aggregator sits at the site's edge, so
         # its RESULTs do not cross the site's access link, which is what a rate-limited link models.
         self.local_results = bool(local_results)
         self.groups = sorted(
             {
-                addressing.contrib_group_ip(job=job, round=r, group=gid, period=schedule.period)
+                addressing.contrib_group_ip(job=self.job, round=r, group=gid, period=schedule.period)
                 for r in range(schedule.period)
                 for gid, _ in [members_of(schedule, rank, r)]
                 if gid is not None
             }
         )
-        self.result_to = (addressing.site_group_ip(rank), port)
-        self.sock = None
+        self.result_to = (addressing.site_group_ip(rank), self.port)
         self.sent = 0
         self.received = 0
         self._rx = self._tx = self._sel = None

@@ -17,7 +17,7 @@ import tty
 from ..spec import addressing, regmap
 from ..spec.errors import WanreduceError
 from ..spec.protocol import UDP_PORT
-from ..spec.schedfile import group_of
+from ..spec.schedfile import period_members
 from . import control
 from .golden import Destination
 
@@ -148,7 +148,7 @@ def board_config_writes(schedule, rank, geometry, *, job_ids=(0,), mac=None, ip=
     if destinations is None:
         group = addressing.site_group_ip(rank)
         destinations = [Destination(addressing.multicast_mac(group), group, UDP_PORT)]
-    period = [tuple(group_of(schedule, rank, r)[1]) for r in range(schedule.period)]
+    period = period_members(schedule, rank)
     return control.config_writes(
         rank=rank,
         jobs=dict.fromkeys(job_ids, period),
@@ -162,5 +162,5 @@ def board_config_writes(schedule, rank, geometry, *, job_ids=(0,), mac=None, ip=
 def read_counters(link):
     """``(core counters, board registers)``: the core's counters by name, the MAC counters and link."""
     core = control.decode_counters([link.read(a) for a in control.counter_reads()])
-    board = {name: link.read(regmap.BOARD_BASE + k) for k, name in enumerate(regmap.BOARD_NAMES)}
+    board = control.decode_board([link.read(a) for a in control.board_reads()])
     return core, board

@@ -25,7 +25,14 @@ __all__ = [
     "decode_counters",
     "perf_reads",
     "decode_perf",
+    "board_reads",
+    "decode_board",
+    "job_register",
 ]
+
+#: Word 1 of a job entry: its schedule period in rounds (the map in wanreduce.spec.regmap names only the
+#: bank word's offset, JOB_BANK_OFFSET).
+_JOB_PERIOD = 1
 
 
 def _mac_words(mac):
@@ -152,15 +159,20 @@ def config_writes(
                     f"job {job}: {len(period)} round banks of 2**{bits} slots do not fit "
                     f"the core's {slots} slots"
                 )
-            writes.append((rm.JOB_BASE + rm.JOB_STRIDE * j + rm.JOB_BANK_OFFSET, bits))
+            writes.append((job_register(j, rm.JOB_BANK_OFFSET), bits))
         elif slots is not None:
-            writes.append((rm.JOB_BASE + rm.JOB_STRIDE * j + rm.JOB_BANK_OFFSET, slots.bit_length() - 1))
-        writes += [(rm.JOB_BASE + rm.JOB_STRIDE * j, job), (rm.JOB_BASE + rm.JOB_STRIDE * j + 1, len(period))]
+            writes.append((job_register(j, rm.JOB_BANK_OFFSET), slots.bit_length() - 1))
+        writes += [(job_register(j), job), (job_register(j, _JOB_PERIOD), len(period))]
     for j in range(len(jobs), max_jobs):
-        writes.append((rm.JOB_BASE + rm.JOB_STRIDE * j + 1, 0))
+        writes.append((job_register(j, _JOB_PERIOD), 0))
     if bypass is not None:
         writes.append((rm.REG_BYPASS, int(bool(bypass))))
     return writes
+
+
+def job_register(j, offset=0):
+    """The address of word ``offset`` of job entry ``j`` (0: the job id; then its period and its bank)."""
+    return rm.JOB_BASE + rm.JOB_STRIDE * j + offset
 
 
 def counter_reads():
@@ -184,3 +196,13 @@ def perf_reads():
 def decode_perf(values):
     """Performance counter values (in :func:`perf_reads` order) → ``{name: value}``."""
     return {name: int(v) for name, v in zip(rm.PERF_NAMES, values, strict=True)}
+
+
+def board_reads():
+    """The addresses to read for :func:`decode_board`, in order: the board registers of a board build."""
+    return [rm.BOARD_BASE + n for n in range(len(rm.BOARD_NAMES))]
+
+
+def decode_board(values):
+    """Board register values (in :func:`board_reads` order) → ``{name: value}``."""
+    return {name: int(v) for name, v in zip(rm.BOARD_NAMES, values, strict=True)}

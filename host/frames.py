@@ -29,8 +29,12 @@ __all__ = [
     "ipv4_checksum",
     "udp_checksum",
     "build_frame",
+    "frame_between",
     "build_frames",
     "parse_frame",
+    "udp_datagram",
+    "dport_of",
+    "dst_ip_of",
     "FrameInfo",
 ]
 
@@ -155,6 +159,55 @@ def build_frames(
 def build_frame(payload, **kwargs):
     """One frame (bytes) around one UDP payload; keyword arguments as :func:`build_frames`."""
     return build_frames(np.frombuffer(bytes(payload), np.uint8)[None, :], **kwargs)[0].tobytes()
+
+
+def frame_between(payload, src, dst, **options):
+    """One frame (bytes) around one UDP payload from end point ``src`` to end point ``dst``, each with a
+    ``mac``, an ``ip`` and a ``port``; ``options`` as :func:`build_frames`."""
+    macs, ips = dict(src_mac=src.mac, dst_mac=dst.mac), dict(src_ip=src.ip, dst_ip=dst.ip)
+    return build_frame(payload, **macs, **ips, sport=src.port, dport=dst.port, **options)
+
+
+def udp_datagram(frame):
+    """The UDP payload of an Ethernet II / IPv4 / UDP frame, or None when it carries none.
+
+    Checksums are not checked and IPv4 options are skipped: this is what a replay sends, whatever damage
+    the capture holds on purpose (the aggregator's own checks are :func:`parse_frame`).
+    """
+    if len(frame) < FRAME_OVERHEAD or int.from_bytes(frame[12:14], "big") != ETHERTYPE_IPV4:
+        return None
+    ip = frame[ETH_HEADER_BYTES:]
+    if ip[0] >> 4 != 4:
+        return None
+    ihl = (ip[0] & 0x0F) * 4
+    total = int.from_bytes(ip[2:4], "big")
+    if (
+        ihl < IPV4_HEADER_BYTES
+        or ip[9] != IPPROTO_UDP
+        or int.from_bytes(ip[6:8], "big") & 0x3FFF
+        or total > len(ip)
+        or total < ihl + UDP_HEADER_BYTES
+    ):
+        return None
+    udp = ip[ihl:]
+    length = int.from_bytes(udp[4:6], "big")
+    if length < UDP_HEADER_BYTES or ihl + length > total:
+        return None
+    return bytes(udp[UDP_HEADER_BYTES:length])
+
+
+def dport_of(frame):
+    """The UDP destination port of a frame read as Ethernet II / IPv4 without options / UDP, unchecked;
+    0 for a frame too short to hold one."""
+    if len(frame) < FRAME_OVERHEAD:
+        return 0
+    udp = ETH_HEADER_BYTES + IPV4_HEADER_BYTES
+    return int.from_bytes(frame[udp + 2 : udp + 4], "big")
+
+
+def dst_ip_of(frame):
+    """The IPv4 destination address (4 bytes) of a frame read as Ethernet II / IPv4, unchecked."""
+    return bytes(frame[ETH_HEADER_BYTES + 16 : ETH_HEADER_BYTES + IPV4_HEADER_BYTES])
 
 
 class FrameInfo:

@@ -26,7 +26,7 @@ from ..spec import addressing
 from ..spec.core import bank_slot
 from ..spec.protocol import HEADER_BYTES, MAX_RANKS, UDP_PORT, Drop, DType, Kind, forwarded
 from ..spec.regmap import COUNTER_NAMES
-from .frames import build_frame, parse_frame, parse_ip, parse_mac
+from .frames import frame_between, parse_frame, parse_ip, parse_mac
 from .protocol import bits_dtype, np_dtype
 from .validate import check_payload
 
@@ -245,21 +245,7 @@ class GoldenAggregator:
                 dests.append(
                     Destination(parse_mac(addressing.multicast_mac(mdest)), parse_ip(mdest), self.port)
                 )
-            out += [
-                build_frame(
-                    result,
-                    src_mac=self.mac,
-                    dst_mac=d.mac,
-                    src_ip=self.ip,
-                    dst_ip=d.ip,
-                    sport=self.port,
-                    dport=d.port,
-                    udp_checksum=False,
-                    df=True,
-                    ttl=64,
-                )
-                for d in dests
-            ]
+            out += [frame_between(result, self, d, udp_checksum=False, df=True, ttl=64) for d in dests]
         return out
 
     def feed_payload(self, payload):

@@ -72,7 +72,7 @@ import numpy as np
 
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS, Schedule
-from .schedule import consensus, optimize, plan_to_schedule
+from .schedule import Plan, optimize, plan_to_schedule
 
 __all__ = [
     "DEFAULT_JITTER_S",
@@ -146,25 +146,13 @@ class LeanRound:
 
 
 @dataclass
-class LeanPlan:
-    """A root-mode plan, with the attributes of :class:`wanreduce.host.schedule.Plan` that tables use."""
+class LeanPlan(Plan):
+    """A root-mode plan: a :class:`wanreduce.host.schedule.Plan` whose ``round_costs`` are
+    :class:`LeanRound`, with the host jitter it was planned for."""
 
-    name: str
-    shape: tuple
-    rounds: list
-    round_costs: list  # LeanRound per round
-    period_s: float
-    exact: bool
-    sigma2: float
-    periods: float
-    score_s: float
-    finish_s: tuple
-    jitter_s: float
+    finish_s: tuple = ()
+    jitter_s: float = 0.0
     mode: str = "root"
-
-    @property
-    def round_s(self):
-        return [b - a for a, b in zip((0.0, *self.finish_s[:-1]), self.finish_s, strict=True)]
 
     @property
     def start_s(self):
@@ -417,7 +405,6 @@ def lean_group(model, members, **kw):
 
 def lean_plan(model, rounds, *, name="root", shape=(), jitter_s=DEFAULT_JITTER_S, max_roots=None):
     """Cost ``rounds`` (groups in summation order) in root mode: a :class:`LeanPlan`."""
-    n = model.topology.n
     rounds = [[list(map(int, g)) for g in rnd if len(g) > 0] for rnd in rounds]
     gmax = max((len(g) for rnd in rounds for g in rnd), default=1)
     sb = model.bank_slots(len(rounds), gmax)
@@ -427,22 +414,7 @@ def lean_plan(model, rounds, *, name="root", shape=(), jitter_s=DEFAULT_JITTER_S
         costs.append(rc)
         t += rc.time_s
         finish.append(t)
-    exact, sigma2, periods = consensus(n, rounds, epsilon=model.params.epsilon)
-    period = finish[-1] if finish else 0.0
-    score = period * periods if math.isfinite(periods) and math.isfinite(period) else math.inf
-    return LeanPlan(
-        name,
-        tuple(shape),
-        rounds,
-        costs,
-        period,
-        exact,
-        sigma2,
-        periods,
-        score,
-        tuple(finish),
-        float(jitter_s),
-    )
+    return LeanPlan.scored(model, name, shape, rounds, costs, tuple(finish), jitter_s=float(jitter_s))
 
 
 def optimize_lean(model, *, jitter_s=DEFAULT_JITTER_S, gather_per_shape=None, max_roots=None):

@@ -7,7 +7,7 @@ RESULTs collected back into tensors.
 * Arrival order. A frame sent by rank ``s`` at time ``t`` reaches rank ``R``'s aggregator at
   ``t + one_way_s[s, R]`` (``s`` is the header's ``src``); :func:`arrival_order` sorts by that, ties in
   input order.
-* UDP. :func:`udp_datagram` takes a frame's UDP payload without judging its checksums;
+* UDP. :func:`~wanreduce.host.frames.udp_datagram` takes a frame's UDP payload without judging its checksums;
   :func:`send_datagrams` sends each frame's UDP payload (the wanreduce header and elements) as one
   datagram with a plain socket, at its time (scaled by ``speed``) or back to back, and measures how late
   each one left; :class:`Receiver` collects datagrams on a port in a thread, bounded in count and time.
@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..spec.errors import WanreduceError
-from ..spec.protocol import FLAG_LAST, FRAME_OVERHEAD, HEADER_BYTES, VERSION, DType, Kind
-from .frames import build_frame, parse_frame
+from ..spec.protocol import FLAG_LAST, HEADER_BYTES, VERSION, DType, Kind
+from .frames import build_frame, dport_of, parse_frame, udp_datagram
 from .packet import Payloads, decode_headers, header_of, unpack_payloads
 from .pcap import read_pcap_timed
 from .protocol import bits_dtype, np_dtype
@@ -54,39 +54,13 @@ def udp_payloads(frames, *, source="capture"):
     """The UDP payload of every frame; a frame that breaks the framing rules (drop codes 1-8) is an error."""
     out = []
     for i, frame in enumerate(frames):
-        port = int.from_bytes(frame[36:38], "big") if len(frame) >= FRAME_OVERHEAD else 0
-        payload, _, reason = parse_frame(frame, port=port)
+        payload, _, reason = parse_frame(frame, port=dport_of(frame))
         if reason is not None:
             raise WanreduceError(
                 f"{source}: frame {i} is not a well-formed IPv4/UDP frame ({reason.name.lower()})"
             )
         out.append(payload)
     return out
-
-
-def udp_datagram(frame):
-    """The UDP payload of an Ethernet II / IPv4 / UDP frame, or None when it carries none.
-
-    Checksums are not checked and IPv4 options are skipped: this is what a replay sends, whatever damage
-    the capture holds on purpose (the aggregator's own checks are :func:`wanreduce.host.frames.parse_frame`).
-    """
-    if len(frame) < FRAME_OVERHEAD or frame[12:14] != b"\x08\x00" or frame[14] >> 4 != 4:
-        return None
-    ihl = (frame[14] & 0x0F) * 4
-    total = int.from_bytes(frame[16:18], "big")
-    if (
-        ihl < 20
-        or frame[23] != 17
-        or int.from_bytes(frame[20:22], "big") & 0x3FFF
-        or total > len(frame) - 14
-        or total < ihl + 8
-    ):
-        return None
-    udp = 14 + ihl
-    length = int.from_bytes(frame[udp + 4 : udp + 6], "big")
-    if length < 8 or ihl + length > total:
-        return None
-    return bytes(frame[udp + 8 : udp + length])
 
 
 def sources(payloads, *, source="capture"):
@@ -213,22 +187,10 @@ def send_datagrams(payloads, times, address, *, speed=1.0, clock=time.perf_count
             sent_bytes += len(p)
         elapsed = clock() - start
     if speed is None or not n:  # back to back: nothing is due at any particular time
-        return ReplayStats(
-            packets=n,
-            bytes=sent_bytes,
-            seconds=elapsed,
-            late_mean_s=math.nan,
-            late_p99_s=math.nan,
-            late_max_s=math.nan,
-        )
-    return ReplayStats(
-        packets=n,
-        bytes=sent_bytes,
-        seconds=elapsed,
-        late_mean_s=float(late.mean()),
-        late_p99_s=float(np.percentile(late, 99)),
-        late_max_s=float(late.max()),
-    )
+        lateness = (math.nan, math.nan, math.nan)
+    else:
+        lateness = (float(late.mean()), float(np.percentile(late, 99)), float(late.max()))
+    return ReplayStats(n, sent_bytes, elapsed, *lateness)
 
 
 class Receiver:

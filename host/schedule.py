@@ -208,28 +208,22 @@ class Plan:
         """What each round adds to the period (rounds overlap chunk by chunk, so not their times alone)."""
         return [b - a for a, b in zip((0.0, *self.finish_s[:-1]), self.finish_s, strict=True)]
 
+    @classmethod
+    def scored(cls, model, name, shape, rounds, costs, finish_s, **rest):
+        """The plan of ``rounds`` costed as ``costs`` and ending its rounds at ``finish_s``, scored: the
+        period is the last round's finish, the score the period times the periods to consensus."""
+        exact, sigma2, periods = consensus(model.topology.n, rounds, epsilon=model.params.epsilon)
+        period = finish_s[-1] if finish_s else 0.0
+        score = period * periods if math.isfinite(periods) and math.isfinite(period) else math.inf
+        return cls(name, tuple(shape), rounds, costs, period, exact, sigma2, periods, score, finish_s, **rest)
+
 
 def evaluate(model, rounds, *, name="schedule", shape=()):
     """Cost ``rounds`` under the full model (backbone sharing included) and score them."""
-    n = model.topology.n
     sb = model.schedule_bank_slots(rounds)
     costs = [model.round(groups, bank_slots=sb) for groups in rounds]
     pc = model.period(rounds, costs)
-    period = pc.period_s
-    exact, sigma2, periods = consensus(n, rounds, epsilon=model.params.epsilon)
-    score = period * periods if math.isfinite(periods) else math.inf
-    return Plan(
-        name,
-        tuple(shape),
-        [list(map(list, g)) for g in rounds],
-        costs,
-        period,
-        exact,
-        sigma2,
-        periods,
-        score,
-        pc.finish_s,
-    )
+    return Plan.scored(model, name, shape, [list(map(list, g)) for g in rounds], costs, pc.finish_s)
 
 
 def _batch_times(model, mem, bank_slots):

@@ -33,10 +33,9 @@ import numpy as np
 
 from ..spec import addressing
 from ..spec.errors import WanreduceError
-from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, UDP_PORT, WIRE_OVERHEAD, DType, Kind
-from ..spec.schedfile import check_rank
+from ..spec.protocol import HEADER_BYTES, HEADER_LAYOUT, WIRE_OVERHEAD, DType, Kind
 from . import fastio
-from .aggd import members_of
+from .aggd import SiteSocket, members_of
 from .mmsg import Receiver, Sender
 from .netio import open_socket
 from .packet import contrib_headers
@@ -119,7 +118,7 @@ class TransportRun:
     killed_at: int | None = None
 
 
-class SiteTransport:
+class SiteTransport(SiteSocket):
     """Site ``rank``'s hosts over UDP.
 
     ``layout`` is the aggregators' :class:`~wanreduce.host.aggd.SiteLayout` (chunk size and round-bank
@@ -129,30 +128,16 @@ class SiteTransport:
     """
 
     def __init__(
-        self,
-        schedule,
-        rank,
-        *,
-        layout,
-        one_way_s,
-        site_Bps,
-        dtype=DType.FP32,
-        interface="127.0.0.1",
-        port=UDP_PORT,
-        job=0,
-        wan=None,
-        slack_s=SLACK_S,
+        self, schedule, rank, *, layout, one_way_s, site_Bps, dtype=DType.FP32, slack_s=SLACK_S, **where
     ):
-        check_rank(schedule, rank, " of the schedule")
+        super().__init__(schedule, rank, **where)
         if not site_Bps > 0:
             raise ValueError(f"The site's link rate must be positive, not {site_Bps}.")
-        self.schedule, self.rank, self.layout = schedule, rank, layout
+        self.layout = layout
         self.dtype = DType(dtype)
         self.D = np.asarray(one_way_s, float)
         self.frame_s = (layout.chunk_elems * self.dtype.size + WIRE_OVERHEAD) / float(site_Bps)
-        self.interface, self.port, self.job, self.wan = interface, port, job, wan
         self.slack_s = float(slack_s)
-        self.sock = None
         # Kept from one run to the next (a trainer syncs every step): the receive rows, and a sender per
         # group address with its message headers.
         self._rx = None

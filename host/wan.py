@@ -46,8 +46,8 @@ import numpy as np
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
-from ..spec.schedfile import group_of
-from .frames import build_frame, parse_frame
+from ..spec.schedfile import group_of, period_members
+from .frames import frame_between, parse_frame
 from .golden import Destination, GoldenAggregator
 from .packet import decode_headers, pack_tensor
 from .protocol import bits_dtype, np_dtype
@@ -208,17 +208,8 @@ class GoldenSite:
 
     def __init__(self, schedule, rank, *, slots, members, slot_bytes, bank_bits, job=0, datapath=None):
         self.datapath = datapath
-        jobs = {job: [_members(schedule, rank, r) for r in range(schedule.period)]}
-        dest = Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)
-        self.agg = GoldenAggregator(
-            rank=rank,
-            jobs=jobs,
-            slots=slots,
-            members=members,
-            slot_bytes=slot_bytes,
-            destinations=[dest],
-            bank_bits={job: bank_bits},
-        )
+        table = dict(slots=slots, members=members, slot_bytes=slot_bytes, bank_bits=bank_bits)
+        self.agg = site_aggregator(schedule, rank, job=job, **table)
 
     def feed(self, t, msgs):
         out = []
@@ -247,6 +238,16 @@ def result_msg(frame):
 
 def _members(schedule, rank, round_index):
     return tuple(group_of(schedule, rank, round_index)[1])
+
+
+def site_aggregator(schedule, rank, *, slots, members, slot_bytes, bank_bits, job=0):
+    """The golden aggregator of site ``rank`` for job ``job`` of ``schedule``: ``slots`` slots of
+    ``members`` member buffers of ``slot_bytes``, round banks of ``2**bank_bits`` slots, RESULTs to the
+    site's hosts."""
+    hosts = Destination(addressing.host_mac(rank), addressing.site_group_ip(rank), UDP_PORT)
+    jobs, banks = {job: period_members(schedule, rank)}, {job: bank_bits}
+    table = dict(slots=slots, members=members, slot_bytes=slot_bytes)
+    return GoldenAggregator(rank=rank, jobs=jobs, bank_bits=banks, destinations=[hosts], **table)
 
 
 def round_links(member_of):
@@ -400,7 +401,41 @@ def simulate(
     return sim.report()
 
 
-class _WanSim:
+class ChunkSender:
+    """What both WAN simulators send: a site's CONTRIB frame of one chunk of its tensor. Needs the
+    simulator's ``with_data``, ``current`` (each site's chunks), ``dtype``, ``job``, ``period``,
+    ``chunk_elems`` and ``n_chunks``."""
+
+    def chunk_frame(self, s, r, c, group, *, root=None):
+        """Site ``s``'s CONTRIB frame of chunk ``c`` in round ``r`` from its hosts: to the group's multicast
+        address, or unicast to the aggregator of ``root`` (root mode); None in a run without data."""
+        if not self.with_data:
+            return None
+        if root is None:
+            ip = addressing.contrib_group_ip(job=self.job, round=r, group=group, period=self.period)
+            dst = Destination(addressing.multicast_mac(ip), ip)
+        else:
+            dst = Destination(addressing.aggregator_mac(root), addressing.aggregator_ip(root))
+        payloads = pack_tensor(
+            self.current[s][c],
+            dtype=self.dtype,
+            rank=s,
+            job=self.job,
+            round=r,
+            group=group,
+            chunk_elems=self.chunk_elems,
+            first_chunk=c,
+            last=c == self.n_chunks - 1,
+        )
+        return frame_between(next(iter(payloads)), host_end(s), dst)
+
+
+def host_end(rank):
+    """Site ``rank``'s hosts as the sender of its CONTRIBs: their address and the wanreduce port."""
+    return Destination(addressing.host_mac(rank), addressing.host_ip(rank), UDP_PORT)
+
+
+class _WanSim(ChunkSender):
     """The state of one :func:`simulate` run: each site's chunks waiting on their data and window, its
     ready queue and access link, the frames on the WAN, the aggregators, and the event queue."""
 
@@ -580,20 +615,7 @@ class _WanSim:
             frame = self.sent_frames[(s, r, c)]
         else:
             self.send[s, r, c] = t
-            frame = None
-            if self.with_data:
-                frame = contrib_frame(
-                    self.current[s][c],
-                    dtype=self.dtype,
-                    rank=s,
-                    job=self.job,
-                    round_index=r,
-                    group=gid,
-                    chunk=c,
-                    chunk_elems=self.chunk_elems,
-                    last=c == self.n_chunks - 1,
-                    period=self.period,
-                )
+            frame = self.chunk_frame(s, r, c, gid)
             if self.faults is not None:
                 self.sent_frames[(s, r, c)] = frame
         arrive = t + self.frame_s[s]
@@ -824,36 +846,3 @@ class _WanSim:
         final = [np.concatenate(self.current[s]) for s in range(self.n)] if self.with_data else None
         counters = [a.counters() for a in self.sites]
         return WanRun(stats, finish, send, result, self.ingress, counters, final, self.emitted, self.rec)
-
-
-def contrib_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, period):
-    """One CONTRIB frame of chunk ``chunk``, from site ``rank``'s hosts to its group's multicast address."""
-    ip = addressing.contrib_group_ip(job=job, round=round_index, group=group, period=period)
-    header = dict(dtype=dtype, rank=rank, job=job, round_index=round_index, group=group, last=last)
-    return chunk_frame(
-        elems, chunk=chunk, chunk_elems=chunk_elems, dst_mac=addressing.multicast_mac(ip), dst_ip=ip, **header
-    )
-
-
-def chunk_frame(elems, *, dtype, rank, job, round_index, group, chunk, chunk_elems, last, dst_mac, dst_ip):
-    """One CONTRIB frame of chunk ``chunk`` from site ``rank``'s hosts to ``dst_mac``/``dst_ip``."""
-    payloads = pack_tensor(
-        elems,
-        dtype=dtype,
-        rank=rank,
-        job=job,
-        round=round_index,
-        group=group,
-        chunk_elems=chunk_elems,
-        first_chunk=chunk,
-        last=last,
-    )
-    return build_frame(
-        next(iter(payloads)),
-        src_mac=addressing.host_mac(rank),
-        dst_mac=dst_mac,
-        src_ip=addressing.host_ip(rank),
-        dst_ip=dst_ip,
-        sport=UDP_PORT,
-        dport=UDP_PORT,
-    )

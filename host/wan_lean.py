@@ -44,18 +44,17 @@ from ..spec import addressing
 from ..spec.core import bank_slot
 from ..spec.errors import WanreduceError
 from ..spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, UDP_PORT, WIRE_OVERHEAD, DType
-from .frames import parse_frame
+from .frames import dst_ip_of, parse_frame
 from .golden import Destination, GoldenAggregator, RootEntry
 from .pacing import aggregator_slots, member_buffer_bytes
 from .protocol import bits_dtype, np_dtype
-from .wan import Msg, bank_layout, chunk_count, chunk_frame, result_msg, round_links
+from .wan import ChunkSender, Msg, bank_layout, chunk_count, result_msg, round_links
 
 __all__ = [
     "LeanRun",
     "SelfPacing",
     "simulate_lean",
     "offset_gap",
-    "lean_contrib_frame",
     "GoldenInlineSite",
     "golden_sites",
     "background_frame",
@@ -134,13 +133,6 @@ def background_frame(rng, site, size):
     """A frame that is not wanreduce (IPv6 EtherType, random body) for ``site``'s hosts, ``size`` bytes."""
     head = bytes.fromhex(addressing.host_mac(site).replace(":", "")) + bytes.fromhex("02aabbccddee86dd")
     return head + bytes(rng.integers(0, 256, size - len(head), dtype=np.uint8))
-
-
-def lean_contrib_frame(elems, *, dtype, rank, root, job, round_index, group, chunk, chunk_elems, last):
-    """One CONTRIB frame of chunk ``chunk`` from site ``rank``'s hosts, unicast to ``root``'s aggregator."""
-    header = dict(dtype=dtype, rank=rank, job=job, round_index=round_index, group=group, last=last)
-    dst = dict(dst_mac=addressing.aggregator_mac(root), dst_ip=addressing.aggregator_ip(root))
-    return chunk_frame(elems, chunk=chunk, chunk_elems=chunk_elems, **header, **dst)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,7 +278,7 @@ def _stripe_plan(schedule, rounds, n_chunks, chunk_elems):
 _READY, _LINK_FREE, _DELIVER, _RESULT, _INBOUND = 0, 1, 2, 3, 4
 
 
-class _LeanSim:
+class _LeanSim(ChunkSender):
     """The state of one :func:`simulate_lean` run: the plan, the senders' queues and links, the roots'
     slots, and the event queue that moves frames between them."""
 
@@ -475,20 +467,7 @@ class _LeanSim:
         self.send[s, r, c] = t
         gid = self.member_of[s][r][0]
         q = self.root_of[r][(gid, c)]
-        frame = None
-        if self.with_data:
-            frame = lean_contrib_frame(
-                self.current[s][c],
-                dtype=self.dtype,
-                rank=s,
-                root=q,
-                job=self.job,
-                round_index=r,
-                group=gid,
-                chunk=c,
-                chunk_elems=self.chunk_elems,
-                last=c == self.n_chunks - 1,
-            )
+        frame = self.chunk_frame(s, r, c, gid, root=q)
         done = t + self.frame_s[s]
         self._push(done + self.D[s, q] + self.jitter(), _DELIVER, q, s, (r, c, gid), frame)
         self._push(done, _LINK_FREE, s)
@@ -534,7 +513,7 @@ class _LeanSim:
             if port == "o":
                 msg = result_msg(f)
                 members = self.plan[msg.round][msg.group][0]
-                if f[30:34] == self.host_group[q]:  # the copy for q's own hosts
+                if dst_ip_of(f) == self.host_group[q]:  # the copy for q's own hosts
                     self._free(q, msg.round, msg.chunk)
                     self.seen.pop((q, msg.round, msg.chunk), None)
                     self._push(t_out + self.frame_s[q], _RESULT, q, msg)

@@ -32,6 +32,7 @@ __all__ = [
     "schedule_to_obj",
     "expected_bitmap",
     "group_of",
+    "period_members",
     "check_rank",
 ]
 
@@ -347,6 +348,12 @@ def group_of(schedule, rank, round_index):
         if rank in grp:
             return gid, list(grp)
     return None, []
+
+
+def period_members(schedule, rank):
+    """``rank``'s group in each round of one period, in summation order (``()`` where it takes no part):
+    what the site's aggregator expects."""
+    return [tuple(group_of(schedule, rank, r)[1]) for r in range(schedule.period)]
 
 
 def expected_bitmap(schedule, rank, round_index):

@@ -2,17 +2,18 @@
 the checks of a run's configuration, the sites it trains on, the methods it picks, the setting's record,
 and the ratios to colocated training that both reduce their results to."""
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from ...spec.errors import WanreduceError
+from ...spec.protocol import MAX_RANKS
 from ..topology import load_topology
 from .methods import Setting
 
 __all__ = [
     "WIRE_BYTES",
-    "check_common",
+    "RunConfig",
     "setting_for",
     "run_topology",
     "pick_methods",
@@ -25,19 +26,37 @@ __all__ = [
 WIRE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
-def check_common(cfg, positive):
-    """The checks every comparison makes of its configuration: the sites, the integer fields named in
-    ``positive`` (each at least 1), the aggregation engine and the wire dtype."""
-    if not 2 <= cfg.sites <= 64:
-        raise WanreduceError(f"training needs 2..64 sites, got {cfg.sites}")
-    for name in positive:
-        value = getattr(cfg, name)
-        if value < 1:
-            raise WanreduceError(f"{name.replace('_', ' ')} must be at least 1, got {value}")
-    if cfg.engine not in ("fast", "packets"):
-        raise WanreduceError(f"the aggregation engine must be fast or packets, not {cfg.engine!r}")
-    if cfg.dtype not in WIRE_BYTES:
-        raise WanreduceError(f"unknown wire dtype {cfg.dtype!r}; choose fp32, fp16 or bf16")
+@dataclass
+class RunConfig:
+    """What every comparison's configuration holds alike (the defaults are what ``make train`` runs): the
+    sites and topology trained across, the seed, DiLoCo's outer learning rate, the wire dtype, the
+    aggregation engine and its chunk, the methods (empty: all) and the compute per step each clock is
+    swept over."""
+
+    sites: int = 9
+    topology: str = "nine-city"
+    seed: int = 0
+    outer_lr: float = 0.7
+    dtype: str = "bf16"
+    engine: str = "fast"
+    chunk_elems: int = 256
+    methods: list = field(default_factory=list)
+    # The same runs on clocks of more (or less) compute per step: where the goal is and is not reached.
+    sweep_tokens: tuple = (128 * 2048, 256 * 2048, 512 * 2048, 1024 * 2048, 2048 * 2048)
+
+    def check_common(self, positive):
+        """The checks every comparison makes of its configuration: the sites, the integer fields named in
+        ``positive`` (each at least 1), the aggregation engine and the wire dtype."""
+        if not 2 <= self.sites <= MAX_RANKS:
+            raise WanreduceError(f"training needs 2..{MAX_RANKS} sites, got {self.sites}")
+        for name in positive:
+            value = getattr(self, name)
+            if value < 1:
+                raise WanreduceError(f"{name.replace('_', ' ')} must be at least 1, got {value}")
+        if self.engine not in ("fast", "packets"):
+            raise WanreduceError(f"the aggregation engine must be fast or packets, not {self.engine!r}")
+        if self.dtype not in WIRE_BYTES:
+            raise WanreduceError(f"unknown wire dtype {self.dtype!r}; choose fp32, fp16 or bf16")
 
 
 def setting_for(cfg, setting=None):

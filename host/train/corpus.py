@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...spec.errors import WanreduceError
+from ...spec.protocol import MAX_RANKS
 
 __all__ = ["LMSplit", "load_lm_split", "stdlib_sources", "EXCLUDED"]
 
@@ -78,8 +79,8 @@ def _read(root, rel):
 def load_lm_split(n_sites, *, seed=0, context=128, val_windows=32, val_every=20, root=None):
     """The standard library's sources split into ``n_sites`` module-skewed byte streams and validation
     windows. Cached per process (the site processes are forked from a parent that loaded it)."""
-    if not 1 <= n_sites <= 64:
-        raise WanreduceError(f"the number of sites must be in 1..64, got {n_sites}")
+    if not 1 <= n_sites <= MAX_RANKS:
+        raise WanreduceError(f"the number of sites must be in 1..{MAX_RANKS}, got {n_sites}")
     if context < 8:
         raise WanreduceError(f"the context must be at least 8 bytes, got {context}")
     key = (n_sites, seed, context, val_windows, val_every, root)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...spec.errors import WanreduceError
+from ...spec.protocol import MAX_RANKS
 
 __all__ = ["Split", "load_split"]
 
@@ -48,8 +49,8 @@ def _digits():
 
 def load_split(n_sites, *, seed=0, test_fraction=0.25, shards_per_site=2):
     """The digits split into ``n_sites`` label-skewed training sets and one stratified test set."""
-    if not 1 <= n_sites <= 64:
-        raise WanreduceError(f"the number of sites must be in 1..64, got {n_sites}")
+    if not 1 <= n_sites <= MAX_RANKS:
+        raise WanreduceError(f"the number of sites must be in 1..{MAX_RANKS}, got {n_sites}")
     if not 0 < test_fraction < 1:
         raise WanreduceError(f"the test fraction must be between 0 and 1, got {test_fraction}")
     if shards_per_site < 1:

@@ -4,14 +4,14 @@ clock, reduced to time to target, written to JSON and drawn."""
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from ...spec.errors import WanreduceError
 from .compare import (
+    RunConfig,
     best_wanreduce,
-    check_common,
     mean_sync_s,
     pick_methods,
     run_topology,
@@ -24,35 +24,25 @@ __all__ = ["Config", "run_experiment", "trajectory_key", "plot"]
 
 
 @dataclass
-class Config:
+class Config(RunConfig):
     """Training hyper-parameters and run limits (the defaults are what ``make train`` runs)."""
 
-    sites: int = 9
-    topology: str = "nine-city"
-    seed: int = 0
     hidden: int = 64
     batch: int = 32
     lr: float = 0.1
     momentum: float = 0.9
-    outer_lr: float = 0.7
     h: int = 10
-    dtype: str = "bf16"
-    engine: str = "fast"
-    chunk_elems: int = 256
     target: float = 0.92
     max_steps: int = 600
     diloco_steps: int = 1500
     past_target: float = 1.25
     eval_every: int = 5
     schedule_time_s: float = 5.0
-    methods: list = field(default_factory=list)  # empty: all
-    # The same runs on clocks of more (or less) compute per step: where the goal is and is not reached.
-    sweep_tokens: tuple = (128 * 2048, 256 * 2048, 512 * 2048, 1024 * 2048, 2048 * 2048)
 
     def check(self):
         if not 0 < self.target <= 1:
             raise WanreduceError(f"the target accuracy must be in (0, 1], got {self.target}")
-        check_common(self, ("h", "max_steps", "diloco_steps", "eval_every", "batch", "hidden", "chunk_elems"))
+        self.check_common(("h", "max_steps", "diloco_steps", "eval_every", "batch", "hidden", "chunk_elems"))
 
 
 def trajectory_key(method, cost):
@@ -126,17 +116,15 @@ def _worker_cfg(cfg):
     return {k: getattr(cfg, k) for k in (*keys, "target", "past_target")}
 
 
+#: What each method's entry records of the method itself.
+_RECORDED = ("algorithm", "transport", "memory", "h", "per_sync", "pipelined", "note")
+
+
 def _method_entry(m, cost, missing, setting, cfg, results, key):
     """One method's record: what it is, and (when it could be planned) its run ``results[key]``, which
     it may share with other methods, on its own clock."""
     entry = {
-        "algorithm": m.algorithm,
-        "transport": m.transport,
-        "memory": m.memory,
-        "h": m.h,
-        "per_sync": m.per_sync,
-        "pipelined": m.pipelined,
-        "note": m.note,
+        **{name: getattr(m, name) for name in _RECORDED},
         "sync_bytes": setting.bytes_for(m),
         "wire_dtype": "fp32" if m.weights else cfg.dtype,
     }

@@ -19,8 +19,8 @@ import numpy as np
 from ...spec.errors import WanreduceError
 from .. import hbm
 from .compare import (
+    RunConfig,
     best_wanreduce,
-    check_common,
     mean_sync_s,
     pick_methods,
     run_topology,
@@ -41,12 +41,9 @@ DEFAULT_GRID = {
 
 
 @dataclass
-class LMConfig:
+class LMConfig(RunConfig):
     """The language-model run (the defaults are what ``make train`` runs)."""
 
-    sites: int = 9
-    topology: str = "nine-city"
-    seed: int = 0
     context: int = 128
     layers: int = 2
     width: int = 64
@@ -55,27 +52,25 @@ class LMConfig:
     warmup: int = 20
     weight_decay: float = 0.0
     lr: float = 4e-3  # the learning rate where a grid point does not set one
-    outer_lr: float = 0.7
     alpha: float = 0.5  # Streaming DiLoCo's mix of the local and the new global fragment
-    dtype: str = "bf16"
-    engine: str = "fast"
-    chunk_elems: int = 256
     target: float = 2.50  # validation loss, nats per byte
     max_steps: int = 400  # the step limit of every grid point of every family (the same budget)
     val_windows: int = 16
     eval_every: int = 10
     schedule_time_s: float = 2.0
     transport: str = "threads"
-    methods: list = field(default_factory=list)  # empty: all
     grid: dict = field(default_factory=lambda: {k: [dict(p) for p in v] for k, v in DEFAULT_GRID.items()})
-    sweep_tokens: tuple = (128 * 2048, 256 * 2048, 512 * 2048, 1024 * 2048, 2048 * 2048)
 
     def check(self):
         if not self.target > 0:
             raise WanreduceError(f"the target validation loss must be positive, got {self.target}")
-        check_common(self, ("max_steps", "eval_every", "batch", "context", "layers", "width", "heads"))
+        self.check_common(("max_steps", "eval_every", "batch", "context", "layers", "width", "heads"))
         if self.width % self.heads:
             raise WanreduceError(f"the width ({self.width}) must be a multiple of the heads ({self.heads})")
+
+
+#: What each method's entry records of the method itself.
+_RECORDED = ("algorithm", "transport", "memory", "h", "fragments", "tau", "pipelined", "note", "family")
 
 
 def _family(m):
@@ -162,15 +157,7 @@ def _method_entry(m, cost, setting, cfg, runs, trajs):
     _, gi, evals, clock = best
     chosen = grid[gi]
     return dict(
-        algorithm=m.algorithm,
-        transport=m.transport,
-        memory=m.memory,
-        h=m.h,
-        fragments=m.fragments,
-        tau=m.tau,
-        pipelined=m.pipelined,
-        note=m.note,
-        family=fam,
+        **{name: getattr(m, name) for name in _RECORDED},
         sync_bytes=setting.bytes_for(m),
         wire_dtype=cfg.dtype,
         detail=cost.detail,

@@ -27,6 +27,7 @@ from ...spec.protocol import UDP_PORT
 from ..aggd import GoldenEngine, site_layout
 from ..transport import SiteTransport
 from .aggregate import wire_dtype
+from .experiment import Config
 from .runner import next_from_sites, stop_sites
 
 __all__ = ["UdpSyncer", "train_sites"]
@@ -127,7 +128,7 @@ def _train(rank, n, cfg, out_queue):
     model = make_model(cfg["seed"])
     net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
     net.register_comm_hook((syncer, lambda: rounds), _ddp_hook)
-    opt = _SGD(model.parameters(), lr=cfg["lr"], momentum=0.9)
+    opt = _SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
     xs, ys = torch.from_numpy(split.site_x[rank]), torch.from_numpy(split.site_y[rank])
     rng = np.random.default_rng([cfg["seed"], rank])
     loss_fn = nn.CrossEntropyLoss()
@@ -156,17 +157,10 @@ def train_sites(schedule, *, transport, steps=3, dtype="fp32", seed=0, port=UDP_
     n = schedule.n
     load_split(n, seed=seed)
     layout = site_layout(schedule, dtype=wire_dtype(dtype))
-    cfg = dict(
-        schedule=schedule,
-        transport=transport,
-        steps=steps,
-        dtype=dtype,
-        seed=seed,
-        port=port,
-        job=job,
-        lr=0.1,
-        batch=32,
-        chunk_elems=layout.chunk_elems,
+    cfg = dict(schedule=schedule, transport=transport, steps=steps, dtype=dtype, seed=seed, port=port)
+    # The digits comparison's optimiser and batch: its defaults.
+    cfg.update(
+        {k: getattr(Config, k) for k in ("lr", "momentum", "batch")}, job=job, chunk_elems=layout.chunk_elems
     )
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()

@@ -33,24 +33,34 @@ from ..verify.ratebound import metro_cores, metro_ext_cores, rate_bound
 
 __all__ = ["run", "NOTES", "RUNS", "EXTMEM", "EXTMEM_U55C"]
 
-#: The external-buffer runs' builds and operating points (``rate_bound`` keywords).
-EXTMEM = dict(
-    width=64,
-    clock_hz=1.5e9,
-    memory=1 << 20,
-    buffers="external",
-    mem_ports=1,
-    mem_latency_us=1.0,
-    site_gbps=21.5,
-)
-EXTMEM_U55C = dict(
-    width=512,
-    memory=2 << 20,
-    buffers="external",
-    mem_ports=2,
-    mem_latency_us=1.0,
-    site_gbps=40.0,
-)
+#: The external-buffer runs' builds and operating points (``rate_bound`` keywords): both the external
+#: build with 1 µs per memory access.
+_EXTERNAL = dict(buffers="external", mem_latency_us=1.0)
+EXTMEM = dict(_EXTERNAL, width=64, clock_hz=1.5e9, memory=1 << 20, mem_ports=1, site_gbps=21.5)
+EXTMEM_U55C = dict(_EXTERNAL, width=512, memory=2 << 20, mem_ports=2, site_gbps=40.0)
+
+
+#: The figures each run records: the record's name of each, and the run result's key it holds.
+_FIGURES = {
+    "sim_over_model": "sim_over_model",
+    "sim_s": "sim_s",
+    "model_s": "model_s",
+    "latency_share": "model_latency_share",
+}
+_ON_CHIP = {**_FIGURES, "golden_over_model": "golden_datapath_over_model", "model_bound": "model_bound"}
+_EXTERNAL_FIGURES = {
+    **_FIGURES,
+    "model_bound": "model_bound",
+    "port_beats_per_cycle": "mem_port_beats",
+    "latency_cycles": "mem_latency_cycles",
+}
+
+
+def _record(out, prefix, r, figures):
+    """Puts the run ``r``'s ``figures`` into ``out`` under ``prefix``; whether it was exact, with no drop."""
+    for name, key in figures.items():
+        out[f"{prefix}_{name}"] = r[key]
+    return bool(r["exact"]) and r["drops"] == 0
 
 
 def run():
@@ -58,28 +68,14 @@ def run():
     out = {}
     exact = True
     for prefix, gbps in (("rate_bound", 7.0), ("rate_bound_link", 5.0), ("rate_bound_overrun", 100.0)):
-        r = rate_bound(site_gbps=gbps, cores=cores)
-        exact &= bool(r["exact"]) and r["drops"] == 0
-        out[f"{prefix}_sim_over_model"] = r["sim_over_model"]
-        out[f"{prefix}_sim_s"] = r["sim_s"]
-        out[f"{prefix}_model_s"] = r["model_s"]
-        out[f"{prefix}_latency_share"] = r["model_latency_share"]
-        out[f"{prefix}_golden_over_model"] = r["golden_datapath_over_model"]
-        out[f"{prefix}_model_bound"] = r["model_bound"]
+        exact &= _record(out, prefix, rate_bound(site_gbps=gbps, cores=cores), _ON_CHIP)
     for prefix, config, scale in (
         ("rate_bound_extmem", EXTMEM, 1.0),
         ("rate_bound_extmem_half", EXTMEM, 0.5),
         ("rate_bound_extmem_u55c", EXTMEM_U55C, 1.0),
     ):
         r = rate_bound(**config, port_scale=scale, cores=_ext_cores(config))
-        exact &= bool(r["exact"]) and r["drops"] == 0
-        out[f"{prefix}_sim_over_model"] = r["sim_over_model"]
-        out[f"{prefix}_sim_s"] = r["sim_s"]
-        out[f"{prefix}_model_s"] = r["model_s"]
-        out[f"{prefix}_latency_share"] = r["model_latency_share"]
-        out[f"{prefix}_model_bound"] = r["model_bound"]
-        out[f"{prefix}_port_beats_per_cycle"] = r["mem_port_beats"]
-        out[f"{prefix}_latency_cycles"] = r["mem_latency_cycles"]
+        exact &= _record(out, prefix, r, _EXTERNAL_FIGURES)
     out["rate_bound_exact"] = exact
     return out
 
