@@ -483,6 +483,17 @@ def add_fault_options(p):
     )
 
 
+def add_capture_argument(p, what, *, dest="input", metavar="IN.pcap"):
+    """The capture a command reads, a positional argument; ``what`` says what the command takes from it.
+    Every reader takes the same format, which the help names once here."""
+    p.add_argument(dest, metavar=metavar, help=f"{what} (classic pcap, Ethernet)")
+
+
+def add_results_capture(p):
+    """The capture of RESULTs that ``unpack`` and ``verify`` read."""
+    add_capture_argument(p, "capture holding RESULT frames", metavar="RESULTS.pcap")
+
+
 def add_grads_option(p):
     """``--grads GRADS.npz``: every site's tensor (:func:`wanreduce.host.emit.load_grads` reads it)."""
     p.add_argument(
@@ -509,10 +520,10 @@ def add_rank_option(p, help, **kw):
 rank_arg = int_in(0, MAX_RANKS - 1, "--rank")
 
 
-def add_dtype_option(p, what="element type on the wire"):
-    """``--dtype``, one of the wire's element types (fp32 by default); ``what`` is its help."""
+def add_dtype_option(p, what="element type on the wire", default="fp32"):
+    """``--dtype``, one of the wire's element types (``default`` fp32); ``what`` is its help."""
     p.add_argument(
-        "--dtype", choices=[d.label for d in DType], default="fp32", help=f"{what} (default: fp32)"
+        "--dtype", choices=[d.label for d in DType], default=default, help=f"{what} (default: {default})"
     )
 
 
@@ -678,6 +689,21 @@ MODES = {"auto": ("gather", "root"), "gather": ("gather",), "root": ("root",)}
 MAX_JITTER_MS = 60_000
 
 
+#: The cost model's plain positive numbers: (option, CostParams field, metavar, what it is), each option
+#: added and read through this one list.
+_MODEL_NUMBERS = (
+    (
+        "--site-gbps",
+        "site_gbps",
+        "GBPS",
+        "each site's access link, Gbit/s per direction, unless the topology gives it",
+    ),
+    ("--fpga-ingress-gbps", "fpga_ingress_gbps", "GBPS", "sum of the aggregator's input ports, Gbit/s"),
+    ("--clock-mhz", "clock_mhz", "MHZ", "aggregator datapath clock, one bus beat per cycle"),
+    ("--epsilon", "epsilon", "EPS", "consensus target for schedules that are not exact"),
+)
+
+
 def add_model_arguments(p, *, memory_help=None):
     """Options shared by ``schedule`` and ``sweep``: the topology and every cost-model parameter."""
     d = CostParams()
@@ -702,25 +728,10 @@ def add_model_arguments(p, *, memory_help=None):
         metavar="SIZE",
         help=f"bytes each site contributes per sync (default: {format_size(d.tensor_bytes)})",
     )
-    p.add_argument(
-        "--site-gbps",
-        default=d.site_gbps,
-        metavar="GBPS",
-        help=f"each site's access link, Gbit/s per direction, unless the topology gives it "
-        f"(default: {d.site_gbps:g})",
-    )
-    p.add_argument(
-        "--fpga-ingress-gbps",
-        default=d.fpga_ingress_gbps,
-        metavar="GBPS",
-        help=f"sum of the aggregator's input ports, Gbit/s (default: {d.fpga_ingress_gbps:g})",
-    )
-    p.add_argument(
-        "--clock-mhz",
-        default=d.clock_mhz,
-        metavar="MHZ",
-        help=f"aggregator datapath clock, one bus beat per cycle (default: {d.clock_mhz:g})",
-    )
+    for flag, field, metavar, text in _MODEL_NUMBERS[:3]:
+        p.add_argument(
+            flag, default=getattr(d, field), metavar=metavar, help=f"{text} (default: {getattr(d, field):g})"
+        )
     p.add_argument(
         "--width",
         "--bus-bits",
@@ -736,11 +747,9 @@ def add_model_arguments(p, *, memory_help=None):
         metavar="GBPS",
         help="capacity of public links without a Bandwidth column, Gbit/s per direction (default: unlimited)",
     )
+    flag, field, metavar, text = _MODEL_NUMBERS[3]
     p.add_argument(
-        "--epsilon",
-        default=d.epsilon,
-        metavar="EPS",
-        help=f"consensus target for schedules that are not exact (default: {d.epsilon:g})",
+        flag, default=getattr(d, field), metavar=metavar, help=f"{text} (default: {getattr(d, field):g})"
     )
     p.add_argument(
         "--time-limit",
@@ -814,11 +823,8 @@ def params_from_args(args, *, memory=None):
         memory_bytes=memory,
         chunk_bytes=parse_size(args.chunk_bytes, what="--chunk-bytes"),
         tensor_bytes=parse_size(args.tensor_bytes, what="--tensor-bytes"),
-        site_gbps=number(args.site_gbps, "--site-gbps"),
-        fpga_ingress_gbps=number(args.fpga_ingress_gbps, "--fpga-ingress-gbps"),
-        clock_mhz=number(args.clock_mhz, "--clock-mhz"),
         bus_bits=number(args.width, "--width", kind=int),
-        epsilon=number(args.epsilon, "--epsilon"),
+        **{field: number(getattr(args, field), flag) for flag, field, _, _ in _MODEL_NUMBERS},
     )
 
 

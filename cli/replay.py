@@ -16,6 +16,7 @@ from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
 from ._common import (
+    add_capture_argument,
     add_json_option,
     add_rank_option,
     add_speed_options,
@@ -77,7 +78,7 @@ def register(sub):
         "wanreduce packets (DNS, other traffic in the capture) are skipped and counted unless --all-udp. "
         "Reports packets, packets/s and lateness.",
     )
-    p.add_argument("input", metavar="IN.pcap", help="the capture to replay (classic pcap, Ethernet)")
+    add_capture_argument(p, "the capture to replay")
     p.add_argument("--to", metavar="udp://HOST:PORT", required=True, help="where to send (required)")
     add_speed_options(p)
     add_site_options(p, required=False)

@@ -19,6 +19,7 @@ from ..spec.errors import WanreduceError
 from ._common import (
     SIM_WIDTH,
     Outputs,
+    add_dtype_option,
     add_force_option,
     add_json_option,
     int_in,
@@ -29,7 +30,6 @@ from ._common import (
 
 __all__ = ["register", "run"]
 
-_DTYPES = ("fp32", "fp16", "bf16")
 #: A first build's time: Amaranth's conversion, then Verilator (measured idle and on 2 busy cores).
 FIRST_BUILD = "about 10 s on an idle machine, 40 s on a busy one"
 
@@ -47,7 +47,7 @@ def register(sub):
     )
     p.add_argument("input", metavar="IN.npy", help="(N, 2) operand bit patterns (read only, never written)")
     p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns, - for stdout")
-    p.add_argument("--dtype", choices=_DTYPES, default="fp32", help="floating-point format (default: fp32)")
+    add_dtype_option(p, "floating-point format")
     p.add_argument(
         "--width",
         type=int_in(32, 2048, "--width"),

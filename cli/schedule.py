@@ -18,19 +18,13 @@ from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS
 from ._common import (
     SLOW_SEARCH_S,
-    Outputs,
-    add_force_option,
-    add_json_option,
-    add_mode_arguments,
-    add_model_arguments,
-    add_output_option,
     modes_from_args,
     number,
     print_json,
     progress,
     topology_from_args,
 )
-from ._extmem import add_build_arguments, params_of
+from ._extmem import add_cost_options, add_result_options, params_of, result_outputs
 
 __all__ = ["register", "run"]
 
@@ -46,26 +40,19 @@ def register(subparsers):
         "model; print the rounds and what bounds each, compare with the baselines, and write "
         "PROTOCOL.md's schedule file.",
     )
-    add_model_arguments(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
-    add_build_arguments(p)
-    add_mode_arguments(p)
+    add_cost_options(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
     p.add_argument(
         "--group-size",
         default=None,
         metavar="K",
         help="only rotating groups of K sites (default: any size from 2 to N)",
     )
-    add_output_option(
+    add_result_options(
         p,
-        "-o",
-        "--output",
-        default=None,
         metavar="FILE.json",
-        help=f"schedule file to write, - for stdout (the table then goes to stderr); a FILE that exists "
-        f"needs --force (default: {DEFAULT_OUT}, replaced each run; none with --json)",
+        what="schedule file to write, - for stdout (the table then goes to stderr)",
+        default=DEFAULT_OUT,
     )
-    add_force_option(p, "FILE.json")
-    add_json_option(p)
     p.set_defaults(func=run)
 
 
@@ -111,15 +98,7 @@ def run(args):
             f"one slot of {format_size(params.chunk_bytes)} chunks for any group of 2 or more sites"
         )
     jitter_s, modes = modes_from_args(args)
-    outs = Outputs(
-        force=args.force, inputs=[args.topology] if os.path.exists(args.topology) else [], json=args.json
-    )
-    # --json prints the result: it writes the schedule file only when -o names one.
-    out = (
-        None
-        if args.json and args.output is None
-        else outs.add(args.output, "-o", default=DEFAULT_OUT, stdout="text")
-    )
+    outs, out = result_outputs(args, DEFAULT_OUT, stdout="text")
     t0 = time.perf_counter()
     if args.time_limit > SLOW_SEARCH_S:
         progress("schedule", f"searching {topo.n} sites for up to {args.time_limit:g} s (--time-limit)")

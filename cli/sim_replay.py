@@ -41,6 +41,7 @@ from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
 from ._common import (
     Outputs,
+    add_capture_argument,
     add_force_option,
     add_json_option,
     add_output_option,
@@ -123,7 +124,7 @@ def register(sub):
         "RESULT destinations; write the frames it emits and its counters. Exit status: 0 when the core "
         "dropped nothing, 1 when it dropped frames (each reason named), 2 for bad input.",
     )
-    p.add_argument("input", metavar="IN.pcap", help="frames to feed (classic pcap, Ethernet)")
+    add_capture_argument(p, "frames to feed")
     add_rank_option(p, "this site's rank, 0..63 (required)", required=True)
     p.add_argument(
         "--schedule", metavar="S.json", required=True, help="schedule file of PROTOCOL.md (required)"

@@ -13,11 +13,6 @@ from ..spec.errors import WanreduceError
 from ._common import (
     SLOW_SEARCH_S,
     STDOUT,
-    Outputs,
-    add_force_option,
-    add_json_option,
-    add_mode_arguments,
-    add_model_arguments,
     add_output_option,
     modes_from_args,
     number,
@@ -25,7 +20,7 @@ from ._common import (
     progress,
     topology_from_args,
 )
-from ._extmem import add_build_arguments, params_of
+from ._extmem import add_cost_options, add_result_options, params_of, result_outputs
 
 __all__ = ["register", "run", "plot", "figure", "table_rows", "FIGURE_FORMATS", "FONT_LEGEND"]
 
@@ -62,9 +57,7 @@ def register(subparsers):
         "and how it moves with the tensor size. A memory that cannot reach consensus shows as "
         "'infeasible'.",
     )
-    add_model_arguments(p)
-    add_build_arguments(p)
-    add_mode_arguments(p)
+    add_cost_options(p)
     p.add_argument(
         "--memory",
         default="64KiB:16GiB",
@@ -84,14 +77,8 @@ def register(subparsers):
         help="tensor sizes, quadrupling from LOW to HIGH, at which the figure's second panel "
         "finds the crossover (default: 1MiB:1GiB)",
     )
-    add_output_option(
-        p,
-        "-o",
-        "--output",
-        default=None,
-        metavar="FIGURE",
-        help="figure to write, .png, .svg or .pdf by its extension; a FIGURE that exists needs --force "
-        f"(default: {DEFAULT_PLOT}, replaced each run; none with --json)",
+    add_result_options(
+        p, metavar="FIGURE", what="figure to write, .png, .svg or .pdf by its extension", default=DEFAULT_PLOT
     )
     add_output_option(
         p,
@@ -101,8 +88,6 @@ def register(subparsers):
         help="also write the table as CSV, one row per memory size, - for stdout; an empty time means "
         "infeasible (default: no CSV)",
     )
-    add_force_option(p, "the figure or CSV")
-    add_json_option(p)
     p.set_defaults(func=run, memory_help=None)
 
 
@@ -344,11 +329,7 @@ def run(args):
     topo = topology_from_args(args)
     params_of(args, memory=max(memories))  # the largest memory checked against the build's cap first
     params = params_of(args, memory=memories[0])
-    outs = Outputs(
-        force=args.force, inputs=[args.topology] if os.path.exists(args.topology) else [], json=args.json
-    )
-    # --json prints the result: it writes the figure only when -o names one.
-    figure = None if args.json and args.output is None else outs.add(args.output, "-o", default=DEFAULT_PLOT)
+    outs, figure = result_outputs(args, DEFAULT_PLOT)
     table = outs.add(args.csv, stdout="text") if args.csv is not None else None
 
     per_point = min(2.0, args.time_limit / max(1, len(memories)))

@@ -19,7 +19,16 @@ from ..host.train.lmexp import LMConfig, run_lm_experiment
 from ..host.train.methods import LM_METHODS, METHODS, Setting
 from ..sim import figures
 from ..spec.errors import WanreduceError
-from ._common import STDOUT, Outputs, add_force_option, add_output_option, int_in, positive_float, progress
+from ._common import (
+    STDOUT,
+    Outputs,
+    add_dtype_option,
+    add_force_option,
+    add_output_option,
+    int_in,
+    positive_float,
+    progress,
+)
 from .train_udp import add_options, run_udp
 
 __all__ = ["register", "run", "table_text", "sweep_text"]
@@ -67,12 +76,7 @@ def register(subparsers):
         default=d.h,
         help=f"digits: inner steps between DiLoCo outer steps (default: {d.h}); lm: H = 10 and 50 both run",
     )
-    p.add_argument(
-        "--dtype",
-        choices=("fp32", "fp16", "bf16"),
-        default=d.dtype,
-        help=f"wire dtype of every sync, also the stated sync volume (default: {d.dtype})",
-    )
+    add_dtype_option(p, "wire dtype of every sync, also the stated sync volume", default=d.dtype)
     p.add_argument(
         "--engine",
         choices=("fast", "packets"),

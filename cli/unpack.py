@@ -19,6 +19,7 @@ from ._common import (
     add_json_option,
     add_output_option,
     add_rank_option,
+    add_results_capture,
     header_field,
     print_json,
 )
@@ -42,7 +43,7 @@ def register(sub):
         "wire dtype: by default what the site's hosts hold after the round (sum / group size), with --sum "
         "the sum. Frames that are not RESULTs are skipped.",
     )
-    p.add_argument("input", metavar="RESULTS.pcap", help="capture holding RESULT frames")
+    add_results_capture(p)
     add_output_option(
         p, "-o", "--output", metavar="OUT.npy", required=True, help="tensor to write, - for stdout (required)"
     )

@@ -14,30 +14,9 @@ from wanreduce.cli._common import SIM_WIDTH, Outputs
 from wanreduce.host.pcap import read_pcap, write_pcap
 from wanreduce.spec.errors import WanreduceError
 
-TOPOLOGY = "City1,City2,Latency\nA,B,10\nA,C,80\nB,C,85\n"
-NINE = ["AMS", "BAR", "FRA", "LAX", "LON", "NYC", "SEO", "SIN", "TYO"]
-SCHEDULE = {
-    "version": 1,
-    "sites": NINE,
-    "rounds": [{"groups": [[0, 2, 4], [1, 3, 5], [6, 7, 8]]}, {"groups": [[0, 1, 6], [2, 3, 7], [4, 5, 8]]}],
-    "params": {"memory_bytes": 16384, "chunk_bytes": 64, "topology": "nine-city"},
-}
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def tensor(tmp_path):
-    path = tmp_path / "t.npy"
-    np.save(path, np.linspace(-1, 1, 600, dtype=np.float32))
-    return path
+from . import run
+from .test_emit_cli import NINE, SCHEDULE
+from .test_outputs import TOPOLOGY
 
 
 @pytest.fixture

@@ -364,7 +364,7 @@ def test_help_states_the_exit_statuses_and_o_is_out(files, capsys):
     # --output is every command's name for it; --out, its former name, still works and the help says so
     assert "2 for bad input" in text and "-o OUT.pcap, --output OUT.pcap, --out OUT.pcap" in text
     assert "--out is its former name, still accepted" in text
-    # -o is --out: refused like it when it names the input, and the input is untouched
+    # -o, --output and --out are one option: refused alike when they name the input, which is untouched
     tmp, sched, pcap, _ = files
     before = pcap.read_bytes()
     argv = [
@@ -377,9 +377,10 @@ def test_help_states_the_exit_statuses_and_o_is_out(files, capsys):
         "--counters",
         str(tmp / "c.json"),
     ]
-    assert main([*argv, "-o", str(pcap)]) == 2
-    err = capsys.readouterr().err
-    assert "--out" in err and "is also an input" in err and err.count("\n") == 1
+    for flag in ("-o", "--output", "--out"):
+        assert main([*argv, flag, str(pcap)]) == 2
+        err = capsys.readouterr().err  # the option named as typed
+        assert f"error: {flag} {pcap} is also an input" in err and err.count("\n") == 1
     assert pcap.read_bytes() == before
 
 
