@@ -86,6 +86,12 @@ def _parser_for(argv):
     return build_parser()
 
 
+def _command_parser(parser, command):
+    """The subparser of ``command`` in ``parser``, for an error that names the command."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
 def _one_line(command, show):
     """Warnings about the user's input are one line on stderr, like errors; others as Python shows them."""
 
@@ -103,7 +109,11 @@ def main(argv=None):
     if argv[:1] == ["--version"]:
         print(f"wanreduce {version()}")
         return 0
-    args = _parser_for(argv).parse_args(argv)
+    parser = _parser_for(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse leaves a command's unknown options to the top parser, whose error names no command.
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line(args.command, warnings.showwarning)

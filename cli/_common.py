@@ -5,8 +5,8 @@ an input, not named twice, not an existing file unless ``--force``, parent folde
 each is written to a temporary file beside its final name and renamed only when the whole command has
 succeeded, so a failure, even in the second output, never leaves half a file or a stale mix::
 
-    outs = Outputs(force=args.force, inputs=[args.input])
-    pcap = outs.add(args.out, "--out")            # checks now, before any work
+    outs = Outputs(force=args.force, inputs=[args.input], json=args.json)
+    pcap = outs.add(args.out, stdout="binary")    # checks now, before any work
     ...the work...
     with outs.commit():                           # renames all or, on an exception, removes all
         write_pcap(outs.temp(pcap), frames)
@@ -28,6 +28,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -39,8 +40,10 @@ import numpy as np
 from ..host.costmodel import CostModel, CostParams
 from ..host.emit import topology_for
 from ..host.lean import DEFAULT_JITTER_S
+from ..host.packet import MAX_COUNT
 from ..host.topology import EMBEDDED, load_topology
 from ..host.units import format_size, parse_size
+from ..spec.core import WIDTHS
 from ..spec.errors import WanreduceError
 from ..spec.files import read_input
 from ..spec.protocol import HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
@@ -68,6 +71,9 @@ __all__ = [
     "non_negative",
     "load_npy",
     "Outputs",
+    "STDOUT",
+    "Named",
+    "add_output_option",
     "add_force_option",
     "add_json_option",
     "print_json",
@@ -187,63 +193,124 @@ def add_force_option(p, what="an output file"):
     p.add_argument("--force", action="store_true", help=f"replace {what} that exists (default: refuse)")
 
 
+#: The output name that means stdout (``-o -``), for the outputs that can go there.
+STDOUT = "-"
+
+
+class Named(str):
+    """An option's value (a path) that remembers the option string it was given with (``-o`` or
+    ``--output``), so that a message names the option as the user typed it."""
+
+    def __new__(cls, value, option):
+        named = super().__new__(cls, value)
+        named.option = option
+        return named
+
+
+class _StoreNamed(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, Named(values, option_string))
+
+
+def add_output_option(p, *flags, metavar, help, former=(), **kw):
+    """An output file's option (``-o/--output`` and the like): its value is a :class:`Named` path, so that
+    :meth:`Outputs.add` names the option as typed. ``help`` says what the file is and its default;
+    ``former`` names are still accepted, and the help says so."""
+    if former:
+        help += f"; {', '.join(former)} is its former name, still accepted"
+    p.add_argument(*flags, *former, action=_StoreNamed, metavar=metavar, help=help, **kw)
+
+
 class Outputs:
     """The output files of one command: checked before the work, written whole or not at all.
 
-    ``inputs`` are paths the command reads; no output may name one (even with ``force``).
+    ``inputs`` are paths the command reads; no output may name one (even with ``force``). ``json``: the
+    command prints its result as JSON on stdout (``--json``), so no output may go there too.
     """
 
-    def __init__(self, *, force=False, inputs=()):
+    def __init__(self, *, force=False, inputs=(), json=False):
         self.force = force
+        self.json = json
+        # stdout as it is now: a command may send its account elsewhere while an output goes here.
+        self._stdout = sys.stdout
         self.inputs = [os.fspath(p) for p in inputs if p is not None]
         self._paths = {}  # final Path -> option name
         self._temps = {}  # final Path -> temporary Path
 
-    def add(self, path, what, *, default=None):
+    @property
+    def to_stdout(self):
+        """Whether an output goes to stdout (then a command's account of its work goes to stderr)."""
+        return Path(STDOUT) in self._paths
+
+    @property
+    def log(self):
+        """Where a command prints its summary: stdout, unless an output goes there."""
+        return sys.stderr if self.to_stdout else self._stdout
+
+    @staticmethod
+    def shown(path):
+        """``path`` as a summary names it: ``stdout`` for ``-``."""
+        return "stdout" if os.fspath(path) == STDOUT else os.fspath(path)
+
+    def add(self, path, what=None, *, default=None, stdout=None):
         """Check ``path`` (the value of option ``what``) and return it as a :class:`Path`.
 
-        ``path`` None means the option was not given: ``default`` is used, a file under ``build/`` that is
-        the command's own scratch and is replaced without ``--force`` (so a second run is not refused); a
-        path the user names is never replaced without it. Creates missing parent folders. Raises
-        :class:`WanreduceError` when the path is an input, is named by another output, is a directory,
-        exists without ``force``, or cannot be written.
+        ``what`` is the option as the user typed it when ``path`` is a :class:`Named` value; None for a
+        positional argument (the messages then name the path alone). ``path`` None means the option was
+        not given: ``default`` is used, a file under ``build/`` that is the command's own scratch and is
+        replaced without ``--force`` (so a second run is not refused); a path the user names is never
+        replaced without it. ``-`` is stdout when ``stdout`` says what goes there (``"text"`` or
+        ``"binary"``, which a terminal does not take), else refused. Creates missing parent folders.
+        Raises :class:`WanreduceError` when the path is an input, is named by another output, is a
+        directory, exists without ``force``, or cannot be written.
         """
+        what = getattr(path, "option", None) or what
         scratch = path is None
         path = default if scratch else path
-        if str(path) == "-":
-            raise WanreduceError(
-                f"{what} -: this output cannot go to stdout; name a file (--json prints the result)"
-            )
+        named = f"{what} {path}" if what else f"{path}"
+        if os.fspath(path) == STDOUT:
+            return self._add_stdout(what, named, stdout)
         path = Path(path)
         for src in self.inputs:
             if same_file(path, src):
-                raise WanreduceError(f"{what} {path} is also an input file; choose another output")
+                raise WanreduceError(f"{named} is also an input file; choose another output")
         for other, other_what in self._paths.items():
             if same_file(path, other):
-                raise WanreduceError(f"{what} and {other_what} both name {path}; choose two files")
+                both = f"{what} and {other_what}" if what and other_what else "two outputs"
+                raise WanreduceError(f"{both} both name {path}; choose two files")
         if path.is_dir():
-            raise WanreduceError(f"{what} {path} is a directory; name a file")
+            raise WanreduceError(f"{named} is a directory; name a file")
         if path.exists() and not (self.force or scratch):
-            raise WanreduceError(f"{what} {path} already exists; pass --force to replace it")
+            raise WanreduceError(f"{named} already exists; pass --force to replace it")
         parent = path.parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             blocker = next((p for p in (parent, *parent.parents) if p.exists() and not p.is_dir()), parent)
-            raise WanreduceError(f"{what} {path}: {blocker} is a file, not a folder") from None
+            raise WanreduceError(f"{named}: {blocker} is a file, not a folder") from None
         except OSError as exc:
-            raise WanreduceError(
-                f"{what} {path}: cannot create the folder {parent} ({exc.strerror})"
-            ) from None
+            raise WanreduceError(f"{named}: cannot create the folder {parent} ({exc.strerror})") from None
         # os.access is not enough (read-only mounts, ACLs): creating a file is the real test.
         try:
             fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
         except OSError as exc:
-            raise WanreduceError(f"{what} {path}: cannot write in {parent} ({exc.strerror})") from None
+            raise WanreduceError(f"{named}: cannot write in {parent} ({exc.strerror})") from None
         os.close(fd)
         os.unlink(probe)
         self._paths[path] = what
         return path
+
+    def _add_stdout(self, what, named, kind):
+        if kind is None:
+            raise WanreduceError(f"{named}: this output cannot go to stdout; name a file")
+        if self.json:
+            raise WanreduceError(f"{named} and --json both write to stdout; choose one")
+        if self.to_stdout:
+            raise WanreduceError(f"{named}: another output already goes to stdout; name a file")
+        if kind == "binary" and self._stdout.isatty():
+            raise WanreduceError(f"{named}: binary data for a terminal; redirect stdout or name a file")
+        self._paths[Path(STDOUT)] = what
+        return Path(STDOUT)
 
     def __iter__(self):
         return iter(self._paths)
@@ -254,7 +321,12 @@ class Outputs:
         if path not in self._paths:
             raise KeyError(f"{path} was not declared with Outputs.add")
         if path not in self._temps:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+            where = (
+                dict(dir=None, prefix=".wanreduce-stdout.")
+                if path == Path(STDOUT)
+                else dict(dir=path.parent, prefix=f".{path.name}.")
+            )
+            fd, tmp = tempfile.mkstemp(suffix=path.suffix, **where)
             os.close(fd)
             # mkstemp makes the file private (0600); the output gets what open() would give it.
             os.chmod(tmp, 0o666 & ~_umask())
@@ -291,13 +363,24 @@ class Outputs:
         except BaseException:
             self.discard()
             raise
+        piped = self._temps.pop(Path(STDOUT), None)
         try:
             for path, tmp in self._temps.items():
                 os.replace(tmp, path)
         except OSError as exc:
             self.discard()
+            if piped is not None:
+                piped.unlink()
             raise WanreduceError(f"cannot write {path} ({exc.strerror})") from None
         self._temps.clear()
+        if piped is not None:
+            try:
+                self._stdout.flush()
+                with open(piped, "rb") as f:
+                    shutil.copyfileobj(f, self._stdout.buffer)
+                self._stdout.buffer.flush()
+            finally:
+                piped.unlink()
 
 
 def add_json_option(p):
@@ -400,6 +483,17 @@ def add_fault_options(p):
     )
 
 
+def add_capture_argument(p, what, *, dest="input", metavar="IN.pcap"):
+    """The capture a command reads, a positional argument; ``what`` says what the command takes from it.
+    Every reader takes the same format, which the help names once here."""
+    p.add_argument(dest, metavar=metavar, help=f"{what} (classic pcap, Ethernet)")
+
+
+def add_results_capture(p):
+    """The capture of RESULTs that ``unpack`` and ``verify`` read."""
+    add_capture_argument(p, "capture holding RESULT frames", metavar="RESULTS.pcap")
+
+
 def add_grads_option(p):
     """``--grads GRADS.npz``: every site's tensor (:func:`wanreduce.host.emit.load_grads` reads it)."""
     p.add_argument(
@@ -426,22 +520,100 @@ def add_rank_option(p, help, **kw):
 rank_arg = int_in(0, MAX_RANKS - 1, "--rank")
 
 
-def add_dtype_option(p, what="element type on the wire"):
-    """``--dtype``, one of the wire's element types (fp32 by default); ``what`` is its help."""
+def add_dtype_option(p, what="element type on the wire", default="fp32"):
+    """``--dtype``, one of the wire's element types (``default`` fp32); ``what`` is its help."""
     p.add_argument(
-        "--dtype", choices=[d.label for d in DType], default="fp32", help=f"{what} (default: fp32)"
+        "--dtype", choices=[d.label for d in DType], default=default, help=f"{what} (default: {default})"
     )
 
 
-def add_experiment_options(p, *, widths):
-    """The options of an experiment over every site of a topology (``demo``, ``demo-net``): the topology,
-    the memory the schedule and the cores are built for, the seeded tensors, the cores' width (one of
-    ``widths``) and the schedule search, with one name, range and default each."""
+#: The datapath width the commands that simulate the core (``demo``, ``demo-net``, ``sim-replay``,
+#: ``rtl-add``) build by default: every width gives the same frames and sums, and 64 bits builds and
+#: simulates quickest. ``verilog`` and the cost model (``schedule``, ``sweep``) default to the deployed
+#: 512-bit build instead (a 100G MAC's bus), and say so in their help.
+SIM_WIDTH = 64
+
+
+def add_width_option(p, *, choices=WIDTHS, type=int):
+    """``--width``, the datapath width in bits of a simulated core, :data:`SIM_WIDTH` by default."""
+    p.add_argument(
+        "--width",
+        type=type,
+        choices=choices,
+        default=SIM_WIDTH,
+        metavar="BITS",
+        help=f"datapath width in bits, one of {', '.join(map(str, choices))} (default: {SIM_WIDTH}: every "
+        "width gives the same results and this one builds quickest; verilog's default is the deployed 512)",
+    )
+
+
+def add_topology_option(p, *, default="nine-city", default_help=None, note="", former=()):
+    """``--topology``: an embedded topology or a topology CSV; ``note`` adds what the command does with it,
+    ``default_help`` what the default means, and ``former`` the option's former names (``--wan``),
+    still accepted (the help says so)."""
+    renamed = f"; {', '.join(former)} is its former name, still accepted" if former else ""
     p.add_argument(
         "--topology",
-        default="nine-city",
-        help="embedded topology name or a topology CSV (default: nine-city)",
+        *former,
+        dest="topology",
+        metavar="NAME|FILE.csv",
+        default=default,
+        help=f"{' or '.join(EMBEDDED)}, or a CSV of public links (City1,City2,Latency[,Bandwidth]) or "
+        f"private links (Device1,Device2,Latency,Bandwidth), latencies RTT in ms{note} "
+        f"({default_help or f'default: {default}'}{renamed})",
     )
+
+
+def add_chunk_option(p, *, default_help):
+    """``--chunk-bytes``, the payload bytes of one chunk (the name and unit of the schedule file, the cost
+    model and the gateware), with ``--chunk-elems``, the former count of elements, still accepted;
+    :func:`chunk_elems_of` reads either. ``default_help`` says what is used without them."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--chunk-bytes",
+        type=int_in(1, MAX_COUNT * 4, "--chunk-bytes"),
+        default=None,
+        metavar="BYTES",
+        help=f"payload bytes per packet, a whole number of elements of --dtype ({default_help})",
+    )
+    g.add_argument(
+        "--chunk-elems",
+        type=int_in(1, MAX_COUNT, "--chunk-elems"),
+        default=None,
+        metavar="N",
+        help="elements per packet, instead of --chunk-bytes (its former form, still accepted)",
+    )
+
+
+def chunk_elems_of(args, dtype, *, default=None):
+    """Elements per chunk from ``--chunk-bytes`` or ``--chunk-elems`` (``default`` bytes when neither: None
+    leaves the choice to the caller)."""
+    if args.chunk_elems is not None:
+        return args.chunk_elems
+    nbytes = args.chunk_bytes if args.chunk_bytes is not None else default
+    if nbytes is None:
+        return None
+    if nbytes % dtype.size:
+        raise WanreduceError(
+            f"--chunk-bytes {nbytes} is not a whole number of {dtype.label} elements ({dtype.size} bytes)"
+        )
+    elems = nbytes // dtype.size
+    if elems > MAX_COUNT:
+        raise WanreduceError(
+            f"--chunk-bytes {nbytes} holds {elems} {dtype.label} elements; a packet holds at most {MAX_COUNT}"
+        )
+    return elems
+
+
+#: Chunk bytes of the commands that make packets, when no option gives them: the cost model's.
+DEFAULT_CHUNK_BYTES = CostParams().chunk_bytes
+
+
+def add_experiment_options(p):
+    """The options of an experiment over every site of a topology (``demo``, ``demo-net``): the topology,
+    the memory the schedule and the cores are built for, the seeded tensors, the cores' width and the
+    schedule search, with one name, range and default each."""
+    add_topology_option(p)
     p.add_argument(
         "--memory",
         default="1MiB",
@@ -453,21 +625,10 @@ def add_experiment_options(p, *, widths):
         default=65536,
         help="elements of each site's tensor (default: 65536)",
     )
-    p.add_argument(
-        "--chunk-elems",
-        type=int_in(1, 2048, "--chunk-elems"),
-        default=256,
-        help="elements per packet (default: 256, 1 KiB of fp32)",
-    )
+    add_chunk_option(p, default_help=f"default: {DEFAULT_CHUNK_BYTES}")
     add_dtype_option(p)
     p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
-    p.add_argument(
-        "--width",
-        type=int,
-        choices=widths,
-        default=64,
-        help="datapath width of the cores in bits (default: 64, the quickest to build)",
-    )
+    add_width_option(p)
     p.add_argument(
         "--time-limit",
         type=int_in(1, 600, "--time-limit"),
@@ -477,19 +638,20 @@ def add_experiment_options(p, *, widths):
 
 
 def add_wan_option(p, *, default_help):
-    p.add_argument(
-        "--wan",
-        metavar="NAME|FILE.csv",
+    """``--topology`` of the commands that replay or emit over a WAN (``--wan`` still accepted)."""
+    add_topology_option(
+        p,
         default=None,
-        help=f"the WAN whose one-way delays apply: {' or '.join(EMBEDDED)} or a topology CSV; its "
-        f"sites must be the schedule's, in the same order ({default_help})",
+        note="; the WAN whose one-way delays apply, its sites the schedule's in the same order",
+        default_help=default_help,
+        former=("--wan",),
     )
 
 
 def wan_of(args, schedule):
     """The topology of ``--wan``; by default the one the schedule was made for (its params.topology: an
     embedded name, or a CSV that still exists at that path), else nine-city."""
-    name = args.wan
+    name = args.topology
     recorded = schedule.params.get("topology")
     if name is None:
         usable = isinstance(recorded, str) and (recorded in EMBEDDED or os.path.isfile(recorded))
@@ -497,8 +659,10 @@ def wan_of(args, schedule):
     try:
         return topology_for(name, schedule.sites)
     except WanreduceError as exc:
-        if args.wan is None and isinstance(recorded, str) and recorded != name:
-            raise WanreduceError(f"{exc}; the schedule was made for {recorded}: give it with --wan") from None
+        if args.topology is None and isinstance(recorded, str) and recorded != name:
+            raise WanreduceError(
+                f"{exc}; the schedule was made for {recorded}: give it with --topology"
+            ) from None
         raise
 
 
@@ -525,17 +689,25 @@ MODES = {"auto": ("gather", "root"), "gather": ("gather",), "root": ("root",)}
 MAX_JITTER_MS = 60_000
 
 
+#: The cost model's plain positive numbers: (option, CostParams field, metavar, what it is), each option
+#: added and read through this one list.
+_MODEL_NUMBERS = (
+    (
+        "--site-gbps",
+        "site_gbps",
+        "GBPS",
+        "each site's access link, Gbit/s per direction, unless the topology gives it",
+    ),
+    ("--fpga-ingress-gbps", "fpga_ingress_gbps", "GBPS", "sum of the aggregator's input ports, Gbit/s"),
+    ("--clock-mhz", "clock_mhz", "MHZ", "aggregator datapath clock, one bus beat per cycle"),
+    ("--epsilon", "epsilon", "EPS", "consensus target for schedules that are not exact"),
+)
+
+
 def add_model_arguments(p, *, memory_help=None):
     """Options shared by ``schedule`` and ``sweep``: the topology and every cost-model parameter."""
     d = CostParams()
-    p.add_argument(
-        "--topology",
-        default="nine-city",
-        metavar="NAME|FILE.csv",
-        help=f"{' or '.join(EMBEDDED)}, or a CSV of public links (City1,City2,Latency[,Bandwidth]"
-        ") or private links (Device1,Device2,Latency,Bandwidth); latencies are RTT in ms "
-        "(default: nine-city)",
-    )
+    add_topology_option(p)
     p.add_argument(
         "--sites",
         default=None,
@@ -556,30 +728,18 @@ def add_model_arguments(p, *, memory_help=None):
         metavar="SIZE",
         help=f"bytes each site contributes per sync (default: {format_size(d.tensor_bytes)})",
     )
+    for flag, field, metavar, text in _MODEL_NUMBERS[:3]:
+        p.add_argument(
+            flag, default=getattr(d, field), metavar=metavar, help=f"{text} (default: {getattr(d, field):g})"
+        )
     p.add_argument(
-        "--site-gbps",
-        default=d.site_gbps,
-        metavar="GBPS",
-        help=f"each site's access link, Gbit/s per direction, unless the topology gives it "
-        f"(default: {d.site_gbps:g})",
-    )
-    p.add_argument(
-        "--fpga-ingress-gbps",
-        default=d.fpga_ingress_gbps,
-        metavar="GBPS",
-        help=f"sum of the aggregator's input ports, Gbit/s (default: {d.fpga_ingress_gbps:g})",
-    )
-    p.add_argument(
-        "--clock-mhz",
-        default=d.clock_mhz,
-        metavar="MHZ",
-        help=f"aggregator datapath clock, one bus beat per cycle (default: {d.clock_mhz:g})",
-    )
-    p.add_argument(
+        "--width",
         "--bus-bits",
+        dest="width",
         default=d.bus_bits,
         metavar="BITS",
-        help=f"aggregator datapath width in bits (default: {d.bus_bits})",
+        help=f"aggregator datapath width in bits (default: {d.bus_bits}, the deployed build's, as in "
+        "verilog; --bus-bits is its former name, still accepted)",
     )
     p.add_argument(
         "--link-gbps",
@@ -587,11 +747,9 @@ def add_model_arguments(p, *, memory_help=None):
         metavar="GBPS",
         help="capacity of public links without a Bandwidth column, Gbit/s per direction (default: unlimited)",
     )
+    flag, field, metavar, text = _MODEL_NUMBERS[3]
     p.add_argument(
-        "--epsilon",
-        default=d.epsilon,
-        metavar="EPS",
-        help=f"consensus target for schedules that are not exact (default: {d.epsilon:g})",
+        flag, default=getattr(d, field), metavar=metavar, help=f"{text} (default: {getattr(d, field):g})"
     )
     p.add_argument(
         "--time-limit",
@@ -665,11 +823,8 @@ def params_from_args(args, *, memory=None):
         memory_bytes=memory,
         chunk_bytes=parse_size(args.chunk_bytes, what="--chunk-bytes"),
         tensor_bytes=parse_size(args.tensor_bytes, what="--tensor-bytes"),
-        site_gbps=number(args.site_gbps, "--site-gbps"),
-        fpga_ingress_gbps=number(args.fpga_ingress_gbps, "--fpga-ingress-gbps"),
-        clock_mhz=number(args.clock_mhz, "--clock-mhz"),
-        bus_bits=number(args.bus_bits, "--bus-bits", kind=int),
-        epsilon=number(args.epsilon, "--epsilon"),
+        bus_bits=number(args.width, "--width", kind=int),
+        **{field: number(getattr(args, field), flag) for flag, field, _, _ in _MODEL_NUMBERS},
     )
 
 

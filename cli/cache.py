@@ -6,7 +6,7 @@ import time
 from ..host.units import format_size
 from ..sim.verilator import runner, toolchain
 from ..spec.errors import WanreduceError
-from ._common import int_in
+from ._common import add_json_option, int_in, plural, print_json
 
 __all__ = ["register", "run"]
 
@@ -32,6 +32,7 @@ def register(sub):
         metavar="DAYS",
         help="remove the builds not used for DAYS days",
     )
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
@@ -49,25 +50,36 @@ def _size(path):
 def run(args):
     folder = runner.cache_dir()
     if args.path:
-        print(folder)
+        if args.json:
+            print_json({"folder": str(folder)})
+        else:
+            print(folder)
         return 0
-    if args.clear:
+    if args.clear or args.prune is not None:
         try:
-            n = runner.clear_cache()
+            n = runner.clear_cache() if args.clear else runner.prune_cache(args.prune)
         except OSError as exc:
             raise WanreduceError(f"cannot empty {folder} ({exc.strerror}: {exc.filename})") from None
-        print(f"removed {n} cached build{'s' if n != 1 else ''} from {folder}")
-        return 0
-    if args.prune is not None:
-        n = runner.prune_cache(args.prune)
-        print(f"removed {n} cached build{'s' if n != 1 else ''} unused for {args.prune} days from {folder}")
+        if args.json:
+            print_json({"folder": str(folder), "removed": n})
+        else:
+            unused = f" unused for {args.prune} days" if args.prune is not None else ""
+            print(f"removed {plural(n, 'cached build')}{unused} from {folder}")
         return 0
     builds = runner.cached_builds()
+    rows = sorted((((b / ".done").stat().st_mtime, b) for b in builds), reverse=True)
+    size = _size(folder) if folder.is_dir() else 0
+    if args.json:
+        listed = (
+            [{"name": b.name, "bytes": _size(b), "last_used": used} for used, b in rows]
+            if args.list
+            else None
+        )
+        print_json({"folder": str(folder), "builds": len(builds), "bytes": size, "list": listed})
+        return 0
     if args.list:
-        rows = sorted(((b / ".done").stat().st_mtime, b) for b in builds)
-        for used, b in reversed(rows):
+        for used, b in rows:
             stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(used))
             print(f"{stamp}  {format_size(_size(b)):>10}  {b.name}")
-    size = _size(folder) if folder.is_dir() else 0
-    print(f"{folder}: {len(builds)} cached build{'s' if len(builds) != 1 else ''}, {format_size(size)}")
+    print(f"{folder}: {plural(len(builds), 'cached build')}, {format_size(size)}")
     return 0

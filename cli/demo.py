@@ -10,16 +10,18 @@ import json
 import sys
 
 from ..host.units import parse_size
-from ..hw.layouts import WIDTHS
 from ..sim import figures
 from ..sim.verify import demo
 from ..spec.protocol import DType
 from ._common import (
+    DEFAULT_CHUNK_BYTES,
     Outputs,
     add_experiment_options,
     add_fault_options,
     add_force_option,
     add_json_option,
+    add_output_option,
+    chunk_elems_of,
     int_in,
     non_negative,
     print_json,
@@ -38,7 +40,7 @@ def register(sub):
         help="all sites synchronise on the RTL under the optimised schedule",
         description=__doc__.split("\n\n")[0].replace("\n", " "),
     )
-    add_experiment_options(p, widths=WIDTHS)
+    add_experiment_options(p)
     p.add_argument(
         "--aggregator",
         choices=("rtl", "golden"),
@@ -65,11 +67,13 @@ def register(sub):
         help="root mode: frames of other traffic mixed into each site's input (default: 40)",
     )
     add_fault_options(p)
-    p.add_argument(
+    add_output_option(
+        p,
         "-o",
         "--output",
         metavar="FILE",
-        help="write the report (JSON) to FILE; it must not exist unless --force (default: no file)",
+        help="write the report (JSON) to FILE, - for stdout (the account then goes to stderr); it must "
+        "not exist unless --force (default: no file)",
     )
     add_force_option(p, "the report file")
     add_json_option(p)
@@ -78,14 +82,15 @@ def register(sub):
 
 def run(args):
     memory = parse_size(args.memory, what="--memory")
-    outs = Outputs(force=args.force, inputs=[args.topology])
-    report_path = outs.add(args.output, "-o") if args.output else None
+    dtype = DType.from_label(args.dtype)
+    outs = Outputs(force=args.force, inputs=[args.topology], json=args.json)
+    report_path = outs.add(args.output, stdout="text") if args.output else None
     config = demo.DemoConfig(
         topology=args.topology,
         memory=memory,
         elements=args.elements,
-        chunk_elems=args.chunk_elems,
-        dtype=DType.from_label(args.dtype),
+        chunk_elems=chunk_elems_of(args, dtype, default=DEFAULT_CHUNK_BYTES),
+        dtype=dtype,
         seed=args.seed,
         aggregator=args.aggregator,
         width=args.width,
@@ -103,7 +108,7 @@ def run(args):
     prov = figures.provenance(
         figures.module_sources(__name__), _command(args), output=str(report_path) if report_path else None
     )
-    account = sys.stderr if args.json else sys.stdout
+    account = sys.stderr if args.json else outs.log
     report = demo.run(
         config,
         echo=lambda line: print(line, file=account, flush=True),
@@ -124,7 +129,7 @@ def run(args):
     if report_path is not None:
         with outs.commit():
             outs.write_text(report_path, json.dumps(report, indent=1) + "\n")
-        print(f"wrote {report_path}", file=account)
+        print(f"wrote {outs.shown(report_path)}", file=account)
     if args.json:
         print_json(report)
     print(verdict, file=account)

@@ -11,6 +11,7 @@ build/demo_net.json. ``--kill SITE@ROUND`` stops a site: the run must end with o
 round, and a non-zero exit.
 """
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -25,17 +26,19 @@ from ..host.reference import run_reference
 from ..host.schedule import optimize, plan_to_schedule
 from ..host.topology import load_topology
 from ..host.units import format_seconds, format_size, parse_size
-from ..hw.layouts import WIDTHS
 from ..sim.verify.cosim import CLOCK_HZ
 from ..sim.verify.demo import parse_kill
 from ..spec.errors import WanreduceError
 from ..spec.protocol import Drop, DType
 from ._common import (
+    DEFAULT_CHUNK_BYTES,
     Outputs,
     add_experiment_options,
     add_fault_options,
     add_force_option,
+    add_output_option,
     add_port_option,
+    chunk_elems_of,
     int_in,
 )
 from .aggd import ENGINES, make_engine
@@ -63,7 +66,7 @@ def register(sub):
         help="all sites as processes over real UDP multicast, with an emulated WAN",
         description=__doc__.split("\n\n")[1].replace("\n", " "),
     )
-    add_experiment_options(p, widths=WIDTHS)
+    add_experiment_options(p)
     p.add_argument(
         "--engine",
         choices=ENGINES,
@@ -101,12 +104,13 @@ def register(sub):
         default=300,
         help="seconds the whole run may take (default: 300)",
     )
-    p.add_argument(
+    add_output_option(
+        p,
         "-o",
         "--output",
         metavar="FILE",
-        help=f"write the report (JSON) to FILE; it must not exist unless --force (default: {REPORT}, "
-        "replaced on each run)",
+        help=f"write the report (JSON) to FILE, - for stdout (the account then goes to stderr); it must "
+        f"not exist unless --force (default: {REPORT}, replaced on each run)",
     )
     add_force_option(p, "the report file")
     p.add_argument(
@@ -124,7 +128,7 @@ def _progress(msg):
 def _write(outs, path, report):
     with outs.commit():
         outs.write_text(path, json.dumps(report, indent=1) + "\n")
-    print(f"wrote {path}")
+    print(f"wrote {outs.shown(path)}")
 
 
 def _rtl_demo(path, args, schedule):
@@ -152,10 +156,17 @@ def run(args):
     if not 0 <= args.delay_scale <= 100:
         raise WanreduceError(f"--delay-scale must be in 0..100, not {args.delay_scale}")
     outs = Outputs(force=args.force, inputs=[args.topology, args.demo_json])
-    report_path = outs.add(args.output, "-o", default=REPORT)
+    report_path = outs.add(args.output, "-o", default=REPORT, stdout="text")
+    # With -o - the report is stdout's alone: the account goes to stderr.
+    with contextlib.redirect_stdout(outs.log):
+        return _run(args, outs, report_path, memory=memory, dtype=dtype)
+
+
+def _run(args, outs, report_path, *, memory, dtype):
     topo = load_topology(args.topology)
-    chunk_bytes = args.chunk_elems * dtype.size
-    n_chunks = wan.chunk_count(args.elements, args.chunk_elems)
+    chunk_elems = chunk_elems_of(args, dtype, default=DEFAULT_CHUNK_BYTES)
+    chunk_bytes = chunk_elems * dtype.size
+    n_chunks = wan.chunk_count(args.elements, chunk_elems)
     params = CostParams(
         memory_bytes=memory,
         chunk_bytes=chunk_bytes,

@@ -9,7 +9,6 @@ aggregator instead, at the schedule's send offsets and pacing interval.
 """
 
 from ..host.emit import bank_slots_of, emit_sites, load_grads, site_gbps_of
-from ..host.packet import MAX_COUNT
 from ..host.pcap import write_pcap_timed
 from ..host.replay import parse_udp_url, send_datagrams, udp_datagram
 from ..host.units import format_seconds
@@ -18,17 +17,22 @@ from ..spec.protocol import DType
 from ..spec.schedfile import load_schedule
 from ._common import (
     Outputs,
+    add_chunk_option,
     add_dtype_option,
     add_force_option,
     add_grads_option,
+    add_json_option,
+    add_output_option,
     add_speed_options,
     add_wan_option,
+    chunk_elems_of,
     flattened,
     header_field,
     heartbeat,
     int_in,
     plural,
     positive_float,
+    print_json,
     rank_arg,
     wan_of,
 )
@@ -68,7 +72,13 @@ def register(sub):
     )
     add_dtype_option(p)
     out = p.add_mutually_exclusive_group(required=True)
-    out.add_argument("-o", "--output", metavar="OUT.pcap", help="write the frames with their send times")
+    add_output_option(
+        out,
+        "-o",
+        "--output",
+        metavar="OUT.pcap",
+        help="write the frames with their send times (- for stdout, with one --rank)",
+    )
     out.add_argument(
         "--to",
         metavar="udp://HOST:PORT",
@@ -82,12 +92,7 @@ def register(sub):
     )
     p.add_argument("--job", type=header_field("job"), default=0, help="job id (default: 0)")
     add_wan_option(p, default_help="default: the schedule's params.topology if embedded, else nine-city")
-    p.add_argument(
-        "--chunk-elems",
-        type=int_in(1, MAX_COUNT, "--chunk-elems"),
-        default=None,
-        help="elements per CONTRIB (default: the schedule's params.chunk_bytes / element size)",
-    )
+    add_chunk_option(p, default_help="default: the schedule's params.chunk_bytes")
     p.add_argument(
         "--bank-slots",
         type=int_in(1, 1 << 24, "--bank-slots"),
@@ -104,6 +109,7 @@ def register(sub):
     add_speed_options(p)
     add_live_options(p)
     add_force_option(p, "OUT.pcap")
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
@@ -115,21 +121,23 @@ def run(args):
             f"--rank {args.rank} is outside 0..{schedule.n - 1} (the schedule has {schedule.n} sites)"
         )
     ranks = list(range(schedule.n)) if every else [args.rank]
+    dtype = DType.from_label(args.dtype)
+    chunk_elems = chunk_elems_of(args, dtype)
     outs, paths = None, []
+    option = getattr(args.output, "option", "-o")
     if args.output is not None:
         if every and "{rank}" not in args.output and "{site}" not in args.output:
-            raise WanreduceError("--rank all writes one file per site: put {rank} or {site} in -o")
-        outs = Outputs(force=args.force, inputs=[args.schedule, args.grads])
+            raise WanreduceError(f"--rank all writes one file per site: put {{rank}} or {{site}} in {option}")
+        outs = Outputs(force=args.force, inputs=[args.schedule, args.grads], json=args.json)
         for r in ranks:
             name = args.output.replace("{rank}", str(r)).replace("{site}", schedule.sites[r])
-            paths.append((name, outs.add(name, "-o")))
+            paths.append((name, outs.add(name, option, stdout="binary")))
     elif every:
         raise WanreduceError("--rank all needs -o: the sites' frames go to one file each")
     else:
         address = parse_udp_url(args.to)
     topo = wan_of(args, schedule)
     grads = load_grads(args.grads, schedule)
-    dtype = DType.from_label(args.dtype)
     gbps = [site_gbps_of(schedule, topo, s, args.gbps) for s in range(schedule.n)]
     if args.live:
         if args.to is None:
@@ -147,11 +155,11 @@ def run(args):
             bank_slots=bank_slots_of(schedule, args.bank_slots),
             job=args.job,
             rounds=args.rounds,
-            chunk_elems=args.chunk_elems,
+            chunk_elems=chunk_elems,
             log=step,
         )
     rounds = schedule.period if args.rounds is None else args.rounds
-    lines = []
+    lines, rows = [], []
     for em in ems:
         site = schedule.sites[em.rank]
         if not em.frames and not every:
@@ -169,14 +177,36 @@ def run(args):
                 f"({gbps[em.rank]:g} Gbit/s over {topo.name})"
             )
         lines.append(what)
+        rows.append(
+            {
+                "rank": em.rank,
+                "site": site,
+                "frames": len(em.frames),
+                "rounds_sent": em.rounds_sent,
+                "rounds": rounds,
+                "elements": em.elements,
+                "chunks": em.n_chunks,
+                "last_frame_s": float(em.times[-1]) if em.frames else None,
+                "gbps": gbps[em.rank],
+            }
+        )
     if outs is not None:
         with outs.commit():
             for em, (_, path) in zip(ems, paths, strict=True):
                 write_pcap_timed(outs.temp(path), em.times, em.frames, overwrite=True)
-        for (name, _), what in zip(paths, lines, strict=True):
-            print(f"{name}: {what}")
+        for row, (_, path) in zip(rows, paths, strict=True):
+            row["output"] = str(path)
+        if not args.json:
+            for (_, path), what in zip(paths, lines, strict=True):
+                print(f"{outs.shown(path)}: {what}", file=outs.log)
     else:
         speed = None if args.topspeed else args.speed
         stats = send_datagrams([udp_datagram(f) for f in ems[0].frames], ems[0].times, address, speed=speed)
-        print(f"{args.to}: {lines[0]}; sent {stats.summary()}")
+        rows[0].update(
+            to=args.to, sent=stats.packets, seconds=stats.seconds, packets_per_s=stats.packets_per_s
+        )
+        if not args.json:
+            print(f"{args.to}: {lines[0]}; sent {stats.summary()}")
+    if args.json:
+        print_json({"topology": topo.name, "dtype": dtype.label, "sites": rows})
     return 0

@@ -7,7 +7,7 @@ from ..host.frames import parse_frame
 from ..host.pcap import read_pcap
 from ..host.validate import check_payload
 from ..spec.protocol import Drop, DType, Kind
-from ._common import add_json_option, add_port_option, int_in, print_json
+from ._common import add_capture_argument, add_json_option, add_port_option, int_in, print_json
 
 __all__ = ["register", "run", "describe"]
 
@@ -21,7 +21,7 @@ def register(sub):
         "need an aggregator's state and are not applied), then a count per reason. Exits 1 if any "
         "frame would be dropped.",
     )
-    p.add_argument("pcap", metavar="FILE.pcap", help="capture to read (classic pcap, Ethernet)")
+    add_capture_argument(p, "capture to read", dest="pcap", metavar="FILE.pcap")
     add_port_option(p, "UDP destination port of wanreduce traffic")
     p.add_argument(
         "--slot-bytes",

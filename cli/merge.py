@@ -16,7 +16,7 @@ from ..host.replay import arrival_order, sources, udp_datagram
 from ..spec.errors import WanreduceError, WanreduceWarning
 from ..spec.protocol import Kind
 from ..spec.schedfile import group_of, load_schedule
-from ._common import Outputs, add_force_option, same_file
+from ._common import Outputs, add_force_option, add_json_option, add_output_option, print_json, same_file
 from .replay import add_site_options, wan_and_rank
 
 __all__ = ["register", "run"]
@@ -31,18 +31,26 @@ def register(sub):
         "one-way delay from the frame's sending site (its header's src).",
     )
     p.add_argument("inputs", metavar="IN.pcap", nargs="+", help="the sites' captures")
-    p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="the merged capture (required)")
+    add_output_option(
+        p,
+        "-o",
+        "--output",
+        metavar="OUT.pcap",
+        required=True,
+        help="the merged capture, - for stdout (required)",
+    )
     add_site_options(p, required=True)
     add_force_option(p, "OUT.pcap")
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
 def run(args):
-    if args.wan is None:
-        raise WanreduceError("--wan is required: the one-way delays decide the order")
-    outs = Outputs(force=args.force, inputs=[*args.inputs, args.schedule])
+    if args.topology is None:
+        raise WanreduceError("--topology is required: the one-way delays decide the order")
+    outs = Outputs(force=args.force, inputs=[*args.inputs, args.schedule], json=args.json)
     topo = wan_and_rank(args)  # a wrong --rank is named before the output's own checks
-    path = outs.add(args.output, "-o")
+    path = outs.add(args.output, stdout="binary")
     schedule = load_schedule(args.schedule) if args.schedule is not None else None
     all_times, all_frames, all_srcs = [], [], []
     dropped = 0
@@ -84,11 +92,27 @@ def run(args):
     arrival, order = arrival_order(np.asarray(all_times), np.asarray(all_srcs), topo.one_way_s, args.rank)
     with outs.commit():
         write_pcap_timed(outs.temp(path), arrival, [all_frames[i] for i in order], overwrite=True)
+    if args.json:
+        print_json(
+            {
+                "output": str(path),
+                "frames": len(all_frames),
+                "captures": len(args.inputs),
+                "rank": args.rank,
+                "site": topo.sites[args.rank],
+                "topology": topo.name,
+                "left_out": dropped if schedule is not None else None,
+                "strays": len(strays),
+                "last_arrival_s": float(arrival[-1]),
+            }
+        )
+        return 0
     kept = f", {dropped} CONTRIBs of other groups left out" if schedule is not None else ""
     print(
-        f"{args.output}: {len(all_frames)} frames from {len(args.inputs)} captures in rank {args.rank} "
+        f"{outs.shown(path)}: {len(all_frames)} frames from {len(args.inputs)} captures in rank {args.rank} "
         f"({topo.sites[args.rank]})'s arrival order over {topo.name}{kept}, "
-        f"{arrival[-1] * 1e3:.3f} ms"
+        f"{arrival[-1] * 1e3:.3f} ms",
+        file=outs.log,
     )
     return 0
 

@@ -1,21 +1,27 @@
 """``wanreduce pack``: a tensor becomes CONTRIB frames in a pcap file."""
 
 from ..host.frames import build_frames
-from ..host.packet import MAX_COUNT, pack_tensor
+from ..host.packet import pack_tensor
 from ..host.pcap import write_pcap
 from ..spec import addressing
 from ..spec.errors import WanreduceError
 from ..spec.protocol import DType
 from ._common import (
+    DEFAULT_CHUNK_BYTES,
     Outputs,
+    add_chunk_option,
     add_dtype_option,
     add_force_option,
+    add_json_option,
+    add_output_option,
     add_port_option,
     add_rank_option,
+    chunk_elems_of,
     flattened,
     header_field,
     int_in,
     load_npy,
+    print_json,
 )
 
 __all__ = ["register", "run"]
@@ -35,7 +41,14 @@ def register(sub):
         help="the tensor to send (any shape, floating point; a bfloat16 array saved from "
         "ml_dtypes is read as bf16)",
     )
-    p.add_argument("-o", "--output", metavar="OUT.pcap", required=True, help="pcap file to write (required)")
+    add_output_option(
+        p,
+        "-o",
+        "--output",
+        metavar="OUT.pcap",
+        required=True,
+        help="pcap file to write, - for stdout (required)",
+    )
     add_dtype_option(p)
     add_rank_option(p, "this site's rank, 0..63 (required)", required=True)
     p.add_argument("--job", type=header_field("job"), default=0, help="job id (default: 0)")
@@ -45,12 +58,7 @@ def register(sub):
     p.add_argument(
         "--group", type=header_field("group"), default=0, help="group id within the round (default: 0)"
     )
-    p.add_argument(
-        "--chunk-elems",
-        type=int_in(1, MAX_COUNT, "--chunk-elems"),
-        default=256,
-        help="elements per packet (default: 256, i.e. 1 KiB of fp32)",
-    )
+    add_chunk_option(p, default_help=f"default: {DEFAULT_CHUNK_BYTES}, 256 fp32 elements")
     p.add_argument(
         "--first-chunk",
         type=header_field("chunk", "--first-chunk"),
@@ -84,6 +92,7 @@ def register(sub):
         help="write 0 (not computed) in the UDP checksum (default: compute it)",
     )
     add_force_option(p, "OUT.pcap")
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
@@ -95,10 +104,11 @@ def run(args):
             f"--group {args.group} does not fit the default multicast address "
             "(group 0..255); give --dst-ip and --dst-mac"
         )
-    outs = Outputs(force=args.force, inputs=[args.tensor])
-    out = outs.add(args.output, "--output")
-    tensor = load_npy(args.tensor, void16_as_bf16=True)
     dtype = DType.from_label(args.dtype)
+    chunk_elems = chunk_elems_of(args, dtype, default=DEFAULT_CHUNK_BYTES)
+    outs = Outputs(force=args.force, inputs=[args.tensor], json=args.json)
+    out = outs.add(args.output, stdout="binary")
+    tensor = load_npy(args.tensor, void16_as_bf16=True)
     payloads = pack_tensor(
         tensor,
         dtype=dtype,
@@ -106,7 +116,7 @@ def run(args):
         job=args.job,
         round=args.round,
         group=args.group,
-        chunk_elems=args.chunk_elems,
+        chunk_elems=chunk_elems,
         first_chunk=args.first_chunk,
     )
     dst_ip = args.dst_ip or addressing.contrib_group_ip(
@@ -125,9 +135,27 @@ def run(args):
     frames = (row for block in blocks for row in block)
     with outs.commit():
         write_pcap(outs.temp(out), frames)
+    if args.json:
+        print_json(
+            {
+                "output": str(out),
+                "frames": len(payloads),
+                "elements": int(tensor.size),
+                "shape": list(tensor.shape),
+                "dtype": dtype.label,
+                "chunk_elems": chunk_elems,
+                "rank": args.rank,
+                "job": args.job,
+                "round": args.round,
+                "group": args.group,
+                "dst_ip": dst_ip,
+            }
+        )
+        return 0
     print(
-        f"{args.output}: {len(payloads)} CONTRIB frames, {tensor.size} {dtype.label} elements"
+        f"{outs.shown(out)}: {len(payloads)} CONTRIB frames, {tensor.size} {dtype.label} elements"
         f"{flattened(tensor.shape)}, "
-        f"rank {args.rank}, job {args.job}, round {args.round}, group {args.group}"
+        f"rank {args.rank}, job {args.job}, round {args.round}, group {args.group}",
+        file=outs.log,
     )
     return 0

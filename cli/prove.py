@@ -3,7 +3,7 @@
 import json
 
 from ..sim.verify import formal
-from ._common import Outputs, add_force_option
+from ._common import Outputs, add_force_option, add_output_option
 
 __all__ = ["register", "run"]
 
@@ -22,7 +22,13 @@ def register(sub):
         "parameters.",
     )
     p.add_argument("--quick", action="store_true", help="only the proofs that finish in seconds")
-    p.add_argument("--report", default="build/prove.json", help="JSON report (default: build/prove.json)")
+    add_output_option(
+        p,
+        "--report",
+        metavar="FILE.json",
+        default="build/prove.json",
+        help="JSON report (default: build/prove.json)",
+    )
     add_force_option(p, "the report")
     p.set_defaults(func=run)
 

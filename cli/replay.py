@@ -3,7 +3,7 @@
 Each frame's UDP payload (the wanreduce header and elements) becomes one datagram to ``--to``; checksums
 are not judged (a damaged frame is replayed as the datagram it carries), frames with no IPv4/UDP
 datagram are skipped and counted. The times
-are the pcap's timestamps, or, with ``--wan NAME --rank R``, when rank R's aggregator would receive each
+are the pcap's timestamps, or, with ``--topology NAME --rank R``, when rank R's aggregator would receive each
 frame: its send time plus the one-way delay from the site in the header's ``src``. Reports the packets,
 packets per second and how late the datagrams left against their due times.
 """
@@ -16,6 +16,7 @@ from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
 from ._common import (
+    add_capture_argument,
     add_json_option,
     add_rank_option,
     add_speed_options,
@@ -28,17 +29,18 @@ __all__ = ["register", "run", "wan_and_rank"]
 
 
 def wan_and_rank(args):
-    """The topology of ``--wan`` (restricted to ``--schedule``'s sites if given), ``--rank`` checked in it."""
-    if args.wan is None:
+    """The topology of ``--topology`` (restricted to ``--schedule``'s sites if given), ``--rank`` checked in
+    it."""
+    if args.topology is None:
         if args.rank is not None:
-            raise WanreduceError("--rank needs --wan: it names the site whose arrival order is wanted")
+            raise WanreduceError("--rank needs --topology: it names the site whose arrival order is wanted")
         return None
     if args.rank is None:
-        raise WanreduceError("--wan needs --rank: the site whose aggregator receives the frames")
+        raise WanreduceError("--topology needs --rank: the site whose aggregator receives the frames")
     if args.schedule is not None:
-        topo = topology_for(args.wan, load_schedule(args.schedule).sites)
+        topo = topology_for(args.topology, load_schedule(args.schedule).sites)
     else:
-        topo = load_topology(args.wan)
+        topo = load_topology(args.topology)
     if args.rank >= topo.n:
         where = (
             f"the schedule's {plural(topo.n, 'site')} of {topo.name}"
@@ -54,7 +56,7 @@ def add_site_options(p, *, required):
     add_rank_option(
         p,
         "the receiving site's rank, an index into the WAN's (or the schedule's) sites"
-        + (" (required)" if required else " (with --wan)"),
+        + (" (required)" if required else " (with --topology)"),
         required=required,
     )
     p.add_argument(
@@ -71,12 +73,12 @@ def register(sub):
         "replay",
         help="send a capture's frames as real UDP datagrams, at their times",
         description="Send the UDP payload of every frame of IN.pcap as one datagram to udp://HOST:PORT, "
-        "at the pcap's timestamps (or --speed times faster, or --topspeed), or, with --wan and --rank, at "
-        "the times rank R's aggregator would receive them over that WAN. UDP payloads that are not "
+        "at the pcap's timestamps (or --speed times faster, or --topspeed), or, with --topology and --rank, "
+        "at the times rank R's aggregator would receive them over that WAN. UDP payloads that are not "
         "wanreduce packets (DNS, other traffic in the capture) are skipped and counted unless --all-udp. "
         "Reports packets, packets/s and lateness.",
     )
-    p.add_argument("input", metavar="IN.pcap", help="the capture to replay (classic pcap, Ethernet)")
+    add_capture_argument(p, "the capture to replay")
     p.add_argument("--to", metavar="udp://HOST:PORT", required=True, help="where to send (required)")
     add_speed_options(p)
     add_site_options(p, required=False)
@@ -112,7 +114,7 @@ def run(args):
             )
     elif foreign and topo is not None:
         raise WanreduceError(
-            f"--all-udp with --wan: {plural(foreign, 'UDP payload')} of {args.input} "
+            f"--all-udp with --topology: {plural(foreign, 'UDP payload')} of {args.input} "
             + ("is not a wanreduce packet" if foreign == 1 else "are not wanreduce packets")
             + ", so no sending site times them"
         )

@@ -16,11 +16,22 @@ from ..sim.verify import fadd_check
 from ..sim.verilator.harness import HarnessError
 from ..sim.verilator.runner import build_progress
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option, int_in, load_npy, progress
+from ._common import (
+    SIM_WIDTH,
+    Outputs,
+    add_dtype_option,
+    add_force_option,
+    add_json_option,
+    int_in,
+    load_npy,
+    print_json,
+    progress,
+)
 
 __all__ = ["register", "run"]
 
-_DTYPES = ("fp32", "fp16", "bf16")
+#: A first build's time: Amaranth's conversion, then Verilator (measured idle and on 2 busy cores).
+FIRST_BUILD = "about 10 s on an idle machine, 40 s on a busy one"
 
 
 def register(sub):
@@ -30,19 +41,19 @@ def register(sub):
         description="Read an (N, 2) array of operand bit patterns (uint32 for fp32, uint16 for fp16 and "
         "bf16), add each pair with the RTL adder lanes simulated by Verilator, and write the (N,) sums' "
         "bit patterns. The first run for a dtype/width/stages builds the simulation (Amaranth's "
-        "conversion, then Verilator: about 10 s on an idle machine, 40 s on a busy one); later runs "
+        f"conversion, then Verilator: {FIRST_BUILD}); later runs "
         "reuse it, and the time reported is the simulation's alone. NaN results are the canonical quiet NaN "
         "(0x7FC00000, 0x7E00, 0x7FC0).",
     )
     p.add_argument("input", metavar="IN.npy", help="(N, 2) operand bit patterns (read only, never written)")
-    p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns")
-    p.add_argument("--dtype", choices=_DTYPES, default="fp32", help="floating-point format (default: fp32)")
+    p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns, - for stdout")
+    add_dtype_option(p, "floating-point format")
     p.add_argument(
         "--width",
         type=int_in(32, 2048, "--width"),
-        default=256,
+        default=SIM_WIDTH,
         help="beat width in bits, a multiple of the format's width; lanes = width / format "
-        "width (default: 256)",
+        f"width (default: {SIM_WIDTH}, the width the other simulating commands build)",
     )
     p.add_argument(
         "--stages",
@@ -57,6 +68,7 @@ def register(sub):
         "mismatch (default: off)",
     )
     add_force_option(p, "OUT.npy")
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
@@ -85,14 +97,14 @@ def run(args):
     if args.width % fmt.width:
         raise WanreduceError(f"--width {args.width} is not a multiple of {fmt.name}'s {fmt.width} bits")
     src = Path(args.input)
-    outs = Outputs(force=args.force, inputs=[src])
-    dst = outs.add(args.output, "OUT.npy")
+    outs = Outputs(force=args.force, inputs=[src], json=args.json)
+    dst = outs.add(args.output, stdout="binary")
     ops = _operands(src, fmt)
     add = dict(width=args.width, stages=args.stages)
     try:
         # One pair first builds the harness (or finds it cached): the time below, and so the rate a
         # reader takes from it, is the simulation's, not the build's.
-        with build_progress(lambda text: progress("rtl-add", text)):
+        with build_progress(_say):
             fadd_check.lanes_add(fmt, ops[:1, 0], ops[:1, 1], **add)
         t0 = time.perf_counter()
         sums, stats = fadd_check.lanes_add(fmt, ops[:, 0], ops[:, 1], return_stats=True, **add)
@@ -103,12 +115,35 @@ def run(args):
         with open(outs.temp(dst), "wb") as f:
             np.save(f, sums)
     lanes = args.width // fmt.width
-    print(
-        f"{len(sums)} {fmt.name} sums through {lanes} RTL lanes ({args.width}-bit beats, "
-        f"{stats.cycles} cycles) in {elapsed:.2f} s -> {dst}"
-    )
+    bad = None
     if args.check:
         bad = fadd_check.compare(fmt, sums, fadd_check.reference_add(fmt, ops[:, 0], ops[:, 1]))
-        print(f"check against numpy/ml_dtypes: {int(bad.sum())} of {len(sums)} differ")
-        return 1 if bad.any() else 0
-    return 0
+    if args.json:
+        print_json(
+            {
+                "output": str(dst),
+                "sums": len(sums),
+                "dtype": fmt.name.lower(),
+                "lanes": lanes,
+                "width": args.width,
+                "cycles": stats.cycles,
+                "seconds": elapsed,
+                "mismatches": None if bad is None else int(bad.sum()),
+            }
+        )
+    else:
+        print(
+            f"{len(sums)} {fmt.name} sums through {lanes} RTL lanes ({args.width}-bit beats, "
+            f"{stats.cycles} cycles) in {elapsed:.2f} s -> {outs.shown(dst)}",
+            file=outs.log,
+        )
+        if bad is not None:
+            print(f"check against numpy/ml_dtypes: {int(bad.sum())} of {len(sums)} differ", file=outs.log)
+    return 1 if bad is not None and bad.any() else 0
+
+
+def _say(text):
+    """The build's progress, its first step with how long a first build takes."""
+    if text.startswith("preparing"):
+        text += f"; a first build of the adder lanes takes {FIRST_BUILD}"
+    progress("rtl-add", text)

@@ -4,6 +4,7 @@ It compares the gather mode (every member aggregates; :func:`wanreduce.host.sche
 aggregation (``docs/lean.md``; :func:`wanreduce.host.lean.best_plan`), writes the winner and says why.
 """
 
+import contextlib
 import math
 import os
 import time
@@ -17,18 +18,13 @@ from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS
 from ._common import (
     SLOW_SEARCH_S,
-    Outputs,
-    add_force_option,
-    add_json_option,
-    add_mode_arguments,
-    add_model_arguments,
     modes_from_args,
     number,
     print_json,
     progress,
     topology_from_args,
 )
-from ._extmem import add_build_arguments, params_of
+from ._extmem import add_cost_options, add_result_options, params_of, result_outputs
 
 __all__ = ["register", "run"]
 
@@ -44,25 +40,19 @@ def register(subparsers):
         "model; print the rounds and what bounds each, compare with the baselines, and write "
         "PROTOCOL.md's schedule file.",
     )
-    add_model_arguments(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
-    add_build_arguments(p)
-    add_mode_arguments(p)
+    add_cost_options(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
     p.add_argument(
         "--group-size",
         default=None,
         metavar="K",
         help="only rotating groups of K sites (default: any size from 2 to N)",
     )
-    p.add_argument(
-        "-o",
-        "--output",
-        default=None,
+    add_result_options(
+        p,
         metavar="FILE.json",
-        help=f"schedule file to write; a FILE that exists needs --force (default: {DEFAULT_OUT}, replaced "
-        "each run)",
+        what="schedule file to write, - for stdout (the table then goes to stderr)",
+        default=DEFAULT_OUT,
     )
-    add_force_option(p, "FILE.json")
-    add_json_option(p)
     p.set_defaults(func=run)
 
 
@@ -108,8 +98,7 @@ def run(args):
             f"one slot of {format_size(params.chunk_bytes)} chunks for any group of 2 or more sites"
         )
     jitter_s, modes = modes_from_args(args)
-    outs = Outputs(force=args.force, inputs=[args.topology] if os.path.exists(args.topology) else [])
-    out = outs.add(args.output, "--output", default=DEFAULT_OUT)
+    outs, out = result_outputs(args, DEFAULT_OUT, stdout="text")
     t0 = time.perf_counter()
     if args.time_limit > SLOW_SEARCH_S:
         progress("schedule", f"searching {topo.n} sites for up to {args.time_limit:g} s (--time-limit)")
@@ -135,7 +124,8 @@ def run(args):
         progress("schedule", f"search done in {time.perf_counter() - t0:.1f} s")
     sched = lean_to_schedule(best, model)
     with outs.commit():
-        write_schedule(sched, outs.temp(out))
+        if out is not None:
+            write_schedule(sched, outs.temp(out))
     baselines = all_baselines(model)
     others = sorted([*per.values(), *choice.root_per_shape.values()], key=lambda p: p.score_s)
     stripes = _stripes(topo, best) if isinstance(best, LeanPlan) else []
@@ -188,38 +178,40 @@ def run(args):
                     }
                     for b in baselines
                 ],
-                "output": str(out),
+                "output": None if out is None else str(out),
             }
         )
         return 0
 
-    print(
-        f"topology {topo.name}: {topo.n} sites; memory {format_size(params.memory_bytes)}, "
-        f"chunk {params.chunk_bytes} B, tensor {format_size(params.tensor_bytes)}, "
-        f"site {params.site_gbps:g} Gbit/s, FPGA ingress {params.fpga_ingress_gbps:g} Gbit/s, "
-        f"datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz"
-    )
-    kind = "exact consensus" if best.exact else f"sigma2 {best.sigma2:.3g}, {best.periods} periods"
-    print(
-        f"schedule: {best.name} ({kind}), period {format_seconds(best.period_s)}, "
-        f"time to consensus {format_seconds(best.score_s)}"
-    )
-    print(f"{'round':>5}  {'time':>10}  {'bound':<9}  groups")
-    for r, (rnd, cost) in enumerate(zip(best.rounds, best.round_costs, strict=True)):
-        groups = " ".join(_names(topo, g) for g in rnd)
-        print(f"{r:>5}  {format_seconds(cost.time_s):>10}  {cost.bound:<9}  {groups}")
-    for st in stripes:
+    # With -o - the schedule file is stdout's alone: the table goes to stderr.
+    with contextlib.redirect_stdout(outs.log):
         print(
-            f"{'':>5}  stripe of round {st['round']} group {st['group']}: root {st['root']}, "
-            f"{st['chunks']} chunks at {st['rate_Bps'] * 8 / 1e9:.3g} Gbit/s per sender ({st['bound']}), "
-            f"peak {format_size(st['peak_slot_bytes'])} of slots"
+            f"topology {topo.name}: {topo.n} sites; memory {format_size(params.memory_bytes)}, "
+            f"chunk {params.chunk_bytes} B, tensor {format_size(params.tensor_bytes)}, "
+            f"site {params.site_gbps:g} Gbit/s, FPGA ingress {params.fpga_ingress_gbps:g} Gbit/s, "
+            f"datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz"
         )
-    print(f"mode: {choice.reason}")
-    print("shapes: " + "; ".join(f"{p.name} {format_seconds(p.score_s)}" for p in others))
-    if gap_line:
-        print(gap_line)
-    for b in baselines:
-        speed = b.time_s / best.score_s
-        print(f"baseline {b.name:<12} {format_seconds(b.time_s):>10}  speedup {speed:.3g}x  ({b.detail})")
-    print(f"wrote {out}")
+        kind = "exact consensus" if best.exact else f"sigma2 {best.sigma2:.3g}, {best.periods} periods"
+        print(
+            f"schedule: {best.name} ({kind}), period {format_seconds(best.period_s)}, "
+            f"time to consensus {format_seconds(best.score_s)}"
+        )
+        print(f"{'round':>5}  {'time':>10}  {'bound':<9}  groups")
+        for r, (rnd, cost) in enumerate(zip(best.rounds, best.round_costs, strict=True)):
+            groups = " ".join(_names(topo, g) for g in rnd)
+            print(f"{r:>5}  {format_seconds(cost.time_s):>10}  {cost.bound:<9}  {groups}")
+        for st in stripes:
+            print(
+                f"{'':>5}  stripe of round {st['round']} group {st['group']}: root {st['root']}, "
+                f"{st['chunks']} chunks at {st['rate_Bps'] * 8 / 1e9:.3g} Gbit/s per sender ({st['bound']}), "
+                f"peak {format_size(st['peak_slot_bytes'])} of slots"
+            )
+        print(f"mode: {choice.reason}")
+        print("shapes: " + "; ".join(f"{p.name} {format_seconds(p.score_s)}" for p in others))
+        if gap_line:
+            print(gap_line)
+        for b in baselines:
+            speed = b.time_s / best.score_s
+            print(f"baseline {b.name:<12} {format_seconds(b.time_s):>10}  speedup {speed:.3g}x  ({b.detail})")
+        print(f"wrote {outs.shown(out)}")
     return 0

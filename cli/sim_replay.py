@@ -36,16 +36,18 @@ from ..host.wan_lean import root_entries
 from ..sim.verilator.agg_driver import CoreSim
 from ..sim.verilator.runner import build_progress
 from ..spec import addressing
-from ..spec.core import WIDTHS
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
 from ._common import (
     Outputs,
+    add_capture_argument,
     add_force_option,
     add_json_option,
+    add_output_option,
     add_port_option,
     add_rank_option,
+    add_width_option,
     int_in,
     plural,
     print_json,
@@ -122,7 +124,7 @@ def register(sub):
         "RESULT destinations; write the frames it emits and its counters. Exit status: 0 when the core "
         "dropped nothing, 1 when it dropped frames (each reason named), 2 for bad input.",
     )
-    p.add_argument("input", metavar="IN.pcap", help="frames to feed (classic pcap, Ethernet)")
+    add_capture_argument(p, "frames to feed")
     add_rank_option(p, "this site's rank, 0..63 (required)", required=True)
     p.add_argument(
         "--schedule", metavar="S.json", required=True, help="schedule file of PROTOCOL.md (required)"
@@ -141,13 +143,7 @@ def register(sub):
         help="bytes of one member buffer C, a multiple of 4 (default: the schedule file's "
         "params.chunk_bytes)",
     )
-    p.add_argument(
-        "--width",
-        type=int,
-        choices=WIDTHS,
-        default=64,
-        help="datapath width in bits (default: 64; every width gives the same frames)",
-    )
+    add_width_option(p)
     p.add_argument(
         "--members",
         type=int_in(1, MAX_RANKS, "--members"),
@@ -169,13 +165,24 @@ def register(sub):
         help="a RESULT destination; repeat for several (default: one, the site's host multicast "
         "group 01:00:5e:57:53:<rank>,239.87.83.<rank>,47000)",
     )
-    p.add_argument(
-        "-o", "--out", metavar="OUT.pcap", required=True, help="pcap of the frames the core emits (required)"
+    add_output_option(
+        p,
+        "-o",
+        "--output",
+        metavar="OUT.pcap",
+        required=True,
+        help="pcap of the frames the core emits, - for stdout (required)",
+        former=("--out",),
     )
-    p.add_argument(
-        "--counters", metavar="OUT.json", required=True, help="JSON file of the core's counters (required)"
+    add_output_option(
+        p,
+        "--counters",
+        metavar="OUT.json",
+        required=True,
+        help="JSON file of the core's counters, - for stdout (required)",
     )
-    p.add_argument(
+    add_output_option(
+        p,
         "--bypass",
         metavar="OUT_BYPASS.pcap",
         default=None,
@@ -263,15 +270,11 @@ def run(args):
         raise WanreduceError(f"--slots must be a power of two, not {args.slots}")
     if args.chunk_bytes is not None and args.chunk_bytes % 4:
         raise WanreduceError(f"--chunk-bytes must be a multiple of 4, not {args.chunk_bytes}")
-    if args.out == args.counters:
-        raise WanreduceError("--out and --counters name the same file")
-    if args.bypass is not None and args.bypass in (args.out, args.counters):
-        raise WanreduceError("--bypass names the same file as --out or --counters")
     if args.bypass is not None and args.bypass_bytes % (args.width // 8):
         raise WanreduceError(
             f"--bypass-bytes {args.bypass_bytes} is not a whole number of {args.width // 8}-byte beats"
         )
-    outs = Outputs(force=args.force, inputs=[args.input, args.schedule])
+    outs = Outputs(force=args.force, inputs=[args.input, args.schedule], json=args.json)
     schedule = load_schedule(args.schedule)
     if args.rank >= schedule.n:
         raise WanreduceError(
@@ -300,9 +303,9 @@ def run(args):
                 "give more --slots"
             )
     # Checked after the schedule's own refusals, so a wrong --rank is named before an existing output.
-    out_pcap = outs.add(args.out, "--out")
-    out_json = outs.add(args.counters, "--counters")
-    out_bypass = outs.add(args.bypass, "--bypass") if args.bypass is not None else None
+    out_pcap = outs.add(args.output, stdout="binary")
+    out_json = outs.add(args.counters, stdout="text")
+    out_bypass = outs.add(args.bypass, stdout="binary") if args.bypass is not None else None
     frames = read_pcap(args.input)
     rank = args.rank
     mac = parse_mac(args.mac if args.mac else addressing.aggregator_mac(rank))
@@ -400,12 +403,13 @@ def run(args):
             f"{len(frames)} frames in, {len(packets)} frames out, {counters['results']} RESULTs, "
             + (f"{len(forwarded)} forwarded, " if args.bypass is not None else "")
             + f"{dropped} dropped (core: {slots} slots x {members} members x {chunk_bytes} B, "
-            f"{args.width}-bit datapath)"
+            f"{args.width}-bit datapath)",
+            file=outs.log,
         )
         for name, n in drops.items():
-            print(f"  {name:<18} {n}")
+            print(f"  {name:<18} {n}", file=outs.log)
         for line in expectations:
-            print(f"    {line}")
+            print(f"    {line}", file=outs.log)
     if dropped:
         print(f"wanreduce sim-replay: the core dropped {dropped} of {len(frames)} frames", file=sys.stderr)
         return 1

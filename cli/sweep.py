@@ -1,5 +1,6 @@
 """``wanreduce sweep``: the best schedule at each FPGA memory size, the crossover, a figure and a CSV."""
 
+import contextlib
 import csv
 import io
 import math
@@ -11,18 +12,15 @@ from ..host.units import format_seconds, format_size, parse_size_range
 from ..spec.errors import WanreduceError
 from ._common import (
     SLOW_SEARCH_S,
-    Outputs,
-    add_force_option,
-    add_json_option,
-    add_mode_arguments,
-    add_model_arguments,
+    STDOUT,
+    add_output_option,
     modes_from_args,
     number,
     print_json,
     progress,
     topology_from_args,
 )
-from ._extmem import add_build_arguments, params_of
+from ._extmem import add_cost_options, add_result_options, params_of, result_outputs
 
 __all__ = ["register", "run", "plot", "figure", "table_rows", "FIGURE_FORMATS", "FONT_LEGEND"]
 
@@ -59,9 +57,7 @@ def register(subparsers):
         "and how it moves with the tensor size. A memory that cannot reach consensus shows as "
         "'infeasible'.",
     )
-    add_model_arguments(p)
-    add_build_arguments(p)
-    add_mode_arguments(p)
+    add_cost_options(p)
     p.add_argument(
         "--memory",
         default="64KiB:16GiB",
@@ -81,23 +77,17 @@ def register(subparsers):
         help="tensor sizes, quadrupling from LOW to HIGH, at which the figure's second panel "
         "finds the crossover (default: 1MiB:1GiB)",
     )
-    p.add_argument(
-        "-o",
-        "--output",
-        default=None,
-        metavar="FIGURE",
-        help="figure to write, .png, .svg or .pdf by its extension; a FIGURE that exists needs --force "
-        f"(default: {DEFAULT_PLOT}, replaced each run)",
+    add_result_options(
+        p, metavar="FIGURE", what="figure to write, .png, .svg or .pdf by its extension", default=DEFAULT_PLOT
     )
-    p.add_argument(
+    add_output_option(
+        p,
         "--csv",
         default=None,
         metavar="FILE.csv",
-        help="also write the table as CSV, one row per memory size; an empty time means "
+        help="also write the table as CSV, one row per memory size, - for stdout; an empty time means "
         "infeasible (default: no CSV)",
     )
-    add_force_option(p, "the figure or CSV")
-    add_json_option(p)
     p.set_defaults(func=run, memory_help=None)
 
 
@@ -331,15 +321,16 @@ def run(args):
     if len(memories) > 200:
         raise WanreduceError(f"--memory {args.memory} gives {len(memories)} points; at most 200")
     if args.output is not None and os.path.splitext(args.output)[1].lower() not in FIGURE_FORMATS:
-        raise WanreduceError(f"--output {args.output!r} must be a .png, .svg or .pdf file")
-    if args.csv is not None and not args.csv.lower().endswith(".csv"):
-        raise WanreduceError(f"--csv {args.csv!r} must be a .csv file")
+        raise WanreduceError(
+            f"{args.output.option} {args.output}: a figure must be a .png, .svg or .pdf file"
+        )
+    if args.csv is not None and args.csv != STDOUT and not args.csv.lower().endswith(".csv"):
+        raise WanreduceError(f"--csv {args.csv}: must be a .csv file (or - for stdout)")
     topo = topology_from_args(args)
     params_of(args, memory=max(memories))  # the largest memory checked against the build's cap first
     params = params_of(args, memory=memories[0])
-    outs = Outputs(force=args.force, inputs=[args.topology] if os.path.exists(args.topology) else [])
-    figure = outs.add(args.output, "--output", default=DEFAULT_PLOT)
-    table = outs.add(args.csv, "--csv") if args.csv is not None else None
+    outs, figure = result_outputs(args, DEFAULT_PLOT)
+    table = outs.add(args.csv, stdout="text") if args.csv is not None else None
 
     per_point = min(2.0, args.time_limit / max(1, len(memories)))
     t0 = time.perf_counter()
@@ -364,7 +355,8 @@ def run(args):
             )
     rows = table_rows(points, baselines)
     with outs.commit():
-        plot(outs.temp(figure), topo, params, points, baselines, threshold, thresholds)
+        if figure is not None:
+            plot(outs.temp(figure), topo, params, points, baselines, threshold, thresholds)
         if table is not None:
             outs.write_text(table, _csv_text(rows, baselines))
 
@@ -413,45 +405,50 @@ def run(args):
         )
         return 0
 
-    print(
-        f"topology {topo.name}: {topo.n} sites; tensor {format_size(params.tensor_bytes)}, "
-        f"chunk {params.chunk_bytes} B, site {params.site_gbps:g} Gbit/s, FPGA ingress "
-        f"{params.fpga_ingress_gbps:g} Gbit/s, datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz"
-    )
-    names = [b.name for b in baselines]
-    print(
-        f"{'memory':>8}  {'groups of 3':>11}  {'all-to-all':>10}  {'optimizer':>10}  {'choice':<24}  "
-        f"{'gap':>6}  {'root':>10}  {'winner':<10}  " + "  ".join(f"{'vs ' + n:>15}" for n in names)
-    )
-    for p, r in zip(points, rows, strict=True):
-        g3 = "-" if p.groups3 is None else format_seconds(p.groups3.score_s)
-        gap = "-" if r["gap"] is None else f"{r['gap'] * 100:.2f}%"
-        speed = "  ".join(
-            f"{'infeasible':>15}" if r["speedup"][n] is None else f"{r['speedup'][n]:>14.3g}x" for n in names
-        )
-        root = "-" if p.root is None else format_seconds(p.root.score_s)
+    # With --csv - the table's CSV is stdout's alone: the account goes to stderr.
+    with contextlib.redirect_stdout(outs.log):
         print(
-            f"{format_size(p.memory_bytes):>8}  {g3:>11}  {format_seconds(p.all_to_all.score_s):>10}  "
-            f"{format_seconds(p.best.score_s):>10}  {r['choice']:<24}  {gap:>6}  {root:>10}  "
-            f"{r['mode']:<10}  {speed}"
+            f"topology {topo.name}: {topo.n} sites; tensor {format_size(params.tensor_bytes)}, "
+            f"chunk {params.chunk_bytes} B, site {params.site_gbps:g} Gbit/s, FPGA ingress "
+            f"{params.fpga_ingress_gbps:g} Gbit/s, datapath {params.bus_bits} bits x {params.clock_mhz:g} MHz"
         )
-    print(
-        "baselines (no FPGA, so no memory limit): "
-        + "; ".join(f"{b.name} {format_seconds(b.time_s)} ({b.detail})" for b in baselines)
-    )
-    if all(r["optimizer_s"] is None for r in rows):
+        names = [b.name for b in baselines]
         print(
-            f"infeasible: no memory size from {format_size(memories[0])} to {format_size(memories[-1])} "
-            f"holds one slot of {params.chunk_bytes} B chunks for a group of 2 or more sites"
+            f"{'memory':>8}  {'groups of 3':>11}  {'all-to-all':>10}  {'optimizer':>10}  {'choice':<24}  "
+            f"{'gap':>6}  {'root':>10}  {'winner':<10}  " + "  ".join(f"{'vs ' + n:>15}" for n in names)
         )
-    for p, r in zip(points, rows, strict=True):
-        if r["reason"]:
-            print(f"winner at {format_size(p.memory_bytes)}: {r['reason']}")
-    print(verdict)
-    print(
-        "crossover by tensor size: "
-        + "; ".join(f"{format_size(t)}: {format_size(m) if m is not None else 'none'}" for t, m in thresholds)
-    )
-    for path in outs:
-        print(f"wrote {path}")
+        for p, r in zip(points, rows, strict=True):
+            g3 = "-" if p.groups3 is None else format_seconds(p.groups3.score_s)
+            gap = "-" if r["gap"] is None else f"{r['gap'] * 100:.2f}%"
+            speed = "  ".join(
+                f"{'infeasible':>15}" if r["speedup"][n] is None else f"{r['speedup'][n]:>14.3g}x"
+                for n in names
+            )
+            root = "-" if p.root is None else format_seconds(p.root.score_s)
+            print(
+                f"{format_size(p.memory_bytes):>8}  {g3:>11}  {format_seconds(p.all_to_all.score_s):>10}  "
+                f"{format_seconds(p.best.score_s):>10}  {r['choice']:<24}  {gap:>6}  {root:>10}  "
+                f"{r['mode']:<10}  {speed}"
+            )
+        print(
+            "baselines (no FPGA, so no memory limit): "
+            + "; ".join(f"{b.name} {format_seconds(b.time_s)} ({b.detail})" for b in baselines)
+        )
+        if all(r["optimizer_s"] is None for r in rows):
+            print(
+                f"infeasible: no memory size from {format_size(memories[0])} to {format_size(memories[-1])} "
+                f"holds one slot of {params.chunk_bytes} B chunks for a group of 2 or more sites"
+            )
+        for p, r in zip(points, rows, strict=True):
+            if r["reason"]:
+                print(f"winner at {format_size(p.memory_bytes)}: {r['reason']}")
+        print(verdict)
+        print(
+            "crossover by tensor size: "
+            + "; ".join(
+                f"{format_size(t)}: {format_size(m) if m is not None else 'none'}" for t, m in thresholds
+            )
+        )
+        for path in outs:
+            print(f"wrote {outs.shown(path)}")
     return 0

@@ -10,14 +10,25 @@ method) and a figure of accuracy against simulated time. Needs the ``train`` ext
 scikit-learn).
 """
 
+import contextlib
 import os
+import sys
 
 from ..host.train.experiment import Config, plot, run_experiment, write_json
 from ..host.train.lmexp import LMConfig, run_lm_experiment
 from ..host.train.methods import LM_METHODS, METHODS, Setting
 from ..sim import figures
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option, int_in, positive_float, progress
+from ._common import (
+    STDOUT,
+    Outputs,
+    add_dtype_option,
+    add_force_option,
+    add_output_option,
+    int_in,
+    positive_float,
+    progress,
+)
 from .train_udp import add_options, run_udp
 
 __all__ = ["register", "run", "table_text", "sweep_text"]
@@ -65,12 +76,7 @@ def register(subparsers):
         default=d.h,
         help=f"digits: inner steps between DiLoCo outer steps (default: {d.h}); lm: H = 10 and 50 both run",
     )
-    p.add_argument(
-        "--dtype",
-        choices=("fp32", "fp16", "bf16"),
-        default=d.dtype,
-        help=f"wire dtype of every sync, also the stated sync volume (default: {d.dtype})",
-    )
+    add_dtype_option(p, "wire dtype of every sync, also the stated sync volume", default=d.dtype)
     p.add_argument(
         "--engine",
         choices=("fast", "packets"),
@@ -125,12 +131,14 @@ def register(subparsers):
         default=d.schedule_time_s,
         help=f"seconds of schedule search per memory size (default: {d.schedule_time_s:g})",
     )
-    p.add_argument(
+    add_output_option(
+        p,
         "-o",
         "--output",
         default=None,
         metavar="FILE.json",
-        help=f"results; a FILE that exists needs --force (default: {DEFAULT_JSON}, replaced each run)",
+        help=f"results, - for stdout (the tables then go to stderr); a FILE that exists needs --force "
+        f"(default: {DEFAULT_JSON}, replaced each run)",
     )
     p.add_argument(
         "--plot",
@@ -304,7 +312,7 @@ def _run_recorded(args, experiment, cfg, named_figures, *, units, note):
     base = _setting(args)
     outs = Outputs(force=args.force)
     # The default files under build/ are the command's scratch, replaced each run; a named one is not.
-    out_json = outs.add(args.output, "--output", default=DEFAULT_JSON)
+    out_json = outs.add(args.output, "-o", default=DEFAULT_JSON, stdout="text")
     out_png = outs.add(args.plot and _figure(args.plot), "--plot", default=DEFAULT_PLOT)
     progress("train", base.describe())
     # The figures' provenance is of the code as it was when the run started.
@@ -357,20 +365,24 @@ def _run_lm(args, methods):
         units=_lm_units,
         note="make train: one run per method and grid point (seeded)",
     )
-    print(lm_table_text(result))
-    print()
-    print(sweep_text(result))
-    fl = result["latency_floor"]
-    print(
-        "latency floor of exact every-step methods: one-way diameter "
-        f"{fl['one_way_diameter_s'] * 1e3:.1f} ms, "
-        f"{fl['floor_ratio']:.3f}x colocated per step"
-    )
-    best, ratio = result["best_wanreduce"], result["ratio_vs_colocated"]
-    if ratio is not None:
-        print(f"best wanreduce method: {best}, {ratio:.3f}x colocated time to the target loss (goal <= 1.10)")
-    else:
-        print("no wanreduce method reached the target loss")
+    with contextlib.redirect_stdout(_account(args)):
+        print(lm_table_text(result))
+        print()
+        print(sweep_text(result))
+        fl = result["latency_floor"]
+        print(
+            "latency floor of exact every-step methods: one-way diameter "
+            f"{fl['one_way_diameter_s'] * 1e3:.1f} ms, "
+            f"{fl['floor_ratio']:.3f}x colocated per step"
+        )
+        best, ratio = result["best_wanreduce"], result["ratio_vs_colocated"]
+        if ratio is not None:
+            print(
+                f"best wanreduce method: {best}, {ratio:.3f}x colocated time to the target loss "
+                "(goal <= 1.10)"
+            )
+        else:
+            print("no wanreduce method reached the target loss")
     return 0
 
 
@@ -378,10 +390,15 @@ def _run_lm(args, methods):
 FIGURE_FORMATS = (".png", ".svg", ".pdf")
 
 
+def _account(args):
+    """Where the tables go: stdout, unless ``-o -`` sends the results there."""
+    return sys.stderr if args.output == STDOUT else sys.stdout
+
+
 def _figure(path):
     """``--plot``'s path, checked before a run of minutes rather than after it."""
     if os.path.splitext(path)[1].lower() not in FIGURE_FORMATS:
-        raise WanreduceError(f"--plot {path!r} must be a .png, .svg or .pdf file")
+        raise WanreduceError(f"--plot {path}: a figure must be a .png, .svg or .pdf file")
     return path
 
 
@@ -418,15 +435,16 @@ def run(args):
         },
         note="one run per distinct method (seeded); the clock is the cost model's",
     )
-    print(table_text(result))
-    print()
-    print(sweep_text(result))
-    best, ratio = result["best_wanreduce"], result["ratio_vs_colocated"]
-    if ratio is not None:
-        print(
-            f"best wanreduce method: {best}, {ratio:.3f}x the colocated time to target "
-            f"(goal <= 1.10; INTELLECT-1 reports about 1.20)"
-        )
-    else:
-        print("no wanreduce method reached the target accuracy")
+    with contextlib.redirect_stdout(_account(args)):
+        print(table_text(result))
+        print()
+        print(sweep_text(result))
+        best, ratio = result["best_wanreduce"], result["ratio_vs_colocated"]
+        if ratio is not None:
+            print(
+                f"best wanreduce method: {best}, {ratio:.3f}x the colocated time to target "
+                f"(goal <= 1.10; INTELLECT-1 reports about 1.20)"
+            )
+        else:
+            print("no wanreduce method reached the target accuracy")
     return 0

@@ -13,7 +13,16 @@ import numpy as np
 
 from ..host.replay import capture_results
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option, add_rank_option, header_field
+from ._common import (
+    Outputs,
+    add_force_option,
+    add_json_option,
+    add_output_option,
+    add_rank_option,
+    add_results_capture,
+    header_field,
+    print_json,
+)
 
 __all__ = ["register", "run", "averaged"]
 
@@ -34,8 +43,10 @@ def register(sub):
         "wire dtype: by default what the site's hosts hold after the round (sum / group size), with --sum "
         "the sum. Frames that are not RESULTs are skipped.",
     )
-    p.add_argument("input", metavar="RESULTS.pcap", help="capture holding RESULT frames")
-    p.add_argument("-o", "--output", metavar="OUT.npy", required=True, help="tensor to write (required)")
+    add_results_capture(p)
+    add_output_option(
+        p, "-o", "--output", metavar="OUT.npy", required=True, help="tensor to write, - for stdout (required)"
+    )
     add_rank_option(p, "the aggregator site whose RESULTs to take (default: the only one in the capture)")
     p.add_argument(
         "--job",
@@ -51,6 +62,7 @@ def register(sub):
     )
     p.add_argument("--sum", action="store_true", help="write the RESULT sum, not sum / group size")
     add_force_option(p, "OUT.npy")
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
@@ -72,22 +84,41 @@ def _pick(sets, attr, wanted, option, what):
 
 
 def run(args):
-    outs = Outputs(force=args.force, inputs=[args.input])
+    outs = Outputs(force=args.force, inputs=[args.input], json=args.json)
     sets, ignored = capture_results(args.input)
     sets = _pick(sets, "site", args.rank, "--rank", "site")
     sets = _pick(sets, "job", args.job, "--job", "job")
     (chosen,) = _pick(sets, "round", args.round, "--round", "round")
     # Checked after the options that pick from the input, so a wrong --rank is named first.
-    path = outs.add(args.output, "-o")
+    path = outs.add(args.output, stdout="binary")
     tensor = chosen.values if args.sum else averaged(chosen)
     buf = io.BytesIO()
     np.save(buf, tensor, allow_pickle=False)
     with outs.commit():
         outs.write_bytes(path, buf.getvalue())
-    what = "sum" if args.sum else f"sum / {bin(chosen.bitmap).count('1')}"
+    size = bin(chosen.bitmap).count("1")
+    if args.json:
+        print_json(
+            {
+                "output": str(path),
+                "elements": int(tensor.size),
+                "dtype": chosen.dtype.label,
+                "value": "sum" if args.sum else "mean",
+                "group_size": size,
+                "results": chosen.chunks,
+                "site": chosen.site,
+                "job": chosen.job,
+                "round": chosen.round,
+                "group": chosen.group,
+                "skipped": ignored,
+            }
+        )
+        return 0
+    what = "sum" if args.sum else f"sum / {size}"
     print(
-        f"{args.output}: {tensor.size} {chosen.dtype.label} elements ({what}) from {chosen.chunks} "
+        f"{outs.shown(path)}: {tensor.size} {chosen.dtype.label} elements ({what}) from {chosen.chunks} "
         f"RESULTs of site {chosen.site}, job {chosen.job}, round {chosen.round}, group {chosen.group}"
-        + (f"; {ignored} frames that are not RESULTs skipped" if ignored else "")
+        + (f"; {ignored} frames that are not RESULTs skipped" if ignored else ""),
+        file=outs.log,
     )
     return 0

@@ -10,7 +10,13 @@ RESULT matches, 1 when some do not (each mismatch is listed), 2 on bad input.
 from ..host.emit import load_grads
 from ..host.replay import capture_results, check_results
 from ..spec.schedfile import load_schedule
-from ._common import add_grads_option, add_json_option, plural, print_json
+from ._common import (
+    add_grads_option,
+    add_json_option,
+    add_results_capture,
+    plural,
+    print_json,
+)
 
 __all__ = ["register", "run"]
 
@@ -23,7 +29,7 @@ def register(sub):
         "GRADS.npz: the sum of the group's members' tensors after the previous round, in the group's listed "
         "order, in the RESULTs' dtype. Exit status 0: all bit-exact; 1: mismatches (listed); 2: bad input.",
     )
-    p.add_argument("input", metavar="RESULTS.pcap", help="capture holding RESULT frames")
+    add_results_capture(p)
     add_grads_option(p)
     p.add_argument(
         "--schedule",

@@ -6,21 +6,31 @@ adds every pipeline stage on its own. ``docs/vendor.md`` takes it from there int
 open ECP5 flow.
 """
 
+import json
 import re
 import shutil
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from ..sim.synth import verilog
+from ..sim.verilator import toolchain
 from ..spec.core import CoreConfig
 from ..spec.errors import WanreduceError
-from ._common import Outputs, add_force_option, progress
+from ._common import (
+    SIM_WIDTH,
+    STDOUT,
+    Outputs,
+    add_force_option,
+    add_json_option,
+    add_output_option,
+    print_json,
+    progress,
+)
 
 __all__ = ["register", "run"]
-
-_CONVERTING = "converting the core to Verilog (from Amaranth on first use, then cached)"
 
 
 def register(sub):
@@ -32,9 +42,21 @@ def register(sub):
         "Markdown table of its ports, for the configuration the options give. Conversion of the default "
         "W=512 build takes about a minute.",
     )
-    p.add_argument("-o", "--out", required=True, metavar="DIR", help="output directory (created if missing)")
+    add_output_option(
+        p,
+        "-o",
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="output directory (created if missing)",
+        former=("--out",),
+    )
     verilog.add_arguments(p)
+    # The gateware's option says its default; why it differs from the simulating commands' is the CLI's.
+    width = next(a for a in p._actions if a.dest == "width")
+    width.help += f": the deployed build, a 100G MAC's bus (the simulating commands default to {SIM_WIDTH})"
     add_force_option(p, "a file in DIR")
+    add_json_option(p)
     p.set_defaults(func=run)
 
 
@@ -70,51 +92,113 @@ def _check(args):
                 raise WanreduceError(f"{flag} only applies to --top axi")
 
 
+def _blocks(args):
+    """``{name: component}`` of ``--blocks``: every pipeline stage, built for the options' configuration.
+
+    :func:`wanreduce.sim.synth.verilog.blocks` builds its bare payload-entry core from the same keywords as
+    the frame-entry one, and a payload core refuses the bypass port every frame build has by default; so
+    the stages and the payload core are built without one, and the frame core as the top's own core."""
+    config = _core_config(args)
+    width = config.pop("width")
+    stages = verilog.blocks(width, **{**config, "entry": "frame", "bypass_bytes": 0})
+    stages["agg_core_frame"] = verilog.build(kind="core", width=width, **{**config, "entry": "frame"})
+    return stages
+
+
+#: What only the top has (not the stages): its kind, name and AXI wrapper.
+_TOP_ONLY = ("kind", "top", "fifo_beats", "ctl_domain")
+
+
+def _core_config(args):
+    """The build keywords of the options, without the top's own."""
+    return {k: v for k, v in verilog.options(args).items() if k not in _TOP_ONLY}
+
+
+def _convert_blocks(tmp, args, say):
+    """Every block of ``--blocks`` into ``tmp/<name>.v``, each kept in the build cache under its
+    configuration (a first conversion of all of them takes minutes at W=512); ``say`` is told each."""
+    stages = _blocks(args)
+    config = sorted(_core_config(args).items())
+    for i, (name, component) in enumerate(stages.items()):
+        say(f"block {i + 1} of {len(stages)}: {name}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Amaranth's UnusedElaboratable for the blocks of a cache hit
+            text = toolchain.verilog_text(
+                component, top=name, key=("block", name, config), sources=(verilog.__file__, __file__)
+            )
+        (Path(tmp) / f"{name}.v").write_text(text)
+
+
+def _announcement(args):
+    """What a first conversion does and roughly how long it takes: the core (about a minute at W=512), then
+    with ``--blocks`` its stages and two more cores (about 2 minutes more); measured on one idle core."""
+    seconds = (60 * args.width // 512 + 10) * (3 if args.blocks else 1)
+    what = "the core and its blocks" if args.blocks else "the core"
+    return (
+        f"converting {what} to Verilog (from Amaranth on first use, then cached): about {seconds} s of one "
+        "idle core, longer on a busy machine"
+    )
+
+
 def run(args):
     _check(args)
-    out = Path(args.out)
+    option = args.output.option
+    if args.output == STDOUT:
+        raise WanreduceError(f"{option} -: verilog writes a folder of files; name a folder")
+    out = Path(args.output)
     if out.exists() and not out.is_dir():
-        raise WanreduceError(f"{out}: exists and is not a directory")
+        raise WanreduceError(f"{option} {out}: exists and is not a directory")
     options = verilog.options(args)
     top = args.name or verilog.TOP_NAMES[args.top]
     names = [f"{top}{ext}" for ext in (".v", ".json", ".md")]
-    block_config = dict(
-        slots=args.slots,
-        members=args.members,
-        chunk_bytes=args.chunk_bytes,
-        dests=args.dests,
-        jobs=args.jobs,
-        rounds=args.rounds,
-    )
     if args.blocks:
         names += [f"{name}.v" for name in verilog.block_names()]
-    # Every output is checked before the conversion (a minute at W=512), and written only when all exist.
+    # Every output is checked before the conversion (minutes at W=512), and written only when all exist.
     outs = Outputs(force=args.force)
-    finals = [outs.add(out / name, "-o") for name in names]
+    finals = [outs.add(out / name, option) for name in names]
     with tempfile.TemporaryDirectory(
         prefix=".wanreduce-verilog-", dir=out.parent if out.exists() else None
     ) as tmp:
         try:
-            # A first conversion of a configuration takes Amaranth up to tens of seconds: said once it has
-            # taken a second, so a refusal of the options (at once) stays the one line it is.
+            # A first conversion of a configuration takes Amaranth tens of seconds (minutes with the
+            # blocks): said once it has taken a second, so a refusal of the options (at once) stays the
+            # one line it is.
             t0 = time.perf_counter()
-            said = threading.Timer(1.0, progress, ("verilog", _CONVERTING))
+            told = threading.Event()
+
+            def announce():
+                told.set()
+                progress("verilog", _announcement(args))
+
+            said = threading.Timer(1.0, announce)
             said.start()
+
+            def slow(text):
+                if time.perf_counter() - t0 >= 1.0:
+                    progress("verilog", text)
+
             try:
                 verilog.export(tmp, **options)
                 if args.blocks:
-                    verilog.write_blocks(tmp, args.width, **block_config)
+                    said.cancel()
+                    if not told.is_set():
+                        slow(_announcement(args))
+                    _convert_blocks(tmp, args, slow)
             finally:
                 said.cancel()
-            if said.finished.is_set() and time.perf_counter() - t0 >= 1.0:
+            if time.perf_counter() - t0 >= 1.0:
                 progress("verilog", f"converted in {time.perf_counter() - t0:.0f} s")
         except ValueError as exc:
             raise WanreduceError(_one_line(str(exc))) from None
         with outs.commit():
             for final in finals:
                 shutil.copyfile(Path(tmp) / final.name, outs.temp(final))
-    for final in finals:
-        print(final)
+    if args.json:
+        meta = json.loads((out / f"{top}.json").read_text())
+        print_json({"files": [str(f) for f in finals], "top": top, "sha256": meta["sha256"]})
+    else:
+        for final in finals:
+            print(final)
     return 0
 
 

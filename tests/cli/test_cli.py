@@ -365,6 +365,9 @@ def test_train_replaces_its_own_scratch_but_not_a_named_file(capsys, tmp_path, m
     code, _, err = run(capsys, "train", "--task", "digits")
     assert code == 2 and err.splitlines()[-1].endswith("stopped before training"), err
     code, _, err = run(capsys, "train", "--task", "digits", "-o", "build/train.json")
+    # the option as typed: -o, not its long name
+    assert code == 2 and "-o build/train.json already exists; pass --force" in err, err
+    code, _, err = run(capsys, "train", "--task", "digits", "--output", "build/train.json")
     assert code == 2 and "--output build/train.json already exists; pass --force" in err, err
     code, _, err = run(capsys, "train", "--task", "digits", "--plot", "build/train.png")
     assert code == 2 and "--plot build/train.png already exists; pass --force" in err, err

@@ -172,14 +172,14 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
     assert (tmp / "alone4.pcap").read_bytes() == pcaps[4].read_bytes()
     merged = tmp / "merged" / "in4.pcap"
     code, text, err = run(
-        capsys, "merge", *pcaps, "--wan", "nine-city", "--rank", 4, "--schedule", sched, "-o", merged
+        capsys, "merge", *pcaps, "--topology", "nine-city", "--rank", 4, "--schedule", sched, "-o", merged
     )
     assert code == 0, err
     # rank 4 is in a 3-member group in each of 3 rounds: 3 * 3 sites * 3 chunks reach it, 54 are others'
     assert "27 frames from 9 captures" in text and "54 CONTRIBs of other groups left out" in text
     # the same capture twice is merged twice, but not without a word
     code, _, err = run(
-        capsys, "merge", pcaps[0], pcaps[0], "--wan", "nine-city", "--rank", 4, "-o", tmp / "twice.pcap"
+        capsys, "merge", pcaps[0], pcaps[0], "--topology", "nine-city", "--rank", 4, "-o", tmp / "twice.pcap"
     )
     assert (
         code == 0
@@ -243,7 +243,7 @@ def test_nine_sites_merged_for_one_aggregator_verify_and_unpack(capsys, files):
             "--to",
             f"udp://127.0.0.1:{rx.port}",
             "--topspeed",
-            "--wan",
+            "--topology",
             "nine-city",
             "--rank",
             4,
@@ -292,24 +292,26 @@ def test_replay_merge_unpack_verify_bad_inputs(capsys, files):
     pcap = tmp / "a.pcap"
     assert run(capsys, "emit", "--schedule", sched, "--grads", npz, "--rank", 0, "-o", pcap)[0] == 0
     url = "udp://127.0.0.1:9"  # never reached: every call below fails before sending
-    one_line_error(capsys, "replay", pcap, "--to", url, "--wan", "nine-city", match="--wan needs --rank")
-    one_line_error(capsys, "replay", pcap, "--to", url, "--rank", 1, match="--rank needs --wan")
+    one_line_error(
+        capsys, "replay", pcap, "--to", url, "--topology", "nine-city", match="--topology needs --rank"
+    )
+    one_line_error(capsys, "replay", pcap, "--to", url, "--rank", 1, match="--rank needs --topology")
     one_line_error(
         capsys,
         "replay",
         pcap,
         "--to",
         url,
-        "--wan",
+        "--topology",
         "nine-city",
         "--rank",
         9,
         match="--rank 9 is outside 0..8",
     )
     one_line_error(capsys, "replay", tmp / "none.pcap", "--to", url, match="no such file")
-    one_line_error(capsys, "merge", pcap, "--rank", 1, "-o", tmp / "m.pcap", match="--wan is required")
+    one_line_error(capsys, "merge", pcap, "--rank", 1, "-o", tmp / "m.pcap", match="--topology is required")
     one_line_error(
-        capsys, "merge", pcap, "--wan", "nine-city", "--rank", 1, "-o", pcap, match="also an input"
+        capsys, "merge", pcap, "--topology", "nine-city", "--rank", 1, "-o", pcap, match="also an input"
     )
     one_line_error(capsys, "unpack", pcap, "-o", tmp / "u.npy", match="holds no RESULT frames")
     one_line_error(
@@ -346,7 +348,7 @@ def test_emit_takes_the_schedules_own_csv_topology(capsys, tmp_path):
     assert code == 0 and "four" in text, err
     csv.rename(tmp_path / "moved.csv")
     code, _, err = run(capsys, *argv, "-o", tmp_path / "f.pcap")
-    assert code == 2 and "give it with --wan" in err and err.count("\n") == 1
+    assert code == 2 and "give it with --topology" in err and err.count("\n") == 1
 
 
 def test_summaries_and_errors_read_as_sentences(capsys, files):
@@ -366,7 +368,7 @@ def test_summaries_and_errors_read_as_sentences(capsys, files):
         one,
         "--to",
         "udp://127.0.0.1:9",
-        "--wan",
+        "--topology",
         "nine-city",
         "--schedule",
         three,
@@ -385,7 +387,7 @@ def test_a_wrong_option_is_named_before_an_existing_output(capsys, files):
         argv = ["--schedule", sched, "--grads", npz, "--rank", rank, "--rounds", 1, "-o", pcap]
         assert run(capsys, "emit", *argv)[0] == 0
     merged = tmp / "in4.pcap"
-    assert run(capsys, "merge", *pcaps, "--wan", "nine-city", "--rank", 4, "-o", merged)[0] == 0
+    assert run(capsys, "merge", *pcaps, "--topology", "nine-city", "--rank", 4, "-o", merged)[0] == 0
     res = tmp / "results4.pcap"
     write_pcap(res, golden_results(load_schedule(sched), merged, 4)[0])
     mine = tmp / "x.pcap"
@@ -394,7 +396,7 @@ def test_a_wrong_option_is_named_before_an_existing_output(capsys, files):
         capsys,
         "merge",
         *pcaps,
-        "--wan",
+        "--topology",
         "nine-city",
         "--rank",
         9,
@@ -412,7 +414,7 @@ def test_a_wrong_option_is_named_before_an_existing_output(capsys, files):
         capsys,
         "merge",
         *pcaps,
-        "--wan",
+        "--topology",
         "nine-city",
         "--rank",
         4,
@@ -436,7 +438,7 @@ def test_merge_warns_of_contribs_from_outside_their_group(capsys, files):
     for rank, pcap in enumerate(pcaps):
         argv = ["--schedule", sched, "--grads", npz, "--rank", rank, "--rounds", 1, "-o", pcap]
         assert run(capsys, "emit", *argv)[0] == 0
-    argv = ["merge", *pcaps, "--wan", "nine-city", "--rank", 4]
+    argv = ["merge", *pcaps, "--topology", "nine-city", "--rank", 4]
     code, _, err = run(capsys, *argv, "--schedule", sched, "-o", tmp / "same.pcap")
     assert code == 0 and err == "", err
     other = tmp / "other.json"
@@ -450,7 +452,7 @@ def test_merge_warns_of_contribs_from_outside_their_group(capsys, files):
 
 def test_replay_skips_and_counts_udp_that_is_not_wanreduce(capsys, files):
     """A capture holds other traffic too (a DNS query here): by default it is not sent and the summary
-    counts it; --all-udp sends it as is; with --wan it has no sending site, so --all-udp is refused."""
+    counts it; --all-udp sends it as is; with --topology it has no sending site, so --all-udp is refused."""
     tmp, sched, npz, _ = files
     out = tmp / "rank2.pcap"
     assert (
@@ -490,7 +492,7 @@ def test_replay_skips_and_counts_udp_that_is_not_wanreduce(capsys, files):
         mixed,
         "--to",
         url,
-        "--wan",
+        "--topology",
         "nine-city",
         "--rank",
         4,

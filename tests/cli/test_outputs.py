@@ -13,6 +13,8 @@ from wanreduce.cli._common import Outputs
 from wanreduce.host.pcap import write_pcap
 from wanreduce.spec.errors import WanreduceError
 
+from . import run
+
 SCHEDULE = {
     "version": 1,
     "sites": ["A", "B", "C", "D"],
@@ -22,22 +24,6 @@ SCHEDULE = {
 }
 # Three sites keep the sweeps quick: there is no crossover to search for.
 TOPOLOGY = "City1,City2,Latency\nA,B,10\nA,C,80\nB,C,85\n"
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def tensor(tmp_path):
-    path = tmp_path / "t.npy"
-    np.save(path, np.linspace(-1, 1, 600, dtype=np.float32))
-    return path
 
 
 @pytest.fixture

@@ -140,7 +140,7 @@ def test_replay_matches_golden(files, capsys, monkeypatch):
         ({"--rank": "9"}, "is not a site of"),
         ({"--members": "2"}, "smaller than the schedule's largest group"),
         ({"--out": "IN"}, "is also an input"),
-        ({"--counters": "OUT"}, "name the same file"),
+        ({"--counters": "OUT"}, "both name"),
         ({"--dest": "02:00:00:00:00:01"}, "is not MAC,IP"),
         ({"--dest": "02:00:00:00:00:01,10.0.0.1,0"}, "port must be in 1..65535"),
         ({"IN": "missing.pcap"}, "no such file"),
@@ -353,7 +353,7 @@ def test_replay_in_line_root_mode(tmp_path, capsys):
     assert "6 forwarded, 0 dropped" in text
     # the bypass pcap is an output like the others: it may not be an input, nor one of them twice
     assert main(argv[:-1] + [str(out), "--force"]) == 2
-    assert "--bypass names the same file" in capsys.readouterr().err
+    assert "--bypass and --out both name" in capsys.readouterr().err
 
 
 def test_help_states_the_exit_statuses_and_o_is_out(files, capsys):
@@ -361,8 +361,10 @@ def test_help_states_the_exit_statuses_and_o_is_out(files, capsys):
         main(["sim-replay", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "Exit status: 0 when the core dropped nothing, 1 when it dropped frames" in text
-    assert "2 for bad input" in text and "-o OUT.pcap, --out OUT.pcap" in text
-    # -o is --out: refused like it when it names the input, and the input is untouched
+    # --output is every command's name for it; --out, its former name, still works and the help says so
+    assert "2 for bad input" in text and "-o OUT.pcap, --output OUT.pcap, --out OUT.pcap" in text
+    assert "--out is its former name, still accepted" in text
+    # -o, --output and --out are one option: refused alike when they name the input, which is untouched
     tmp, sched, pcap, _ = files
     before = pcap.read_bytes()
     argv = [
@@ -375,9 +377,10 @@ def test_help_states_the_exit_statuses_and_o_is_out(files, capsys):
         "--counters",
         str(tmp / "c.json"),
     ]
-    assert main([*argv, "-o", str(pcap)]) == 2
-    err = capsys.readouterr().err
-    assert "--out" in err and "is also an input" in err and err.count("\n") == 1
+    for flag in ("-o", "--output", "--out"):
+        assert main([*argv, flag, str(pcap)]) == 2
+        err = capsys.readouterr().err  # the option named as typed
+        assert f"error: {flag} {pcap} is also an input" in err and err.count("\n") == 1
     assert pcap.read_bytes() == before
 
 

@@ -132,7 +132,7 @@ def test_sweep_command_table_and_plot(capsys, tmp_path):
         (["schedule", "--fpga-ingress-gbps", "nan"], "finite"),
         (["schedule", "--clock-mhz", "0"], "--clock-mhz must be positive"),
         (["schedule", "--bus-bits", "12"], "multiple of 8"),
-        (["schedule", "--bus-bits", "5.5"], "--bus-bits must be an integer"),
+        (["schedule", "--width", "5.5"], "--width must be an integer"),
         (["schedule", "--link-gbps", "0"], "--link-gbps must be positive"),
         (["schedule", "--epsilon", "2"], "epsilon must be between 0 and 1"),
         (["schedule", "--group-size", "1"], "group size must be between 2"),
