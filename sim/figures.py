@@ -331,15 +331,19 @@ def records(
     units=None,
     notes=None,
     runs=None,
+    statuses=None,
     prov=None,
     root=ROOT,
 ):
-    """Records (``status`` ok) for ``values`` (name to number, bool or text) of one run.
+    """Records (``status`` ok unless ``statuses`` names another) for ``values`` (name to number, bool or
+    text) of one run.
 
     ``prov`` is :func:`provenance` taken when the run started (so the digest is of the code that ran);
     without it, it is taken now from ``sources``, ``command`` and ``output``. ``units``, ``notes`` and
     ``runs`` map names to a unit (default from the name's suffix), a sentence on how the figure was
-    obtained, and how many differing runs it summarises (1: one deterministic run)."""
+    obtained, and how many differing runs it summarises (1: one deterministic run); ``statuses`` maps a name
+    to ``stale`` where the value was read from an earlier run that this one could not repeat (its note says
+    which)."""
     if prov is None:
         prov = provenance(sources, command, output=output, root=root)
     out = {}
@@ -348,7 +352,8 @@ def records(
             value = bool(value)
         elif hasattr(value, "item"):  # numpy scalars
             value = value.item()
-        rec = {"value": value, "unit": (units or {}).get(name, unit_of(name)), "status": "ok", **prov}
+        status = (statuses or {}).get(name, "ok")
+        rec = {"value": value, "unit": (units or {}).get(name, unit_of(name)), "status": status, **prov}
         if notes and name in notes:
             rec["note"] = notes[name]
         if runs and name in runs:
@@ -552,7 +557,9 @@ def stale(root=ROOT, data=None):
         if missing:
             out[name] = f"record lacks {', '.join(missing)}"
         elif rec.get("status", "ok") == "stale":
-            out[name] = f"recorded from an earlier run at {rec['commit']}, not repeated since"
+            out[name] = f"recorded from an earlier run at {rec['commit']}, not repeated since" + (
+                f" ({rec['note']})" if rec.get("note") else ""
+            )
         elif rec.get("status", "ok") != "ok":
             out[name] = rec["status"] + (f": {rec['note']}" if rec.get("note") else "")
         elif not _current(rec, digests, root):

@@ -1,7 +1,8 @@
 """Benchmarks (``wanreduce bench``, ``make bench``): each module here measures something and returns figures.
 
-Each module ``wanreduce.sim.bench.<name>`` has ``run() -> dict[str, float]`` and may set ``UNITS``, ``NOTES``
-and ``RUNS`` (name to unit, to how the figure was obtained, to the number of differing runs it summarises).
+Each module ``wanreduce.sim.bench.<name>`` has ``run() -> dict[str, float]`` and may set ``UNITS``, ``NOTES``,
+``RUNS`` and ``STATUS`` (name to unit, to how the figure was obtained, to the number of differing runs it
+summarises, to a status other than ``ok``: ``stale`` for a figure read from an earlier run of other code).
 The files its figures depend on are :func:`wanreduce.sim.figures.module_sources` of the module (every file of
 the project it imports), so a figure goes stale exactly when code it ran changes; ``SOURCES`` overrides them.
 :func:`run_benchmarks` writes ``{"figures": {name: record}}`` (:mod:`wanreduce.sim.figures`: value, unit,
@@ -83,6 +84,7 @@ def run_benchmarks(names, out=DEFAULT_OUT, *, log=print, err=print):
                 units=getattr(module, "UNITS", None),
                 notes=getattr(module, "NOTES", None),
                 runs=getattr(module, "RUNS", None),
+                statuses=getattr(module, "STATUS", None),
             ),
         )
         log(f"bench: {name} done in {time.perf_counter() - t0:.1f} s")
