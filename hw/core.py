@@ -184,14 +184,7 @@ class AggregatorCore(wiring.Component):
             wiring.connect(m, frame.o, header.i)
         else:
             beat = PayloadBeat(W)
-            m.d.comb += [
-                header.i.valid.eq(self.i.valid),
-                self.i.ready.eq(header.i.ready),
-                header.i.payload.data.eq(self.i.payload.data),
-                header.i.payload.bytes.eq(self.i.payload.bytes),
-                header.i.payload.last.eq(self.i.payload.last),
-                header.i.payload.drops.eq(0),
-            ]
+            m.d.comb += [*_beats_into(self.i, header.i), header.i.payload.drops.eq(0)]
             assert header.i.payload.shape() == beat
 
         m.submodules.schedule = sched = self.schedule
@@ -304,13 +297,7 @@ class AggregatorCore(wiring.Component):
                 ]
             wiring.connect(m, fan.o, wiring.flipped(self.o))
         else:
-            m.d.comb += [
-                self.o.valid.eq(result.o.valid),
-                result.o.ready.eq(self.o.ready),
-                self.o.payload.data.eq(result.o.payload.data),
-                self.o.payload.bytes.eq(result.o.payload.bytes),
-                self.o.payload.last.eq(result.o.payload.last),
-            ]
+            m.d.comb += _beats_into(result.o, self.o)
         m.d.comb += [
             ctl.in_beat.eq(self.i.valid & self.i.ready),
             ctl.out_beat.eq(self.o.valid & self.o.ready),
@@ -351,6 +338,16 @@ class AggregatorCore(wiring.Component):
                     m.d.comb += getattr(port, name).eq(getattr(side, name))
                 else:
                     m.d.comb += getattr(side, name).eq(getattr(port, name))
+
+
+def _beats_into(src, dst):
+    """Stream ``src`` driving stream ``dst``: the handshake and the :func:`~wanreduce.hw.layouts.Beat`
+    fields (``dst``'s payload may have more, which the caller drives)."""
+    return [
+        dst.valid.eq(src.valid),
+        src.ready.eq(dst.ready),
+        *(dst.payload[name].eq(src.payload[name]) for name in ("data", "bytes", "last")),
+    ]
 
 
 #: The configuration's keywords: ``CoreConfig``'s fields, and the export's ``slot_bytes`` for ``chunk_bytes``.

