@@ -190,19 +190,10 @@ class AggregatorCore(wiring.Component):
         m.submodules.schedule = sched = self.schedule
         wiring.connect(m, header.o, sched.i)
         for j in range(self.jobs):
-            m.d.comb += [
-                sched.job_id[j].eq(ctl.job_id[j]),
-                sched.job_period[j].eq(ctl.job_period[j]),
-                sched.job_bank[j].eq(ctl.job_bank[j]),
-            ]
-        m.d.comb += [
-            sched.sched_addr.eq(ctl.sched_addr),
-            sched.sched_data.eq(ctl.sched_data),
-            sched.sched_lo.eq(ctl.sched_lo),
-            sched.sched_hi.eq(ctl.sched_hi),
-            sched.sched_mdest.eq(ctl.sched_mdest),
-            sched.sched_en.eq(ctl.sched_en),
-        ]
+            m.d.comb += _alike(sched, ctl, ("job_id", "job_period", "job_bank"), j)
+        m.d.comb += _alike(
+            sched, ctl, ("sched_addr", "sched_data", "sched_lo", "sched_hi", "sched_mdest", "sched_en")
+        )
         for k in range(self.members):
             m.d.comb += sched.sched_order[k].eq(ctl.sched_order[k])
 
@@ -214,21 +205,11 @@ class AggregatorCore(wiring.Component):
                 slots.i.payload.eq(sched.o.payload),
                 slots.i.valid.eq(sched.o.valid & writer.room),
                 sched.o.ready.eq(slots.i.ready & writer.room),
-                writer.wr_en.eq(slots.wr_en),
-                writer.wr_end.eq(slots.wr_end),
-                writer.wr_slot.eq(slots.wr_slot),
-                writer.wr_member.eq(slots.wr_member),
-                writer.wr_data.eq(slots.wr_data),
             ]
+            m.d.comb += _alike(writer, slots, ("wr_en", "wr_end", "wr_slot", "wr_member", "wr_data"))
         else:
             wiring.connect(m, sched.o, slots.i)
-        m.d.comb += [
-            ctl.ev_valid.eq(slots.ev_valid),
-            ctl.ev_code.eq(slots.ev_code),
-            ctl.ev_result.eq(slots.ev_result),
-            ctl.ev_reemit.eq(slots.ev_reemit),
-            ctl.ev_evict.eq(slots.ev_evict),
-        ]
+        m.d.comb += _alike(ctl, slots, ("ev_valid", "ev_code", "ev_result", "ev_reemit", "ev_evict"))
         if self.bypass_buffer is not None:
             # The verdict of each frame, in input order: forward what is not this core's work.
             code = slots.ev_code
@@ -283,18 +264,9 @@ class AggregatorCore(wiring.Component):
             max_payload = protocol.HEADER_BYTES + self.chunk_bytes
             m.submodules.fanout = fan = Fanout(width=W, dests=self.dests, max_payload=max_payload)
             wiring.connect(m, result.o, fan.i)
-            m.d.comb += [
-                fan.mac.eq(ctl.mac),
-                fan.ip.eq(ctl.ip),
-                fan.port.eq(ctl.port),
-                fan.ndest.eq(ctl.ndest),
-            ]
+            m.d.comb += _alike(fan, ctl, ("mac", "ip", "port", "ndest"))
             for d in range(self.dests):
-                m.d.comb += [
-                    fan.dest_mac[d].eq(ctl.dest_mac[d]),
-                    fan.dest_ip[d].eq(ctl.dest_ip[d]),
-                    fan.dest_port[d].eq(ctl.dest_port[d]),
-                ]
+                m.d.comb += _alike(fan, ctl, ("dest_mac", "dest_ip", "dest_port"), d)
             wiring.connect(m, fan.o, wiring.flipped(self.o))
         else:
             m.d.comb += _beats_into(result.o, self.o)
@@ -338,6 +310,14 @@ class AggregatorCore(wiring.Component):
                     m.d.comb += getattr(port, name).eq(getattr(side, name))
                 else:
                     m.d.comb += getattr(side, name).eq(getattr(port, name))
+
+
+def _alike(dst, src, names, index=None):
+    """``dst``'s ports driven by ``src``'s of the same ``names`` (element ``index`` of port arrays): the
+    control port's registers and the stages' inputs they set carry one name on both sides."""
+    if index is None:
+        return [getattr(dst, name).eq(getattr(src, name)) for name in names]
+    return [getattr(dst, name)[index].eq(getattr(src, name)[index]) for name in names]
 
 
 def _beats_into(src, dst):
