@@ -241,9 +241,7 @@ class AggregatorCore(wiring.Component):
         ]
         if not self.ext:
             m.d.comb += [
-                red.i.payload.eq(queue.r_data),
-                red.i.valid.eq(queue.r_rdy),
-                queue.r_en.eq(red.i.ready),
+                *_fifo_into(queue, red.i),
                 slots.release.eq(red.release),
                 slots.release_slot.eq(red.release_slot),
             ]
@@ -286,9 +284,7 @@ class AggregatorCore(wiring.Component):
             wait_depth=self.ext["wait_depth"],
         )
         m.d.comb += [
-            pre.i.payload.eq(queue.r_data),
-            pre.i.valid.eq(queue.r_rdy),
-            queue.r_en.eq(pre.i.ready),
+            *_fifo_into(queue, pre.i),
             pre.closed.eq(writer.closed),
             pre.retired.eq(writer.retired),
             pre.werr.eq(writer.err),
@@ -318,6 +314,11 @@ def _alike(dst, src, names, index=None):
     if index is None:
         return [getattr(dst, name).eq(getattr(src, name)) for name in names]
     return [getattr(dst, name)[index].eq(getattr(src, name)[index]) for name in names]
+
+
+def _fifo_into(queue, dst):
+    """The read side of FIFO ``queue`` driving stream ``dst``."""
+    return [dst.payload.eq(queue.r_data), dst.valid.eq(queue.r_rdy), queue.r_en.eq(dst.ready)]
 
 
 def _beats_into(src, dst):
