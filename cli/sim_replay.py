@@ -36,6 +36,7 @@ from ..host.wan_lean import root_entries
 from ..sim.verilator.agg_driver import CoreSim
 from ..sim.verilator.runner import build_progress
 from ..spec import addressing
+from ..spec.core import CoreConfig
 from ..spec.errors import WanreduceError
 from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop, Kind
 from ..spec.schedfile import expected_bitmap, group_of, load_schedule
@@ -347,8 +348,14 @@ def run(args):
     def note(text):
         progress("sim-replay", text)
 
-    geometry = dict(
-        width=args.width, slots=slots, members=members, slot_bytes=chunk_bytes, dests=len(dests), jobs=cap
+    geometry = CoreConfig(
+        width=args.width,
+        slots=slots,
+        members=members,
+        chunk_bytes=chunk_bytes,
+        dests=len(dests),
+        jobs=cap,
+        bypass_bytes=0,
     )
     # The core's configuration, the same whichever build runs the frames.
     job_bits = None if bank_bits is None else dict.fromkeys(jobs, bank_bits)
@@ -358,7 +365,7 @@ def run(args):
     t0 = time.perf_counter()
     if args.bypass is None:
         with build_progress(note):
-            sim = CoreSim(**geometry, entry="frame", port=args.port)
+            sim = CoreSim(geometry, port=args.port)
         if len(frames) > LONG_REPLAY_FRAMES:
             note(f"simulating {len(frames)} frames through the core")
         result = sim.run(frames, **config)
@@ -423,7 +430,7 @@ def _replay_inline(frames, geometry, config, args, *, note):
     from ..sim.verify.cosim import RtlCores
 
     with build_progress(note):
-        cores = RtlCores(count=1, **geometry, port=args.port, bypass_bytes=args.bypass_bytes)
+        cores = RtlCores(geometry.replace(bypass_bytes=args.bypass_bytes), count=1, port=args.port)
     c = cores.core
     writes = control.config_writes(**config, core=c, bypass=True)
     cores.configure(0, writes)

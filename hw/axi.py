@@ -445,7 +445,7 @@ class AXIAggregator(wiring.Component):
             raise ValueError(
                 f"The wrapper counts at most {_MAX_OUTPUTS} output streams, not {len(self.outputs)}."
             )
-        longest = protocol.HEADER_BYTES + core.slot_bytes
+        longest = protocol.HEADER_BYTES + core.chunk_bytes
         if getattr(core, "entry", "frame") == "frame":
             longest += protocol.FRAME_OVERHEAD
         beats = -(-longest // (W // 8))

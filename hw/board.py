@@ -49,6 +49,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
+from ..spec.core import ECP5
 from .control import ControlSignature
 from .core import AggregatorCore
 from .layouts import Beat
@@ -70,7 +71,7 @@ __all__ = [
 ]
 
 #: The core built into a board top: the ECP5-sized configuration of ``make synth``.
-BOARD_CORE = {"width": 64, "slots": 4, "members": 4, "slot_bytes": 256, "dests": 2, "jobs": 4, "rounds": 16}
+BOARD_CORE = ECP5
 
 #: The board's core clock: 125 MHz, 8 Gbit/s on the 64-bit bus (docs/vendor.md: the board build meets it;
 #: the build tries placement seeds until one does).
@@ -333,12 +334,12 @@ EHXPLLL_FILTER = {
 
 
 class BoardTop(Elaboratable):
-    """The board design: PLL, reset, :class:`~wanreduce.hw.core.AggregatorCore` (``core``, keywords of
-    :data:`BOARD_CORE` by default), :class:`UARTBridge`, LEDs."""
+    """The board design: PLL, reset, :class:`~wanreduce.hw.core.AggregatorCore` (``core``, a
+    :class:`~wanreduce.spec.core.CoreConfig`, :data:`BOARD_CORE` by default), :class:`UARTBridge`, LEDs."""
 
     def __init__(self, *, freq_mhz=BOARD_MHZ, baud=115200, core=None):
         self.freq_mhz, self.baud = freq_mhz, baud
-        self.core_params = dict(core or BOARD_CORE)
+        self.config = core or BOARD_CORE
         self.pll = pll_params(100, freq_mhz)
 
     def elaborate(self, platform):
@@ -373,7 +374,7 @@ class BoardTop(Elaboratable):
         # constraint), and nextpnr derives the exact frequency from the EHXPLLL's dividers by itself.
         m.submodules.reset_sync = ResetSynchronizer(button | ~lock, domain="sync")
 
-        m.submodules.core = core = AggregatorCore(**self.core_params)
+        m.submodules.core = core = AggregatorCore(self.config)
         uart = platform.request("uart", 0)
         divisor = round(fout * 1e6 / self.baud)
         m.submodules.bridge = bridge = UARTBridge(width=core.width, divisor=divisor)
@@ -460,14 +461,5 @@ def build(board="ecpix5_85", *, build_dir, freq_mhz=BOARD_MHZ, baud=115200, seed
         "baud": baud,
         "pll": {"clki_div": clki, "clkfb_div": fb, "clkop_div": op},
         "lpf": str(Path(build_dir) / f"{name}.lpf"),
-        "config": {
-            "width": top.core_params["width"],
-            "slots": top.core_params["slots"],
-            "members": top.core_params["members"],
-            "chunk_bytes": top.core_params["slot_bytes"],
-            "dests": top.core_params["dests"],
-            "jobs": top.core_params["jobs"],
-            "rounds": top.core_params["rounds"],
-            "entry": "frame",
-        },
+        "config": top.config.as_dict(),
     }

@@ -209,7 +209,7 @@ class Control(wiring.Component):
             regs.REG_WIDTH: self.params.get("width", 0),
             regs.REG_SLOTS: self.params.get("slots", 0),
             regs.REG_MEMBERS: self.params.get("members", 0),
-            regs.REG_SLOT_BYTES: self.params.get("slot_bytes", 0),
+            regs.REG_SLOT_BYTES: self.params.get("chunk_bytes", 0),
             regs.REG_DESTS: self.dests,
             regs.REG_JOBS: self.jobs,
             regs.REG_ROUNDS: self.rounds,

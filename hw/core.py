@@ -25,18 +25,21 @@ port is :class:`~wanreduce.hw.control.ControlSignature`. Latency and back-pressu
 its module; ``docs/aggregator.md`` has the whole picture.
 """
 
+import dataclasses
+
 from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec import protocol
+from ..spec.core import CoreConfig
 from .bypass import BypassBuffer
 from .control import Control, ControlSignature
 from .extmem import AXI4Signature, BurstWriter, ExtMemMap, MemPrefetch, axi4_fields, check_wait_depth
 from .fanout import Fanout
 from .frame_parser import FrameParser
 from .header_parser import HeaderParser
-from .layouts import Beat, Completion, PayloadBeat, check_width, payload_words
+from .layouts import Beat, Completion, PayloadBeat
 from .reduce import Reduce
 from .result_builder import ResultBuilder
 from .schedule_table import ScheduleTable
@@ -48,38 +51,32 @@ __all__ = ["AggregatorCore"]
 class AggregatorCore(wiring.Component):
     """One site's aggregator.
 
-    Build parameters (keyword-only): ``width`` W (64, 128, 256, 512), ``slots`` S (power of two),
-    ``members`` G_max, ``slot_bytes`` C (bytes per member buffer), ``dests`` D (destination entries),
-    ``jobs`` and ``rounds`` (schedule table capacity), ``entry`` ("frame" or "payload"), ``port`` (the
-    UDP port's reset value), ``mod_stages`` (modulo pipeline), ``adder_stages`` (FAdd stages),
-    ``queue_depth`` (completions waiting for the reduce engine), ``bypass_bytes`` (the longest frame the
-    bypass port forwards; 0: no bypass port, every frame not taken is dropped) and ``bypass_frames``
-    (frames between input and verdict: 64 covers one-beat frames back to back over the ~32 cycles from
-    input to the slot table's verdict). ``adder``/``formats`` replace the adder lanes in tests only.
-    ``slot_states``: how the slot table keeps its per-slot states, ``"lut"`` or ``"block"``
-    (:class:`~wanreduce.hw.slot_table.SlotTable`; None: block memories from 4,096 slots on).
+    ``config`` (a :class:`~wanreduce.spec.core.CoreConfig`) holds the build parameters every layer shares:
+    W, S, G_max, the chunk bytes C of a member buffer, D, the schedule table's jobs and rounds, the entry
+    point, the bypass port's longest frame (0: no bypass port, every frame not taken is dropped) and the
+    modulo pipeline's stages. The keywords are the options of this build alone: ``port`` (the UDP port's
+    reset value), ``adder_stages`` (FAdd stages), ``queue_depth`` (completions waiting for the reduce
+    engine) and ``bypass_frames`` (frames between input and verdict: 64 covers one-beat frames back to back
+    over the ~32 cycles from input to the slot table's verdict). ``adder``/``formats`` replace the adder
+    lanes in tests only. ``slot_states``: how the slot table keeps its per-slot states, ``"lut"`` or
+    ``"block"`` (:class:`~wanreduce.hw.slot_table.SlotTable`; None: block memories from 4,096 slots on).
     ``buffers="external"`` (docs/extmem.md) puts the member buffers behind ``mem_ports`` AXI4 ports;
     ``mem_frames`` (chunks read at once) and ``mem_wait_depth`` (completed chunks waiting for their writes'
     responses) must each cover the memory's latency in chunk intervals (docs/extmem.md, "Sizing for the
     memory's latency").
+
+    The configuration may instead be given as keywords, every field of ``CoreConfig`` (``slot_bytes`` is
+    taken for ``chunk_bytes``): the Verilog export builds the core that way.
     """
 
     def __init__(
         self,
+        config=None,
+        /,
         *,
-        width,
-        slots,
-        members,
-        slot_bytes,
-        dests=2,
-        jobs=4,
-        rounds=64,
-        entry="frame",
         port=protocol.UDP_PORT,
-        mod_stages=16,
         adder_stages=None,
         queue_depth=4,
-        bypass_bytes=0,
         bypass_frames=64,
         adder=None,
         formats=None,
@@ -90,73 +87,54 @@ class AggregatorCore(wiring.Component):
         mem_frames=16,
         mem_wait_depth=16,
         slot_states=None,
+        **fields,
     ):
         if buffers not in ("internal", "external"):
             raise ValueError(f"The member buffers must be 'internal' or 'external', not {buffers!r}.")
-        if entry not in ("frame", "payload"):
-            raise ValueError(f"The entry point must be 'frame' or 'payload', not {entry!r}.")
-        check_width(width)
-        if slot_bytes < 4 or slot_bytes % 4:
-            raise ValueError(f"The slot size must be a positive multiple of 4 bytes, not {slot_bytes}.")
-        self.width, self.slots, self.members, self.slot_bytes = width, slots, members, slot_bytes
-        self.dests, self.jobs, self.rounds, self.entry, self.port = dests, jobs, rounds, entry, port
-        self.words = payload_words(width, slot_bytes)
+        self.config = c = _config_of(config, fields)
+        self.width, self.slots, self.members, self.chunk_bytes = c.width, c.slots, c.members, c.chunk_bytes
+        self.dests, self.jobs, self.rounds, self.entry, self.port = c.dests, c.jobs, c.rounds, c.entry, port
+        self.words = c.words
         self.buffers = buffers
-        self.slot_table = SlotTable(
-            width=width,
-            slots=slots,
-            members=members,
-            slot_bytes=slot_bytes,
-            buffers=buffers,
-            states=slot_states,
-        )
+        # The geometry the slot table, the reduce engine and the schedule table are each built for.
+        shape = {"width": c.width, "slots": c.slots, "members": c.members}
+        self.slot_table = SlotTable(**shape, slot_bytes=c.chunk_bytes, buffers=buffers, states=slot_states)
         self.ext = None
         if buffers == "external":
             self.ext = _external(
-                width=width,
-                slots=slots,
-                members=members,
-                words=self.words,
+                c,
                 ports=mem_ports,
                 addr_width=mem_addr_width,
                 id_width=mem_id_width,
                 frames=mem_frames,
                 wait_depth=mem_wait_depth,
             )
+        frames = self.ext["frames"] if self.ext else None
         self.reduce = Reduce(
-            frames=self.ext["frames"] if self.ext else None,
-            width=width,
-            slots=slots,
-            members=members,
-            words=self.words,
-            stages=adder_stages,
-            adder=adder,
-            formats=formats,
+            **shape, frames=frames, words=c.words, stages=adder_stages, adder=adder, formats=formats
         )
-        self.schedule = ScheduleTable(
-            width=width, members=members, slots=slots, jobs=jobs, rounds=rounds, mod_stages=mod_stages
-        )
+        self.schedule = ScheduleTable(**shape, jobs=c.jobs, rounds=c.rounds, mod_stages=c.mod_stages)
         self.queue_depth = queue_depth
-        if bypass_bytes and entry != "frame":
+        if c.bypass_bytes and c.entry != "frame":
             raise ValueError("A bypass port needs the frame entry point: bare payloads are all wanreduce.")
-        self.bypass_bytes, self.bypass_frames = bypass_bytes, bypass_frames
+        self.bypass_bytes, self.bypass_frames = c.bypass_bytes, bypass_frames
         self.bypass_buffer = None
-        if bypass_bytes:
-            self.bypass_buffer = BypassBuffer(width=width, frame_bytes=bypass_bytes, frames=bypass_frames)
+        if c.bypass_bytes:
+            self.bypass_buffer = BypassBuffer(width=c.width, frame_bytes=c.bypass_bytes, frames=bypass_frames)
         #: Bytes of reorder-buffer memory (S × G_max × words × W/8).
-        self.slot_memory_bytes = slots * members * self.words * width // 8
+        self.slot_memory_bytes = c.slots * c.members * c.words * c.width // 8
         ports = {
-            "i": In(stream.Signature(Beat(width))),
-            "o": Out(stream.Signature(Beat(width))),
+            "i": In(stream.Signature(Beat(c.width))),
+            "o": Out(stream.Signature(Beat(c.width))),
             "ctl": In(ControlSignature()),
         }
         if self.bypass_buffer is not None:
-            ports["bypass"] = Out(stream.Signature(Beat(width)))
+            ports["bypass"] = Out(stream.Signature(Beat(c.width)))
         if self.ext:
             mm = self.ext["map"]
             for k in range(mm.ports):
                 ports[f"mem{k}"] = Out(
-                    AXI4Signature(data_width=width, addr_width=mm.addr_width, id_width=self.ext["id_width"])
+                    AXI4Signature(data_width=c.width, addr_width=mm.addr_width, id_width=self.ext["id_width"])
                 )
             ports["mem_errors"] = Out(32)
             ports["mem_drops"] = Out(32)
@@ -169,7 +147,7 @@ class AggregatorCore(wiring.Component):
             "width": W,
             "slots": self.slots,
             "members": self.members,
-            "slot_bytes": self.slot_bytes,
+            "chunk_bytes": self.chunk_bytes,
             "entry": 0 if self.entry == "frame" else 1,
             "bypass_bytes": self.bypass_bytes,
         }
@@ -185,7 +163,7 @@ class AggregatorCore(wiring.Component):
         )
         wiring.connect(m, wiring.flipped(self.ctl), ctl.ctl)
 
-        m.submodules.header = header = HeaderParser(width=W, slot_bytes=self.slot_bytes)
+        m.submodules.header = header = HeaderParser(width=W, slot_bytes=self.chunk_bytes)
         if self.entry == "frame":
             m.submodules.frame = frame = FrameParser(width=W)
             m.d.comb += frame.port.eq(ctl.port)
@@ -206,32 +184,16 @@ class AggregatorCore(wiring.Component):
             wiring.connect(m, frame.o, header.i)
         else:
             beat = PayloadBeat(W)
-            m.d.comb += [
-                header.i.valid.eq(self.i.valid),
-                self.i.ready.eq(header.i.ready),
-                header.i.payload.data.eq(self.i.payload.data),
-                header.i.payload.bytes.eq(self.i.payload.bytes),
-                header.i.payload.last.eq(self.i.payload.last),
-                header.i.payload.drops.eq(0),
-            ]
+            m.d.comb += [*_beats_into(self.i, header.i), header.i.payload.drops.eq(0)]
             assert header.i.payload.shape() == beat
 
         m.submodules.schedule = sched = self.schedule
         wiring.connect(m, header.o, sched.i)
         for j in range(self.jobs):
-            m.d.comb += [
-                sched.job_id[j].eq(ctl.job_id[j]),
-                sched.job_period[j].eq(ctl.job_period[j]),
-                sched.job_bank[j].eq(ctl.job_bank[j]),
-            ]
-        m.d.comb += [
-            sched.sched_addr.eq(ctl.sched_addr),
-            sched.sched_data.eq(ctl.sched_data),
-            sched.sched_lo.eq(ctl.sched_lo),
-            sched.sched_hi.eq(ctl.sched_hi),
-            sched.sched_mdest.eq(ctl.sched_mdest),
-            sched.sched_en.eq(ctl.sched_en),
-        ]
+            m.d.comb += _alike(sched, ctl, ("job_id", "job_period", "job_bank"), j)
+        m.d.comb += _alike(
+            sched, ctl, ("sched_addr", "sched_data", "sched_lo", "sched_hi", "sched_mdest", "sched_en")
+        )
         for k in range(self.members):
             m.d.comb += sched.sched_order[k].eq(ctl.sched_order[k])
 
@@ -243,21 +205,11 @@ class AggregatorCore(wiring.Component):
                 slots.i.payload.eq(sched.o.payload),
                 slots.i.valid.eq(sched.o.valid & writer.room),
                 sched.o.ready.eq(slots.i.ready & writer.room),
-                writer.wr_en.eq(slots.wr_en),
-                writer.wr_end.eq(slots.wr_end),
-                writer.wr_slot.eq(slots.wr_slot),
-                writer.wr_member.eq(slots.wr_member),
-                writer.wr_data.eq(slots.wr_data),
             ]
+            m.d.comb += _alike(writer, slots, ("wr_en", "wr_end", "wr_slot", "wr_member", "wr_data"))
         else:
             wiring.connect(m, sched.o, slots.i)
-        m.d.comb += [
-            ctl.ev_valid.eq(slots.ev_valid),
-            ctl.ev_code.eq(slots.ev_code),
-            ctl.ev_result.eq(slots.ev_result),
-            ctl.ev_reemit.eq(slots.ev_reemit),
-            ctl.ev_evict.eq(slots.ev_evict),
-        ]
+        m.d.comb += _alike(ctl, slots, ("ev_valid", "ev_code", "ev_result", "ev_reemit", "ev_evict"))
         if self.bypass_buffer is not None:
             # The verdict of each frame, in input order: forward what is not this core's work.
             code = slots.ev_code
@@ -289,9 +241,7 @@ class AggregatorCore(wiring.Component):
         ]
         if not self.ext:
             m.d.comb += [
-                red.i.payload.eq(queue.r_data),
-                red.i.valid.eq(queue.r_rdy),
-                queue.r_en.eq(red.i.ready),
+                *_fifo_into(queue, red.i),
                 slots.release.eq(red.release),
                 slots.release_slot.eq(red.release_slot),
             ]
@@ -309,30 +259,15 @@ class AggregatorCore(wiring.Component):
         wiring.connect(m, red.o, result.i)
 
         if self.entry == "frame":
-            max_payload = protocol.HEADER_BYTES + self.slot_bytes
+            max_payload = protocol.HEADER_BYTES + self.chunk_bytes
             m.submodules.fanout = fan = Fanout(width=W, dests=self.dests, max_payload=max_payload)
             wiring.connect(m, result.o, fan.i)
-            m.d.comb += [
-                fan.mac.eq(ctl.mac),
-                fan.ip.eq(ctl.ip),
-                fan.port.eq(ctl.port),
-                fan.ndest.eq(ctl.ndest),
-            ]
+            m.d.comb += _alike(fan, ctl, ("mac", "ip", "port", "ndest"))
             for d in range(self.dests):
-                m.d.comb += [
-                    fan.dest_mac[d].eq(ctl.dest_mac[d]),
-                    fan.dest_ip[d].eq(ctl.dest_ip[d]),
-                    fan.dest_port[d].eq(ctl.dest_port[d]),
-                ]
+                m.d.comb += _alike(fan, ctl, ("dest_mac", "dest_ip", "dest_port"), d)
             wiring.connect(m, fan.o, wiring.flipped(self.o))
         else:
-            m.d.comb += [
-                self.o.valid.eq(result.o.valid),
-                result.o.ready.eq(self.o.ready),
-                self.o.payload.data.eq(result.o.payload.data),
-                self.o.payload.bytes.eq(result.o.payload.bytes),
-                self.o.payload.last.eq(result.o.payload.last),
-            ]
+            m.d.comb += _beats_into(result.o, self.o)
         m.d.comb += [
             ctl.in_beat.eq(self.i.valid & self.i.ready),
             ctl.out_beat.eq(self.o.valid & self.o.ready),
@@ -349,9 +284,7 @@ class AggregatorCore(wiring.Component):
             wait_depth=self.ext["wait_depth"],
         )
         m.d.comb += [
-            pre.i.payload.eq(queue.r_data),
-            pre.i.valid.eq(queue.r_rdy),
-            queue.r_en.eq(pre.i.ready),
+            *_fifo_into(queue, pre.i),
             pre.closed.eq(writer.closed),
             pre.retired.eq(writer.retired),
             pre.werr.eq(writer.err),
@@ -375,14 +308,74 @@ class AggregatorCore(wiring.Component):
                     m.d.comb += getattr(side, name).eq(getattr(port, name))
 
 
-def _external(*, width, slots, members, words, ports, addr_width, id_width, frames, wait_depth):
+def _alike(dst, src, names, index=None):
+    """``dst``'s ports driven by ``src``'s of the same ``names`` (element ``index`` of port arrays): the
+    control port's registers and the stages' inputs they set carry one name on both sides."""
+    if index is None:
+        return [getattr(dst, name).eq(getattr(src, name)) for name in names]
+    return [getattr(dst, name)[index].eq(getattr(src, name)[index]) for name in names]
+
+
+def _fifo_into(queue, dst):
+    """The read side of FIFO ``queue`` driving stream ``dst``."""
+    return [dst.payload.eq(queue.r_data), dst.valid.eq(queue.r_rdy), queue.r_en.eq(dst.ready)]
+
+
+def _beats_into(src, dst):
+    """Stream ``src`` driving stream ``dst``: the handshake and the :func:`~wanreduce.hw.layouts.Beat`
+    fields (``dst``'s payload may have more, which the caller drives)."""
+    return [
+        dst.valid.eq(src.valid),
+        src.ready.eq(dst.ready),
+        *(dst.payload[name].eq(src.payload[name]) for name in ("data", "bytes", "last")),
+    ]
+
+
+#: The configuration's keywords: ``CoreConfig``'s fields, and the export's ``slot_bytes`` for ``chunk_bytes``.
+_FIELDS = {f.name: f.name for f in dataclasses.fields(CoreConfig)} | {"slot_bytes": "chunk_bytes"}
+
+
+def _config_of(config, fields):
+    """The core's configuration: ``config``, or one made of the keywords ``fields`` (``ValueError``)."""
+    unknown = sorted(set(fields) - set(_FIELDS))
+    if unknown:
+        raise ValueError(f"The core has no build option {', '.join(map(repr, unknown))}.")
+    if config is None:
+        named = {}
+        for key, value in fields.items():
+            if _FIELDS[key] in named:
+                raise ValueError(f"Give the core's {_FIELDS[key]} once, not also as {key}.")
+            named[_FIELDS[key]] = value
+        # Every field, so that no keyword a caller leaves out takes a default it did not choose.
+        missing = [f.name for f in dataclasses.fields(CoreConfig) if f.name not in named]
+        if missing:
+            raise ValueError(
+                f"Give the core a CoreConfig, or every field of one: {', '.join(missing)} missing."
+            )
+        return CoreConfig(**named)
+    if fields:
+        raise ValueError("Give the core a configuration or its fields as keywords, not both.")
+    if not isinstance(config, CoreConfig):
+        raise ValueError(f"The core's configuration must be a CoreConfig, not {type(config).__name__}.")
+    return config
+
+
+def _external(config, *, ports, addr_width, id_width, frames, wait_depth):
     """The external build's memory map, read frames, ID width and stage A's depth, checked
     (``ValueError``)."""
+    members = config.members
     if frames < 1 or frames & (frames - 1):
         raise ValueError(f"The read frames must be a power of two, not {frames}.")
     check_wait_depth(wait_depth)
-    frames = min(frames, slots)
-    mm = ExtMemMap(width=width, slots=slots, members=members, words=words, ports=ports, addr_width=addr_width)
+    frames = min(frames, config.slots)
+    mm = ExtMemMap(
+        width=config.width,
+        slots=config.slots,
+        members=members,
+        words=config.words,
+        ports=ports,
+        addr_width=addr_width,
+    )
     need = max(1, (frames * (1 << (members - 1).bit_length()) - 1).bit_length())
     if id_width is None:
         id_width = need

@@ -122,7 +122,7 @@ def Beat(width):
 
 def PayloadBeat(width):
     """A UDP-payload beat out of the frame parser: ``drops`` carries codes 1-8 on the last beat."""
-    return data.StructLayout({"data": width, "bytes": _nbytes_shape(width), "last": 1, "drops": DROP_BITS})
+    return data.StructLayout({**Beat(width).members, "drops": DROP_BITS})
 
 
 #: What the slot table needs of a CONTRIB header.
@@ -144,17 +144,7 @@ def ParsedBeat(width):
     """A payload beat with the header parser's results: ``pw`` is the beat's index in the payload, ``hc``
     marks the beat that completes the header (or ends a shorter packet), ``desc`` is valid from ``hc`` on and
     ``drops`` accumulates every code decided so far (complete on the last beat)."""
-    return data.StructLayout(
-        {
-            "data": width,
-            "bytes": _nbytes_shape(width),
-            "last": 1,
-            "pw": 16,
-            "hc": 1,
-            "drops": DROP_BITS,
-            "desc": Desc,
-        }
-    )
+    return data.StructLayout({**Beat(width).members, "pw": 16, "hc": 1, "drops": DROP_BITS, "desc": Desc})
 
 
 def ScheduledBeat(width, members, slots):
@@ -165,13 +155,7 @@ def ScheduledBeat(width, members, slots):
     and ``mdest`` (the IPv4 group address the chunk's RESULT is also multicast to; 0 for none)."""
     return data.StructLayout(
         {
-            "data": width,
-            "bytes": _nbytes_shape(width),
-            "last": 1,
-            "pw": 16,
-            "hc": 1,
-            "drops": DROP_BITS,
-            "desc": Desc,
+            **ParsedBeat(width).members,
             "expected": 64,
             "midx": range(max(members, 64) + 1),
             "slot": range(slots),

@@ -63,7 +63,7 @@ ETH_BOARD_MHZ = 100
 #: The ECPIX-5 Ethernet top's core: the UART board's (:data:`~wanreduce.hw.board.BOARD_CORE`) with 16 slots
 #: of 1 KiB member buffers, so that the wire's usual 1 KiB chunk fits. Placed with every clock domain
 #: meeting its constraint (docs/board.md says what limits a larger one).
-ETH_CORE = {**BOARD_CORE, "slots": 16, "slot_bytes": 1024}
+ETH_CORE = BOARD_CORE.replace(slots=16, chunk_bytes=1024)
 #: The RGMII clocks of gigabit Ethernet (receive from the PHY, transmit from the PLL).
 RGMII_MHZ = 125
 #: Core cycles per bit of the board's UART at 115200 baud.
@@ -153,10 +153,11 @@ def phy_manager(board, phy=0):
 class EthBoard(wiring.Component):
     """Core, MAC, UART bridge and PHY manager, with the board's pins as ports.
 
-    Keywords: ``primitive`` (the MAC's DDR cells: "ecp5" or "model"), ``core`` (AggregatorCore keywords,
-    default :data:`~wanreduce.hw.board.BOARD_CORE`), ``uart_divisor`` (core cycles per UART bit),
-    ``mdc_divisor`` (core cycles per MDC half period), ``phy_reset_cycles``, ``phy_settle_cycles``,
-    ``poll_cycles`` (the link poll's period), ``phy`` (the PHY's MDIO address).
+    Keywords: ``primitive`` (the MAC's DDR cells: "ecp5" or "model"), ``core`` (the core's
+    :class:`~wanreduce.spec.core.CoreConfig`, default :data:`~wanreduce.hw.board.BOARD_CORE`),
+    ``uart_divisor`` (core cycles per UART bit), ``mdc_divisor`` (core cycles per MDC half period),
+    ``phy_reset_cycles``, ``phy_settle_cycles``, ``poll_cycles`` (the link poll's period), ``phy`` (the
+    PHY's MDIO address).
     Latency and back-pressure are the MAC's and the core's: a frame reaches the core once it is all in
     and checked; the core's back-pressure fills the MAC's receive buffer, then frames are dropped and
     counted (``rx_overflow``).
@@ -164,7 +165,7 @@ class EthBoard(wiring.Component):
 
     def __init__(self, *, core=None, phy=0, **board):
         take_board_keywords(self, **board)
-        self.core_params = dict(core or BOARD_CORE)
+        self.config = core or BOARD_CORE
         self.phy = phy
         super().__init__(
             {
@@ -184,7 +185,7 @@ class EthBoard(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        core = AggregatorCore(**self.core_params)
+        core = AggregatorCore(self.config)
         blocks = block_resets(m, {"core": core, "mac": EthMac(width=core.width, primitive=self.primitive)})
         m.submodules.core, m.submodules.mac = core, mac = blocks["core"], blocks["mac"]
         m.submodules.bridge = bridge = UARTBridge(width=core.width, divisor=self.uart_divisor)
@@ -230,7 +231,7 @@ def board_clocks(m, platform, pll):
 class EthBoardTop(Elaboratable):
     """:class:`EthBoard` on an ECPIX-5: the PLL (from the 100 MHz oscillator: 125 MHz, the same at 90°,
     and the core's :data:`ETH_BOARD_MHZ`), resets, the RGMII, MDIO, PHY reset, UART and LED pins. ``core``:
-    :class:`~wanreduce.hw.core.AggregatorCore` keywords, default :data:`ETH_CORE`."""
+    the core's :class:`~wanreduce.spec.core.CoreConfig`, default :data:`ETH_CORE`."""
 
     #: EHXPLLL settings: 100 MHz in, VCO 500 MHz; CLKOP 125 MHz (fed back), CLKOS 125 MHz one VCO period
     #: (2 ns, 90°) later, CLKOS2 100 MHz for the core.
@@ -250,7 +251,7 @@ class EthBoardTop(Elaboratable):
     CORE_MHZ = ETH_BOARD_MHZ
 
     def __init__(self, *, core=None, baud=115200):
-        self.core, self.baud = ETH_CORE if core is None else core, baud
+        self.config, self.baud = ETH_CORE if core is None else core, baud
 
     @classmethod
     def core_cycles(cls, *, baud):
@@ -305,7 +306,7 @@ class EthBoardTop(Elaboratable):
         m = Module()
         lock = board_clocks(m, platform, self.pll)
         cycles = self.core_cycles(baud=self.baud)
-        m.submodules.board = board = EthBoard(primitive="ecp5", core=self.core, **cycles)
+        m.submodules.board = board = EthBoard(primitive="ecp5", core=self.config, **cycles)
         eth = platform.request("eth_rgmii", 0)
         uart = platform.request("uart", 0)
         m.d.comb += [
@@ -385,5 +386,5 @@ def build_eth(board="ecpix5_85", *, build_dir, seed=1, name=ETH_BUILD_NAME, core
         "core_mhz": round(top_class.CORE_MHZ, 3),
         "rgmii_mhz": RGMII_MHZ,
         "pll": dict(top_class.PLL),
-        "config": dict(top.core or BOARD_CORE),
+        "config": top.config.as_dict(),
     }

@@ -34,10 +34,12 @@ from .board import (
 from .mac import EthMac, RgmiiSignature
 from .merge import FrameMerge
 
-__all__ = ["EthInlineBoard", "VersaInlineTop", "INLINE_BYPASS_BYTES"]
+__all__ = ["EthInlineBoard", "VersaInlineTop", "INLINE_BYPASS_BYTES", "INLINE_CORE"]
 
 #: The longest frame the bypass port forwards: a standard frame without its FCS, in whole 8-byte beats.
 INLINE_BYPASS_BYTES = -(-(ethernet.MAX_FRAME_BYTES - ethernet.ETH_FCS_BYTES) // 8) * 8
+#: The in-line tops' core: the board's (:data:`~wanreduce.hw.board.BOARD_CORE`) with a bypass port.
+INLINE_CORE = BOARD_CORE.replace(bypass_bytes=INLINE_BYPASS_BYTES)
 
 
 def _mdio_ports():
@@ -53,13 +55,15 @@ def _mdio_ports():
 
 class EthInlineBoard(wiring.Component):
     """Core with a bypass port between two MACs, with both PHYs' pins, MDIO and reset as ports
-    (``wan_*``, ``lan_*``). Keywords as :class:`~wanreduce.hw.eth.board.EthBoard`'s; ``core`` gets
-    ``bypass_bytes`` = :data:`INLINE_BYPASS_BYTES` unless it says otherwise. Latency and back-pressure:
+    (``wan_*``, ``lan_*``). Keywords as :class:`~wanreduce.hw.eth.board.EthBoard`'s; ``core`` must have a
+    bypass port (default :data:`INLINE_CORE`). Latency and back-pressure:
     the MACs' and the core's; a frame waits in the LAN MAC's transmit buffer while another is sent."""
 
     def __init__(self, *, core=None, **board):
         take_board_keywords(self, **board)
-        self.core_params = {"bypass_bytes": INLINE_BYPASS_BYTES, **dict(core or BOARD_CORE)}
+        self.config = INLINE_CORE if core is None else core
+        if not self.config.bypass_bytes:
+            raise ValueError("An in-line board's core needs a bypass port: give it bypass_bytes above 0.")
         ports = {"wan": Out(RgmiiSignature()), "lan": Out(RgmiiSignature())}
         for side in ("wan", "lan"):
             ports.update({f"{side}_{k}": v for k, v in _mdio_ports().items()})
@@ -68,7 +72,7 @@ class EthInlineBoard(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        core = AggregatorCore(**self.core_params)
+        core = AggregatorCore(self.config)
         W = core.width
         blocks = block_resets(
             m,
@@ -122,7 +126,7 @@ class VersaInlineTop(Elaboratable):
     CORE_MHZ = RGMII_MHZ * PLL["clkop_div"] / PLL["clkos2_div"]
 
     def __init__(self, *, core=None, baud=115200):
-        self.core, self.baud = core, baud
+        self.config, self.baud = INLINE_CORE if core is None else core, baud
 
     pll = classmethod(EthBoardTop.pll.__func__)
     core_cycles = classmethod(EthBoardTop.core_cycles.__func__)
@@ -131,7 +135,7 @@ class VersaInlineTop(Elaboratable):
         m = Module()
         lock = board_clocks(m, platform, self.pll)
         m.submodules.board = board = EthInlineBoard(
-            primitive="ecp5", core=self.core, **self.core_cycles(baud=self.baud)
+            primitive="ecp5", core=self.config, **self.core_cycles(baud=self.baud)
         )
         for side, k in (("wan", 0), ("lan", 1)):
             eth = platform.request("eth_rgmii", k)

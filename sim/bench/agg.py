@@ -22,6 +22,7 @@ import numpy as np
 
 from ...host.golden import Destination
 from ...spec import addressing
+from ...spec.core import BENCH
 from ...spec.protocol import UDP_PORT, DType
 from ..verify import traffic
 
@@ -38,7 +39,7 @@ def line_rate(*, n_frames=10_000, sources=8, slots=16, seed=0, sim=None):
     if sim is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sim = CoreSim(width=WIDTH, slots=slots, members=sources, slot_bytes=1024, dests=1, entry="frame")
+            sim = CoreSim(BENCH.replace(slots=slots, members=sources))
     rng = np.random.default_rng(seed)
     count = 256
     elems = rng.integers(0, 1 << 30, (sources, count), dtype=np.uint32)  # finite fp32 patterns
@@ -148,7 +149,7 @@ def run():
         if sim is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                sim = CoreSim(width=WIDTH, slots=16, members=8, slot_bytes=1024, dests=1, entry="frame")
+                sim = CoreSim(BENCH)
         r, g, slot_bytes = line_rate(seed=seed, sim=sim)
         rates.append(r)
         gbps.append(g)

@@ -29,6 +29,7 @@ import numpy as np
 from ...host import control
 from ...host.golden import Destination, GoldenAggregator
 from ...spec import addressing
+from ...spec.core import CoreConfig
 from ...spec.protocol import UDP_PORT, DType
 from ..verify import traffic
 
@@ -37,7 +38,7 @@ __all__ = ["run"]
 WIDTH, MEMBERS, SLOTS, PORTS, LATENCY, CLOCK_HZ = 512, 8, 1 << 20, 2, 300, 322e6
 #: Each port's address bits: ceil(S / K) x G_max x a 2 KiB stride = 8 GiB.
 ADDR_WIDTH = 33
-CONFIG = dict(width=WIDTH, slots=SLOTS, members=MEMBERS, slot_bytes=1024, dests=1, entry="frame")
+CONFIG = CoreConfig(width=WIDTH, slots=SLOTS, members=MEMBERS, chunk_bytes=1024, dests=1, bypass_bytes=0)
 
 
 def run(*, n_chunks=3000, seed=0):
@@ -47,7 +48,7 @@ def run(*, n_chunks=3000, seed=0):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        core = AggregatorCore(**CONFIG, buffers="external", mem_ports=PORTS, mem_addr_width=ADDR_WIDTH)
+        core = AggregatorCore(CONFIG, buffers="external", mem_ports=PORTS, mem_addr_width=ADDR_WIDTH)
     mm = core.ext["map"]
     rng = np.random.default_rng(seed)
     elems = rng.integers(0, 1 << 30, (MEMBERS, 256), dtype=np.uint32)

@@ -2,9 +2,9 @@
 external-memory testbenches share.
 
 :class:`CoreTB` drives a bare core's ports: reset, control-port writes and reads, the input stream with
-random idle cycles, the output stream under random back-pressure. :func:`golden_of` is the golden model
-of a core's build, :func:`expected_of` what it sends for a workload, :func:`counter_diff` the counters
-that differ from it.
+random idle cycles, the output stream under random back-pressure. :func:`expected_of` is what the golden
+model of a core's build (:func:`wanreduce.sim.verify.traffic.golden_of`) sends for a workload,
+:func:`counter_diff` the counters that differ from it.
 """
 
 import random
@@ -14,9 +14,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-from ...host.golden import GoldenAggregator
-
-__all__ = ["CoreTB", "golden_of", "expected_of", "counter_diff"]
+__all__ = ["CoreTB", "expected_of", "counter_diff"]
 
 
 class CoreTB:
@@ -98,22 +96,6 @@ class CoreTB:
             await RisingEdge(self.dut.clk)
             idle = idle + 1 if len(self.out_records) == n else 0
             n = len(self.out_records)
-
-
-def golden_of(core, *, rank, jobs, mac, ip, destinations, **extra):
-    """The golden aggregator of a core built with ``core`` (a mapping of its build keywords: ``slots``,
-    ``members``, ``slot_bytes``), configured as the testbench configures the core."""
-    return GoldenAggregator(
-        rank=rank,
-        jobs=jobs,
-        slots=core["slots"],
-        members=core["members"],
-        slot_bytes=core["slot_bytes"],
-        mac=mac,
-        ip=ip,
-        destinations=destinations,
-        **extra,
-    )
 
 
 def expected_of(golden, packets, *, entry="frame"):

@@ -10,7 +10,7 @@ beat. An idle core's cycle counter is moved forward without clocking it.
 
 API::
 
-    rtl = RtlCores(width=512, slots=256, members=3, slot_bytes=1024, count=9)   # builds once (cached)
+    rtl = RtlCores(CoreConfig(slots=256, members=3, bypass_bytes=0), count=9)   # builds once (cached)
     sites = rtl.sites(schedule, bank_bits=7, clock_hz=322e6)                  # one aggregator per site
     run = wan.simulate(schedule, ..., sites=sites, tensors=...)
     rtl.counters(i), rtl.longest_stall(i)
@@ -32,12 +32,14 @@ from ...host.packet import decode_headers
 from ...host.wan import result_msg
 from ...hw.core import AggregatorCore
 from ...spec import addressing
+from ...spec.core import CoreConfig
 from ...spec.protocol import HEADER_BYTES, UDP_PORT, Kind
 from ...spec.schedfile import group_of
 from ..verilator import cxx, runner, toolchain
-from ..verilator.agg_driver import beats_to_packets, packets_to_beats
+from ..verilator.agg_driver import beats_to_packets, build_key, packets_to_beats
 
 __all__ = [
+    "site_core",
     "gather_site_writes",
     "RtlCores",
     "RtlSite",
@@ -59,19 +61,25 @@ _DRAIN_FIXED = 512
 _DRAIN_BYPASS = 64
 
 
+def site_core(*, width, slots, members, chunk_bytes):
+    """The configuration of an end-point site's core in the co-simulation: no bypass port, and one RESULT
+    destination (the site's host group)."""
+    return CoreConfig(
+        width=width, slots=slots, members=members, chunk_bytes=chunk_bytes, dests=1, bypass_bytes=0
+    )
+
+
 class RtlCores:
-    """``count`` instances of one aggregator core build (parameters as :class:`AggregatorCore`)."""
+    """``count`` instances of one core build (``config`` and options as :class:`AggregatorCore`'s)."""
 
     #: The C++ library of cores and the cache's name for its builds (a subclass serves another build).
     driver, kind = _SOURCE, "corelib"
 
-    def __init__(self, *, count, progress=None, **params):
-        self.params = dict(params)
-        self.core = AggregatorCore(**params)
-        self.width = params["width"]
-        text = runner.design_verilog(
-            self.core, top="agg_core", key=("AggregatorCore", sorted(params.items()))
-        )
+    def __init__(self, config, *, count, progress=None, **options):
+        self.config = config
+        self.core = AggregatorCore(config, **options)
+        self.width = config.width
+        text = runner.design_verilog(self.core, top="agg_core", key=build_key(config, options))
         ports = toolchain.parse_ports(text, top="agg_core")
         in_bits, out_bits = ports["i__payload"][1], ports["o__payload"][1]
         defines = f"-DIN_BITS={in_bits} -DOUT_BITS={out_bits}"
@@ -85,7 +93,7 @@ class RtlCores:
         def do_build(out):
             if progress:
                 progress(
-                    f"building the Verilated core (W={self.width}, {params['slots']} slots); "
+                    f"building the Verilated core (W={self.width}, {config.slots} slots); "
                     "this happens once per configuration"
                 )
             toolchain.build_cpp(
@@ -401,18 +409,17 @@ def inline_sites(*, width, clock_hz, dests=2, jobs=4, rounds=64, progress=None, 
 
     def make(configs):
         first = configs[0]
-        cores = RtlCores(
-            count=len(configs),
-            progress=progress,
+        config = CoreConfig(
             width=width,
             slots=first["slots"],
             members=first["members"],
-            slot_bytes=first["slot_bytes"],
+            chunk_bytes=first["slot_bytes"],
             dests=dests,
             jobs=jobs,
             rounds=rounds,
             bypass_bytes=first["bypass_bytes"],
         )
+        cores = RtlCores(config, count=len(configs), progress=progress)
         if keep is not None:
             keep.append(cores)
         c = cores.core

@@ -35,7 +35,7 @@ from ...host.topology import load_topology
 from ...host.units import format_seconds, format_size
 from ...spec.errors import WanreduceError
 from ...spec.protocol import Drop, DType
-from .cosim import CLOCK_HZ, RtlCores, inline_sites
+from .cosim import CLOCK_HZ, RtlCores, inline_sites, site_core
 
 __all__ = ["DemoConfig", "run", "parse_kill", "TOLERANCE", "ROOT_TOLERANCE", "cores_slots", "figures_of"]
 
@@ -173,15 +173,8 @@ def run(config, *, echo=_noop, progress=_noop):
     rng = np.random.default_rng(config.seed)
     tensors = [rng.standard_normal(config.elements).astype(np.float32) for _ in range(topo.n)]
     if config.aggregator == "rtl":
-        cores = RtlCores(
-            count=topo.n,
-            width=config.width,
-            slots=slots,
-            members=gmax,
-            slot_bytes=chunk_bytes,
-            dests=1,
-            progress=progress,
-        )
+        core = site_core(width=config.width, slots=slots, members=gmax, chunk_bytes=chunk_bytes)
+        cores = RtlCores(core, count=topo.n, progress=progress)
         sites = cores.sites(schedule, bank_bits=bank_bits)
     else:
         sites = [

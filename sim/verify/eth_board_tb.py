@@ -25,16 +25,20 @@ from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge, Timer, with_ti
 from ...host import control
 from ...host.golden import Destination
 from ...hw.eth.board import ETH_BOARD_MHZ, RGMII_MHZ
+from ...hw.eth.inline import INLINE_BYPASS_BYTES
 from ...spec import addressing, ethernet, protocol, regmap
+from ...spec.core import CoreConfig
 from ..verilator import runner
 from . import traffic
-from .core_tb import counter_diff, expected_of, golden_of
+from .core_tb import counter_diff, expected_of
 
 __all__ = ["TOP", "CORE", "UART_DIVISOR", "BUILD_ARGS", "board_design", "board_build", "UartHost", "BoardTB"]
 
 TOP = "eth_board"
 #: A small core: the build is shared by the tests, its size does not matter to them.
-CORE = {"width": 64, "slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jobs": 4, "rounds": 64}
+CORE = CoreConfig(width=64, slots=4, members=4, chunk_bytes=64, dests=2, jobs=4, rounds=64, bypass_bytes=0)
+#: The in-line board's core: the same with the in-line tops' bypass port.
+INLINE_CORE = CORE.replace(bypass_bytes=INLINE_BYPASS_BYTES)
 #: Core cycles per UART bit in the simulated build (the board's 115200 baud would be 1085).
 UART_DIVISOR = 4
 #: Clock periods as on the boards: the core's own PLL output, the RGMII clocks' 125 MHz.
@@ -63,15 +67,7 @@ def _scenario(rng, n_packets):
     ``n_packets`` of its traffic for the simulated core."""
     rank = int(rng.integers(0, 8))
     dests, mac, ip = _site(rank)
-    jobs, frames = traffic.scenario(
-        rng,
-        rank=rank,
-        slots=CORE["slots"],
-        slot_bytes=CORE["slot_bytes"],
-        members=CORE["members"],
-        n_packets=n_packets,
-        frames=True,
-    )
+    jobs, frames = traffic.scenario(rng, CORE, rank=rank, n_packets=n_packets, frames=True)
     return rank, dests, mac, ip, jobs, frames
 
 
@@ -257,7 +253,7 @@ async def board_end_to_end(dut):
     rank, dests, mac, ip, jobs, frames = _scenario(rng, p.get("n_packets", 120))
     frames = [_padded(f) for f in frames]  # what the wire delivers: the sender pads short frames
     site = dict(rank=rank, jobs=jobs, mac=mac, ip=ip, destinations=dests)
-    golden = golden_of(CORE, **site)
+    golden = traffic.golden_of(CORE, **site)
     expected = expected_of(golden, frames)
 
     tb = BoardTB(dut)
@@ -311,8 +307,8 @@ async def board_end_to_end(dut):
 
 async def uart_answers(tb):
     """Register reads over the UART, a bad command (NAK), an ``'O'`` with no beat, a board register."""
-    assert await tb.uart.read(regmap.REG_WIDTH) == CORE["width"]
-    assert await tb.uart.read(regmap.REG_SLOTS) == CORE["slots"]
+    assert await tb.uart.read(regmap.REG_WIDTH) == CORE.width
+    assert await tb.uart.read(regmap.REG_SLOTS) == CORE.slots
     await tb.uart.send(b"?")
     assert await tb.uart.recv(1) == b"\x15", "a bad command is not answered NAK"
     await tb.uart.send(b"O")
@@ -375,7 +371,9 @@ async def board_cli_over_pty(dut):
     os.close(slave)
     assert proc.returncode == 0, f"wanreduce board failed: {err.strip()}"
     result = json.loads(out)
-    assert result["geometry"] == {k: CORE[k] for k in result["geometry"]}, result["geometry"]
+    # The board reads REG_SLOT_BYTES back as slot_bytes: the chunk bytes of a member buffer.
+    built = {**CORE.as_dict(), "slot_bytes": CORE.chunk_bytes}
+    assert result["geometry"] == {k: built[k] for k in result["geometry"]}, result["geometry"]
     assert result["board"]["rx_ok"] == 0 and result["counters"]["frames_in"] == 0
     schedule = load_schedule(p["schedule"])
     rank = p["rank"]
@@ -395,7 +393,7 @@ def inline_design():
     """The in-line board as the testbench runs it: DDR models, a small core with a bypass port."""
     from ...hw.eth.inline import EthInlineBoard
 
-    return EthInlineBoard(**_SIM_BOARD)
+    return EthInlineBoard(**{**_SIM_BOARD, "core": INLINE_CORE})
 
 
 def _other_frames(rng, n):
@@ -443,8 +441,6 @@ async def inline_end_to_end(dut):
     WAN port unchanged."""
     from cocotbext.eth import GmiiFrame, RgmiiPhy
 
-    from ...hw.eth.inline import INLINE_BYPASS_BYTES
-
     p = runner.params()
     seed = p.get("seed", 1)
     rng = np.random.default_rng(seed)
@@ -455,7 +451,7 @@ async def inline_end_to_end(dut):
         wan_in.insert(int(rng.integers(0, len(wan_in) + 1)), _padded(o))
     lan_in = [_padded(f) for f in _other_frames(rng, 8)]
     site = dict(rank=rank, jobs=jobs, mac=mac, ip=ip, destinations=dests)
-    golden = golden_of(CORE, bypass_bytes=INLINE_BYPASS_BYTES, **site)
+    golden = traffic.golden_of(INLINE_CORE, bypass_bytes=INLINE_CORE.bypass_bytes, **site)
     results = [_padded(r) for r in expected_of(golden, wan_in)]
     forwarded = [_padded(f) for f in golden.forwarded]
 
@@ -470,7 +466,7 @@ async def inline_end_to_end(dut):
     tb = BoardTB.__new__(BoardTB)
     tb.dut, tb.uart = d, UartHost(d, d.clk, UART_DIVISOR)
     await tb.start()
-    writes = control.config_writes(core=CORE, bypass=True, **site)
+    writes = control.config_writes(core=INLINE_CORE, bypass=True, **site)
     for addr, data in writes:
         await tb.uart.write(addr, data)
     for f in wan_in:

@@ -34,19 +34,7 @@ class ExtTop : public Vtop {
             c.seed = g_mem.seed * 16 + 3 + k;
             rams.emplace_back(new axi::Ram(c));
         }
-        io = {
-            AXI_PORT(this, mem0___05F, wbuf[0]),
-#if MEM_PORTS > 1
-            AXI_PORT(this, mem1___05F, wbuf[1]),
-#endif
-#if MEM_PORTS > 2
-            AXI_PORT(this, mem2___05F, wbuf[2]), AXI_PORT(this, mem3___05F, wbuf[3]),
-#endif
-#if MEM_PORTS > 4
-            AXI_PORT(this, mem4___05F, wbuf[4]), AXI_PORT(this, mem5___05F, wbuf[5]),
-            AXI_PORT(this, mem6___05F, wbuf[6]), AXI_PORT(this, mem7___05F, wbuf[7]),
-#endif
-        };
+        io = {AXI_PORTS(this, wbuf)};
         const axi::SlaveOut quiet{};
         for (auto& p : io) p.drive(quiet);
     }

@@ -10,8 +10,8 @@ The budget is a property of the simulated memory, in beats per cycle, not of any
 
 API::
 
-    rtl = RtlExtCores(count=3, width=64, slots=64, members=3, slot_bytes=1024, dests=1, mem_ports=1,
-                      latency_cycles=300, port_beats=1.2)
+    config = CoreConfig(width=64, slots=64, members=3, chunk_bytes=1024, dests=1, bypass_bytes=0)
+    rtl = RtlExtCores(config, count=3, mem_ports=1, latency_cycles=300, port_beats=1.2)
     sites = rtl.sites(schedule, bank_bits=6, clock_hz=1.5e9, timed=True)   # timed only
     run = wan.simulate(schedule, ..., sites=sites, tensors=...)
     rtl.memory_stats(i)   # per port: W beats, R beats, write and read bursts; raises on an AXI breach
@@ -49,14 +49,14 @@ class RtlExtCores(RtlCores):
 
     driver, kind = _SOURCE, "extcorelib"
 
-    def __init__(self, *, count, latency_cycles, port_beats=None, progress=None, **params):
+    def __init__(self, config, *, count, latency_cycles, port_beats=None, progress=None, **options):
         _check_latency(latency_cycles)
         _check_budget(port_beats)
-        if params.get("buffers", "external") != "external":
+        if options.get("buffers", "external") != "external":
             raise ValueError("RtlExtCores builds the external-buffer core (buffers='external').")
         self.latency_cycles = latency_cycles
         self.port_beats = port_beats
-        super().__init__(count=count, progress=progress, **{**params, "buffers": "external"})
+        super().__init__(config, count=count, progress=progress, **{**options, "buffers": "external"})
 
     def _defines(self, ports):
         k = 0

@@ -45,16 +45,18 @@ from amaranth.lib.wiring import In, Out
 
 from ...host import control
 from ...host.frames import build_frame, ones_complement_sum, parse_mac
-from ...host.golden import Destination, GoldenAggregator, RootEntry
+from ...host.golden import Destination, RootEntry
 from ...hw.control import ControlSignature
 from ...hw.core import AggregatorCore
 from ...hw.layouts import Beat
 from ...spec import addressing
+from ...spec.core import CoreConfig
 from ...spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERSION, Kind, forwarded
-from ..verilator.agg_driver import beats_to_packets, packets_to_beats
+from ..verilator.agg_driver import beats_to_packets, build_key, packets_to_beats
 from ..verilator.harness import Harness
 from .fuzz_classify import CODES, Classifier
 from .fuzz_target import FOREIGN, Targeter, pairs_for
+from .traffic import golden_of
 
 __all__ = [
     "TracedCore",
@@ -89,10 +91,10 @@ class TracedCore(wiring.Component):
     ``o.ready``, so with no back-pressure neither output ever waits for the other (:func:`split_outputs`).
     """
 
-    def __init__(self, **params):
-        self.core = AggregatorCore(**params)
-        width = params["width"]
-        self.inline = bool(params.get("bypass_bytes"))
+    def __init__(self, config, **options):
+        self.core = AggregatorCore(config, **options)
+        width = config.width
+        self.inline = bool(config.bypass_bytes)
         record = 8 * (width // 8 + 1)
         out = Beat(width) if not self.inline else 2 * record + 2
         super().__init__(
@@ -145,8 +147,8 @@ def split_outputs(records, width):
 #: Core parameters of the fuzz builds: few slots and members so that slot conflicts (stale, ahead of the
 #: window, duplicates) are frequent, small member buffers so that ``too_large`` is easy to reach.
 _BUILD = {
-    64: {"slots": 4, "members": 4, "slot_bytes": 64},
-    512: {"slots": 4, "members": 4, "slot_bytes": 128},
+    64: {"slots": 4, "members": 4, "chunk_bytes": 64},
+    512: {"slots": 4, "members": 4, "chunk_bytes": 128},
 }
 
 
@@ -160,20 +162,20 @@ class FuzzSim:
     ``inline`` is None (an end point), "bypass" (an in-line core: bypass port, plain schedule entries) or
     "root" (an in-line core whose entries are root stripes with a RESULT group)."""
 
-    def __init__(self, *, width, entry, dests=2, jobs=2, rounds=4, inline=None, **params):
+    def __init__(self, *, width, entry, dests=2, jobs=2, rounds=4, inline=None, **fields):
         if inline not in (None, "bypass", "root"):
             raise ValueError(f"The in-line variant must be None, 'bypass' or 'root', not {inline!r}.")
         if inline and entry != "frame":
             raise ValueError("An in-line build takes Ethernet frames: its entry point must be 'frame'.")
-        params = {**_BUILD.get(width, _BUILD[64]), **params}
-        if inline:
-            params.setdefault("bypass_bytes", INLINE_BYPASS_BYTES.get(width, 8 * width))
-        self.params = dict(width=width, entry=entry, dests=dests, jobs=jobs, rounds=rounds, **params)
-        self.top = TracedCore(**self.params)
+        fields = {**_BUILD.get(width, _BUILD[64]), "bypass_bytes": 0, **fields}
+        if inline and not fields["bypass_bytes"]:
+            fields["bypass_bytes"] = INLINE_BYPASS_BYTES.get(width, 8 * width)
+        self.config = CoreConfig(width=width, entry=entry, dests=dests, jobs=jobs, rounds=rounds, **fields)
+        self.top = TracedCore(self.config)
         self.core = self.top.core
         self.width, self.entry, self.inline = width, entry, inline
         name = f"agg_fuzz_w{width}_{entry}" + ("_inline" if inline else "")
-        self.harness = Harness(self.top, top=name, key=("TracedCore", sorted(self.params.items())))
+        self.harness = Harness(self.top, top=name, key=build_key(self.config, {}, kind="TracedCore"))
 
 
 @dataclasses.dataclass
@@ -186,7 +188,7 @@ class Scenario:
     jobs: dict
     slots: int
     members: int
-    slot_bytes: int
+    chunk_bytes: int
     bank_bits: dict = dataclasses.field(default_factory=dict)
     port: int = UDP_PORT
     mac: str = addressing.aggregator_mac(5)
@@ -194,6 +196,30 @@ class Scenario:
     destinations: tuple = ()
 
     bypass_bytes: int = 0
+
+    def site(self):
+        """What the site is told, as :func:`wanreduce.host.control.config_writes` and the golden
+        aggregator take it: its rank, jobs, round banks, addresses and RESULT destinations."""
+        return dict(
+            rank=self.rank,
+            jobs=self.jobs,
+            bank_bits=self.bank_bits,
+            port=self.port,
+            mac=self.mac,
+            ip=self.ip,
+            destinations=self.destinations,
+        )
+
+    def classifier(self):
+        """The independent classifier of this site's frames."""
+        return Classifier(
+            jobs=self.jobs,
+            slots=self.slots,
+            chunk_bytes=self.chunk_bytes,
+            port=self.port,
+            bank_bits=self.bank_bits,
+            bypass_bytes=self.bypass_bytes,
+        )
 
     def entry(self, job, round_):
         """The schedule entry of (job, round): a bitmap, ranks in summation order or a root entry."""
@@ -282,7 +308,7 @@ def scenario_for(sim, job):
         bank_bits={job: banks[job]} if job in banks else {},
         slots=core.slots,
         members=core.members,
-        slot_bytes=core.slot_bytes,
+        chunk_bytes=core.chunk_bytes,
         destinations=(
             Destination("02:00:00:00:00:0a", "10.1.0.1", 47001),
             Destination(addressing.multicast_mac(addressing.site_group_ip(7)), addressing.site_group_ip(7)),
@@ -298,7 +324,7 @@ def ready_bound(core):
     of the adder ring per beat (``members × ring × words`` cycles, a pessimistic bound that ignores the
     ring's overlap) and ``dests`` RESULT frames out of the fan-out, plus a few cycles of pipeline."""
     words, ring = core.words, core.reduce.ring
-    result_beats = -(-(FRAME_OVERHEAD + HEADER_BYTES + core.slot_bytes) // (core.width // 8))
+    result_beats = -(-(FRAME_OVERHEAD + HEADER_BYTES + core.chunk_bytes) // (core.width // 8))
     per_chunk = core.members * ring * words + core.dests * (result_beats + 2) + 16
     return (core.queue_depth + 2) * per_chunk + core.slots + 16
 
@@ -456,7 +482,7 @@ class FrameGen:
         """The (dtype, count) every member uses for a chunk (a function of the tag, as in a real job)."""
         h = random.Random("/".join(map(str, tag)))
         dtype = h.randrange(3)
-        cap = self.s.slot_bytes // _SIZE[dtype]
+        cap = self.s.chunk_bytes // _SIZE[dtype]
         return dtype, (cap if h.random() < 0.2 else h.randint(1, cap))
 
     def contrib(self, job, round_, chunk, src, *, shape=None, flags=None, group=None):
@@ -570,8 +596,8 @@ class FrameGen:
             f["count"] = self.py.choice(
                 [
                     1,
-                    self.s.slot_bytes // _SIZE[f["dtype"]],
-                    self.s.slot_bytes // _SIZE[f["dtype"]] + 1,
+                    self.s.chunk_bytes // _SIZE[f["dtype"]],
+                    self.s.chunk_bytes // _SIZE[f["dtype"]] + 1,
                     0xFFFF // 64,
                 ]
             )
@@ -585,7 +611,7 @@ class FrameGen:
         if f["dtype"] not in _SIZE or self.py.random() < 0.3:
             f["count"] = 0
             return _header(**f) + p[HEADER_BYTES:]
-        cap = self.s.slot_bytes // _SIZE[f["dtype"]]
+        cap = self.s.chunk_bytes // _SIZE[f["dtype"]]
         f["count"] = self.py.choice([1, cap, cap + 1, cap + 1 + self.py.randrange(64), 4 * cap])
         return _header(**f) + _elements(self.rng, f["dtype"], f["count"])
 
@@ -803,7 +829,7 @@ class FrameGen:
         round_ = max(0, self.cursor[job][0] - self.py.randrange(3))
         dtype = 1 if size else self.py.randrange(3)
         count = (size - FRAME_OVERHEAD - HEADER_BYTES) // 2 if size else 0
-        count = max(1, count or self.py.randint(1, 2 * self.s.slot_bytes // _SIZE[dtype]))
+        count = max(1, count or self.py.randint(1, 2 * self.s.chunk_bytes // _SIZE[dtype]))
         header = _header(
             magic=MAGIC,
             version=VERSION,
@@ -1135,14 +1161,7 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
     receiver. Idle cycles between beats (``idle_prob``) vary the timing of arrivals.
     """
     s = scenario_for(sim, sorted(JOBS)[seed % 2] if job is None else job)
-    classifier = Classifier(
-        jobs=s.jobs,
-        slots=s.slots,
-        slot_bytes=s.slot_bytes,
-        port=s.port,
-        bank_bits=s.bank_bits,
-        bypass_bytes=s.bypass_bytes,
-    )
+    classifier = s.classifier()
     gen = FrameGen(s, entry=sim.entry, seed=seed, classifier=classifier, target_share=target_share)
     feed = classifier.frame if sim.entry == "frame" else classifier.payload
     inputs, want_codes, want_out, want_forwarded = [], [], [], []
@@ -1176,38 +1195,13 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
     report.mutations["recovery"] += len(tail)
     report.frames = len(inputs)
 
-    golden = GoldenAggregator(
-        rank=s.rank,
-        jobs=s.jobs,
-        slots=s.slots,
-        members=s.members,
-        slot_bytes=s.slot_bytes,
-        mac=s.mac,
-        ip=s.ip,
-        port=s.port,
-        destinations=s.destinations,
-        bank_bits=s.bank_bits,
-        bypass_bytes=s.bypass_bytes,
-    )
+    golden = golden_of(s, bypass_bytes=s.bypass_bytes, **s.site())
     golden_feed = golden.feed_frame if sim.entry == "frame" else golden.feed_payload
     for data in inputs:
         want_out += golden_feed(data)
 
     c = sim.core
-    writes = control.config_writes(
-        rank=s.rank,
-        jobs=s.jobs,
-        destinations=s.destinations,
-        mac=s.mac,
-        ip=s.ip,
-        port=s.port,
-        max_jobs=c.jobs,
-        rounds=c.rounds,
-        members=c.members,
-        max_dests=c.dests,
-        slots=c.slots,
-        bank_bits=s.bank_bits,
-    )
+    writes = control.config_writes(core=c, **s.site())
     beats = packets_to_beats(inputs, sim.width)
     reads = control.counter_reads()
     out, stats = sim.harness.run(

@@ -8,7 +8,7 @@ the RTL frame for frame; a test checks that its code table names the same counte
 
 API::
 
-    c = Classifier(jobs={7: [[3, 0, 1], 0]}, slots=4, slot_bytes=64, port=47000, bank_bits={7: 1})
+    c = Classifier(jobs={7: [[3, 0, 1], 0]}, slots=4, chunk_bytes=64, port=47000, bank_bits={7: 1})
     code, completes = c.frame(frame_bytes)      # or c.payload(udp_payload) for the payload entry point
     c.reemitted, c.evicted                      # whether that frame made the core send a RESULT again, and
                                                 # whether it took its slot back from a newer live chunk
@@ -17,7 +17,9 @@ API::
 
     # An in-line build (bypass port of 256 bytes) that roots chunks 1..6 of round 0 (an object with
     # ``order``, ``lo`` and ``hi`` as the entry, read by attribute only):
-    c = Classifier(jobs={7: [Root(order=(3, 0, 1), lo=1, hi=6), 0]}, slots=4, slot_bytes=64, bypass_bytes=256)
+    c = Classifier(
+        jobs={7: [Root(order=(3, 0, 1), lo=1, hi=6), 0]}, slots=4, chunk_bytes=64, bypass_bytes=256
+    )
     c.frame(frame_bytes)                        # the code as before; then
     c.forwarded, c.overflow                     # it left on the bypass port / it was to, and was too long
 
@@ -113,7 +115,7 @@ def frame_code(frame, *, port):
     return 0, segment[_UDP:]
 
 
-def payload_code(payload, *, slot_bytes):
+def payload_code(payload, *, chunk_bytes):
     """``(code, header)`` for codes 9-20 of a UDP payload: code 0 and the header fields as a dict if it
     passes them, else the code and ``None``."""
     payload = bytes(payload)
@@ -142,7 +144,7 @@ def payload_code(payload, *, slot_bytes):
         return 18, None
     if src >= 64 or bitmap != 1 << src:
         return 19, None
-    if count * _ELEMENT_BYTES[dtype] > slot_bytes:
+    if count * _ELEMENT_BYTES[dtype] > chunk_bytes:
         return 20, None
     return 0, {"job": job, "round": round_, "chunk": chunk, "src": src, "dtype": dtype, "count": count}
 
@@ -165,7 +167,7 @@ class Classifier:
     another root's. ``bypass_bytes`` > 0 is an in-line build with forwarding on (the longest frame it
     forwards); 0 an end point."""
 
-    def __init__(self, *, jobs, slots, slot_bytes, port=47000, bank_bits=None, bypass_bytes=0):
+    def __init__(self, *, jobs, slots, chunk_bytes, port=47000, bank_bits=None, bypass_bytes=0):
         if slots < 1 or slots & (slots - 1):
             raise ValueError(f"The slot count must be a power of two, not {slots}.")
         self.jobs = {int(j): [sum(1 << r for r in _order(e)) for e in period] for j, period in jobs.items()}
@@ -176,7 +178,7 @@ class Classifier:
         full = slots.bit_length() - 1
         self.bank_bits = {j: full for j in self.jobs}
         self.bank_bits.update({int(j): int(b) for j, b in (bank_bits or {}).items()})
-        self.slot_bytes = slot_bytes
+        self.chunk_bytes = chunk_bytes
         self.port = port
         # Per slot: None (empty) or [state "live"/"done", (job, round, chunk), bitmap, dtype, count], and
         # the shadow: the tag of the last chunk the slot completed.
@@ -203,7 +205,7 @@ class Classifier:
         return self._payload(payload)
 
     def _payload(self, payload):
-        code, h = payload_code(payload, slot_bytes=self.slot_bytes)
+        code, h = payload_code(payload, chunk_bytes=self.chunk_bytes)
         if code:
             return self._count(code, False)
         period = self.jobs.get(h["job"])

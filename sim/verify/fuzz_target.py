@@ -209,7 +209,7 @@ class Targeter:
             f[field] = value
         elif code == 20:
             size = _SIZE[f["dtype"]]
-            f["count"] = self.s.slot_bytes // size + 1
+            f["count"] = self.s.chunk_bytes // size + 1
             body = bytes(size * f["count"])
         else:
             return p

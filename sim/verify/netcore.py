@@ -17,14 +17,15 @@ import time
 from ...host.aggd import contrib_frame_of, members_of
 from ...host.frames import parse_frame
 from ...spec.protocol import UDP_PORT
-from .cosim import _DRAIN_FIXED, CLOCK_HZ, RtlCores, gather_site_writes
+from .cosim import _DRAIN_FIXED, CLOCK_HZ, RtlCores, gather_site_writes, site_core
 
 __all__ = ["RtlEngine", "prepare"]
 
 
-def _params(layout):
-    return dict(
-        width=layout.width, slots=layout.slots, members=layout.members, slot_bytes=layout.slot_bytes, dests=1
+def _config(layout):
+    """The core of an aggd ``layout``."""
+    return site_core(
+        width=layout.width, slots=layout.slots, members=layout.members, chunk_bytes=layout.slot_bytes
     )
 
 
@@ -32,14 +33,14 @@ def prepare(layout, progress=None):
     """Build (or find in the cache) and load the core for ``layout``. Pass the result to the engines of
     processes forked afterwards: each inherits its own copy of the loaded core and starts at once, instead
     of elaborating the design again to find its build."""
-    return RtlCores(count=1, progress=progress, **_params(layout))
+    return RtlCores(_config(layout), count=1, progress=progress)
 
 
 class RtlEngine:
     """Site ``rank``'s aggregator on the Verilated core (``feed``, ``feed_frame``, ``counters``)."""
 
     def __init__(self, schedule, rank, layout, *, job=0, clock_hz=CLOCK_HZ, cores=None):
-        self.cores = RtlCores(count=1, **_params(layout)) if cores is None else cores
+        self.cores = RtlCores(_config(layout), count=1) if cores is None else cores
         core = self.cores.core
         self.cores.configure(0, gather_site_writes(schedule, rank, core, job=job, bank_bits=layout.bank_bits))
         self.period = schedule.period

@@ -39,7 +39,7 @@ from ...host.reference import run_reference
 from ...host.schedule import optimize, plan_to_schedule
 from ...host.topology import from_rtt_matrix
 from ...spec.protocol import DType
-from .cosim import CLOCK_HZ, RtlCores
+from .cosim import CLOCK_HZ, RtlCores, site_core
 
 __all__ = ["rate_bound", "metro_cores", "metro_ext_cores", "port_beats", "METRO_RTT_MS"]
 
@@ -52,7 +52,7 @@ def metro_cores(*, width=64, memory=1 << 20, chunk_bytes=1024):
     slots = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=3, width=width)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return RtlCores(count=3, width=width, slots=slots, members=3, slot_bytes=chunk_bytes, dests=1)
+        return RtlCores(site_core(width=width, slots=slots, members=3, chunk_bytes=chunk_bytes), count=3)
 
 
 def port_beats(*, width, clock_hz, port_scale=1.0):
@@ -61,24 +61,17 @@ def port_beats(*, width, clock_hz, port_scale=1.0):
     return port_scale * hbm.PSEUDO_CHANNEL_Bps / (clock_hz * width / 8)
 
 
-def _ext_params(memory, *, width, chunk_bytes):
-    params = CostParams(memory_bytes=memory, chunk_bytes=chunk_bytes, bus_bits=width, buffers="external")
-    return dict(width=width, slots=params.slots(3), members=3, slot_bytes=chunk_bytes, dests=1)
-
-
 def metro_ext_cores(*, width, memory, mem_ports, latency_cycles, beats, chunk_bytes=1024):
     """Three Verilated external-buffer cores for :func:`rate_bound` (``buffers="external"``): ``mem_ports``
     ports each, their memories ``latency_cycles`` and ``beats`` per cycle (the build is cached)."""
     from .extcosim import RtlExtCores
 
+    params = CostParams(memory_bytes=memory, chunk_bytes=chunk_bytes, bus_bits=width, buffers="external")
+    config = site_core(width=width, slots=params.slots(3), members=3, chunk_bytes=chunk_bytes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return RtlExtCores(
-            count=3,
-            mem_ports=mem_ports,
-            latency_cycles=latency_cycles,
-            port_beats=beats,
-            **_ext_params(memory, width=width, chunk_bytes=chunk_bytes),
+            config, count=3, mem_ports=mem_ports, latency_cycles=latency_cycles, port_beats=beats
         )
 
 

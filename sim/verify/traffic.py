@@ -22,6 +22,7 @@ from ...spec.protocol import FLAG_LAST, HEADER_BYTES, MAX_RANKS, UDP_PORT, VERSI
 __all__ = [
     "contrib",
     "random_elements",
+    "golden_of",
     "scenario",
     "frame_of",
     "HEADER_FAULTS",
@@ -95,7 +96,7 @@ FRAME_FAULTS = [
 ]
 
 
-def header_fault(rng, payload, kind, *, slot_bytes, outsider):
+def header_fault(rng, payload, kind, *, chunk_bytes, outsider):
     p = bytearray(payload)
     if kind == "magic":
         p[0] ^= 0x40
@@ -123,7 +124,7 @@ def header_fault(rng, payload, kind, *, slot_bytes, outsider):
         p[16:18] = (64 + int(rng.integers(0, 100))).to_bytes(2, "big")
     elif kind == "too_large":
         size = DType(p[4]).size
-        count = slot_bytes // size + 1 + int(rng.integers(0, 3))
+        count = chunk_bytes // size + 1 + int(rng.integers(0, 3))
         p[20:22] = count.to_bytes(2, "big")
         p = p[:HEADER_BYTES] + bytes(rng.integers(0, 256, count * size, dtype=np.uint8))
     elif kind == "short":
@@ -199,13 +200,21 @@ def frame_fault(rng, frame, kind):
     return bytes(f)
 
 
+def golden_of(core, *, rank, jobs, **site):
+    """The golden aggregator of a core built with ``core`` (a :class:`~wanreduce.spec.core.CoreConfig`, or
+    a built core: its ``slots``, ``members`` and ``chunk_bytes``), serving the site ``rank`` with ``jobs``
+    and the rest of ``site`` (addresses, destinations, round banks, as
+    :class:`~wanreduce.host.golden.GoldenAggregator` takes them)."""
+    return GoldenAggregator(
+        rank=rank, jobs=jobs, slots=core.slots, members=core.members, slot_bytes=core.chunk_bytes, **site
+    )
+
+
 def scenario(
     rng,
+    core,
     *,
     rank,
-    slots,
-    slot_bytes,
-    members,
     n_packets=300,
     frames=False,
     faults=0.15,
@@ -214,7 +223,8 @@ def scenario(
     ordered=False,
     bank_bits=None,
 ):
-    """A mixed workload for the site of ``rank``.
+    """A mixed workload for the site of ``rank`` on a core built with ``core`` (its slots, members and
+    chunk bytes, as :func:`golden_of` reads them).
 
     Each job runs ``rounds[0]`` to ``rounds[1] - 1`` rounds. Returns ``(jobs, packets)``: the expected-set
     table to load (job → one period of bitmaps, or of summation orders when ``ordered``) and at most
@@ -222,6 +232,7 @@ def scenario(
     ``bank_bits`` (an int, for every job) a period is at most ``slots >> bank_bits`` rounds, so that its
     banks fit the slots.
     """
+    slots, members, chunk_bytes = core.slots, core.members, core.chunk_bytes
     if bank_bits is not None and not 0 <= bank_bits <= (slots - 1).bit_length():
         raise ValueError(f"Round banks of 2**{bank_bits} slots do not fit {slots} slots.")
     others = [r for r in range(n_ranks) if r != rank]
@@ -255,7 +266,7 @@ def scenario(
             nchunks = int(rng.integers(1, slots + 3))
             group = int(rng.integers(0, 4))
             for chunk in range(nchunks):
-                count = int(rng.integers(1, slot_bytes // dtype.size + 1))
+                count = int(rng.integers(1, chunk_bytes // dtype.size + 1))
                 for src in range(64):
                     if expected >> src & 1:
                         p = contrib(
@@ -272,13 +283,8 @@ def scenario(
     # Merge the senders' streams in WAN order, with the extras mixed in. A shadow golden aggregator plays
     # the senders' only feedback: a contribution it refused as ahead of the window is retransmitted a little
     # later, as a sender whose chunk never completed would after its timeout.
-    shadow = GoldenAggregator(
-        rank=rank,
-        jobs=jobs,
-        slots=slots,
-        members=members,
-        slot_bytes=slot_bytes,
-        bank_bits=None if bank_bits is None else {j: bank_bits for j in jobs},
+    shadow = golden_of(
+        core, rank=rank, jobs=jobs, bank_bits=None if bank_bits is None else dict.fromkeys(jobs, bank_bits)
     )
     # Arrival time: the chunk's place in the job's sequence plus a WAN jitter of a couple of chunks, and now
     # and then a sender far ahead.
@@ -315,7 +321,7 @@ def scenario(
             emit(packets[int(rng.integers(0, len(packets)))])
         if rng.random() < faults:
             kind = HEADER_FAULTS[int(rng.integers(0, len(HEADER_FAULTS)))]
-            emit(header_fault(rng, p, kind, slot_bytes=slot_bytes, outsider=outsider))
+            emit(header_fault(rng, p, kind, chunk_bytes=chunk_bytes, outsider=outsider))
     packets = packets[:n_packets]
     if not frames:
         return jobs, packets

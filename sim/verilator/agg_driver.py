@@ -9,7 +9,8 @@ in this beat, ``B`` except on the last beat of a packet), then ``last``. For eve
 API::
 
     from wanreduce.sim.verilator.agg_driver import CoreSim, packets_to_beats, beats_to_packets
-    sim = CoreSim(width=64, slots=4, members=4, slot_bytes=64, dests=2, entry="frame")   # builds (cached)
+    from wanreduce.spec.core import ECP5
+    sim = CoreSim(ECP5.replace(chunk_bytes=64))           # builds (cached)
     res = sim.run(frames, rank=0, jobs={0: [0b111]}, destinations=[...], mac=..., ip=..., port=UDP_PORT,
                   idle_prob=0.0, backpressure_prob=0.0, seed=0)
     res.packets (list of bytes), res.counters (dict like GoldenAggregator.counters), res.perf, res.stats
@@ -23,10 +24,9 @@ from ...host import control
 from ...hw.core import AggregatorCore
 from ...hw.layouts import Beat
 from ...spec import regmap
-from ...spec.protocol import UDP_PORT
 from .harness import Harness
 
-__all__ = ["packets_to_beats", "beats_to_packets", "CoreSim", "CoreResult", "TOP"]
+__all__ = ["packets_to_beats", "beats_to_packets", "build_key", "CoreSim", "CoreResult", "TOP"]
 
 
 def _meta_bits(width):
@@ -80,6 +80,12 @@ def beats_to_packets(records, width):
 TOP = "agg_core"
 
 
+def build_key(config, options, kind="AggregatorCore"):
+    """The key the Verilog of a core build is cached under: its configuration (a
+    :class:`~wanreduce.spec.core.CoreConfig`) and its build options."""
+    return (kind, sorted({**config.as_dict(), **options}.items()))
+
+
 @dataclasses.dataclass
 class CoreResult:
     packets: list
@@ -91,15 +97,15 @@ class CoreResult:
 class CoreSim:
     """One core build, run through the C++ harness.
 
-    Keyword parameters as :class:`wanreduce.hw.core.AggregatorCore`. The build (and the Verilog it is made
-    from) is cached on disk, so building the same configuration again is free.
+    ``config`` and the keyword options as :class:`wanreduce.hw.core.AggregatorCore`'s. The build (and the
+    Verilog it is made from) is cached on disk, so building the same configuration again is free.
     """
 
-    def __init__(self, **params):
-        self.params = params
-        self.core = AggregatorCore(**params)
-        self.width = params["width"]
-        self.harness = Harness(self.core, top=TOP, key=("AggregatorCore", sorted(params.items())))
+    def __init__(self, config, **options):
+        self.config = config
+        self.core = AggregatorCore(config, **options)
+        self.width = config.width
+        self.harness = Harness(self.core, top=TOP, key=build_key(config, options))
 
     def config_writes(self, **site):
         """The control-port writes that configure this core: the keywords of
@@ -110,22 +116,16 @@ class CoreSim:
         self,
         packets,
         *,
-        rank,
-        jobs,
-        destinations=(),
-        mac=None,
-        ip=None,
-        port=UDP_PORT,
-        bank_bits=None,
         idle_prob=0.0,
         backpressure_prob=0.0,
         seed=0,
         drain_cycles=4096,
         max_cycles=None,
+        **site,
     ):
-        writes = self.config_writes(
-            rank=rank, jobs=jobs, destinations=destinations, mac=mac, ip=ip, port=port, bank_bits=bank_bits
-        )
+        """Configure the core for ``site`` (the keywords of :meth:`config_writes`: rank, jobs,
+        destinations, addresses, port, round banks) and stream ``packets`` through it."""
+        writes = self.config_writes(**site)
         beats = packets_to_beats(packets, self.width)
         reads = control.counter_reads() + control.perf_reads()
         if max_cycles is None:

@@ -96,18 +96,7 @@ int main(int argc, char** argv) {
 
     auto ctx = std::make_unique<VerilatedContext>();
     auto top = std::make_unique<Vtop>(ctx.get());
-    std::vector<axi::PortIo> io = {
-        AXI_PORT(top, mem0___05F, wbuf[0]),
-#if MEM_PORTS > 1
-        AXI_PORT(top, mem1___05F, wbuf[1]),
-#endif
-#if MEM_PORTS > 2
-        AXI_PORT(top, mem2___05F, wbuf[2]), AXI_PORT(top, mem3___05F, wbuf[3]),
-#endif
-#if MEM_PORTS > 4
-        AXI_PORT(top, mem4___05F, wbuf[4]), AXI_PORT(top, mem5___05F, wbuf[5]), AXI_PORT(top, mem6___05F, wbuf[6]), AXI_PORT(top, mem7___05F, wbuf[7]),
-#endif
-    };
+    std::vector<axi::PortIo> io = {AXI_PORTS(top, wbuf)};
 
     const axi::SlaveOut quiet{};
     for (auto& p : io) p.drive(quiet);

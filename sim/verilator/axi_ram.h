@@ -449,3 +449,16 @@ struct PortIo {
                 m.rready = TOP->P##rready;                                                       \
             }                                                                                    \
     }
+
+// Every memory port of a core with MEM_PORTS (1, 2, 4 or 8) of them, as the initialiser of a list of
+// PortIo: port k is Amaranth's memk, its write data in WBUF[k].
+#define AXI_PORTS_1(TOP, WBUF) AXI_PORT(TOP, mem0___05F, WBUF[0])
+#define AXI_PORTS_2(TOP, WBUF) AXI_PORTS_1(TOP, WBUF), AXI_PORT(TOP, mem1___05F, WBUF[1])
+#define AXI_PORTS_4(TOP, WBUF) \
+    AXI_PORTS_2(TOP, WBUF), AXI_PORT(TOP, mem2___05F, WBUF[2]), AXI_PORT(TOP, mem3___05F, WBUF[3])
+#define AXI_PORTS_8(TOP, WBUF)                                                                 \
+    AXI_PORTS_4(TOP, WBUF), AXI_PORT(TOP, mem4___05F, WBUF[4]), AXI_PORT(TOP, mem5___05F, WBUF[5]), \
+        AXI_PORT(TOP, mem6___05F, WBUF[6]), AXI_PORT(TOP, mem7___05F, WBUF[7])
+#define AXI_PORTS_OF(N) AXI_PORTS_##N
+#define AXI_PORTS_N(N, TOP, WBUF) AXI_PORTS_OF(N)(TOP, WBUF)
+#define AXI_PORTS(TOP, WBUF) AXI_PORTS_N(MEM_PORTS, TOP, WBUF)

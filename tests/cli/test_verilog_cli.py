@@ -62,7 +62,7 @@ def test_a_gateware_refusal_is_a_cli_one_liner(capsys, tmp_path):
     out = tmp_path / "v"
     code, _, err = _run(capsys, "-o", str(out), *SMALL, "--slots", "3")
     assert code == 2 and err.count("\n") == 1, err
-    assert "error: the slot count must be a power of two, not 3\n" in err
+    assert "error: the core's slots must be a power of two, not 3\n" in err
     assert not out.exists() or not any(out.iterdir())
 
 

@@ -208,7 +208,7 @@ def _core_aggregator(sim):
     from wanreduce.host.golden import Destination
 
     def aggregate(payloads, *, rank, jobs, slots, members, slot_bytes):
-        assert slots <= sim.params["slots"] and slot_bytes <= sim.params["slot_bytes"]
+        assert slots <= sim.config.slots and slot_bytes <= sim.config.chunk_bytes
         res = sim.run(
             payloads,
             rank=rank,
@@ -225,10 +225,13 @@ def test_sync_through_the_rtl_core_matches_the_fast_path():
     import warnings
 
     from wanreduce.sim.verilator.agg_driver import CoreSim
+    from wanreduce.spec.core import CoreConfig
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sim = CoreSim(width=64, slots=8, members=3, slot_bytes=64, dests=1, entry="payload")
+        sim = CoreSim(
+            CoreConfig(width=64, slots=8, members=3, chunk_bytes=64, dests=1, entry="payload", bypass_bytes=0)
+        )
     rounds = [[[2, 0, 1]], [[1, 3]]]
     for dtype in ("fp32", "bf16"):
         x = _values(4, 6 * 64 // wire_dtype(dtype).size, dtype, seed=4)

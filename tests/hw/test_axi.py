@@ -26,20 +26,12 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer, with_timeout
 
+from tests.support import tb_core
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
 
-CONFIG = {
-    "width": 64,
-    "slots": 4,
-    "members": 4,
-    "slot_bytes": 64,
-    "jobs": 4,
-    "rounds": 64,
-    "dests": 2,
-    "bypass_bytes": 128,
-}
+CONFIG = tb_core.CORE.replace(bypass_bytes=128)
 FIFO_BEATS = 32
 
 
@@ -49,12 +41,14 @@ def _top():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        core = AggregatorCore(**CONFIG)
+        core = AggregatorCore(CONFIG)
         return AXIAggregator(core=core, ctl_domain="axil", fifo_beats=FIFO_BEATS)
 
 
 def test_axi_top():
-    runner.run(_top(), top="axi_agg", module=__name__, params={**CONFIG, "seed": 11, "n_packets": 160})
+    runner.run(
+        _top(), top="axi_agg", module=__name__, params={**CONFIG.as_dict(), "seed": 11, "n_packets": 160}
+    )
 
 
 # ---- cocotb side ----------------------------------------------------------------------------------------
@@ -124,28 +118,20 @@ async def axi_frames_match_golden(dut, idle, backpressure):
 
     from tests.support.tb_core import DESTS
     from wanreduce.host import control
-    from wanreduce.host.golden import GoldenAggregator
     from wanreduce.sim.verify import traffic
 
     p = runner.params()
-    width, nb = p["width"], p["width"] // 8
+    core = tb_core.config_of(p)
+    width, nb = core.width, core.width // 8
     seed = p["seed"] * 4 + int(idle > 0) * 2 + int(backpressure > 0)
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(0, 8))
-    jobs, packets = traffic.scenario(
-        rng,
-        rank=rank,
-        slots=p["slots"],
-        slot_bytes=p["slot_bytes"],
-        members=p["members"],
-        n_packets=p["n_packets"],
-        frames=True,
-    )
+    jobs, packets = traffic.scenario(rng, core, rank=rank, n_packets=p["n_packets"], frames=True)
     # What goes on the wire: (bytes, kind, tuser per byte or None, tkeep per byte or None).
     wire = [(f, "good", None, None) for f in packets]
     for f in _garbage_frames(rng, width):
         wire.insert(int(rng.integers(0, len(wire) + 1)), (f, "good", None, None))
-    for n in (CONFIG["bypass_bytes"] + 1, CONFIG["bypass_bytes"] + 60):  # to forward, but too long for it
+    for n in (core.bypass_bytes + 1, core.bypass_bytes + 60):  # to forward, but too long for it
         f = bytes(12) + b"\x86\xdd" + bytes(rng.integers(0, 256, n - 14, dtype=np.uint8))
         wire.insert(int(rng.integers(0, len(wire) + 1)), (f, "good", None, None))
     for _ in range(6):  # tuser on one beat of a copy of a real frame: it must not count
@@ -164,17 +150,8 @@ async def axi_frames_match_golden(dut, idle, backpressure):
         f = bytes(rng.integers(0, 256, n, dtype=np.uint8))
         wire.insert(int(rng.integers(0, len(wire) + 1)), (f, "oversize", None, None))
 
-    golden = GoldenAggregator(
-        rank=rank,
-        jobs=jobs,
-        slots=p["slots"],
-        members=p["members"],
-        slot_bytes=p["slot_bytes"],
-        mac=MAC,
-        ip=IP,
-        destinations=DESTS,
-        bypass_bytes=p["bypass_bytes"],
-    )
+    site = dict(rank=rank, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS)
+    golden = traffic.golden_of(core, bypass_bytes=core.bypass_bytes, **site)
     expected = []
     for f, kind, _, _ in wire:
         if kind == "good":
@@ -182,17 +159,7 @@ async def axi_frames_match_golden(dut, idle, backpressure):
 
     tb = AxiTB(dut, idle=idle, backpressure=backpressure, seed=seed)
     await tb.reset()
-    for addr, value in control.config_writes(
-        rank=rank,
-        jobs=jobs,
-        destinations=DESTS,
-        mac=MAC,
-        ip=IP,
-        max_jobs=p["jobs"],
-        rounds=p["rounds"],
-        members=p["members"],
-        max_dests=len(DESTS),
-    ):
+    for addr, value in control.config_writes(core=core, **site):
         await tb.write(addr, value)
 
     async def send():
@@ -263,7 +230,7 @@ async def axi_registers(dut):
         (regmap.REG_WIDTH, p["width"]),
         (regmap.REG_SLOTS, p["slots"]),
         (regmap.REG_MEMBERS, p["members"]),
-        (regmap.REG_SLOT_BYTES, p["slot_bytes"]),
+        (regmap.REG_SLOT_BYTES, p["chunk_bytes"]),
     ):
         assert await tb.read(reg) == value, f"register {reg:#x}"
     assert await tb.wrap("AXI_ID") == AXI_ID_VALUE

@@ -130,7 +130,7 @@ def test_read_map_every_address():
         "width": 64,
         "slots": 4,
         "members": members,
-        "slot_bytes": 256,
+        "chunk_bytes": 256,
         "entry": 0,
         "bypass_bytes": 1536,
     }

@@ -9,6 +9,7 @@ from amaranth.sim import Simulator
 from wanreduce.hw.core import AggregatorCore
 from wanreduce.hw.extmem import WRITES_OUTSTANDING, BurstWriter, ExtMemMap
 from wanreduce.hw.layouts import payload_words
+from wanreduce.spec.core import BENCH, ECP5
 
 
 def _map(**kw):
@@ -47,7 +48,7 @@ def test_map_refuses_with_a_sentence(kw, message):
 def _core(**kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AggregatorCore(width=512, slots=16, members=8, slot_bytes=1024, buffers="external", **kw)
+        return AggregatorCore(BENCH, buffers="external", **kw)
 
 
 def test_id_width_sets_the_frames_read_at_once():
@@ -60,10 +61,10 @@ def test_id_width_sets_the_frames_read_at_once():
 def test_default_build_has_no_memory_ports():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        core = AggregatorCore(width=64, slots=4, members=4, slot_bytes=64)
+        core = AggregatorCore(ECP5)
         assert not any(n.startswith("mem") for n in core.signature.members)
         with pytest.raises(ValueError, match="'internal' or 'external'"):
-            AggregatorCore(width=64, slots=4, members=4, slot_bytes=64, buffers="hbm")
+            AggregatorCore(ECP5, buffers="hbm")
 
 
 @pytest.mark.parametrize("depth", [0, WRITES_OUTSTANDING + 1, 2.5, True])

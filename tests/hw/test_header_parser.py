@@ -50,7 +50,7 @@ def test_fields_and_codes(width):
         )
         if k % 3:
             kind = traffic.HEADER_FAULTS[k % len(traffic.HEADER_FAULTS)]
-            p = traffic.header_fault(rng, p, kind, slot_bytes=SLOT_BYTES, outsider=9)
+            p = traffic.header_fault(rng, p, kind, chunk_bytes=SLOT_BYTES, outsider=9)
         payloads.append(p)
     dut = HeaderParser(width=width, slot_bytes=SLOT_BYTES)
     beats = [b for k, p in enumerate(payloads) for b in _beats(p, width, padded=k % 4 == 1)]

@@ -16,10 +16,13 @@ import pytest
 
 from wanreduce.host import control
 from wanreduce.host import frames as fr
-from wanreduce.host.golden import Destination, GoldenAggregator, RootEntry, expected_order
+from wanreduce.host.golden import Destination, RootEntry, expected_order
 from wanreduce.sim.verify import traffic
+from wanreduce.spec.core import CoreConfig
 
-W, S, G, C, BYPASS = 64, 8, 4, 256, 1536
+#: A W = 64 core with a bypass port: 8 slots of 4 member buffers of 256 bytes, frames of up to 1536 bytes.
+CORE = CoreConfig(width=64, slots=8, members=4, chunk_bytes=256, dests=2, bypass_bytes=1536)
+S, BYPASS = CORE.slots, CORE.bypass_bytes
 MAC, IP = "02:57:52:01:00:03", "10.87.83.3"
 DESTS = [Destination("02:57:52:00:00:03", "239.87.83.3", 47000)]
 
@@ -30,7 +33,7 @@ def rtl():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return RtlCores(count=2, width=W, slots=S, members=G, slot_bytes=C, dests=2, bypass_bytes=BYPASS)
+        return RtlCores(CORE, count=2)
 
 
 def _other_traffic(rng, n):
@@ -83,8 +86,7 @@ def _other_traffic(rng, n):
 
 def _site(rng, rank):
     jobs, frames = traffic.scenario(
-        rng, rank=rank, slots=S, slot_bytes=C, members=G, n_packets=700, frames=True, faults=0.3,
-        ordered=True, rounds=(4, 8),
+        rng, CORE, rank=rank, n_packets=700, frames=True, faults=0.3, ordered=True, rounds=(4, 8),
     )  # fmt: skip
     # Root entries on most rounds: a stripe of the chunks (the rest are another root's) and a group.
     rooted = {}
@@ -111,21 +113,16 @@ def test_inline_core_matches_golden(rtl, forward):
     rng = np.random.default_rng(17 + forward)
     rank = 3
     jobs, frames = _site(rng, rank)
-    golden = GoldenAggregator(
-        rank=rank, jobs=jobs, slots=S, members=G, slot_bytes=C, mac=MAC, ip=IP, destinations=DESTS,
-        bypass_bytes=BYPASS, bypass=forward,
-    )  # fmt: skip
+    site = dict(rank=rank, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS)
+    golden = traffic.golden_of(CORE, bypass_bytes=BYPASS, bypass=forward, **site)
     want = []
     for f in frames:
         want += golden.feed_frame(f)
     core = int(forward)
     rtl.configure(
         core,
-        control.config_writes(
-            rank=rank, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP, max_jobs=4, rounds=64, members=G,
-            max_dests=2, slots=S, bypass=forward,
-        ),
-    )  # fmt: skip
+        control.config_writes(core=CORE, bypass=forward, **site),
+    )
     got = [f for _, f in rtl.feed(core, 0, frames)]
     passed = [f for _, f in rtl.take_bypass(core)]
     counters = rtl.counters(core)

@@ -14,21 +14,20 @@ import warnings
 
 import pytest
 
+from tests.support import tb_core
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
 
-CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jobs": 4, "rounds": 64}
 
-
-def _core(width, entry):
-    """The core and its cache key (its class and parameters)."""
+def _core(config):
+    """The core of ``config`` and its cache key."""
     from wanreduce.hw.core import AggregatorCore
+    from wanreduce.sim.verilator.agg_driver import build_key
 
-    params = dict(width=width, **CONFIG, entry=entry)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AggregatorCore(**params), ("AggregatorCore", sorted(params.items()))
+        return AggregatorCore(config), build_key(config, {})
 
 
 @pytest.mark.parametrize(
@@ -36,14 +35,7 @@ def _core(width, entry):
     [(64, "frame", True, 1), (512, "frame", True, 0), (64, "payload", False, None)],
 )
 def test_core_matches_golden(width, entry, ordered, bank_bits):
-    params = {
-        "width": width,
-        "entry": entry,
-        "n_packets": 160,
-        "seed": width,
-        "ordered": ordered,
-        "bank_bits": bank_bits,
-        **CONFIG,
-    }
-    core, key = _core(width, entry)
+    config = tb_core.CORE.replace(width=width, entry=entry)
+    params = {"n_packets": 160, "seed": width, "ordered": ordered, "bank_bits": bank_bits, **config.as_dict()}
+    core, key = _core(config)
     runner.run(core, top=f"agg_core_{entry}", module="tests.support.tb_core", params=params, key=key)

@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 
 from wanreduce.host import control
-from wanreduce.host.golden import Destination, GoldenAggregator
+from wanreduce.host.golden import Destination
 from wanreduce.sim.verify import traffic
 from wanreduce.spec import regmap
+from wanreduce.spec.core import CoreConfig
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 
 DESTS = [Destination("02:00:00:00:00:0a", "10.1.0.1", 47001), Destination("01:00:5e:57:53:07", "239.87.83.7")]
 MAC, IP = "02:57:52:01:00:07", "10.87.83.7"
-S, G, C = 8, 5, 128
+#: The core at every width and entry point: 8 slots of 5 member buffers of 128 bytes.
+CORE = CoreConfig(slots=8, members=5, chunk_bytes=128, dests=2, bypass_bytes=0)
 
 
 def _run(sim, packets, *, rank, jobs, bank_bits, seed):
@@ -58,17 +60,15 @@ def test_volume(width, entry):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sim = CoreSim(width=width, slots=S, members=G, slot_bytes=C, dests=2, entry=entry)
+        sim = CoreSim(CORE.replace(width=width, entry=entry))
     results = 0
     for seed, bits in enumerate([None, 1, 2]):
         rng = np.random.default_rng(1000 * width + seed)
         rank = int(rng.integers(0, 8))
         jobs, packets = traffic.scenario(
             rng,
+            CORE,
             rank=rank,
-            slots=S,
-            slot_bytes=C,
-            members=G,
             n_packets=2000,
             frames=entry == "frame",
             rounds=(40, 60),
@@ -76,16 +76,8 @@ def test_volume(width, entry):
             bank_bits=bits,
         )
         banks = None if bits is None else {j: bits for j in jobs}
-        golden = GoldenAggregator(
-            rank=rank,
-            jobs=jobs,
-            slots=S,
-            members=G,
-            slot_bytes=C,
-            mac=MAC,
-            ip=IP,
-            destinations=DESTS,
-            bank_bits=banks,
+        golden = traffic.golden_of(
+            CORE, rank=rank, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks
         )
         want = []
         for p in packets:

@@ -10,7 +10,7 @@ import pytest
 from wanreduce.host import wan
 from wanreduce.host.reference import run_reference
 from wanreduce.host.topology import load_topology
-from wanreduce.sim.verify.cosim import RtlCores
+from wanreduce.sim.verify.cosim import RtlCores, site_core
 from wanreduce.spec.schedfile import schedule_from_obj
 
 pytestmark = pytest.mark.rtl
@@ -25,7 +25,7 @@ def test_three_sites_two_rounds_on_the_rtl():
         }
     )
     topo = load_topology("nine-city", sites=list(schedule.sites))
-    cores = RtlCores(count=3, width=64, slots=256, members=3, slot_bytes=1024, dests=1)
+    cores = RtlCores(site_core(width=64, slots=256, members=3, chunk_bytes=1024), count=3)
     sites = cores.sites(schedule, bank_bits=2)
     rng = np.random.default_rng(11)
     elements = 12 * 256

@@ -36,9 +36,9 @@ def test_three_sites_bit_exact_under_faults(aggregator, seed):
     )
     topo = load_topology("nine-city", sites=list(schedule.sites))
     if aggregator == "rtl":
-        from wanreduce.sim.verify.cosim import RtlCores
+        from wanreduce.sim.verify.cosim import RtlCores, site_core
 
-        cores = RtlCores(count=3, width=64, slots=256, members=3, slot_bytes=1024, dests=1)
+        cores = RtlCores(site_core(width=64, slots=256, members=3, chunk_bytes=1024), count=3)
         sites = cores.sites(schedule, bank_bits=2)
     else:
         sites = [

@@ -16,30 +16,33 @@ import numpy as np
 import pytest
 
 from wanreduce.host import control
-from wanreduce.host.golden import Destination, GoldenAggregator, RootEntry
+from wanreduce.host.golden import Destination, RootEntry
 from wanreduce.sim.verify import traffic
 from wanreduce.sim.verify.fuzz_classify import CODES, Classifier
 from wanreduce.spec import addressing
+from wanreduce.spec.core import CoreConfig
 
 DESTS = [Destination(addressing.host_mac(2), addressing.site_group_ip(2), 47000)]
 MDEST = "239.87.90.2"
-#: The builds the variants run on, (width, build) → core parameters. ``make test`` runs the scenario at
-#: W = 64 on cores its other tests build already (the in-line core's, the training check's), so it costs no
-#: build; the end point there is the co-simulation's 256-slot core, whose Verilog export alone takes a
-#: minute, so it is slow like the scenario's own two-slot cores at W = 64 and 512.
+#: The builds the variants run on, (width, build) → core configuration (its width replaced by the run's).
+#: ``make test`` runs the scenario at W = 64 on cores its other tests build already (the in-line core's,
+#: the training check's), so it costs no build; the end point there is the co-simulation's 256-slot core,
+#: whose Verilog export alone takes a minute, so it is slow like the scenario's own two-slot cores at W = 64
+#: and 512.
+_ENDPOINT = CoreConfig(width=64, slots=2, members=3, chunk_bytes=8, dests=1, bypass_bytes=0)
 FAST = {
-    (64, "inline"): dict(slots=8, members=4, slot_bytes=256, dests=2, bypass_bytes=1536),
-    (64, "payload"): dict(slots=8, members=3, slot_bytes=64, dests=1, entry="payload"),
+    (64, "inline"): _ENDPOINT.replace(slots=8, members=4, chunk_bytes=256, dests=2, bypass_bytes=1536),
+    (64, "payload"): _ENDPOINT.replace(slots=8, chunk_bytes=64, entry="payload"),
 }
 SMALL = {
-    "endpoint": dict(slots=2, members=3, slot_bytes=8, dests=1),
-    "inline": dict(slots=2, members=3, slot_bytes=8, dests=1, bypass_bytes=256),
-    "payload": dict(slots=2, members=3, slot_bytes=8, dests=1, entry="payload"),
+    "endpoint": _ENDPOINT,
+    "inline": _ENDPOINT.replace(bypass_bytes=256),
+    "payload": _ENDPOINT.replace(entry="payload"),
 }
 
 
 def _entry(params):
-    return params.get("entry", "frame")
+    return params.entry
 
 
 def _kinds(entry):
@@ -48,25 +51,17 @@ def _kinds(entry):
 
 def _scenario(kind, params):
     frames = _entry(params) == "frame"
-    jobs, packets, rank = traffic.evict_drop_scenario(kind, frames=frames, slots=params["slots"])
-    if params.get("bypass_bytes"):
+    jobs, packets, rank = traffic.evict_drop_scenario(kind, frames=frames, slots=params.slots)
+    if params.bypass_bytes:
         # A root entry whose stripe holds every chunk of the scenario, with a RESULT group: the in-line
         # build sends each RESULT to the destination entry and then to the group.
-        jobs = {job: [RootEntry(tuple(p[0]), 0, 4 * params["slots"], MDEST)] for job, p in jobs.items()}
+        jobs = {job: [RootEntry(tuple(p[0]), 0, 4 * params.slots, MDEST)] for job, p in jobs.items()}
     return jobs, packets, rank
 
 
 def _golden(kind, params):
     jobs, packets, rank = _scenario(kind, params)
-    g = GoldenAggregator(
-        rank=rank,
-        jobs=jobs,
-        slots=params["slots"],
-        members=params["members"],
-        slot_bytes=params["slot_bytes"],
-        destinations=DESTS,
-        bypass_bytes=params.get("bypass_bytes", 0),
-    )
+    g = traffic.golden_of(params, rank=rank, jobs=jobs, destinations=DESTS, bypass_bytes=params.bypass_bytes)
     out = []
     for p in packets:
         out += g.feed_frame(p) if _entry(params) == "frame" else g.feed_payload(p)
@@ -79,7 +74,7 @@ def _results(packets, params):
     for p in packets:
         payload = p[42:] if _entry(params) == "frame" else p
         chunk = int.from_bytes(payload[12:16], "big")
-        k = 1 + 2 * ((chunk - 1) // params["slots"])
+        k = 1 + 2 * ((chunk - 1) // params.slots)
         got.setdefault(k, np.frombuffer(payload[32:], "<f4").tolist())
     return got
 
@@ -98,7 +93,7 @@ def test_golden_keeps_the_live_chunk(build):
             continue
         assert res == {1: [60.0, 60.0], 5: [7.0, 7.0], 7: [3.0, 3.0]}, kind
         code = traffic.LATE_DROPS[entry][kind]
-        if params.get("bypass_bytes") and code in (2, 3, 5, 6):  # not this core's work: forwarded unchanged
+        if params.bypass_bytes and code in (2, 3, 5, 6):  # not this core's work: forwarded unchanged
             assert g.counters["bypassed"] == 1 and len(g.forwarded) == 1
         else:
             assert g.counters[CODES[code]] == 1, kind
@@ -110,7 +105,7 @@ def test_classifier_agrees_on_the_scenario(entry):
     params = SMALL["endpoint" if entry == "frame" else "payload"]
     for kind in _kinds(entry):
         jobs, packets, rank = _scenario(kind, params)
-        cl = Classifier(jobs=jobs, slots=params["slots"], slot_bytes=params["slot_bytes"])
+        cl = Classifier(jobs=jobs, slots=params.slots, chunk_bytes=params.chunk_bytes)
         codes = [(cl.frame if entry == "frame" else cl.payload)(p)[0] for p in packets]
         late = traffic.LATE_DROPS[entry].get(kind, 0)
         # Chunk 1 (3 stored), chunk 5 from rank 1, the packet, chunk 5 from ranks 2 and 0, chunk 3 from
@@ -128,9 +123,10 @@ def _cores(params, width):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if _entry(params) == "payload":
-            return CoreSim(width=width, **params)
-        return RtlCores(count=len(_kinds("frame")), width=width, **params)
+        config = params.replace(width=width)
+        if config.entry == "payload":
+            return CoreSim(config)
+        return RtlCores(config, count=len(_kinds("frame")))
 
 
 def _run(cores, index, kind, params):
@@ -147,11 +143,11 @@ def _run(cores, index, kind, params):
         ),
     )  # fmt: skip
     got = [p for _, p in cores.feed(index, 0, packets)]
-    passed = [f for _, f in cores.take_bypass(index)] if params.get("bypass_bytes") else []
+    passed = [f for _, f in cores.take_bypass(index)] if params.bypass_bytes else []
     return got, cores.counters(index), passed
 
 
-SLOW_ENDPOINT = dict(slots=256, members=3, slot_bytes=1024, dests=1)
+SLOW_ENDPOINT = _ENDPOINT.replace(slots=256, chunk_bytes=1024)
 VARIANTS = (
     [pytest.param(64, b, p, marks=pytest.mark.rtl, id=f"w64-{b}") for (_, b), p in FAST.items()]
     + [

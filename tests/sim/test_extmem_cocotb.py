@@ -12,11 +12,12 @@ import warnings
 
 import pytest
 
+from tests.support import tb_core
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
 
-CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jobs": 4, "rounds": 64, "mem_ports": 2}
+MEM_PORTS = 2
 
 
 def _core(width, states="lut"):
@@ -25,7 +26,11 @@ def _core(width, states="lut"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return AggregatorCore(
-            width=width, entry="frame", buffers="external", mem_addr_width=16, slot_states=states, **CONFIG
+            tb_core.CORE.replace(width=width),
+            buffers="external",
+            mem_ports=MEM_PORTS,
+            mem_addr_width=16,
+            slot_states=states,
         )
 
 
@@ -46,7 +51,6 @@ def test_extmem_matches_golden(width, bank_bits, n_packets, only, states):
     assert core.slot_table.states == states
     mm = core.ext["map"]
     params = {
-        "width": width,
         "n_packets": n_packets,
         "seed": width + 1,
         "ordered": True,
@@ -55,7 +59,8 @@ def test_extmem_matches_golden(width, bank_bits, n_packets, only, states):
         "stride_bytes": mm.stride_bytes,
         # The eviction scenario: a real eviction and three late drops in make test, every late drop when slow.
         "evict_kinds": [None, "truncated", "udp_checksum", "count_short"] if width == 64 else None,
-        **CONFIG,
+        "mem_ports": MEM_PORTS,
+        **core.config.as_dict(),
     }
     # A filter, not ``testcase``: the runner anchors a test case's name at the end, and the sweep's runs are
     # named after their parameters.

@@ -14,12 +14,11 @@ import pytest
 
 from tests.support import tb_core
 from wanreduce.host import control
-from wanreduce.host.golden import GoldenAggregator
 from wanreduce.sim.verify import traffic
 
 pytestmark = pytest.mark.rtl
 
-CONFIG = {"slots": 4, "members": 4, "slot_bytes": 64, "dests": 2, "jobs": 4, "rounds": 64, "mem_ports": 2}
+MEM_PORTS = 2
 RUNS = [  # latency range, pause, reorder, input idles, output back-pressure
     ((1, 8), 0.0, False, 0.0, 0.0),
     ((1, 400), 0.0, True, 0.0, 0.0),
@@ -29,26 +28,26 @@ RUNS = [  # latency range, pause, reorder, input idles, output back-pressure
 
 def _harness(width, states="lut"):
     from wanreduce.hw.core import AggregatorCore
+    from wanreduce.sim.verilator.agg_driver import build_key
     from wanreduce.sim.verilator.axi_harness import AxiHarness
 
+    config = tb_core.CORE.replace(width=width)
+    options = dict(buffers="external", mem_ports=MEM_PORTS, mem_addr_width=16, slot_states=states)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        core = AggregatorCore(
-            width=width, entry="frame", buffers="external", mem_addr_width=16, slot_states=states, **CONFIG
-        )
+        core = AggregatorCore(config, **options)
     assert core.slot_table.states == states
-    key = ("AggregatorCore", width, sorted(CONFIG.items()), *(() if states == "lut" else (states,)))
-    return core, AxiHarness(core, top="agg_core_axi", key=key)
+    return core, AxiHarness(core, top="agg_core_axi", key=build_key(config, options))
 
 
 def _workload(seed, ordered):
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(0, 8))
     jobs, packets = traffic.scenario(
-        rng, rank=rank, slots=4, slot_bytes=64, members=4, n_packets=1500, frames=True, ordered=ordered
+        rng, tb_core.CORE, rank=rank, n_packets=1500, frames=True, ordered=ordered
     )
     site = dict(rank=rank, jobs=jobs, mac=tb_core.MAC, ip=tb_core.IP, destinations=tb_core.DESTS)
-    golden = GoldenAggregator(**site, slots=4, members=4, slot_bytes=64)
+    golden = traffic.golden_of(tb_core.CORE, **site)
     expected = [out for p in packets for out in golden.feed_frame(p)]
     return site, golden, packets, expected
 
@@ -117,22 +116,23 @@ def test_extmem_million_slots():
     others; RESULTs and counters against the golden model, every member buffer read back once."""
     from wanreduce.hw.core import AggregatorCore
     from wanreduce.hw.slot_table import BLOCK_STATES_FROM
-    from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
+    from wanreduce.sim.verilator.agg_driver import beats_to_packets, build_key, packets_to_beats
     from wanreduce.sim.verilator.axi_harness import AxiHarness
     from wanreduce.spec.protocol import DType
 
     slots, members, width = 1 << 20, 4, 64
-    config = dict(slots=slots, members=members, slot_bytes=64, dests=1, jobs=4, rounds=64, mem_ports=2)
+    config = tb_core.CORE.replace(width=width, slots=slots, members=members, dests=1)
+    options = dict(buffers="external", mem_ports=MEM_PORTS, mem_addr_width=28)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        core = AggregatorCore(width=width, entry="frame", buffers="external", mem_addr_width=28, **config)
+        core = AggregatorCore(config, **options)
     assert slots >= BLOCK_STATES_FROM and core.slot_table.states == "block"
-    h = AxiHarness(core, top="agg_core_axi_1m", key=("AggregatorCore", width, sorted(config.items())))
+    h = AxiHarness(core, top="agg_core_axi_1m", key=build_key(config, options))
     rng = np.random.default_rng(20)
     rank = 2
     jobs = {0: [(1 << members) - 1]}
     site = dict(rank=rank, jobs=jobs, mac=tb_core.MAC, ip=tb_core.IP, destinations=tb_core.DESTS[:1])
-    golden = GoldenAggregator(**site, slots=slots, members=members, slot_bytes=64)
+    golden = traffic.golden_of(config, **site)
     chunks = [(k * 0x9E3B5) % slots for k in range(300)]
     assert len(set(chunks)) == len(chunks) and max(chunks) - min(chunks) > slots // 2
     frames = []

@@ -14,9 +14,9 @@ import warnings
 import pytest
 
 from wanreduce.host.frames import build_frame
-from wanreduce.host.golden import GoldenAggregator
 from wanreduce.sim.verify import fuzz, fuzz_target
 from wanreduce.sim.verify.fuzz_classify import CODES, Classifier, frame_code, payload_code
+from wanreduce.sim.verify.traffic import golden_of
 from wanreduce.spec.protocol import Drop
 
 
@@ -83,7 +83,7 @@ def test_stateless_codes_from_the_page():
     nocsum = _frame(_payload(), checksum=False)
     nocsum[-1] ^= 1
     assert frame_code(nocsum, port=47000)[0] == 0  # checksum 0: not computed
-    assert payload_code(_payload()[:31], slot_bytes=64)[0] == 9
+    assert payload_code(_payload()[:31], chunk_bytes=64)[0] == 9
     cases = {
         10: dict(magic=0x5753),
         11: dict(version=1),
@@ -98,13 +98,13 @@ def test_stateless_codes_from_the_page():
         20: dict(count=2),
     }
     for code, over in cases.items():
-        slot_bytes = 4 if code == 20 else 64
-        assert payload_code(_payload(**over), slot_bytes=slot_bytes)[0] == code, over
-    assert payload_code(_payload(flags=1), slot_bytes=64)[0] == 0  # LAST is a valid flag
+        chunk_bytes = 4 if code == 20 else 64
+        assert payload_code(_payload(**over), chunk_bytes=chunk_bytes)[0] == code, over
+    assert payload_code(_payload(flags=1), chunk_bytes=64)[0] == 0  # LAST is a valid flag
 
 
 def test_slot_decisions_from_the_page():
-    c = Classifier(jobs={7: [0b0111, 0]}, slots=2, slot_bytes=64)
+    c = Classifier(jobs={7: [0b0111, 0]}, slots=2, chunk_bytes=64)
     assert c.payload(_payload(src=3, bitmap=8)) == (21, False)  # not expected
     assert c.payload(_payload(round=1)) == (21, False)  # a round the site waits
     assert c.payload(_payload(job=8)) == (21, False)  # a job it was not told about
@@ -131,7 +131,7 @@ def test_slot_decisions_from_the_page():
 
 def test_round_banks_from_the_page():
     # Period 2, banks of 2 slots in 4: round r's chunk c uses slot (r mod 2) * 2 + c mod 2.
-    c = Classifier(jobs={7: [[2, 0], [0]]}, slots=4, slot_bytes=64, bank_bits={7: 1})
+    c = Classifier(jobs={7: [[2, 0], [0]]}, slots=4, chunk_bytes=64, bank_bits={7: 1})
     assert c.payload(_payload(src=0, bitmap=1, round=0, chunk=0)) == (0, False)  # slot 0
     assert c.payload(_payload(src=0, bitmap=1, round=1, chunk=0)) == (0, True)  # slot 2, one member
     assert c.payload(_payload(src=0, bitmap=1, round=2, chunk=2)) == (23, False)  # slot 0 again: live
@@ -139,7 +139,7 @@ def test_round_banks_from_the_page():
     assert c.payload(_payload(src=0, bitmap=1, round=1, chunk=2)) == (22, False)  # slot 2: older
     assert c.payload(_payload(src=2, bitmap=4, round=0, chunk=0)) == (0, True)
     # Without banks the same job uses chunk mod 4 whatever the round.
-    d = Classifier(jobs={7: [[2, 0], [0]]}, slots=4, slot_bytes=64)
+    d = Classifier(jobs={7: [[2, 0], [0]]}, slots=4, chunk_bytes=64)
     assert d.payload(_payload(src=0, bitmap=1, round=0, chunk=0)) == (0, False)
     assert d.payload(_payload(src=0, bitmap=1, round=1, chunk=0)) == (23, False)
 
@@ -160,24 +160,10 @@ class _Build:
 def test_classifier_agrees_with_golden(entry, job, inline):
     sim = _Build(64, entry, inline)
     s = fuzz.scenario_for(sim, job)
-    cl = Classifier(
-        jobs=s.jobs,
-        slots=s.slots,
-        slot_bytes=s.slot_bytes,
-        port=s.port,
-        bank_bits=s.bank_bits,
-        bypass_bytes=s.bypass_bytes,
-    )
+    cl = s.classifier()
     gen = fuzz.FrameGen(s, entry=entry, seed=11, classifier=cl)
-    golden = GoldenAggregator(
-        rank=s.rank,
-        jobs=s.jobs,
-        slots=s.slots,
-        members=s.members,
-        slot_bytes=s.slot_bytes,
-        port=s.port,
-        bank_bits=s.bank_bits,
-        bypass_bytes=s.bypass_bytes,
+    golden = golden_of(
+        s, rank=s.rank, jobs=s.jobs, port=s.port, bank_bits=s.bank_bits, bypass_bytes=s.bypass_bytes
     )
     feed = cl.frame if entry == "frame" else cl.payload
     golden_feed = golden.feed_frame if entry == "frame" else golden.feed_payload

@@ -30,9 +30,7 @@ def test_the_gateware_and_the_golden_model_use_the_same_rules():
     from wanreduce.hw.core import AggregatorCore
 
     c = core.ECP5
-    hw = AggregatorCore(
-        width=c.width, slots=c.slots, members=c.members, slot_bytes=c.chunk_bytes, dests=c.dests
-    )
+    hw = AggregatorCore(c)
     assert hw.words == c.words and hw.slot_memory_bytes >= c.members * c.words * c.width // 8
     g = GoldenAggregator(rank=0, jobs={0: [0b111, 0b11]}, slots=8, members=3, slot_bytes=64, bank_bits={0: 2})
     assert [g.slot_index(0, r, ch) for r, ch in ((0, 1), (1, 1), (2, 5))] == [

@@ -23,12 +23,17 @@ from cocotb.triggers import with_timeout
 from wanreduce.host import control
 from wanreduce.host.golden import Destination
 from wanreduce.sim.verify import traffic
-from wanreduce.sim.verify.core_tb import CoreTB, counter_diff, expected_of, golden_of
+from wanreduce.sim.verify.core_tb import CoreTB, counter_diff, expected_of
 from wanreduce.sim.verilator import runner
 from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
 from wanreduce.spec import regmap
+from wanreduce.spec.core import CoreConfig
 
-__all__ = ["DESTS", "MAC", "IP"]
+__all__ = ["CORE", "config_of", "DESTS", "MAC", "IP"]
+
+#: The small core the core's cocotb and harness tests build (at W = 64 or 512): its size does not matter to
+#: them, and few slots and members make slot conflicts frequent.
+CORE = CoreConfig(width=64, slots=4, members=4, chunk_bytes=64, dests=2, jobs=4, rounds=64, bypass_bytes=0)
 
 DESTS = [
     Destination("02:00:00:00:00:0a", "10.1.0.1", 47001),
@@ -37,34 +42,40 @@ DESTS = [
 MAC, IP = "02:57:52:01:00:07", "10.87.83.7"
 
 
+def config_of(params):
+    """The core's configuration among a test's parameters (the pytest side passes its fields)."""
+    return CoreConfig(**{name: params[name] for name in CORE.as_dict()})
+
+
 @cocotb.test()
 @cocotb.parametrize(idle=[0.0, 0.3], backpressure=[0.0, 0.5])
 async def core_matches_golden(dut, idle, backpressure):
     p = runner.params()
-    width, entry = p["width"], p["entry"]
+    core = config_of(p)
+    width, entry = core.width, core.entry
     seed = p["seed"] * 4 + int(idle > 0) * 2 + int(backpressure > 0)
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(0, 8))
     bits = p.get("bank_bits")
     jobs, packets = traffic.scenario(
         rng,
+        core,
         rank=rank,
-        slots=p["slots"],
-        slot_bytes=p["slot_bytes"],
-        members=p["members"],
         n_packets=p["n_packets"],
         frames=entry == "frame",
         ordered=p.get("ordered", False),
         bank_bits=bits,
     )
     banks = None if bits is None else {j: bits for j in jobs}
-    golden = golden_of(p, rank=rank, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks)
+    golden = traffic.golden_of(
+        core, rank=rank, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks
+    )
     expected = expected_of(golden, packets, entry=entry)
 
     tb = CoreTB(dut, width=width, idle=idle, backpressure=backpressure, seed=seed)
     await tb.reset()
     writes = control.config_writes(
-        rank=rank, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP, core=p, bank_bits=banks
+        rank=rank, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP, core=core, bank_bits=banks
     )
     for addr, data in writes:
         await tb.write(addr, data)
@@ -92,15 +103,15 @@ async def core_matches_golden(dut, idle, backpressure):
 @cocotb.test()
 async def core_sums_in_schedule_order(dut):
     p = runner.params()
-    width, entry = p["width"], p["entry"]
-    slots = p["slots"]
+    core = config_of(p)
+    width, entry, slots = core.width, core.entry, core.slots
     # Ranks 1, 2, 3 summed as (1, 2, 3) and (3, 1, 2) in the two rounds of job 5 (round banks of half the
     # slots) and as (2, 3, 1) in job 6. Lane k of the first three holds 1e8, -1e8 and 1 arranged so that
     # only order k adds the 1 after the two large terms have cancelled; the other lanes are random.
     jobs = {5: [[1, 2, 3], [3, 1, 2]], 6: [[2, 3, 1]]}
     banks = {5: (slots - 1).bit_length() - 1}
     rng = np.random.default_rng(p["seed"])
-    count = p["slot_bytes"] // 4
+    count = core.chunk_bytes // 4
     big, one = np.float32(1e8), np.float32(1.0)
     values = {r: rng.standard_normal(count).astype(np.float32) * np.float32(1e4) for r in (1, 2, 3)}
     for lane, (a, b, c) in enumerate([(big, -big, one), (one, big, -big), (-big, one, big)]):
@@ -118,7 +129,7 @@ async def core_sums_in_schedule_order(dut):
                 elems_bits=values[src].view(np.uint32),
             )
             packets.append(traffic.frame_of(payload, src=src) if entry == "frame" else payload)
-    golden = golden_of(p, rank=0, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks)
+    golden = traffic.golden_of(core, rank=0, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks)
     expected = expected_of(golden, packets, entry=entry)
     sums = {bytes(e)[-4 * count :] for e in expected}
     assert golden.counters["results"] == 3 and len(sums) == 3, "the three orders should round differently"
@@ -126,7 +137,7 @@ async def core_sums_in_schedule_order(dut):
     tb = CoreTB(dut, width=width, seed=p["seed"])
     await tb.reset()
     writes = control.config_writes(
-        rank=0, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP, core=p, bank_bits=banks
+        rank=0, jobs=jobs, destinations=DESTS, mac=MAC, ip=IP, core=core, bank_bits=banks
     )
     for addr, data in writes:
         await tb.write(addr, data)

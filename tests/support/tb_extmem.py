@@ -21,7 +21,7 @@ from tests.support import tb_core
 from wanreduce.host import control
 from wanreduce.sim.verify import traffic
 from wanreduce.sim.verify.axi_mem import LatentAxiRam, check_handshakes
-from wanreduce.sim.verify.core_tb import CoreTB, counter_diff, expected_of, golden_of
+from wanreduce.sim.verify.core_tb import CoreTB, counter_diff, expected_of
 from wanreduce.sim.verilator import runner
 from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
 
@@ -30,12 +30,11 @@ def _workload(p, seed):
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(0, 8))
     bits = p.get("bank_bits")
+    core = tb_core.config_of(p)
     jobs, packets = traffic.scenario(
         rng,
+        core,
         rank=rank,
-        slots=p["slots"],
-        slot_bytes=p["slot_bytes"],
-        members=p["members"],
         n_packets=p["n_packets"],
         frames=True,
         ordered=p.get("ordered", False),
@@ -45,15 +44,16 @@ def _workload(p, seed):
     site = dict(
         rank=rank, jobs=jobs, mac=tb_core.MAC, ip=tb_core.IP, destinations=tb_core.DESTS, bank_bits=banks
     )
-    golden = golden_of(p, **site)
-    return golden, packets, expected_of(golden, packets), control.config_writes(core=p, **site)
+    golden = traffic.golden_of(core, **site)
+    return golden, packets, expected_of(golden, packets), control.config_writes(core=core, **site)
 
 
 def _evict_workload(p, kind):
     jobs, packets, rank = traffic.evict_drop_scenario(kind, frames=True, slots=p["slots"])
     site = dict(rank=rank, jobs=jobs, mac=tb_core.MAC, ip=tb_core.IP, destinations=tb_core.DESTS)
-    golden = golden_of(p, **site)
-    return golden, packets, expected_of(golden, packets), control.config_writes(core=p, **site)
+    core = tb_core.config_of(p)
+    golden = traffic.golden_of(core, **site)
+    return golden, packets, expected_of(golden, packets), control.config_writes(core=core, **site)
 
 
 async def _run(dut, p, seed, *, lat_hi, pause, idle, backpressure, bad=None, workload=None):
