@@ -104,7 +104,7 @@ class RtlCores:
                 output="libcores.so",
                 cflags=cxx.cflags(f"-fPIC {defines}"),
                 ldflags="-shared",
-                jobs=2,
+                jobs=runner.BUILD_JOBS,
                 opt="-O1",
                 slow_opt="-O0",
             )

@@ -152,6 +152,7 @@ def build_driver(kind, output, *, top, verilog, driver, defines, opt, extra=""):
                 driver=driver,
                 output=output,
                 cflags=cxx.cflags(defines),
+                jobs=runner.BUILD_JOBS,
                 opt=opt,
             )
         except RuntimeError as exc:

@@ -65,6 +65,11 @@ __all__ = [
     "prune_cache",
 ]
 
+#: Compile jobs of one model build. Verilator splits a core into dozens of files; a build alone (the
+#: suite's last ones, a first demo) takes the machine's two cores, and two builds at once (two pytest
+#: workers) oversubscribe them only briefly. Not part of a build's key: it does not change the model.
+BUILD_JOBS = max(1, min(os.cpu_count() or 1, 4))
+
 #: Environment variable carrying the JSON-encoded test parameters into the cocotb process.
 PARAMS_ENV = "WANREDUCE_COCOTB_PARAMS"
 
@@ -236,7 +241,9 @@ def build(design, *, top, build_args=(), waves=False, opt="-O0", key=None):
         log = out / "build.log"
         saved = os.environ.get("MAKEFLAGS")
         # cocotb runs make itself; MAKEFLAGS is the way in for make variables.
-        os.environ["MAKEFLAGS"] = f"{saved or ''} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}".strip()
+        os.environ["MAKEFLAGS"] = (
+            f"{saved or ''} -j{BUILD_JOBS} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}".strip()
+        )
         try:
             sim.build(
                 sources=[vfile, toolchain.WAIVER],
