@@ -91,7 +91,7 @@ def test_cache_lists_builds_by_last_use_and_prunes_the_unused(clean_env, monkeyp
     code, out = cache_command(capsys, "--list")
     *lines, total = out.strip().splitlines()
     assert code == 0 and [line.split()[-1] for line in lines] == [new.name, old.name]  # most recent first
-    assert total.endswith("2 cached builds, 4.89KiB")
+    assert total.endswith("2 cached builds, 4.91KiB")  # the two models, and the stamps with their build times
     runner.cached_build("unit", ["new"], lambda out: None)  # a use refreshes it
     code, out = cache_command(capsys, "--prune", "7")
     assert code == 0 and out.startswith("removed 1 cached build unused for 7 days")

@@ -39,12 +39,14 @@ def _core(width, states="lut"):
     [
         (64, 1, 120, None, "lut"),
         pytest.param(64, 1, 200, None, "lut", marks=pytest.mark.slow),
-        (64, 1, 80, "extmem_matches_golden", "block"),
+        # Block slot states behind external memory: make test runs them through the C++ harness
+        # (tests/sim/test_extmem_harness.py, latency sweeps and back-pressure); this third Verilator build
+        # of the external core adds the cocotbext-axi memory to them, in make test-all.
         pytest.param(64, 1, 200, None, "block", marks=pytest.mark.slow),
         (512, 0, 40, "extmem_matches_golden", "lut"),
         pytest.param(512, 0, 200, None, "lut", marks=pytest.mark.slow),
     ],
-    ids=["w64", "w64-long", "w64-block-sweep", "w64-block", "w512-sweep", "w512"],
+    ids=["w64", "w64-long", "w64-block", "w512-sweep", "w512"],
 )
 def test_extmem_matches_golden(width, bank_bits, n_packets, only, states):
     core = _core(width, states)
