@@ -1,7 +1,7 @@
 """Root aggregation ("lean" mode): one FPGA per stripe sums the group's contributions once and multicasts
 the RESULT, with senders offset so that their contributions arrive together.
 
-The shape (issue #10). For one group ``g`` (members listed in summation order) the tensor's chunks are cut
+The shape (docs/lean.md). For one group ``g`` (members listed in summation order) the tensor's chunks are cut
 into contiguous **stripes**, one per **root** ``q`` (a member of ``g``). Every member ``j`` unicasts its
 contribution to the chunks of stripe ``q`` to ``q``'s aggregator, paced at one chunk every ``I_q`` seconds
 (payload rate ``r_q = chunk / I_q``), starting at its **send offset**::

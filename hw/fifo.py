@@ -2,9 +2,9 @@
 
 The library's ``SyncFIFOBuffered`` puts its memory's read data straight on ``o.payload`` and lets ``o.ready``
 advance the read address. With the memory in LUT RAM that address reaches every 4-bit cell of a wide word,
-spread over the die (8.8 ns of routing on one net at W = 64 on ECP5, issue #11); in block RAM the consumer
-gets the RAM's clock-to-out, most of a cycle. Here the memory is block RAM (``ram_style``), read ahead into
-an output register and a skid register behind it: at most two words are read and not yet taken, so
+spread over the die (8.8 ns of routing on one net at W = 64 on ECP5; docs/vendor.md); in block RAM the
+consumer gets the RAM's clock-to-out, most of a cycle. Here the memory is block RAM (``ram_style``), read
+ahead into an output register and a skid register behind it: at most two words are read and not yet taken, so
 ``o.ready`` enables those two registers and one read, nothing wider.
 
 Latency: 3 cycles from ``w_en`` to ``o.valid`` (write, read, output register). One word per cycle in and

@@ -34,10 +34,10 @@ one completion can wait inside the engine (``nxt``) behind the chunk being dispa
 queue in front of it holds one more in effect and its read enable never depends on the dispatch decision.
 ``o`` is the output of a two-beat skid buffer behind the FIFO: ``o.ready`` reaches only its registers.
 
-Latency: 1 cycle added by the timing work of issue #11 (the skid buffer at ``o``, so that the consumer's
-ready reaches neither the output FIFO nor the dispatch decision). A completion accepted by an idle engine
-has its first beat read on the next cycle; a beat's sum enters the output FIFO ``g * K`` cycles after its
-first read (K = L + 2 per pass: issue, read register R, operand register Q, then the L adder stages, the
+Latency: 1 cycle added by the ECP5 timing work (docs/vendor.md; the skid buffer at ``o``, so that the
+consumer's ready reaches neither the output FIFO nor the dispatch decision). A completion accepted by an idle
+engine has its first beat read on the next cycle; a beat's sum enters the output FIFO ``g * K`` cycles after
+its first read (K = L + 2 per pass: issue, read register R, operand register Q, then the L adder stages, the
 last of which is the position back at issue), and shows on ``o`` three cycles later (two through the
 FIFO, one through the skid buffer). For the timing, the memories' read data is registered (Q) before the
 adders, and the accumulator comes straight off the adders' output registers instead of a register of its
@@ -529,8 +529,8 @@ class Reduce(wiring.Component):
         x = Mux(rsb.replay, ctx.shr.data, self.rd.data)
         # Each format's bank of lanes has operand registers of its own, placed beside it: one register per
         # bit reaching the three banks was the critical path of the W = 64 core on ECP5 (4 ns of routing
-        # on one net, issue #11). Synthesis merges flip-flops with the same input, so the copies differ in
-        # form: bank 1's are kept complemented, bank 2's first-pass choice reads a complemented copy of
+        # on one net; docs/vendor.md). Synthesis merges flip-flops with the same input, so the copies differ
+        # in form: bank 1's are kept complemented, bank 2's first-pass choice reads a complemented copy of
         # ``rfirst``; each bank reads its own back in true polarity.
         rfirst_n = Signal(init=1)  # ~rfirst
         m.d.sync += rfirst_n.eq(ctx.cont)

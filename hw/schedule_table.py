@@ -14,8 +14,8 @@ stage after compares it with the packet (stripe bounds, the sender's bitmap bit,
 against ``src``), and the last stage derives ``unexpected_src`` (code 21) and the sender's member index from
 those registered results: the position of ``src`` in the summation order (the first position that holds it;
 ``members`` when none does, which the slot table never writes). Each stage is a few LUTs deep so that the
-table closes timing beside the rest of the core (issue #11): 16 modulo stages (2 round bits each) is the depth
-that does at W = 64 on ECP5.
+table closes timing beside the rest of the core (docs/vendor.md): 16 modulo stages (2 round bits each) is the
+depth that does at W = 64 on ECP5.
 
 Root aggregation: an entry also holds the chunk range ``root_lo ..= root_hi`` this site is the root of in
 that round (its stripe; ``0 ..= 2**32 - 1`` in gather mode) and ``mdest``, the group address its RESULTs

@@ -72,9 +72,9 @@ keeps its one beat per cycle. (The completion queue's consumer releases each com
 which the reduce engine and the external prefetcher both do.)
 
 Latency: three cycles from an accepted beat to its write, commit and completion in X (two more than before
-the timing work of issue #11); the events (``ev_*``) are registered and come a cycle after that; a release of
-a slot takes effect a cycle after ``release``. The completion output has a one-record skid register (no
-added latency): a record the queue refuses waits there and X goes on.
+the ECP5 timing work in docs/vendor.md); the events (``ev_*``) are registered and come a cycle after that; a
+release of a slot takes effect a cycle after ``release``. The completion output has a one-record skid register
+(no added latency): a record the queue refuses waits there and X goes on.
 Back-pressure: X stalls only when (a) a claim's first write (below 512 bits its first payload beat, at 512
 its header beat) finds the slot done and its buffers not yet all read by the reduce engine (``busy``), or
 (b) X has a completion or a re-emit request and the output's skid register still holds a refused one. The
@@ -265,7 +265,7 @@ class SlotTable(wiring.Component):
 
         # The state word is kept in two memories of half its bits each, read at two copies of the address:
         # one read address reaching every LUT-RAM cell of the word was a critical net of the W = 64 core on
-        # ECP5 (5 to 8.8 ns of routing, issue #11). Both are written alike.
+        # ECP5 (5 to 8.8 ns of routing; docs/vendor.md). Both are written alike.
         sw = ctx.state_layout.size
         ctx.halves = [(0, sw // 2), (sw // 2, sw)]
         m.submodules.state_lo = state_lo = memory.Memory(shape=sw // 2, depth=ctx.S, init=[])
@@ -893,7 +893,7 @@ class SlotTable(wiring.Component):
         # The stall's four registers are also kept in the other polarity (synthesis does not merge a
         # flip-flop with its complement), and each enable is formed from its own mix of the two: four nets
         # of a few hundred flip-flops each, where one net to every register of the table was the critical
-        # path of a placement that spread the table 60 columns wide (issue #11).
+        # path of a placement that spread the table 60 columns wide (docs/vendor.md).
         for k, en in ((3, ctx.en_x), (0, ctx.en_e), (1, ctx.en_d), (2, ctx.en_xd)):
             wc = ctx.x.wclaim if k & 1 else ~ctx.wclaim_n
             xb = ctx.x_busy if k & 2 else ~ctx.x_busy_n

@@ -1,4 +1,4 @@
-"""Training a real model across the simulated sites through wanreduce (issue #13).
+"""Training a real model across the simulated sites through wanreduce.
 
 :mod:`.data` splits scikit-learn's digits across the sites by label; :mod:`.aggregate` averages the
 sites' tensors through the aggregator (golden model or its bit-identical numpy form); :mod:`.worker` is one

@@ -1,4 +1,4 @@
-"""UltraScale+ estimate of the external build's slot states at S = 2^20 (issue #23, part 4).
+"""UltraScale+ estimate of the external build's slot states at S = 2^20.
 
 The slot table of the external-buffer core (``SlotTable(buffers="external")``) at W = 512, S = 2^20,
 G_max = 8, C = 1 KiB, which keeps its slot states in block memories (``states="block"``,
