@@ -3,10 +3,10 @@ checked against arithmetic from the card's figures (UG1393: 32 pseudo-channels o
 and against the gateware's own memory map."""
 
 import math
-import warnings
 
 import pytest
 
+from tests.support.quiet import unused_ok
 from wanreduce.host import hbm, lean
 from wanreduce.host.costmodel import CostModel, CostParams
 from wanreduce.host.topology import load_topology
@@ -23,8 +23,7 @@ def test_stride_is_the_gateware_maps(width, chunk):
 
     words = payload_words(width, chunk)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with unused_ok():
             mm = ExtMemMap(width=width, slots=4, members=3, words=words, ports=2, addr_width=34)
     except ValueError:
         pytest.skip("the gateware refuses this buffer (longer than an AXI4 burst may be)")

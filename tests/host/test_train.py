@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tests.support.quiet import unused_ok
 from wanreduce.host.protocol import np_dtype
 from wanreduce.host.train.aggregate import run_rounds, summation_order, wire_dtype
 from wanreduce.host.train.methods import Method, Setting, SyncCost, simulate_clock
@@ -222,13 +223,10 @@ def _core_aggregator(sim):
 
 @pytest.mark.rtl
 def test_sync_through_the_rtl_core_matches_the_fast_path():
-    import warnings
-
     from wanreduce.sim.verilator.agg_driver import CoreSim
     from wanreduce.spec.core import CoreConfig
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         sim = CoreSim(
             CoreConfig(width=64, slots=8, members=3, chunk_bytes=64, dests=1, entry="payload", bypass_bytes=0)
         )

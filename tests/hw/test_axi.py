@@ -18,7 +18,6 @@ live in this file:
 """
 
 import random
-import warnings
 
 import cocotb
 import numpy as np
@@ -27,6 +26,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer, with_timeout
 
 from tests.support import tb_core
+from tests.support.quiet import unused_ok
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
@@ -39,8 +39,7 @@ def _top():
     from wanreduce.hw.axi import AXIAggregator
     from wanreduce.hw.core import AggregatorCore
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         core = AggregatorCore(CONFIG)
         return AXIAggregator(core=core, ctl_domain="axil", fifo_beats=FIFO_BEATS)
 

@@ -2,17 +2,16 @@
 keywords (the Verilog export's form), and refuses anything else with a sentence."""
 
 import dataclasses
-import warnings
 
 import pytest
 
+from tests.support.quiet import unused_ok
 from wanreduce.hw.core import AggregatorCore
 from wanreduce.spec.core import ECP5, CoreConfig
 
 
 def _core(*args, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         return AggregatorCore(*args, **kw)
 
 

@@ -1,11 +1,10 @@
 """The external build's memory map and parameter checks, and one property of the burst writer in a short
 simulation (the whole core's RTL runs in ``tests/sim/test_extmem_cocotb.py``)."""
 
-import warnings
-
 import pytest
 from amaranth.sim import Simulator
 
+from tests.support.quiet import unused_ok
 from wanreduce.hw.core import AggregatorCore
 from wanreduce.hw.extmem import WRITES_OUTSTANDING, BurstWriter, ExtMemMap
 from wanreduce.hw.layouts import payload_words
@@ -46,8 +45,7 @@ def test_map_refuses_with_a_sentence(kw, message):
 
 
 def _core(**kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         return AggregatorCore(BENCH, buffers="external", **kw)
 
 
@@ -59,8 +57,7 @@ def test_id_width_sets_the_frames_read_at_once():
 
 
 def test_default_build_has_no_memory_ports():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         core = AggregatorCore(ECP5)
         assert not any(n.startswith("mem") for n in core.signature.members)
         with pytest.raises(ValueError, match="'internal' or 'external'"):

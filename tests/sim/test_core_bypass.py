@@ -9,11 +9,10 @@ than the bypass buffer. The RESULT frames (destination entries, then the group),
 the same frames are dropped under their codes instead.
 """
 
-import warnings
-
 import numpy as np
 import pytest
 
+from tests.support.quiet import unused_ok
 from wanreduce.host import control
 from wanreduce.host import frames as fr
 from wanreduce.host.golden import Destination, RootEntry, expected_order
@@ -31,8 +30,7 @@ DESTS = [Destination("02:57:52:00:00:03", "239.87.83.3", 47000)]
 def rtl():
     from wanreduce.sim.verify.cosim import RtlCores
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         return RtlCores(CORE, count=2)
 
 

@@ -10,11 +10,10 @@ different RESULTs the golden model computes. The testbench is ``tests.support.tb
 compared byte for byte and every counter exactly.
 """
 
-import warnings
-
 import pytest
 
 from tests.support import tb_core
+from tests.support.quiet import unused_ok
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
@@ -25,8 +24,7 @@ def _core(config):
     from wanreduce.hw.core import AggregatorCore
     from wanreduce.sim.verilator.agg_driver import build_key
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         return AggregatorCore(config), build_key(config, {})
 
 

@@ -4,11 +4,10 @@ against the golden aggregator. Run 0 of each build keeps ascending orders and th
 mod S); runs 1 and 2 give the groups as summation orders that are not ascending and put each job's rounds
 in round banks of 2 and 4 of the 8 slots."""
 
-import warnings
-
 import numpy as np
 import pytest
 
+from tests.support.quiet import unused_ok
 from wanreduce.host import control
 from wanreduce.host.golden import Destination
 from wanreduce.sim.verify import traffic
@@ -58,8 +57,7 @@ def _run(sim, packets, *, rank, jobs, bank_bits, seed):
 def test_volume(width, entry):
     from wanreduce.sim.verilator.agg_driver import CoreSim
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         sim = CoreSim(CORE.replace(width=width, entry=entry))
     results = 0
     for seed, bits in enumerate([None, 1, 2]):

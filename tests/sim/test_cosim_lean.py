@@ -7,11 +7,10 @@ numpy reference's bits, take the model's time to within 10 %, hold no more slot 
 (to 1.1x), forward every other frame unchanged and in order, and drop nothing.
 """
 
-import warnings
-
 import numpy as np
 import pytest
 
+from tests.support.quiet import unused_ok
 from wanreduce.host import lean, wan_lean
 from wanreduce.host.costmodel import CostModel, CostParams
 from wanreduce.host.reference import run_reference
@@ -36,8 +35,7 @@ def run():
     rng = np.random.default_rng(3)
     elements = TENSOR // 4
     tensors = [rng.standard_normal(elements).astype(np.float32) * 10 ** rng.uniform(-3, 3) for _ in range(9)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         sim = wan_lean.simulate_lean(
             sched,
             one_way_s=topo.one_way_s,

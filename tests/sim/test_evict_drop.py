@@ -10,11 +10,10 @@ and the live chunk's sum [7, 7] checked on its own. The golden model and the ind
 checked against the same scenario without the RTL.
 """
 
-import warnings
-
 import numpy as np
 import pytest
 
+from tests.support.quiet import unused_ok
 from wanreduce.host import control
 from wanreduce.host.golden import Destination, RootEntry
 from wanreduce.sim.verify import traffic
@@ -121,8 +120,7 @@ def _cores(params, width):
     from wanreduce.sim.verify.cosim import RtlCores
     from wanreduce.sim.verilator.agg_driver import CoreSim
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         config = params.replace(width=width)
         if config.entry == "payload":
             return CoreSim(config)

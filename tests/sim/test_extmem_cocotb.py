@@ -8,11 +8,10 @@ stress) on 40 packets; ``make test-all`` adds the whole module (error responses,
 memories (``slot_states="block"``, the 2^20-slot build's, forced on here so that its busy generations meet
 slots reused at once): the sweep on a shorter workload in ``make test``, the whole module when slow."""
 
-import warnings
-
 import pytest
 
 from tests.support import tb_core
+from tests.support.quiet import unused_ok
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
@@ -23,8 +22,7 @@ MEM_PORTS = 2
 def _core(width, states="lut"):
     from wanreduce.hw.core import AggregatorCore
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         return AggregatorCore(
             tb_core.CORE.replace(width=width),
             buffers="external",

@@ -7,12 +7,11 @@ table's states in LUT RAM (``slot_states="lut"``, what these 4-slot builds get b
 memories (``"block"``, the 2^20-slot build's, forced on at 4 slots so that slots are reused and busy all
 the time). The 2^20-slot core itself (slow) takes chunks spread over its whole slot range."""
 
-import warnings
-
 import numpy as np
 import pytest
 
 from tests.support import tb_core
+from tests.support.quiet import unused_ok
 from wanreduce.host import control
 from wanreduce.sim.verify import traffic
 
@@ -33,8 +32,7 @@ def _harness(width, states="lut"):
 
     config = tb_core.CORE.replace(width=width)
     options = dict(buffers="external", mem_ports=MEM_PORTS, mem_addr_width=16, slot_states=states)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         core = AggregatorCore(config, **options)
     assert core.slot_table.states == states
     return core, AxiHarness(core, top="agg_core_axi", key=build_key(config, options))
@@ -123,8 +121,7 @@ def test_extmem_million_slots():
     slots, members, width = 1 << 20, 4, 64
     config = tb_core.CORE.replace(width=width, slots=slots, members=members, dests=1)
     options = dict(buffers="external", mem_ports=MEM_PORTS, mem_addr_width=28)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         core = AggregatorCore(config, **options)
     assert slots >= BLOCK_STATES_FROM and core.slot_table.states == "block"
     h = AxiHarness(core, top="agg_core_axi_1m", key=build_key(config, options))

@@ -9,10 +9,10 @@ with the golden aggregator (which is built on the host validator) frame for fram
 
 import collections
 import struct
-import warnings
 
 import pytest
 
+from tests.support.quiet import unused_ok
 from wanreduce.host.frames import build_frame
 from wanreduce.sim.verify import fuzz, fuzz_target
 from wanreduce.sim.verify.fuzz_classify import CODES, Classifier, frame_code, payload_code
@@ -203,8 +203,7 @@ def test_classifier_agrees_with_golden(entry, job, inline):
 
 
 def _sim(width, entry, inline=None):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         return fuzz.FuzzSim(width=width, entry=entry, inline=inline)
 
 
