@@ -29,7 +29,8 @@ def register(sub):
         "--only",
         default="",
         help="refresh: only the commands that contain one of these comma-separated texts "
-        "(e.g. 'wanreduce demo,--only model')",
+        "(e.g. 'wanreduce demo,--only model'); their quoted figures also take a later run of the same "
+        "code from the output file (a producer rerun by hand)",
     )
     p.add_argument(
         "--root",

@@ -581,6 +581,28 @@ def check(root=ROOT):
     return lines
 
 
+def _take_later_runs(root, data, only):
+    """Replace each quoted figure whose command contains one of ``only`` by its output file's record when
+    that record is current (same sources' digest) and dated later; return the names replaced."""
+    digests, outputs, taken = {}, {}, []
+    for name, rec in sorted(data["figures"].items()):
+        command, output = rec.get("command") or "", rec.get("output")
+        if not output or not any(part in command for part in only):
+            continue
+        if output not in outputs:
+            outputs[output] = read_output(Path(root) / output)
+        new = outputs[output].get(name)
+        if (
+            new
+            and new.get("command") == command
+            and new.get("date", "") > rec.get("date", "")
+            and _current(new, digests, root)
+        ):
+            data["figures"][name] = new
+            taken.append(name)
+    return taken
+
+
 def refresh(root=ROOT, *, run=True, only=(), log=print):
     """Rerun the command of every stale quoted figure (each command once; with ``only``, those commands
     that contain one of its strings), take the quoted figures from its output file, and render. Returns
@@ -621,7 +643,14 @@ def refresh(root=ROOT, *, run=True, only=(), log=print):
         for name in names:
             if name in new:
                 data["figures"][name] = new[name]
-    # Figures of the same output that are quoted but were current: keep them as they are.
+    # Figures of the same output that are quoted but were current: kept as they are, unless ``only`` names
+    # their command and its output holds a later run of the same code (a producer rerun by hand).
+    if only:
+        taken = _take_later_runs(root, data, only)
+        if taken:
+            log(
+                f"figures: {len(taken)} figure(s) taken from a later run of current code ({', '.join(taken)})"
+            )
     save(data, root)
     render(root, data)
     return ran, failed

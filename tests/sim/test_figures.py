@@ -116,6 +116,27 @@ def test_stale_follows_the_sources(tmp_path):
     assert ran == [] and failed == [] and figures.check(root) == []
     assert "2.5 s" in (root / "docs" / "page.md").read_text()
 
+    # A current figure keeps its record on a plain refresh, even when the producer ran again since; naming
+    # the producer takes its later run of the same code, never a run of other code.
+    def rerun(value):
+        later = figures.records(
+            {"fig_s": value}, sources=["src"], command="python -m x", output="out.json", root=root
+        )
+        later["fig_s"]["date"] = "9999-01-01T00:00:00Z"
+        figures.write_output(root / "out.json", later)
+
+    (root / "src" / "a.py").write_text("x = 3\n")
+    rerun(4.5)
+    (root / "src" / "a.py").write_text("x = 2\n")
+    figures.refresh(root, run=False, only=["python -m x"], log=lambda *_: None)
+    assert "2.5 s" in (root / "docs" / "page.md").read_text() and figures.check(root) == []
+    rerun(3.5)
+    figures.refresh(root, run=False, log=lambda *_: None)
+    figures.refresh(root, run=False, only=["python -m y"], log=lambda *_: None)
+    assert "2.5 s" in (root / "docs" / "page.md").read_text()
+    figures.refresh(root, run=False, only=["python -m x"], log=lambda *_: None)
+    assert "3.5 s" in (root / "docs" / "page.md").read_text() and figures.check(root) == []
+
 
 def test_a_record_outlives_a_change_that_keeps_its_designs(tmp_path, monkeypatch):
     """A record with design digests is attested current after a change under its design sources that leaves
