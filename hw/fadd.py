@@ -10,19 +10,21 @@ canonical quiet NaN: sign 0, exponent all ones, only the top fraction bit set (`
 
 Algorithm (classic single-path adder; the exact-rounding argument is in ``docs/fadd.md``), eight steps:
 
-1. unpack; compare magnitudes (the lower ``w-1`` bits as integers, both ``>=`` and ``>``, so that the
-   swap's two selects each drive half the multiplexers); both exponent differences, each clamped to the
-   shifter's width, and both "exponent minus one" (subnormals count as exponent 1); half-decode
-   NaN/infinity;
-2. swap so that ``x`` has the larger magnitude (multiplexers only); select the shift ``d`` and shift
-   ``y`` right by ``d``'s low two bits already; finish NaN/infinity;
+1. unpack; compare magnitudes (the lower ``w-1`` bits as integers); both exponent differences and both
+   "exponent minus one" (subnormals count as exponent 1); half-decode NaN/infinity;
+2. swap so that ``x`` has the larger magnitude (multiplexers only); select the shift ``d``, shift ``y``
+   right by ``d``'s low two bits already and, beside that, saturate the rest of ``d`` to the shifter's
+   width; finish NaN/infinity;
 3. align: the rest of the shift (by multiples of 4), giving ``y``'s significand plus guard and round
    bits, and beneath them a pure sticky bit, the OR of every bit of ``y`` that fell below the round bit
    (computed in parallel from the step-2 shift);
-4. add or subtract in one carry chain (``|x| >= |y|``, so never negative);
-5. count leading zeros (a radix-4 tree of ``keep``-marked nodes);
-6. left-shift amount ``min(lz, e-1)``, so that subnormal results stop at the minimum exponent, and the
-   left shift by its low two bits already; detect an exact zero, choose the sign (an exact zero is +0
+4. add or subtract in one carry chain (``|x| >= |y|``, so never negative); beside it, decode ``e-1``
+   into a marker bit for step 5;
+5. count leading zeros (a radix-4 tree of ``keep``-marked nodes) of the sum OR-ed with the marker, which
+   stops the count at ``e-1``: the left-shift amount ``min(lz, e-1)``, so that subnormal results stop at
+   the minimum exponent, with no comparison;
+6. (the count's last choice between two halves, where it has one, then) the left shift by its low two
+   bits and the exponent after the shift; detect an exact zero, choose the sign (an exact zero is +0
    unless both operands are -0);
 7. normalise (right by one on a carry, else the rest of the left shift, by multiples of 4), and decide
    overflow and the special results;
@@ -30,8 +32,8 @@ Algorithm (classic single-path adder; the exact-rounding argument is in ``docs/f
    rounding carry moves into the exponent (and from the largest finite value to infinity) by itself;
    NaN, infinity, overflow and exact zero override.
 
-Every step is at most about five LUT levels on ECP5 (the ``paths`` estimate of the W = 64 core puts each
-at or below 7 ns), with the latency unchanged at 8.
+Every step is at most about five LUT levels on ECP5, with the latency 8; ``docs/fadd.md`` has the
+measured figures and which arrangement of the steps cost what.
 
 Pipelining: ``stages`` registers sit on the boundaries after these eight steps: always one at the end
 (the output is registered when ``stages >= 1``), the others on the boundaries in the order
@@ -143,13 +145,35 @@ def _boundaries(stages):
     return regs
 
 
-def _lzc(m, bits, name):
-    """Leading-zero count of ``bits`` (MSB first) as a radix-4 tree; returns the count.
+def _lzc_node(m, group, name):
+    """One node of the leading-zero tree over ``group``, its (count, any one) children, most significant
+    first: the upper count bits are the priority of the children's flags, the lower bits the first
+    non-zero child's count. Returns the node's (count, any one), both ``keep``-marked."""
+    k = len(group)
+    width = len(group[0][0])
+    cnt = Signal(width + (k.bit_length() - 1), name=f"{name}_z", attrs={"keep": 1})
+    nz = Signal(name=f"{name}_v", attrs={"keep": 1})
+    low, high = group[-1][0], k - 1
+    for i in reversed(range(k - 1)):
+        low = Mux(group[i][1], group[i][0], low)
+        high = Mux(group[i][1], i, high)
+    m.d.comb += [
+        nz.eq(Cat(*(v for _, v in group)) != 0),
+        cnt.eq(Cat(low, Const(high, k.bit_length() - 1) if isinstance(high, int) else high)),
+    ]
+    return cnt, nz
 
-    Leaves of 4 bits, then nodes of 4 (or, at the top, 2) children: a node's upper count bits are the
-    priority of its children's "any one" flags, its lower bits its first non-zero child's count. Every
-    node's outputs are ``keep``-marked so that the synthesis maps each node on its own (one or two LUT
-    levels) instead of folding the tree into a deeper chain of shared logic.
+
+def _lzc(m, bits, name):
+    """Leading-zero count of ``bits`` (MSB first) as a radix-4 tree, but for a last choice between two
+    halves: returns the tree's top nodes, most significant first, as (count, any one) pairs. One pair: its
+    count is the answer. Two (when the tree ends in halves): the count is the upper half's when its flag
+    is set, else half the padded width plus the lower half's; the caller makes that choice, after a
+    register if it likes.
+
+    Leaves of 4 bits, then nodes of 4 children, down to one node or two. Every node's outputs are
+    ``keep``-marked so that the synthesis maps each node on its own (one or two LUT levels) instead of
+    folding the tree into a deeper chain of shared logic.
     """
     n = len(bits)
     size = 4
@@ -158,40 +182,22 @@ def _lzc(m, bits, name):
     # Pad below the LSB with ones so that an all-zero input counts exactly ``n`` leading zeros.
     padded = Cat(Const((1 << (size - n)) - 1, size - n), bits) if size > n else bits
 
-    def sig(width, nm):
-        return Signal(width, name=f"{name}_{nm}", attrs={"keep": 1})
-
     # Leaves, most significant first: (count, any one).
     nodes = []
     for g in reversed(range(size // 4)):
         b = padded[4 * g : 4 * g + 4]
-        cnt, nz = sig(2, f"l{g}_z"), sig(1, f"l{g}_v")
+        cnt = Signal(2, name=f"{name}_l{g}_z", attrs={"keep": 1})
+        nz = Signal(name=f"{name}_l{g}_v", attrs={"keep": 1})
         m.d.comb += [
             nz.eq(b != 0),
             cnt.eq(Mux(b[3], 0, Mux(b[2], 1, Mux(b[1], 2, 3)))),
         ]
         nodes.append((cnt, nz))
     level = 0
-    while len(nodes) > 1:
+    while len(nodes) > 2:  # a power of two, so a multiple of 4 here
         level += 1
-        k = 4 if len(nodes) % 4 == 0 else 2
-        nxt = []
-        for j in range(0, len(nodes), k):
-            group = nodes[j : j + k]
-            width = len(group[0][0])
-            tag = f"n{level}_{j // k}"
-            cnt, nz = sig(width + (k.bit_length() - 1), f"{tag}_z"), sig(1, f"{tag}_v")
-            low, high = group[-1][0], k - 1
-            for i in reversed(range(k - 1)):
-                low = Mux(group[i][1], group[i][0], low)
-                high = Mux(group[i][1], i, high)
-            m.d.comb += [
-                nz.eq(Cat(*(v for _, v in group)) != 0),
-                cnt.eq(Cat(low, Const(high, k.bit_length() - 1) if isinstance(high, int) else high)),
-            ]
-            nxt.append((cnt, nz))
-        nodes = nxt
-    return nodes[0][0]
+        nodes = [_lzc_node(m, nodes[j : j + 4], f"{name}_n{level}_{j // 4}") for j in range(0, len(nodes), 4)]
+    return nodes
 
 
 class FAdd(wiring.Component):
@@ -271,23 +277,17 @@ class FAdd(wiring.Component):
         dab = comb("dab", ea_eff - eb_eff, E)
         dba = comb("dba", eb_eff - ea_eff, E)
 
-        def clamp(diff, name):
-            # Clamped to SH bits here (only the difference that turns out non-negative is used), so that
-            # step 2 selects a shift amount that is ready to use.
-            return comb(name, diff[:SH] | Mux(diff[SH:] != 0, (1 << SH) - 1, 0), SH) if E > SH else diff
-
         v = {
             "a": a,
             "b": b,
             "a_nz": a_nz,
             "b_nz": b_nz,
-            # Two orders that differ only when |a| == |b|, where either order gives the same x and y
-            # magnitudes: x and the signs select with one, y and the shift with the other, which halves
-            # each select's fan-out (and, computed differently, they are not merged into one register).
+            # One comparison selects everything in step 2: a second one (a ``>`` beside the ``>=``, to
+            # halve each select's fan-out) was mapped as a chain behind the first, a step-1 path longer
+            # than the fan-out it saved (docs/fadd.md).
             "a_ge": comb("a_ge", a[: W - 1] >= b[: W - 1]),
-            "a_gt": comb("a_gt", a[: W - 1] > b[: W - 1]),
-            "dab": clamp(dab, "dab_cl"),
-            "dba": clamp(dba, "dba_cl"),
+            "dab": dab,
+            "dba": dba,
             "ea_m1": comb("ea_m1", ea_eff - 1, E),
             "eb_m1": comb("eb_m1", eb_eff - 1, E),
             "ea_max": comb("ea_max", ea == emax),
@@ -297,27 +297,35 @@ class FAdd(wiring.Component):
         }
         v = boundary(1, v)
 
-        # 2. Swap so that x has the larger magnitude (only multiplexers); clamp the shift to SH bits
-        #    finish the NaN/infinity decoding.
-        ge, gt = v["a_ge"], v["a_gt"]
-        x = comb("x", Mux(gt, v["a"], v["b"]), W)
+        # 2. Swap so that x has the larger magnitude (only multiplexers); select the shift and saturate
+        #    its multiples of 4; finish the NaN/infinity decoding.
+        ge = v["a_ge"]
+        x = comb("x", Mux(ge, v["a"], v["b"]), W)
         y = comb("y", Mux(ge, v["b"], v["a"]), W)
-        dcl = comb("dcl", Mux(ge, v["dab"], v["dba"]), SH)
+        d = comb("d", Mux(ge, v["dab"], v["dba"]), E)
+        dh = d[2:SH]
+        if E > SH:
+            # A difference of 2**SH or more shifts all of y into the sticky bit: saturating the multiples
+            # of 4 is enough (a shift of 4 * (2**(SH-2) - 1) already moves all P + 3 bits of y1 below R,
+            # checked below), and it is done beside this step's shift rather than after step 1's
+            # subtraction.
+            assert 4 * ((1 << (SH - 2)) - 1) >= P + 2
+            dh = comb("dh", dh | (d[SH:] != 0).replicate(SH - 2), SH - 2)
         a_inf = v["ea_max"] & v["fa_zero"]
         b_inf = v["eb_max"] & v["fb_zero"]
         sa, sb = v["a"][W - 1], v["b"][W - 1]
         sig_y = comb("sig_y", Cat(y[:M], Mux(ge, v["b_nz"], v["a_nz"])), P)
         v = {
-            "sig_x": comb("sig_x", Cat(x[:M], Mux(gt, v["a_nz"], v["b_nz"])), P),
+            "sig_x": comb("sig_x", Cat(x[:M], Mux(ge, v["a_nz"], v["b_nz"])), P),
             # The first two levels of the alignment shift (by d's low two bits, one 4:1 multiplexer per
             # bit) happen here, so step 3 only shifts by multiples of 4. Three zero bits below y keep
             # every bit this shift moves, for the sticky bit.
-            "y1": comb("y1", Cat(Const(0, 3), sig_y) >> dcl[:2], P + 3),
-            "e": comb("e", Cat(x[M] | ~Mux(gt, v["a_nz"], v["b_nz"]), x[M + 1 : M + E]), E),
-            "e_m1": comb("e_m1", Mux(gt, v["ea_m1"], v["eb_m1"]), E),
-            "dh": dcl[2:],
+            "y1": comb("y1", Cat(Const(0, 3), sig_y) >> d[:2], P + 3),
+            "e": comb("e", Cat(x[M] | ~Mux(ge, v["a_nz"], v["b_nz"]), x[M + 1 : M + E]), E),
+            "e_m1": comb("e_m1", Mux(ge, v["ea_m1"], v["eb_m1"]), E),
+            "dh": dh,
             "sx": x[W - 1],
-            "sy": comb("sy", Mux(gt, sb, sa)),
+            "sy": comb("sy", Mux(ge, sb, sa)),
             "nan": comb(
                 "nan",
                 (v["ea_max"] & ~v["fa_zero"]) | (v["eb_max"] & ~v["fb_zero"]) | (a_inf & b_inf & (sa != sb)),
@@ -363,23 +371,41 @@ class FAdd(wiring.Component):
         r = comb("sum_raw", (Cat(Const(1, 1), v["xe"]) + addend)[1 : G + 2], G + 1)
         # A subtraction's carry out is the two's-complement wrap, not a carry of the result.
         s = comb("sum", Cat(r[:G], r[G] & ~sub), G + 1)
-        v = dict(keep(v, "e", "e_m1", "sx", "sy"), s=s)
+        # The left shift must stop at exponent 1 so that subnormal results keep their leading zeros:
+        # a one at bit e-1 from the top, OR-ed into what the zeros are counted in, stops the count
+        # there, so step 5's count is already min(leading zeros, e-1) and no comparison follows it.
+        # Decoded here, beside the carry chain, from a value known since step 2.
+        lim = comb("lim", Const(1 << (G - 1), G) >> v["e_m1"], G)
+        v = dict(keep(v, "e", "e_m1", "sx", "sy"), s=s, lim=lim)
         v = boundary(4, v)
 
-        # 5. Leading zeros below the carry bit (alone in its step: the count tree is the deep part).
+        # 5. Leading zeros below the carry bit, limited to e-1 (alone in its step: the count tree is
+        #    the deep part).
         s = v["s"]
-        v = dict(keep(v, "s", "e", "e_m1", "sx", "sy"), lz=comb("lz", _lzc(m, s[:G], "lzc"), range(G + 1)))
+        tops = _lzc(m, s[:G] | v["lim"], "lzc")
+        v = keep(v, "s", "e", "e_m1", "sx", "sy")
+        if len(tops) == 1:
+            v["lz"] = tops[0][0]
+        else:
+            (v["lz_hi"], v["lz_hi_v"]), (v["lz_lo"], _) = tops
         v = boundary(5, v)
 
-        # 6. Left-shift amount: stop at exponent 1 so subnormal results keep their leading zeros. Exact
-        #    zero and the sign (IEEE: an exact zero sum is +0 unless both operands are -0) in parallel.
+        # 6. The first two levels of the left shift (by sh's low two bits), so that step 7 only shifts
+        #    by multiples of 4 (bits pushed above G are lost either way); in parallel, the exponent
+        #    after it, exact zero and the sign (IEEE: an exact zero sum is +0 unless both operands
+        #    are -0).
+        if "lz" in v:
+            sh = v["lz"]
+        else:
+            # The count's last level, the choice between its two halves (one LUT), sits here, ahead
+            # of the shift it selects, so that step 5 is the tree below it and the marker's OR.
+            sh = Cat(Mux(v["lz_hi_v"], v["lz_hi"], v["lz_lo"]), ~v["lz_hi_v"])
+        sh = comb("sh", sh, range(G + 1))
         zero = comb("zero", v["s"] == 0)
         sign = comb("sign", Mux(zero, v["sx"] & v["sy"], v["sx"]))
-        sh = comb("sh", Mux(v["lz"] > v["e_m1"], v["e_m1"], v["lz"]), range(G + 1))
-        # The first two levels of the left shift (by sh's low two bits) happen here, so step 7 only
-        # shifts by multiples of 4; bits pushed above G are lost either way.
         s1 = comb("s1", (v["s"][:G] << sh[:2])[:G], G)
-        v = dict(keep(v, "s", "e", "e_m1"), zero=zero, sign=sign, sh=sh, s1=s1)
+        e_left = comb("e_left", v["e_m1"] - sh, E)
+        v = dict(keep(v, "s", "e"), zero=zero, sign=sign, sh=sh, s1=s1, e_left=e_left)
         v = boundary(6, v)
 
         # 7. Normalise: right by one on a carry (folding the lost bit into S), else left by sh. The
@@ -400,11 +426,12 @@ class FAdd(wiring.Component):
         with m.Elif(over):
             m.d.comb += special.eq(Cat(Const(fmt.inf, W - 1), v["sign"]))
         with m.Else():
-            # An exact zero: its left shift is capped at the counter's width, not at exponent 1.
+            # An exact zero: where e-1 is past the counter's width, the count (and so the shift) stops
+            # at that width, not at exponent 1, and the exponent would not come out 0.
             m.d.comb += special.eq(Cat(Const(0, W - 1), v["sign"]))
         v = {
             "n": comb("n", Mux(carry, right, left), G),
-            "em1": comb("em1", Mux(carry, v["e"], v["e_m1"] - sh), E),
+            "em1": comb("em1", Mux(carry, v["e"], v["e_left"]), E),
             "use_special": comb("use_special", v["nan"] | v["inf"] | over | v["zero"]),
             "special": special,
             "sign": v["sign"],
