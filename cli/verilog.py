@@ -12,11 +12,9 @@ import shutil
 import tempfile
 import threading
 import time
-import warnings
 from pathlib import Path
 
 from ..sim.synth import verilog
-from ..sim.verilator import toolchain
 from ..spec.core import CoreConfig
 from ..spec.errors import WanreduceError
 from ._common import (
@@ -92,43 +90,6 @@ def _check(args):
                 raise WanreduceError(f"{flag} only applies to --top axi")
 
 
-def _blocks(args):
-    """``{name: component}`` of ``--blocks``: every pipeline stage, built for the options' configuration.
-
-    :func:`wanreduce.sim.synth.verilog.blocks` builds its bare payload-entry core from the same keywords as
-    the frame-entry one, and a payload core refuses the bypass port every frame build has by default; so
-    the stages and the payload core are built without one, and the frame core as the top's own core."""
-    config = _core_config(args)
-    width = config.pop("width")
-    stages = verilog.blocks(width, **{**config, "entry": "frame", "bypass_bytes": 0})
-    stages["agg_core_frame"] = verilog.build(kind="core", width=width, **{**config, "entry": "frame"})
-    return stages
-
-
-#: What only the top has (not the stages): its kind, name and AXI wrapper.
-_TOP_ONLY = ("kind", "top", "fifo_beats", "ctl_domain")
-
-
-def _core_config(args):
-    """The build keywords of the options, without the top's own."""
-    return {k: v for k, v in verilog.options(args).items() if k not in _TOP_ONLY}
-
-
-def _convert_blocks(tmp, args, say):
-    """Every block of ``--blocks`` into ``tmp/<name>.v``, each kept in the build cache under its
-    configuration (a first conversion of all of them takes minutes at W=512); ``say`` is told each."""
-    stages = _blocks(args)
-    config = sorted(_core_config(args).items())
-    for i, (name, component) in enumerate(stages.items()):
-        say(f"block {i + 1} of {len(stages)}: {name}")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Amaranth's UnusedElaboratable for the blocks of a cache hit
-            text = toolchain.verilog_text(
-                component, top=name, key=("block", name, config), sources=(verilog.__file__, __file__)
-            )
-        (Path(tmp) / f"{name}.v").write_text(text)
-
-
 def _announcement(args):
     """What a first conversion does and roughly how long it takes: the core (about a minute at W=512), then
     with ``--blocks`` its stages and two more cores (about 2 minutes more); measured on one idle core."""
@@ -183,7 +144,8 @@ def run(args):
                     said.cancel()
                     if not told.is_set():
                         slow(_announcement(args))
-                    _convert_blocks(tmp, args, slow)
+                    build = {k: v for k, v in options.items() if k in verilog.DEFAULTS}
+                    verilog.write_blocks(tmp, build.pop("width"), say=slow, **build)
             finally:
                 said.cancel()
             if time.perf_counter() - t0 >= 1.0:

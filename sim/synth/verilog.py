@@ -23,16 +23,18 @@ from ...hw.core import AggregatorCore
 from ...hw.fanout import Fanout
 from ...hw.frame_parser import FrameParser
 from ...hw.header_parser import HeaderParser
-from ...hw.layouts import WIDTHS, payload_words
+from ...hw.layouts import WIDTHS
 from ...hw.reduce import Reduce
 from ...hw.result_builder import ResultBuilder
 from ...hw.schedule_table import ScheduleTable
 from ...hw.slot_table import SlotTable
+from ...spec.core import DEFAULT, CoreConfig
 from ...spec.protocol import HEADER_BYTES
 from ..verilator import toolchain
 
 __all__ = [
     "DEFAULTS",
+    "MEMORY_DEFAULTS",
     "KINDS",
     "LINT_WAIVER",
     "build",
@@ -45,25 +47,13 @@ __all__ = [
     "options",
 ]
 
-#: The default build: W = 512 for a 100G MAC, groups of up to 9, 1 KiB chunks, 64 slots (612 KiB of
-#: reorder buffer, an on-chip configuration; docs/aggregator.md sizes S for a given WAN), 4 destinations,
-#: 4 jobs of up to 64 rounds, frames in and out.
-DEFAULTS = {
-    "width": 512,
-    "slots": 64,
-    "members": 9,
-    "chunk_bytes": 1024,
-    "dests": 4,
-    "jobs": 4,
-    "rounds": 64,
-    "entry": "frame",
-    "bypass_bytes": 9216,
-    "mod_stages": 16,
-    "buffers": "internal",
-    "mem_ports": 1,
-    "mem_addr_width": 34,
-    "mem_id_width": None,
-}
+#: The export's options beyond the core's configuration: where the member buffers live, and the external
+#: memory's AXI4 ports (docs/extmem.md).
+MEMORY_DEFAULTS = {"buffers": "internal", "mem_ports": 1, "mem_addr_width": 34, "mem_id_width": None}
+#: The default build: :data:`~wanreduce.spec.core.DEFAULT` (W = 512 for a 100G MAC, groups of up to 9,
+#: 1 KiB chunks, 64 slots: 612 KiB of reorder buffer, an on-chip configuration; docs/aggregator.md sizes S
+#: for a given WAN), its member buffers on chip.
+DEFAULTS = {**DEFAULT.as_dict(), **MEMORY_DEFAULTS}
 #: What the top is: the AXI wrapper around the core, or the bare core.
 KINDS = ("axi", "core")
 #: Default top module names per kind.
@@ -80,6 +70,12 @@ def _config(**overrides):
     return c
 
 
+def _split(c):
+    """The :class:`~wanreduce.spec.core.CoreConfig` of a build's keywords, and the memory options."""
+    memory = {k: c[k] for k in MEMORY_DEFAULTS}
+    return CoreConfig(**{k: v for k, v in c.items() if k not in MEMORY_DEFAULTS}), memory
+
+
 def build(*, kind="axi", ctl_domain="axil", fifo_beats=None, **config):
     """The component of a configuration (keywords of :data:`DEFAULTS`, missing ones defaulted).
 
@@ -87,23 +83,8 @@ def build(*, kind="axi", ctl_domain="axil", fifo_beats=None, **config):
     """
     if kind not in KINDS:
         raise ValueError(f"The top must be one of {', '.join(KINDS)}, not {kind!r}.")
-    c = _config(**config)
-    core = AggregatorCore(
-        width=c["width"],
-        slots=c["slots"],
-        members=c["members"],
-        slot_bytes=c["chunk_bytes"],
-        dests=c["dests"],
-        jobs=c["jobs"],
-        rounds=c["rounds"],
-        entry=c["entry"],
-        bypass_bytes=c["bypass_bytes"],
-        mod_stages=c["mod_stages"],
-        buffers=c["buffers"],
-        mem_ports=c["mem_ports"],
-        mem_addr_width=c["mem_addr_width"],
-        mem_id_width=c["mem_id_width"],
-    )
+    core_config, memory = _split(_config(**config))
+    core = AggregatorCore(core_config, **memory)
     if kind == "core":
         return core
     return AXIAggregator(core=core, ctl_domain=ctl_domain, fifo_beats=fifo_beats)
@@ -284,34 +265,29 @@ def lint(path, *, top):
 
 
 def blocks(width, **config):
-    """``{name: component}`` for every top-level block, built with the defaults (or ``config``)."""
+    """``{name: component}`` for every top-level block, built with the defaults (or ``config``): the
+    stages, then the bare core with each entry point (the payload core without a bypass port)."""
     d = _config(width=width, **config)
+    c, _ = _split(d)
+    shape = {"width": width, "slots": c.slots, "members": c.members}
     out = {
         "frame_parser": FrameParser(width=width),
-        "header_parser": HeaderParser(width=width, slot_bytes=d["chunk_bytes"]),
-        "schedule_table": ScheduleTable(width=width, members=d["members"], slots=d["slots"]),
-        "slot_table": SlotTable(
-            width=width, slots=d["slots"], members=d["members"], slot_bytes=d["chunk_bytes"]
-        ),
-        "result_builder": ResultBuilder(width=width, slots=d["slots"]),
-        "fanout": Fanout(width=width, dests=d["dests"], max_payload=HEADER_BYTES + d["chunk_bytes"]),
+        "header_parser": HeaderParser(width=width, slot_bytes=c.chunk_bytes),
+        "schedule_table": ScheduleTable(**shape, jobs=c.jobs, rounds=c.rounds, mod_stages=c.mod_stages),
+        "slot_table": SlotTable(**shape, slot_bytes=c.chunk_bytes),
+        "result_builder": ResultBuilder(width=width, slots=c.slots),
+        "fanout": Fanout(width=width, dests=c.dests, max_payload=HEADER_BYTES + c.chunk_bytes),
         "control": Control(
-            jobs=d["jobs"],
-            rounds=d["rounds"],
-            dests=d["dests"],
-            slots=d["slots"],
-            members=d["members"],
+            **{k: getattr(c, k) for k in ("jobs", "rounds", "dests", "slots", "members")},
             params={"width": width},
         ),
     }
     for fmt in ("FP32", "FP16", "BF16"):
         f = getattr(fadd.FloatFormat, fmt)
         out[f"fadd_lanes_{fmt.lower()}"] = fadd.FAddLanes(fmt=f, width=width)
-    out["reduce"] = Reduce(
-        width=width, slots=d["slots"], members=d["members"], words=payload_words(width, d["chunk_bytes"])
-    )
-    for entry in ("frame", "payload"):
-        out[f"agg_core_{entry}"] = build(kind="core", **{**d, "entry": entry})
+    out["reduce"] = Reduce(**shape, words=c.words)
+    out["agg_core_frame"] = build(kind="core", **{**d, "entry": "frame"})
+    out["agg_core_payload"] = build(kind="core", **{**d, "entry": "payload", "bypass_bytes": 0})
     assert tuple(out) == _BLOCK_NAMES
     return out
 
@@ -338,110 +314,83 @@ def block_names():
     return list(_BLOCK_NAMES)
 
 
-def write_blocks(out_dir, width, **config):
-    """Write every block as ``out_dir/<name>.v``; return the paths."""
+def write_blocks(out_dir, width, *, say=None, **config):
+    """Write every block as ``out_dir/<name>.v``, each kept in the build cache under its configuration (a
+    first conversion of all of them takes minutes at W = 512); return the paths. ``say`` is told each."""
+    key = sorted(_config(width=width, **config).items())
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name, component in blocks(width, **config).items():
-            paths.append(toolchain.convert(component, top=name, out_dir=out_dir))
+        warnings.simplefilter("ignore")  # Amaranth's UnusedElaboratable for the blocks of a cache hit
+        stages = blocks(width, **config)
+        for i, (name, component) in enumerate(stages.items()):
+            if say:
+                say(f"block {i + 1} of {len(stages)}: {name}")
+            text = toolchain.verilog_text(component, top=name, key=("block", name, key), sources=(__file__,))
+            paths.append(out_dir / f"{name}.v")
+            paths[-1].write_text(text)
     return paths
 
 
+#: The build options: each configuration field (``--chunk-bytes`` for ``chunk_bytes``) with its help, and
+#: the ``choices`` of those that have a short list; ``{d}`` is the field's default.
+_OPTIONS = {
+    "width": ("datapath width W in bits (default: {d})", WIDTHS),
+    "slots": ("reorder-buffer slots S, a power of two (default: {d})", None),
+    "members": ("member buffers per slot G_max, 1..64 (default: {d})", None),
+    "chunk_bytes": ("bytes per member buffer C, a multiple of 4 (default: {d})", None),
+    "dests": ("destination entries D (default: {d})", None),
+    "jobs": ("schedule-table jobs, a power of two (default: {d})", None),
+    "rounds": ("rounds per job (longest period), a power of two (default: {d})", None),
+    "entry": (
+        "frame: Ethernet frames in and out; payload: bare UDP payloads behind a vendor UDP stack "
+        "(default: {d})",
+        ("frame", "payload"),
+    ),
+    "bypass_bytes": (
+        "longest frame the in-line bypass port forwards, a multiple of W/8 bytes; 0: no bypass port, every "
+        "frame the core does not take is dropped (default: {d} for --entry frame, 0 for --entry payload)",
+        None,
+    ),
+    "mod_stages": (
+        "pipeline stages of the schedule table's round-modulo division: more stages, shorter paths, more "
+        "flip-flops and latency (16 closes W=64 on ECP5; default: {d})",
+        (1, 2, 4, 8, 16, 32),
+    ),
+    "buffers": (
+        "where the member buffers live: internal (on-chip memory) or external (HBM/DDR behind AXI4 master "
+        "ports m_axi_mem<k>, slot states on chip; docs/extmem.md) (default: {d})",
+        ("internal", "external"),
+    ),
+    "mem_ports": (
+        "external buffers: AXI4 master ports K, slots interleaved across them (default: {d})",
+        (1, 2, 4, 8),
+    ),
+    "mem_addr_width": ("external buffers: AXI address bits per port (default: {d}, 16 GiB)", None),
+    "mem_id_width": (
+        "external buffers: AXI ID bits; fewer bits, fewer chunks read at once (default: enough for 16 chunks "
+        "of G_max member reads)",
+        None,
+    ),
+}
+#: Options whose default depends on another (``None`` until :func:`build` resolves it).
+_RESOLVED_LATER = ("bypass_bytes", "mem_id_width")
+
+
 def add_arguments(parser):
-    """The build options, of ``wanreduce verilog``."""
-    d = DEFAULTS
-    parser.add_argument(
-        "--width",
-        type=int,
-        default=d["width"],
-        choices=WIDTHS,
-        help=f"datapath width W in bits (default: {d['width']})",
-    )
-    parser.add_argument(
-        "--slots",
-        type=int,
-        default=d["slots"],
-        help=f"reorder-buffer slots S, a power of two (default: {d['slots']})",
-    )
-    parser.add_argument(
-        "--members",
-        type=int,
-        default=d["members"],
-        help=f"member buffers per slot G_max, 1..64 (default: {d['members']})",
-    )
-    parser.add_argument(
-        "--chunk-bytes",
-        type=int,
-        default=d["chunk_bytes"],
-        help=f"bytes per member buffer C, a multiple of 4 (default: {d['chunk_bytes']})",
-    )
-    parser.add_argument(
-        "--dests", type=int, default=d["dests"], help=f"destination entries D (default: {d['dests']})"
-    )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=d["jobs"],
-        help=f"schedule-table jobs, a power of two (default: {d['jobs']})",
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=d["rounds"],
-        help=f"rounds per job (longest period), a power of two (default: {d['rounds']})",
-    )
-    parser.add_argument(
-        "--entry",
-        choices=("frame", "payload"),
-        default=d["entry"],
-        help="frame: Ethernet frames in and out; payload: bare UDP payloads behind a vendor "
-        f"UDP stack (default: {d['entry']})",
-    )
-    parser.add_argument(
-        "--bypass-bytes",
-        type=int,
-        default=None,
-        help="longest frame the in-line bypass port forwards, a multiple of W/8 bytes; 0: no bypass port, "
-        f"every frame the core does not take is dropped (default: {d['bypass_bytes']} for --entry frame, "
-        "0 for --entry payload)",
-    )
-    parser.add_argument(
-        "--mod-stages",
-        type=int,
-        default=d["mod_stages"],
-        choices=(1, 2, 4, 8, 16, 32),
-        help="pipeline stages of the schedule table's round-modulo division: more stages, shorter paths, "
-        f"more flip-flops and latency (16 closes W=64 on ECP5; default: {d['mod_stages']})",
-    )
-    parser.add_argument(
-        "--buffers",
-        choices=("internal", "external"),
-        default=d["buffers"],
-        help="where the member buffers live: internal (on-chip memory) or external (HBM/DDR behind AXI4 "
-        f"master ports m_axi_mem<k>, slot states on chip; docs/extmem.md) (default: {d['buffers']})",
-    )
-    parser.add_argument(
-        "--mem-ports",
-        type=int,
-        default=d["mem_ports"],
-        choices=(1, 2, 4, 8),
-        help="external buffers: AXI4 master ports K, slots interleaved across them "
-        f"(default: {d['mem_ports']})",
-    )
-    parser.add_argument(
-        "--mem-addr-width",
-        type=int,
-        default=d["mem_addr_width"],
-        help=f"external buffers: AXI address bits per port (default: {d['mem_addr_width']}, 16 GiB)",
-    )
-    parser.add_argument(
-        "--mem-id-width",
-        type=int,
-        default=None,
-        help="external buffers: AXI ID bits; fewer bits, fewer chunks read at once (default: enough for "
-        "16 chunks of G_max member reads)",
-    )
+    """The build options, of ``wanreduce verilog``: one per :data:`DEFAULTS` entry, then the top's own."""
+    assert set(_OPTIONS) == set(DEFAULTS)
+    for name, (text, choices) in _OPTIONS.items():
+        default = DEFAULTS[name]
+        kind = str if isinstance(default, str) else int
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=kind,
+            default=None if name in _RESOLVED_LATER else default,
+            help=text.format(d=default),
+            **({"choices": choices} if choices else {}),
+        )
     parser.add_argument(
         "--top",
         choices=KINDS,
@@ -476,18 +425,5 @@ def options(args):
         top=args.name,
         fifo_beats=args.fifo_beats,
         ctl_domain="sync" if args.single_clock else "axil",
-        width=args.width,
-        slots=args.slots,
-        members=args.members,
-        chunk_bytes=args.chunk_bytes,
-        dests=args.dests,
-        jobs=args.jobs,
-        rounds=args.rounds,
-        entry=args.entry,
-        bypass_bytes=args.bypass_bytes,
-        mod_stages=args.mod_stages,
-        buffers=args.buffers,
-        mem_ports=args.mem_ports,
-        mem_addr_width=args.mem_addr_width,
-        mem_id_width=args.mem_id_width,
+        **{name: getattr(args, name) for name in DEFAULTS},
     )

@@ -96,7 +96,7 @@ class RtlCores:
                     f"building the Verilated core (W={self.width}, {config.slots} slots); "
                     "this happens once per configuration"
                 )
-            toolchain.build_cpp(
+            cxx.build_cpp(
                 out,
                 top="agg_core",
                 verilog=text,

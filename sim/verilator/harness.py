@@ -145,7 +145,7 @@ def build_driver(kind, output, *, top, verilog, driver, defines, opt, extra=""):
 
     def do_build(out):
         try:
-            toolchain.build_cpp(
+            cxx.build_cpp(
                 out,
                 top=top,
                 verilog=verilog,

