@@ -11,7 +11,7 @@ driver depends on (the driver and the headers) and :func:`build_cpp` verilates a
 import subprocess
 from pathlib import Path
 
-from . import toolchain
+from . import objcache, toolchain
 
 __all__ = ["PORTS_HEADER", "IO_HEADER", "RNG_HEADER", "cflags", "driver_text", "build_cpp"]
 
@@ -50,6 +50,8 @@ def build_cpp(
     cmd += ["-CFLAGS", cflags] if cflags else []
     cmd += ["-LDFLAGS", ldflags] if ldflags else []
     cmd += ["-MAKEFLAGS", f"OPT_FAST={opt} OPT_GLOBAL={opt} OPT_SLOW={slow_opt}"]
+    runtime = objcache.make_variable(toolchain.cache_root(), toolchain.verilator_root() / "include")
+    cmd += ["-MAKEFLAGS", runtime] if runtime else []
     cmd += [str(toolchain.WAIVER), str(vfile), str(driver)]
     proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
     (out / "build.log").write_text(proc.stdout + proc.stderr)

@@ -47,7 +47,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import toolchain
+from . import objcache, toolchain
 
 __all__ = [
     "Build",
@@ -163,16 +163,17 @@ def _touch(path):
 
 
 def prune_cache(days):
-    """Remove the builds and converted Verilog not used for ``days`` days; return how many builds went."""
+    """Remove the builds, converted Verilog and runtime objects not used for ``days`` days; return how many
+    builds went."""
     limit = time.time() - days * 86400
     gone = 0
     for build in cached_builds():
         if (build / ".done").stat().st_mtime < limit:
             shutil.rmtree(build, ignore_errors=True)
             gone += 1
-    for text in (cache_dir() / "verilog").glob("*.v"):
-        if text.stat().st_mtime < limit:
-            text.unlink(missing_ok=True)
+    for kept in (*(cache_dir() / "verilog").glob("*.v"), *objcache.store(toolchain.cache_root()).glob("*.o")):
+        if kept.stat().st_mtime < limit:
+            kept.unlink(missing_ok=True)
     return gone
 
 
@@ -241,8 +242,9 @@ def build(design, *, top, build_args=(), waves=False, opt="-O0", key=None):
         log = out / "build.log"
         saved = os.environ.get("MAKEFLAGS")
         # cocotb runs make itself; MAKEFLAGS is the way in for make variables.
+        runtime = objcache.make_variable(toolchain.cache_root(), toolchain.verilator_root() / "include")
         os.environ["MAKEFLAGS"] = (
-            f"{saved or ''} -j{BUILD_JOBS} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}".strip()
+            f"{saved or ''} -j{BUILD_JOBS} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt} {runtime}".strip()
         )
         try:
             sim.build(
