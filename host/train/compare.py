@@ -20,6 +20,7 @@ __all__ = [
     "mean_sync_s",
     "setting_record",
     "best_wanreduce",
+    "trajectory",
 ]
 
 #: Bytes per element of each wire dtype, which the stated sync volume is counted in.
@@ -107,4 +108,21 @@ def best_wanreduce(ratios):
     return min(
         ((r, n) for n, r in ratios.items() if n.startswith("wanreduce") and r is not None),
         default=(None, None),
+    )
+
+
+def trajectory(key, method, syncs, *, steps, eval_every, **own):
+    """One training run as the site workers take it (:func:`.worker.train_trajectory` reads it): ``key``
+    names its result, ``method`` gives the algorithm, H and whether the sync is pipelined, ``syncs`` the
+    rounds of each sync; ``own`` holds what only one comparison's runs carry (the wire dtype, Streaming
+    DiLoCo's fragments, a grid point's hyper-parameters)."""
+    return dict(
+        key=key,
+        algorithm=method.algorithm,
+        h=method.h,
+        steps=steps,
+        pipelined=method.pipelined,
+        eval_every=eval_every,
+        syncs=syncs,
+        **own,
     )
