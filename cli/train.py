@@ -334,18 +334,15 @@ def _run_recorded(args, experiment, cfg, named_figures, *, units, note):
     return result
 
 
+#: The options both tasks share that their configurations take under the same name.
+_SHARED = ("sites", "dtype", "engine", "seed")
+
+
 def _config(cls, args, methods, **own):
     """``cls``, either task's configuration, from the options both tasks share and the task's ``own``
     fields."""
-    return cls(
-        sites=args.sites,
-        dtype=args.dtype,
-        engine=args.engine,
-        seed=args.seed,
-        schedule_time_s=args.schedule_time,
-        methods=methods,
-        **own,
-    )
+    shared = {name: getattr(args, name) for name in _SHARED}
+    return cls(**shared, schedule_time_s=args.schedule_time, methods=methods, **own)
 
 
 def _run_lm(args, methods):
