@@ -14,6 +14,7 @@ import contextlib
 import os
 import sys
 
+from ..host.train.compare import WIRE_BYTES
 from ..host.train.experiment import Config, plot, run_experiment, write_json
 from ..host.train.lmexp import LMConfig, run_lm_experiment
 from ..host.train.methods import LM_METHODS, METHODS, Setting
@@ -263,7 +264,7 @@ def sweep_text(result):
 
 
 def _setting(args):
-    base = Setting(params=args.params, wire_bytes={"fp32": 4, "fp16": 2, "bf16": 2}[args.dtype])
+    base = Setting(params=args.params, wire_bytes=WIRE_BYTES[args.dtype])
     if args.step_s is not None:
         # A stated step time replaces the FLOPs estimate: scale the utilisation to match it.
         base = Setting(
