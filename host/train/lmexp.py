@@ -122,8 +122,6 @@ def _trajectories(methods, costs, cfg):
                 costs[m.name].rounds,
                 steps=cfg.max_steps,
                 eval_every=cfg.eval_every,
-                fragments=m.fragments,
-                tau=m.tau,
                 **point,
             )
     return trajs
