@@ -25,6 +25,7 @@ stays a table, or JSON, for a pipe). Inputs: :func:`int_in`, :func:`positive_flo
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -57,6 +58,8 @@ __all__ = [
     "add_grads_option",
     "add_port_option",
     "add_wan_option",
+    "add_report_options",
+    "config_of",
     "wan_of",
     "add_speed_options",
     "add_model_arguments",
@@ -635,6 +638,28 @@ def add_experiment_options(p):
         default=5,
         help="seconds for the schedule search (default: 5)",
     )
+
+
+def config_of(cls, args, **given):
+    """The dataclass ``cls`` from the options named as its fields, and the fields in ``given`` (those the
+    command parses or derives from other options). A field without its option is an error, not a silent
+    default: the command and the configuration name every setting once."""
+    named = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in given}
+    return cls(**named, **given)
+
+
+def add_report_options(p, *, default_help):
+    """``-o/--output``, the report of an experiment over every site (``demo``, ``demo-net``), and its
+    ``--force``; ``default_help`` says where the report goes without ``-o``."""
+    add_output_option(
+        p,
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the report (JSON) to FILE, - for stdout (the account then goes to stderr); it must "
+        f"not exist unless --force (default: {default_help})",
+    )
+    add_force_option(p, "the report file")
 
 
 def add_wan_option(p, *, default_help):

@@ -18,10 +18,10 @@ from ._common import (
     Outputs,
     add_experiment_options,
     add_fault_options,
-    add_force_option,
     add_json_option,
-    add_output_option,
+    add_report_options,
     chunk_elems_of,
+    config_of,
     int_in,
     non_negative,
     print_json,
@@ -67,15 +67,7 @@ def register(sub):
         help="root mode: frames of other traffic mixed into each site's input (default: 40)",
     )
     add_fault_options(p)
-    add_output_option(
-        p,
-        "-o",
-        "--output",
-        metavar="FILE",
-        help="write the report (JSON) to FILE, - for stdout (the account then goes to stderr); it must "
-        "not exist unless --force (default: no file)",
-    )
-    add_force_option(p, "the report file")
+    add_report_options(p, default_help="no file")
     add_json_option(p)
     p.set_defaults(func=run)
 
@@ -85,24 +77,13 @@ def run(args):
     dtype = DType.from_label(args.dtype)
     outs = Outputs(force=args.force, inputs=[args.topology], json=args.json)
     report_path = outs.add(args.output, stdout="text") if args.output else None
-    config = demo.DemoConfig(
-        topology=args.topology,
+    config = config_of(
+        demo.DemoConfig,
+        args,
         memory=memory,
-        elements=args.elements,
         chunk_elems=chunk_elems_of(args, dtype, default=DEFAULT_CHUNK_BYTES),
         dtype=dtype,
-        seed=args.seed,
-        aggregator=args.aggregator,
-        width=args.width,
-        time_limit=args.time_limit,
-        mode=args.mode,
         jitter_s=args.jitter_ms / 1e3,
-        background=args.background,
-        loss=args.loss,
-        dup=args.dup,
-        reorder=args.reorder,
-        corrupt=args.corrupt,
-        kill=args.kill,
     )
     # The figures' provenance is of the code as it was when the run started.
     prov = figures.provenance(

@@ -27,7 +27,7 @@ from ..host.schedule import optimize, plan_to_schedule
 from ..host.topology import load_topology
 from ..host.units import format_seconds, format_size, parse_size
 from ..sim.verify.cosim import CLOCK_HZ
-from ..sim.verify.demo import parse_kill
+from ..sim.verify.demo import FAULTS, faults_of, parse_kill
 from ..spec.errors import WanreduceError
 from ..spec.protocol import Drop, DType
 from ._common import (
@@ -35,9 +35,8 @@ from ._common import (
     Outputs,
     add_experiment_options,
     add_fault_options,
-    add_force_option,
-    add_output_option,
     add_port_option,
+    add_report_options,
     chunk_elems_of,
     int_in,
 )
@@ -104,15 +103,7 @@ def register(sub):
         default=300,
         help="seconds the whole run may take (default: 300)",
     )
-    add_output_option(
-        p,
-        "-o",
-        "--output",
-        metavar="FILE",
-        help=f"write the report (JSON) to FILE, - for stdout (the account then goes to stderr); it must "
-        f"not exist unless --force (default: {REPORT}, replaced on each run)",
-    )
-    add_force_option(p, "the report file")
+    add_report_options(p, default_help=f"{REPORT}, replaced on each run")
     p.add_argument(
         "--demo-json",
         default="build/demo.json",
@@ -165,14 +156,8 @@ def run(args):
 def _run(args, outs, report_path, *, memory, dtype):
     topo = load_topology(args.topology)
     chunk_elems = chunk_elems_of(args, dtype, default=DEFAULT_CHUNK_BYTES)
-    chunk_bytes = chunk_elems * dtype.size
-    n_chunks = wan.chunk_count(args.elements, chunk_elems)
-    params = CostParams(
-        memory_bytes=memory,
-        chunk_bytes=chunk_bytes,
-        tensor_bytes=n_chunks * chunk_bytes,
-        bus_bits=args.width,
-        clock_mhz=CLOCK_HZ / 1e6,
+    params = CostParams.for_tensor(
+        args.elements, chunk_elems, dtype, memory_bytes=memory, bus_bits=args.width, clock_mhz=CLOCK_HZ / 1e6
     )
     model = CostModel(topo, params)
     if args.kill:
@@ -183,7 +168,6 @@ def _run(args, outs, report_path, *, memory, dtype):
         raise WanreduceError(f"{format_size(memory)} of aggregator memory holds no schedule (infeasible)")
     schedule = plan_to_schedule(best, model)
     layout = site_layout(schedule, dtype=dtype)
-    kill = parse_kill(args.kill, list(topo.sites), schedule.period) if args.kill else None
     print(
         f"{topo.name}: {topo.n} sites over UDP "
         f"{'in network namespaces' if args.netns else 'on ' + args.interface}, "
@@ -196,17 +180,10 @@ def _run(args, outs, report_path, *, memory, dtype):
         f"  aggregators: {args.engine} engine, {layout.slots} slots of {layout.members} members, "
         f"{schedule.period} round banks of {layout.bank_slots}; WAN delays x{args.delay_scale:g}"
     )
-    faults = netdemo.NetFaults(
-        loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt, kill=kill, seed=args.seed
-    )
-    faulty = bool(args.loss or args.dup or args.reorder or args.corrupt or kill)
-    if faulty:
-        print(
-            f"  faults: loss {args.loss:g}, duplication {args.dup:g}, reordering "
-            f"{'within a round trip' if args.reorder else 'none'}, corruption {args.corrupt:g}"
-            + (f", {topo.sites[kill[0]]} stops at round {kill[1]}" if kill else "")
-            + f" (seed {args.seed})"
-        )
+    faults = faults_of(args, list(topo.sites), schedule.period, print, netdemo.NetFaults)
+    faulty = faults is not None
+    # The WAN emulators take their seeds from here with or without faults.
+    faults = faults or netdemo.NetFaults(seed=args.seed)
     rng = np.random.default_rng(args.seed)
     tensors = [rng.standard_normal(args.elements).astype(np.float32) for _ in range(topo.n)]
     engine = make_engine(args.engine, args.job, _progress)
@@ -338,7 +315,7 @@ def _report(args, topo, schedule, best, layout, tensors, run, base, faulty):
         "slots": layout.slots,
         "bank_slots": layout.bank_slots,
         "delay_scale": args.delay_scale,
-        "faults": {"loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt},
+        "faults": {name: getattr(args, name) for name in FAULTS},
         "rounds": rows,
         "wall_s": prev_w,
         "model_s": prev_m,

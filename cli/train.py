@@ -14,6 +14,7 @@ import contextlib
 import os
 import sys
 
+from ..host.train.compare import WIRE_BYTES
 from ..host.train.experiment import Config, plot, run_experiment, write_json
 from ..host.train.lmexp import LMConfig, run_lm_experiment
 from ..host.train.methods import LM_METHODS, METHODS, Setting
@@ -263,7 +264,7 @@ def sweep_text(result):
 
 
 def _setting(args):
-    base = Setting(params=args.params, wire_bytes={"fp32": 4, "fp16": 2, "bf16": 2}[args.dtype])
+    base = Setting(params=args.params, wire_bytes=WIRE_BYTES[args.dtype])
     if args.step_s is not None:
         # A stated step time replaces the FLOPs estimate: scale the utilisation to match it.
         base = Setting(
@@ -334,18 +335,15 @@ def _run_recorded(args, experiment, cfg, named_figures, *, units, note):
     return result
 
 
+#: The options both tasks share that their configurations take under the same name.
+_SHARED = ("sites", "dtype", "engine", "seed")
+
+
 def _config(cls, args, methods, **own):
     """``cls``, either task's configuration, from the options both tasks share and the task's ``own``
     fields."""
-    return cls(
-        sites=args.sites,
-        dtype=args.dtype,
-        engine=args.engine,
-        seed=args.seed,
-        schedule_time_s=args.schedule_time,
-        methods=methods,
-        **own,
-    )
+    shared = {name: getattr(args, name) for name in _SHARED}
+    return cls(**shared, schedule_time_s=args.schedule_time, methods=methods, **own)
 
 
 def _run_lm(args, methods):

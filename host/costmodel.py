@@ -55,7 +55,7 @@ from ..spec.protocol import MAX_CHUNK_BYTES, PACKET_OVERHEAD, WIRE_OVERHEAD
 from . import hbm
 from .pacing import aggregator_slots
 from .units import format_size
-from .wan import bank_layout
+from .wan import bank_layout, chunk_count
 
 __all__ = [
     "CostParams",
@@ -120,6 +120,15 @@ class CostParams:
                 f"{format_size(self.memory_bytes)} of aggregator memory is more than the "
                 f"{format_size(hbm.HBM_BYTES)} of HBM on an {hbm.CARD}, the external build's card"
             )
+
+    @classmethod
+    def for_tensor(cls, elements, chunk_elems, dtype, **knobs):
+        """The parameters of a sync of ``elements`` elements of ``dtype`` in chunks of ``chunk_elems``: the
+        tensor counted in whole chunks, as the wire carries it (the last one padded); ``knobs`` the rest."""
+        chunk_bytes = chunk_elems * dtype.size
+        return cls(
+            chunk_bytes=chunk_bytes, tensor_bytes=chunk_count(elements, chunk_elems) * chunk_bytes, **knobs
+        )
 
     @property
     def external(self):
@@ -256,6 +265,19 @@ class CostModel:
         """Each site's access-link rate in bytes/s on the wire, frame overheads included: what the
         discrete-event WAN simulators charge a frame's bytes against."""
         return self.site_rate / self.params.wire_eff
+
+    def sim_args(self, *, elements, chunk_elems, dtype):
+        """A sync of ``elements`` elements of ``dtype`` in chunks of ``chunk_elems`` over the WAN this model
+        prices, in the keywords the discrete-event simulators (:func:`wanreduce.host.wan.simulate`,
+        :func:`wanreduce.host.wan_lean.simulate_lean`) take: the topology's one-way delays, each site's wire
+        rate and the tensor's layout."""
+        return dict(
+            one_way_s=self.topology.one_way_s,
+            site_Bps=self.site_wire_Bps,
+            chunk_elems=chunk_elems,
+            elements=elements,
+            dtype=dtype,
+        )
 
     def bank_slots(self, period, members):
         """Slots per round bank of a core built for groups of up to ``members`` and ``period`` rounds."""

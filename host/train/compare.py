@@ -20,6 +20,8 @@ __all__ = [
     "mean_sync_s",
     "setting_record",
     "best_wanreduce",
+    "trajectory",
+    "TRAINED",
 ]
 
 #: Bytes per element of each wire dtype, which the stated sync volume is counted in.
@@ -108,3 +110,16 @@ def best_wanreduce(ratios):
         ((r, n) for n, r in ratios.items() if n.startswith("wanreduce") and r is not None),
         default=(None, None),
     )
+
+
+#: What a training run takes of its method: the algorithm, H, whether the sync is pipelined and Streaming
+#: DiLoCo's fragments and overlap (the workers read the last two for that algorithm only).
+TRAINED = ("algorithm", "h", "pipelined", "fragments", "tau")
+
+
+def trajectory(key, method, syncs, *, steps, eval_every, **own):
+    """One training run as the site workers take it (:func:`.worker.train_trajectory` reads it): ``key``
+    names its result, ``method`` gives its :data:`TRAINED` fields, ``syncs`` the rounds of each sync;
+    ``own`` holds what only one comparison's runs carry (the wire dtype, a grid point's hyper-parameters)."""
+    of_method = {name: getattr(method, name) for name in TRAINED}
+    return dict(key=key, steps=steps, eval_every=eval_every, syncs=syncs, **of_method, **own)

@@ -17,6 +17,7 @@ from .compare import (
     run_topology,
     setting_for,
     setting_record,
+    trajectory,
 )
 from .methods import METHODS, build_costs, simulate_clock
 
@@ -97,15 +98,13 @@ def _distinct_runs(methods, costs, cfg):
         key = trajectory_key(m, costs[m.name])
         key_of[m.name] = key
         if key not in trajs:
-            trajs[key] = dict(
-                key=key,
-                algorithm=m.algorithm,
-                h=m.h,
+            trajs[key] = trajectory(
+                key,
+                m,
+                costs[m.name].rounds,
                 steps=_steps_for(m, cfg),
-                pipelined=m.pipelined,
-                dtype="fp32" if m.weights else cfg.dtype,
                 eval_every=m.h if m.algorithm == "diloco" else cfg.eval_every,
-                syncs=costs[m.name].rounds,
+                dtype="fp32" if m.weights else cfg.dtype,
             )
     return trajs, key_of
 

@@ -26,6 +26,7 @@ from .compare import (
     run_topology,
     setting_for,
     setting_record,
+    trajectory,
 )
 from .methods import LM_METHODS, build_costs, latency_floor, simulate_clock
 
@@ -115,16 +116,12 @@ def _trajectories(methods, costs, cfg):
                 if trajs[key]["syncs"] != costs[m.name].rounds:
                     raise WanreduceError(f"{m.name} syncs other rounds than its family {fam}")
                 continue
-            trajs[key] = dict(
-                key=json.dumps([fam, gi]),
-                algorithm=m.algorithm,
-                h=m.h,
+            trajs[key] = trajectory(
+                json.dumps([fam, gi]),
+                m,
+                costs[m.name].rounds,
                 steps=cfg.max_steps,
-                pipelined=m.pipelined,
-                fragments=m.fragments,
-                tau=m.tau,
                 eval_every=cfg.eval_every,
-                syncs=costs[m.name].rounds,
                 **point,
             )
     return trajs

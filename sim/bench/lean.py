@@ -212,10 +212,7 @@ def _rtl(topo):
         warnings.simplefilter("ignore")
         sim = wan_lean.simulate_lean(
             sched,
-            one_way_s=topo.one_way_s,
-            site_Bps=model.site_wire_Bps,
-            chunk_elems=chunk // 4,
-            elements=tensor // 4,
+            **model.sim_args(elements=tensor // 4, chunk_elems=chunk // 4, dtype=DType.FP32),
             memory_bytes=memory,
             tensors=tensors,
             jitter_s=0.5e-3,

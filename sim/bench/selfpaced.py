@@ -22,6 +22,7 @@ from wanreduce.host.costmodel import CostModel, CostParams
 from wanreduce.host.pacing import aggregator_slots
 from wanreduce.host.topology import load_topology
 from wanreduce.host.wan import bank_layout
+from wanreduce.spec.protocol import DType
 
 __all__ = ["run", "NOTES", "RUNS"]
 
@@ -40,10 +41,7 @@ def run():
     sched = lean.lean_to_schedule(plan, model)
     _, bank = bank_layout(aggregator_slots(memory, chunk_bytes=1024, members=topo.n, width=64), 1)
     kw = dict(
-        one_way_s=topo.one_way_s,
-        site_Bps=model.site_wire_Bps,
-        chunk_elems=256,
-        elements=tensor // 4,
+        model.sim_args(elements=tensor // 4, chunk_elems=256, dtype=DType.FP32),
         memory_bytes=memory,
         jitter_s=0.5e-3,
         seed=1,

@@ -50,29 +50,17 @@ def backbone_bound(topology, *, elements, memory=1 << 30, chunk_elems=256, site_
             f"The topology {topo.name} has no link with a capacity: nothing bounds the backbone."
         )
     dtype = DType.FP32
-    chunk_bytes = chunk_elems * dtype.size
-    n_chunks = wan.chunk_count(elements, chunk_elems)
-    params = CostParams(
-        memory_bytes=memory,
-        chunk_bytes=chunk_bytes,
-        tensor_bytes=n_chunks * chunk_bytes,
-        bus_bits=512,
-        clock_mhz=322.0,
-        site_gbps=site_gbps,
+    params = CostParams.for_tensor(
+        elements, chunk_elems, dtype, memory_bytes=memory, bus_bits=512, clock_mhz=322.0, site_gbps=site_gbps
     )
     model = CostModel(topo, params)
     best, _ = optimize(model, time_limit_s=2.0, seed=seed)
     schedule = plan_to_schedule(best, model)
     g_max = max(len(g) for rnd in schedule.rounds for g in rnd)
-    slots = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=g_max, width=params.bus_bits)
+    slots = aggregator_slots(memory, chunk_bytes=params.chunk_bytes, members=g_max, width=params.bus_bits)
     _, bank_slots = wan.bank_layout(slots, schedule.period)
     common = dict(
-        one_way_s=topo.one_way_s,
-        site_Bps=model.site_wire_Bps,
-        chunk_elems=chunk_elems,
-        elements=elements,
-        dtype=dtype,
-        bank_slots=bank_slots,
+        model.sim_args(elements=elements, chunk_elems=chunk_elems, dtype=dtype), bank_slots=bank_slots
     )
     queued = wan.simulate(schedule, backbone=topo, **common)
     free = wan.simulate(schedule, **common)

@@ -37,7 +37,17 @@ from ...spec.errors import WanreduceError
 from ...spec.protocol import Drop, DType
 from .cosim import CLOCK_HZ, RtlCores, inline_sites, site_core
 
-__all__ = ["DemoConfig", "run", "parse_kill", "TOLERANCE", "ROOT_TOLERANCE", "cores_slots", "figures_of"]
+__all__ = [
+    "DemoConfig",
+    "run",
+    "parse_kill",
+    "faults_of",
+    "FAULTS",
+    "TOLERANCE",
+    "ROOT_TOLERANCE",
+    "cores_slots",
+    "figures_of",
+]
 
 #: Largest relative difference between the simulated and the modelled period that passes (README.md states
 #: these bounds; the tests hold the demo to them).
@@ -47,6 +57,11 @@ ROOT_TOLERANCE = 0.02
 
 #: Counters that count work, not drops.
 _NOT_DROPS = ("frames_in", "results", "results_reemitted", "evictions", "bypassed")
+
+
+#: The WAN's seeded faults, by the name they have alike in :class:`DemoConfig`, in the options of the
+#: commands that run a demonstration and in :class:`wan.Faults`; each is off at its zero.
+FAULTS = ("loss", "dup", "reorder", "corrupt")
 
 
 @dataclass(frozen=True)
@@ -73,16 +88,10 @@ class DemoConfig:
 
     @property
     def faulty(self):
-        return bool(self.loss or self.dup or self.reorder or self.corrupt or self.kill)
+        return bool(any(getattr(self, name) for name in FAULTS) or self.kill)
 
     def faults_json(self):
-        return {
-            "loss": self.loss,
-            "dup": self.dup,
-            "reorder": self.reorder,
-            "corrupt": self.corrupt,
-            "kill": self.kill,
-        }
+        return {name: getattr(self, name) for name in (*FAULTS, "kill")}
 
 
 def parse_kill(text, sites, rounds=None):
@@ -126,16 +135,16 @@ def run(config, *, echo=_noop, progress=_noop):
     naming no site).
     """
     topo = load_topology(config.topology)
-    chunk_bytes = config.chunk_elems * config.dtype.size
-    n_chunks = wan.chunk_count(config.elements, config.chunk_elems)
-    params = CostParams(
+    params = CostParams.for_tensor(
+        config.elements,
+        config.chunk_elems,
+        config.dtype,
         memory_bytes=config.memory,
-        chunk_bytes=chunk_bytes,
-        tensor_bytes=n_chunks * chunk_bytes,
         bus_bits=config.width,
         clock_mhz=CLOCK_HZ / 1e6,
     )
     model = CostModel(topo, params)
+    chunk_bytes, n_chunks = params.chunk_bytes, model.n_chunks
     if config.mode == "root":
         return _run_root(config, topo, model, params, echo, progress)
     if config.kill:
@@ -169,9 +178,8 @@ def run(config, *, echo=_noop, progress=_noop):
         f"  {what}, {slots} slots of {gmax} member buffers and a shadow RESULT{spare}, "
         f"{schedule.period} round bank{'s' if schedule.period != 1 else ''} of {bank_slots} slots"
     )
-    faults = _faults(config, topo, schedule, echo)
-    rng = np.random.default_rng(config.seed)
-    tensors = [rng.standard_normal(config.elements).astype(np.float32) for _ in range(topo.n)]
+    faults = faults_of(config, list(topo.sites), schedule.period, echo)
+    tensors = _tensors(config, topo.n)
     if config.aggregator == "rtl":
         core = site_core(width=config.width, slots=slots, members=gmax, chunk_bytes=chunk_bytes)
         cores = RtlCores(core, count=topo.n, progress=progress)
@@ -189,15 +197,7 @@ def run(config, *, echo=_noop, progress=_noop):
             )
             for s in range(topo.n)
         ]
-    wan_args = dict(
-        one_way_s=topo.one_way_s,
-        backbone=topo,
-        site_Bps=model.site_wire_Bps,
-        chunk_elems=config.chunk_elems,
-        elements=config.elements,
-        dtype=config.dtype,
-        bank_slots=bank_slots,
-    )
+    wan_args = dict(_link(config, model), backbone=topo, bank_slots=bank_slots)
     progress(f"co-simulating one period on the {config.aggregator} aggregators")
     t0 = time.perf_counter()
     try:
@@ -309,24 +309,32 @@ def figures_of(report):
     return {f"{prefix}_{k}": v for k, v in values.items()}
 
 
-def _faults(config, topo, schedule, echo):
-    if not config.faulty:
+def faults_of(options, sites, period, echo, kind=wan.Faults):
+    """The seeded WAN faults that ``options`` (a :class:`DemoConfig` or the parsed options of a command
+    with the same fault fields, ``kill`` as ``SITE@ROUND``) ask for, as a ``kind`` (:class:`wan.Faults` or
+    the UDP demo's like of it), after ``echo`` of the line that states them; None when there are none."""
+    kill = parse_kill(options.kill, sites, period) if options.kill else None
+    rates = {name: getattr(options, name) for name in FAULTS}
+    if not (any(rates.values()) or kill):
         return None
-    kill = parse_kill(config.kill, list(topo.sites), schedule.period) if config.kill else None
     echo(
-        f"  faults: loss {config.loss:g}, duplication {config.dup:g}, reordering "
-        f"{'within a round trip' if config.reorder else 'none'}, corruption {config.corrupt:g}"
-        + (f", {topo.sites[kill[0]]} stops at round {kill[1]}" if kill else "")
-        + f" (seed {config.seed})"
+        f"  faults: loss {options.loss:g}, duplication {options.dup:g}, reordering "
+        f"{'within a round trip' if options.reorder else 'none'}, corruption {options.corrupt:g}"
+        + (f", {sites[kill[0]]} stops at round {kill[1]}" if kill else "")
+        + f" (seed {options.seed})"
     )
-    return wan.Faults(
-        loss=config.loss,
-        dup=config.dup,
-        reorder=config.reorder,
-        corrupt=config.corrupt,
-        kill=kill,
-        seed=config.seed,
-    )
+    return kind(**rates, kill=kill, seed=options.seed)
+
+
+def _link(config, model):
+    """What both modes' simulations take alike: the WAN and the tensors' layout."""
+    return model.sim_args(elements=config.elements, chunk_elems=config.chunk_elems, dtype=config.dtype)
+
+
+def _tensors(config, n):
+    """Every site's seeded input tensor."""
+    rng = np.random.default_rng(config.seed)
+    return [rng.standard_normal(config.elements).astype(np.float32) for _ in range(n)]
 
 
 def _check(schedule, tensors, values, dtype, counters):
@@ -433,8 +441,7 @@ def _run_root(config, topo, model, params, echo, progress):
             parts = ", ".join(f"{topo.sites[st.root]} {st.chunks} chunks" for st in g.stripes)
             echo(f"  round {r}: {{{names}}} roots: {parts}")
             stripes += list(g.stripes)
-    rng = np.random.default_rng(config.seed)
-    tensors = [rng.standard_normal(config.elements).astype(np.float32) for _ in range(topo.n)]
+    tensors = _tensors(config, topo.n)
     sites = None
     if config.aggregator == "rtl":
         sites = inline_sites(width=config.width, clock_hz=CLOCK_HZ, progress=progress)
@@ -442,11 +449,7 @@ def _run_root(config, topo, model, params, echo, progress):
     t0 = time.perf_counter()
     sim = wan_lean.simulate_lean(
         schedule,
-        one_way_s=topo.one_way_s,
-        site_Bps=model.site_wire_Bps,
-        chunk_elems=config.chunk_elems,
-        elements=config.elements,
-        dtype=config.dtype,
+        **_link(config, model),
         memory_bytes=config.memory,
         tensors=tensors,
         jitter_s=config.jitter_s,

@@ -16,13 +16,6 @@
 #include "ports.h"
 #include "verilated.h"
 
-#ifndef MEM_PORTS
-#error "MEM_PORTS must be defined"
-#endif
-#ifndef LANES
-#error "LANES must be defined"
-#endif
-
 static axi::Config g_mem;
 
 class ExtTop : public Vtop {

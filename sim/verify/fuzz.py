@@ -197,18 +197,14 @@ class Scenario:
 
     bypass_bytes: int = 0
 
+    #: The fields the site is told (its rank, jobs, round banks, addresses and RESULT destinations); the
+    #: others size the build.
+    TOLD = ("rank", "jobs", "bank_bits", "port", "mac", "ip", "destinations")
+
     def site(self):
         """What the site is told, as :func:`wanreduce.host.control.config_writes` and the golden
-        aggregator take it: its rank, jobs, round banks, addresses and RESULT destinations."""
-        return dict(
-            rank=self.rank,
-            jobs=self.jobs,
-            bank_bits=self.bank_bits,
-            port=self.port,
-            mac=self.mac,
-            ip=self.ip,
-            destinations=self.destinations,
-        )
+        aggregator take it."""
+        return {name: getattr(self, name) for name in self.TOLD}
 
     def classifier(self):
         """The independent classifier of this site's frames."""

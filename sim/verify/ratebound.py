@@ -109,12 +109,11 @@ def rate_bound(
     np.fill_diagonal(rtt, 0.0)
     topo = from_rtt_matrix(names, rtt, name="metro")
     chunk_elems, dtype = 256, DType.FP32
-    chunk_bytes = chunk_elems * dtype.size
-    n_chunks = wan.chunk_count(elements, chunk_elems)
-    params = CostParams(
+    params = CostParams.for_tensor(
+        elements,
+        chunk_elems,
+        dtype,
         memory_bytes=memory,
-        chunk_bytes=chunk_bytes,
-        tensor_bytes=n_chunks * chunk_bytes,
         bus_bits=width,
         clock_mhz=clock_hz / 1e6,
         site_gbps=site_gbps,
@@ -123,6 +122,7 @@ def rate_bound(
         mem_latency_us=mem_latency_us,
     )
     model = CostModel(topo, params)
+    chunk_bytes, n_chunks = params.chunk_bytes, model.n_chunks
     best, _ = optimize(model, time_limit_s=1.0, seed=seed)
     schedule = plan_to_schedule(best, model)
     if schedule.period != 1 or [len(g) for g in schedule.rounds[0]] != [3]:
@@ -135,11 +135,7 @@ def rate_bound(
     rng = np.random.default_rng(seed)
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(3)]
     common = dict(
-        one_way_s=topo.one_way_s,
-        site_Bps=model.site_wire_Bps,
-        chunk_elems=chunk_elems,
-        elements=elements,
-        dtype=dtype,
+        model.sim_args(elements=elements, chunk_elems=chunk_elems, dtype=dtype),
         bank_slots=bank_slots,
         tensors=tensors,
     )

@@ -38,12 +38,6 @@
 #ifndef HAS_COUNTERS
 #define HAS_COUNTERS 1
 #endif
-#ifndef MEM_PORTS
-#error "MEM_PORTS must be defined"
-#endif
-#ifndef LANES
-#error "LANES must be defined"
-#endif
 
 static uint8_t wbuf[MEM_PORTS][LANES + 8];
 

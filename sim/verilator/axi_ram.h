@@ -462,3 +462,12 @@ struct PortIo {
 #define AXI_PORTS_OF(N) AXI_PORTS_##N
 #define AXI_PORTS_N(N, TOP, WBUF) AXI_PORTS_OF(N)(TOP, WBUF)
 #define AXI_PORTS(TOP, WBUF) AXI_PORTS_N(MEM_PORTS, TOP, WBUF)
+
+// Every driver that includes this header (axi_harness.cpp, extcorelib.cpp) expands AXI_PORTS, so its
+// build must define the core's port count and beat width.
+#ifndef MEM_PORTS
+#error "MEM_PORTS must be defined"
+#endif
+#ifndef LANES
+#error "LANES must be defined"
+#endif
