@@ -16,7 +16,6 @@ seeds (three arrival orders); the reduce-engine figures are one run each (their 
 """
 
 import statistics
-import warnings
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from ...host.golden import Destination
 from ...spec import addressing
 from ...spec.core import BENCH
 from ...spec.protocol import UDP_PORT, DType
+from ..quiet import unused_ok
 from ..verify import traffic
 
 __all__ = ["run", "line_rate", "reduce_rate", "NOTES", "RUNS"]
@@ -37,8 +37,7 @@ def line_rate(*, n_frames=10_000, sources=8, slots=16, seed=0, sim=None):
     from ..verilator.agg_driver import CoreSim, packets_to_beats
 
     if sim is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with unused_ok():
             sim = CoreSim(BENCH.replace(slots=slots, members=sources))
     rng = np.random.default_rng(seed)
     count = 256
@@ -113,8 +112,7 @@ def reduce_rate(*, g, nwords, n_chunks=1500, harness=None, slots=16, members=9, 
     from ..verilator.harness import Harness
 
     if harness is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with unused_ok():
             harness = Harness(_reduce_top(words, members, slots), top="agg_reduce_bench")
     layout = Completion(slots)
     records = []
@@ -147,8 +145,7 @@ def run():
         from ..verilator.agg_driver import CoreSim
 
         if sim is None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with unused_ok():
                 sim = CoreSim(BENCH)
         r, g, slot_bytes = line_rate(seed=seed, sim=sim)
         rates.append(r)

@@ -22,8 +22,6 @@ The run is checked: every RESULT frame and every counter equals the golden model
 is read back once and the memory model saw no breach of the AXI rules.
 """
 
-import warnings
-
 import numpy as np
 
 from ...host import control
@@ -31,6 +29,7 @@ from ...host.golden import Destination, GoldenAggregator
 from ...spec import addressing
 from ...spec.core import CoreConfig
 from ...spec.protocol import UDP_PORT, DType
+from ..quiet import unused_ok
 from ..verify import traffic
 
 __all__ = ["run"]
@@ -46,8 +45,7 @@ def run(*, n_chunks=3000, seed=0):
     from ..verilator.agg_driver import beats_to_packets, packets_to_beats
     from ..verilator.axi_harness import AxiHarness
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         core = AggregatorCore(CONFIG, buffers="external", mem_ports=PORTS, mem_addr_width=ADDR_WIDTH)
     mm = core.ext["map"]
     rng = np.random.default_rng(seed)

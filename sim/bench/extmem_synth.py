@@ -20,8 +20,8 @@ builds, not what Vivado would (which cascades UltraRAM through its dedicated por
 """
 
 import re
-import warnings
 
+from ..quiet import unused_ok
 from ..synth import flow
 from ..verilator import toolchain
 from ..verilator.axi_harness import _no_zero_init_of_big_memories
@@ -46,8 +46,7 @@ def run(*, slots=CONFIG["slots"], name="extmem_slot_table"):
     config = {**CONFIG, "slots": slots}
     wd = flow.workdir(name)
     top = "wanreduce_slot_table"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         table = SlotTable(**config)
         # The memories' all-zero initial contents are left out (billions of bits of text otherwise); the
         # table clears its states after reset and relies on no initial value.

@@ -34,8 +34,8 @@ entries written at run time).
 """
 
 import sys
-import warnings
 
+from ..quiet import unused_ok
 from ..verify.fuzz import FuzzReport, FuzzSim, run_fuzz
 
 __all__ = ["run", "CONFIGS"]
@@ -63,8 +63,7 @@ def run(configs=CONFIGS, seeds=SEEDS, frames_per_run=FRAMES_PER_RUN):
     figures = {"fuzz_frames": 0.0, "fuzz_violations": 0.0}
     pair_mins = []
     for width, entry, slots, inline in configs:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with unused_ok():
             sim = FuzzSim(width=width, entry=entry, slots=slots, inline=inline)
         total = FuzzReport()
         for k, seed in enumerate(seeds):

@@ -39,7 +39,6 @@ Every figure of the model is one deterministic evaluation; the co-simulations ar
 """
 
 import time
-import warnings
 
 import numpy as np
 
@@ -48,6 +47,7 @@ from wanreduce.host.baselines import all_baselines
 from wanreduce.host.costmodel import CostModel, CostParams
 from wanreduce.host.reference import run_reference
 from wanreduce.host.topology import load_topology
+from wanreduce.sim.quiet import unused_ok
 from wanreduce.spec.protocol import DType
 
 __all__ = ["run", "POINTS", "UNITS", "NOTES", "RUNS"]
@@ -208,8 +208,7 @@ def _rtl(topo):
     rng = np.random.default_rng(3)
     tensors = [rng.standard_normal(tensor // 4).astype(np.float32) for _ in range(topo.n)]
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         sim = wan_lean.simulate_lean(
             sched,
             **model.sim_args(elements=tensor // 4, chunk_elems=chunk // 4, dtype=DType.FP32),

@@ -50,7 +50,7 @@ from ...hw.control import ControlSignature
 from ...hw.core import AggregatorCore
 from ...hw.layouts import Beat
 from ...spec import addressing
-from ...spec.core import CoreConfig
+from ...spec.core import CoreConfig, bank_slot
 from ...spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERSION, Kind, forwarded
 from ..verilator.agg_driver import beats_to_packets, build_key, packets_to_beats
 from ..verilator.harness import Harness
@@ -257,8 +257,9 @@ class Scenario:
 
     def slot(self, job, round_, chunk):
         """The slot a chunk uses (PROTOCOL.md: round-banked)."""
-        b = self.bank(job)
-        return ((round_ % len(self.jobs[job])) << b | chunk % (1 << b)) % self.slots
+        return bank_slot(
+            round_, chunk, period=len(self.jobs[job]), bank_bits=self.bank(job), slots=self.slots
+        )
 
 
 #: The jobs a fuzz run can serve: job 0 with a period of three (ranks 63, 0, 5; ranks 40, 5, 1, 9; a round

@@ -28,7 +28,6 @@ The run is deterministic (seeded tensors, no jitter): one run, reported as such.
 """
 
 import time
-import warnings
 
 import numpy as np
 
@@ -39,6 +38,7 @@ from ...host.reference import run_reference
 from ...host.schedule import optimize, plan_to_schedule
 from ...host.topology import from_rtt_matrix
 from ...spec.protocol import DType
+from ..quiet import unused_ok
 from .cosim import CLOCK_HZ, RtlCores, site_core
 
 __all__ = ["rate_bound", "metro_cores", "metro_ext_cores", "port_beats", "METRO_RTT_MS"]
@@ -50,8 +50,7 @@ METRO_RTT_MS = 0.02
 def metro_cores(*, width=64, memory=1 << 20, chunk_bytes=1024):
     """Three Verilated cores sized as :func:`rate_bound` needs (the build is cached, its Verilog is not)."""
     slots = aggregator_slots(memory, chunk_bytes=chunk_bytes, members=3, width=width)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         return RtlCores(site_core(width=width, slots=slots, members=3, chunk_bytes=chunk_bytes), count=3)
 
 
@@ -68,8 +67,7 @@ def metro_ext_cores(*, width, memory, mem_ports, latency_cycles, beats, chunk_by
 
     params = CostParams(memory_bytes=memory, chunk_bytes=chunk_bytes, bus_bits=width, buffers="external")
     config = site_core(width=width, slots=params.slots(3), members=3, chunk_bytes=chunk_bytes)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with unused_ok():
         return RtlExtCores(
             config, count=3, mem_ports=mem_ports, latency_cycles=latency_cycles, port_beats=beats
         )

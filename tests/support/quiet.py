@@ -1,16 +1,5 @@
-"""The one warnings filter the tests use."""
+"""The one warnings filter the tests use: the simulation layer's (:func:`wanreduce.sim.quiet.unused_ok`)."""
 
-import contextlib
-import warnings
+from wanreduce.sim.quiet import unused_ok
 
-from amaranth.hdl import UnusedElaboratable
-
-
-@contextlib.contextmanager
-def unused_ok():
-    """Inside the block, Amaranth does not warn that a component was created but never elaborated: a core
-    whose Verilog comes from the conversion cache, or one a test builds only for its attributes or its
-    refusal, is never elaborated, and that is the point. Every other warning still shows."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=UnusedElaboratable)
-        yield
+__all__ = ["unused_ok"]
