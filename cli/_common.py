@@ -778,11 +778,17 @@ def add_model_arguments(p, *, memory_help=None):
     )
     p.add_argument(
         "--time-limit",
+        type=positive_float("--time-limit"),
         default=20.0,
         metavar="SECONDS",
         help="search budget for the optimizer; small networks finish well before (default: 20)",
     )
-    p.add_argument("--seed", default=0, help="seed of the randomised search (default: 0)")
+    p.add_argument(
+        "--seed",
+        type=int_in(0, 2**32 - 1, "--seed"),
+        default=0,
+        help="seed of the randomised search (default: 0)",
+    )
 
 
 def add_mode_arguments(p):
@@ -840,8 +846,6 @@ def topology_from_args(args):
 
 
 def params_from_args(args, *, memory=None):
-    args.time_limit = number(args.time_limit, "--time-limit")
-    args.seed = number(args.seed, "--seed", kind=int, positive=False)
     if memory is None:
         memory = parse_size(args.memory, what="--memory")
     return CostParams(

@@ -18,8 +18,8 @@ from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS
 from ._common import (
     SLOW_SEARCH_S,
+    int_in,
     modes_from_args,
-    number,
     print_json,
     progress,
     topology_from_args,
@@ -43,6 +43,7 @@ def register(subparsers):
     add_cost_options(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
     p.add_argument(
         "--group-size",
+        type=int_in(2, MAX_RANKS, "--group-size"),
         default=None,
         metavar="K",
         help="only rotating groups of K sites (default: any size from 2 to N)",
@@ -90,7 +91,6 @@ def run(args):
             f"schedule files hold at most {MAX_RANKS} ranks; the topology has {topo.n} sites"
         )
     if args.group_size is not None:
-        args.group_size = number(args.group_size, "--group-size", kind=int)
         shapes(topo.n, group_size=args.group_size)  # validates the size
     if params.memory_bytes < 2 * params.chunk_bytes:
         raise WanreduceError(

@@ -14,8 +14,8 @@ from ._common import (
     SLOW_SEARCH_S,
     STDOUT,
     add_output_option,
+    int_in,
     modes_from_args,
-    number,
     print_json,
     progress,
     topology_from_args,
@@ -66,6 +66,7 @@ def register(subparsers):
     )
     p.add_argument(
         "--steps-per-doubling",
+        type=int_in(1, 16, "--steps-per-doubling"),
         default=1,
         metavar="K",
         help="sweep points per factor of 2 in memory, 1..16 (default: 1)",
@@ -313,9 +314,6 @@ def figure(topo, params, points, baselines, threshold, thresholds):
 
 
 def run(args):
-    args.steps_per_doubling = number(args.steps_per_doubling, "--steps-per-doubling", kind=int)
-    if args.steps_per_doubling > 16:
-        raise WanreduceError(f"--steps-per-doubling must be between 1 and 16, got {args.steps_per_doubling}")
     memories = parse_size_range(args.memory, what="--memory", steps_per_doubling=args.steps_per_doubling)
     tensors = parse_size_range(args.tensor_range, what="--tensor-range", steps_per_doubling=0.5)
     if len(memories) > 200:

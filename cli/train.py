@@ -406,21 +406,19 @@ def run(args):
     methods = [m for m in args.methods.split(",") if m] if args.methods else []
     if args.task == "lm":
         return _run_lm(args, methods)
-    if args.target is None:
-        args.target = Config().target
-    if args.max_steps is None:
-        args.max_steps = Config().max_steps
+    d = Config()
+    target = args.target if args.target is not None else d.target
     cfg = _config(
         Config,
         args,
         methods,
-        target=args.target,
+        target=target,
         h=args.h,
-        max_steps=args.max_steps,
+        max_steps=args.max_steps if args.max_steps is not None else d.max_steps,
         diloco_steps=args.diloco_steps,
     )
-    if args.target > 1:
-        raise WanreduceError(f"the target accuracy must be at most 1, got {args.target}")
+    if target > 1:
+        raise WanreduceError(f"the target accuracy must be at most 1, got {target}")
     # A run at another wire dtype records beside the default one rather than over it.
     prefix = "train_" if args.dtype == Config().dtype else f"train_{args.dtype}_"
     result = _run_recorded(
