@@ -765,9 +765,14 @@ def prove(prop, *, mode="bmc", depth=12, params=None, engine="smtbmc boolector",
     return ProofResult(prop, mode, depth, status, time.monotonic() - start, params, reached, out[-4000:])
 
 
+def report_rows(results):
+    """The report's rows of ``results``: property, mode, depth, status, seconds, parameters (no logs)."""
+    return [{k: v for k, v in dataclasses.asdict(r).items() if k != "log"} for r in results]
+
+
 def run_proofs(plan, *, report=None, progress=None):
-    """Run ``plan`` (``[(prop, mode, depth, params), ...]``); write a JSON report of each result (property,
-    mode, depth, status, seconds, parameters) to ``report`` if given; return the results."""
+    """Run ``plan`` (``[(prop, mode, depth, params), ...]``); write a JSON report of each result
+    (:func:`report_rows`) to ``report`` if given; return the results."""
     results = []
     for prop, mode, depth, params in plan:
         if progress:
@@ -777,8 +782,11 @@ def run_proofs(plan, *, report=None, progress=None):
         if progress:
             progress(f"  {r.status} in {r.seconds:.0f} s")
         if report:
-            # After every proof, so that a run stopped part-way still reports what it reached.
-            Path(report).parent.mkdir(parents=True, exist_ok=True)
-            rows = [{k: v for k, v in dataclasses.asdict(r).items() if k != "log"} for r in results]
-            Path(report).write_text(json.dumps(rows, indent=1) + "\n")
+            # After every proof, so that a run stopped part-way still reports what it reached; whole
+            # (a temporary file renamed), so that a reader never sees half of it.
+            path = Path(report)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(report_rows(results), indent=1) + "\n")
+            tmp.replace(path)
     return results

@@ -187,7 +187,7 @@ def test_cache_json(capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "command",
     ["pack", "emit", "merge", "unpack", "rtl-add", "verilog", "cache", "schedule", "sweep", "sim-replay",
-     "demo", "replay", "verify", "inspect"],
+     "demo", "replay", "verify", "inspect", "board", "prove"],
 )  # fmt: skip
 def test_json_is_the_same_flag_everywhere(command):
     parser = build_parser()
