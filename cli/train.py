@@ -59,10 +59,15 @@ def register(subparsers):
         "digits: the quick perceptron on the 8x8 digits, target accuracy (default: lm)",
     )
     p.add_argument(
+        "--site-count",
         "--sites",
+        dest="sites",
         type=int_in(2, 9, "the number of sites"),
         default=d.sites,
-        help=f"sites (the first ones of the nine-city network), 2..9 (default: {d.sites})",
+        metavar="N",
+        # Elsewhere --sites names the cities (A,B,...); here it is a number, so it has its own name.
+        help=f"how many sites: the first N of the nine-city network, 2..9 (default: {d.sites}); --sites "
+        "is its former name, still accepted",
     )
     p.add_argument(
         "--target",

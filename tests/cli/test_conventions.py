@@ -262,3 +262,12 @@ def test_bus_bits_is_the_former_width(capsys, topo):
             capsys, "schedule", "--topology", topo, "--time-limit", "1", flag, "256", "--json"
         )
         assert code == 0 and json.loads(out)["params"]["bus_bits"] == 256, err
+
+
+def test_train_counts_sites_with_site_count_and_the_former_sites():
+    parser = build_parser()
+    new = parser.parse_args(["train", "--site-count", "3"])
+    old = parser.parse_args(["train", "--sites", "3"])
+    assert new.sites == old.sites == 3
+    # Everywhere else --sites names cities: the number has a name of its own.
+    assert parser.parse_args(["schedule", "--sites", "AMS,LON"]).sites == "AMS,LON"
