@@ -96,7 +96,7 @@ def test_protocol_literals_are_not_retyped():
 FRAMING = {"host/frames.py"}
 #: Files that still slice frames by number, to be moved onto the framing code; each must still do so (a
 #: file that no longer does leaves this list).
-PENDING = {"sim/verify/traffic.py", "sim/verify/netcore.py"}
+PENDING = {"sim/verify/netcore.py"}
 #: What a sliced value is called when it holds a frame, a header or a part of one.
 _FRAME_NAME = re.compile(
     r"(^|_)(frame|frames|payload|payloads|head|header|headers|hdr|pkt|packet|datagram|segment|seg|udp|ip|f|p|h)$"
