@@ -62,15 +62,7 @@ from ...hw.core import AggregatorCore
 from ...hw.layouts import Beat
 from ...spec import addressing
 from ...spec.core import CoreConfig
-from ...spec.protocol import (
-    FRAME_OVERHEAD,
-    HEADER_BYTES,
-    MAGIC,
-    UDP_PORT,
-    VERSION,
-    Kind,
-    forwarded,
-)
+from ...spec.protocol import FRAME_OVERHEAD, HEADER_BYTES, MAGIC, UDP_PORT, VERSION, Kind, forwarded
 from ..verilator.agg_driver import beats_to_packets, build_key, packets_to_beats
 from ..verilator.harness import Harness
 from .fuzz_classify import CODES, Classifier
