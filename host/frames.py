@@ -36,10 +36,110 @@ __all__ = [
     "dport_of",
     "dst_ip_of",
     "FrameInfo",
+    "FIELDS",
+    "IP_START",
+    "UDP_START",
+    "field",
+    "set_field",
+    "with_field",
+    "ipv4_header",
+    "pseudo_header",
+    "refresh_ip_checksum",
 ]
 
 IP_FLAG_DF = 0x4000
 MAX_UDP_PAYLOAD = 0xFFFF - IPV4_HEADER_BYTES - UDP_HEADER_BYTES
+
+#: Where the IPv4 header and the UDP header of a frame begin (IPv4 without options).
+IP_START = ETH_HEADER_BYTES
+UDP_START = ETH_HEADER_BYTES + IPV4_HEADER_BYTES
+
+#: The headers below the wanreduce header, ``(start, length, ((name, bytes), ...))`` per layer in wire order.
+_LAYERS = (
+    (0, ETH_HEADER_BYTES, (("eth_dst", 6), ("eth_src", 6), ("ethertype", 2))),
+    (
+        IP_START,
+        IPV4_HEADER_BYTES,
+        (
+            ("ip_vihl", 1),  # version (high nibble) and header length in words (low nibble)
+            ("ip_tos", 1),
+            ("ip_total_length", 2),
+            ("ip_ident", 2),
+            ("ip_flags_frag", 2),
+            ("ip_ttl", 1),
+            ("ip_proto", 1),
+            ("ip_checksum", 2),
+            ("ip_src", 4),
+            ("ip_dst", 4),
+        ),
+    ),
+    (
+        UDP_START,
+        UDP_HEADER_BYTES,
+        (("udp_sport", 2), ("udp_dport", 2), ("udp_length", 2), ("udp_checksum", 2)),
+    ),
+)
+
+
+def _fields():
+    out = {}
+    for start, length, names in _LAYERS:
+        pos = start
+        for name, size in names:
+            out[name] = (pos, size)
+            pos += size
+        assert pos == start + length, f"the fields at byte {start} do not fill their {length} bytes"
+    return out
+
+
+#: ``{field: (byte offset in the frame, byte size)}`` of Ethernet II / IPv4 without options / UDP, big-endian.
+FIELDS = _fields()
+#: The fields read and written as bytes (addresses); every other one is an unsigned integer.
+_ADDRESSES = {"eth_dst", "eth_src", "ip_src", "ip_dst"}
+
+
+def _span(name):
+    try:
+        return FIELDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"{name!r} is not a frame field; the fields are {', '.join(FIELDS)}.") from None
+
+
+def field(frame, name):
+    """Field ``name`` of :data:`FIELDS` in ``frame``, as it stands (unchecked): bytes for an address, else an
+    unsigned integer. A frame too short to hold the field is refused (ValueError)."""
+    pos, size = _span(name)
+    if len(frame) < pos + size:
+        raise ValueError(f"A frame of {len(frame)} bytes has no {name} (bytes {pos} to {pos + size - 1}).")
+    raw = bytes(frame[pos : pos + size])
+    return raw if name in _ADDRESSES else int.from_bytes(raw, "big")
+
+
+def set_field(frame, name, value):
+    """Write field ``name`` of ``frame`` (a bytearray) in place, without fixing any checksum; returns
+    ``frame``. ``value`` is bytes for an address, else an integer that fits the field. As a slice
+    assignment, on a frame that ends inside the field the bytes replace its tail."""
+    pos, size = _span(name)
+    if name in _ADDRESSES:
+        raw = bytes(value)
+        if len(raw) != size:
+            raise ValueError(f"The field {name} holds {size} bytes, not {len(raw)}.")
+    else:
+        if not 0 <= int(value) < 1 << (8 * size):
+            raise ValueError(f"The field {name} holds an unsigned {8 * size}-bit integer, not {value}.")
+        raw = int(value).to_bytes(size, "big")
+    frame[pos : pos + size] = raw
+    return frame
+
+
+def with_field(frame, name, value):
+    """A copy of ``frame`` (bytes) with field ``name`` set to ``value`` (as :func:`set_field`)."""
+    return bytes(set_field(bytearray(frame), name, value))
+
+
+def ipv4_header(frame):
+    """The IPv4 header of ``frame`` without options (bytes, unchecked)."""
+    return bytes(frame[IP_START:UDP_START])
 
 
 def parse_mac(mac):
@@ -103,13 +203,23 @@ def ipv4_checksum(header):
     return int(~ones_complement_sum(header)[0] & 0xFFFF)
 
 
-def _pseudo(src_ip, dst_ip, udp_len):
+def pseudo_header(src_ip, dst_ip, udp_len):
+    """The IPv4 pseudo-header the UDP checksum covers (RFC 768), with ``udp_len`` as given."""
     return src_ip + dst_ip + bytes([0, IPPROTO_UDP]) + int(udp_len).to_bytes(2, "big")
+
+
+def refresh_ip_checksum(frame):
+    """Recompute in place the checksum of the IPv4 header (without options) of ``frame`` (a bytearray),
+    after a change to it; a frame too short to hold the header is left as it is. Returns ``frame``."""
+    if len(frame) >= UDP_START:
+        set_field(frame, "ip_checksum", 0)
+        set_field(frame, "ip_checksum", ipv4_checksum(ipv4_header(frame)))
+    return frame
 
 
 def udp_checksum(src_ip, dst_ip, udp_segment):
     """RFC 768 checksum over pseudo-header + UDP header (checksum field zero) + payload; 0 maps to 0xFFFF."""
-    s = ones_complement_sum(_pseudo(src_ip, dst_ip, len(udp_segment)) + bytes(udp_segment))[0]
+    s = ones_complement_sum(pseudo_header(src_ip, dst_ip, len(udp_segment)) + bytes(udp_segment))[0]
     c = int(~s & 0xFFFF)
     return c or 0xFFFF
 
@@ -127,32 +237,37 @@ def build_frames(
     src_mac, dst_mac = parse_mac(src_mac), parse_mac(dst_mac)
     src_ip, dst_ip = parse_ip(src_ip), parse_ip(dst_ip)
     udp_len = UDP_HEADER_BYTES + length
-    ip = bytearray(IPV4_HEADER_BYTES)
-    ip[0] = 0x45
-    ip[2:4] = (IPV4_HEADER_BYTES + udp_len).to_bytes(2, "big")
-    ip[4:6] = int(ident).to_bytes(2, "big")
-    ip[6:8] = (IP_FLAG_DF if df else 0).to_bytes(2, "big")
-    ip[8] = ttl
-    ip[9] = IPPROTO_UDP
-    ip[12:16] = src_ip
-    ip[16:20] = dst_ip
-    ip[10:12] = ipv4_checksum(bytes(ip)).to_bytes(2, "big")
-    udp = bytearray(UDP_HEADER_BYTES)
-    udp[0:2] = int(sport).to_bytes(2, "big")
-    udp[2:4] = int(dport).to_bytes(2, "big")
-    udp[4:6] = udp_len.to_bytes(2, "big")
-    head = dst_mac + src_mac + ETHERTYPE_IPV4.to_bytes(2, "big") + bytes(ip) + bytes(udp)
+    head = bytearray(FRAME_OVERHEAD)
+    for name, value in (
+        ("eth_dst", dst_mac),
+        ("eth_src", src_mac),
+        ("ethertype", ETHERTYPE_IPV4),
+        ("ip_vihl", 0x45),
+        ("ip_total_length", IPV4_HEADER_BYTES + udp_len),
+        ("ip_ident", ident),
+        ("ip_flags_frag", IP_FLAG_DF if df else 0),
+        ("ip_ttl", ttl),
+        ("ip_proto", IPPROTO_UDP),
+        ("ip_src", src_ip),
+        ("ip_dst", dst_ip),
+        ("udp_sport", sport),
+        ("udp_dport", dport),
+        ("udp_length", udp_len),
+    ):
+        set_field(head, name, value)
+    refresh_ip_checksum(head)
     out = np.empty((n, FRAME_OVERHEAD + length), np.uint8)
-    out[:, :FRAME_OVERHEAD] = np.frombuffer(head, np.uint8)
+    out[:, :FRAME_OVERHEAD] = np.frombuffer(bytes(head), np.uint8)
     out[:, FRAME_OVERHEAD:] = payloads
     if udp_checksum:
         # One pass over every payload at once: fixed part of the sum + each row's payload sum.
-        fixed = int(ones_complement_sum(_pseudo(src_ip, dst_ip, udp_len) + bytes(udp))[0])
+        fixed = int(ones_complement_sum(pseudo_header(src_ip, dst_ip, udp_len) + bytes(head[UDP_START:]))[0])
         s = _fold(ones_complement_sum(payloads).astype(np.uint64) + fixed)
         c = (~s & 0xFFFF).astype(np.uint16)
         c[c == 0] = 0xFFFF
-        out[:, 40] = c >> 8
-        out[:, 41] = c & 0xFF
+        pos, _ = FIELDS["udp_checksum"]
+        out[:, pos] = c >> 8
+        out[:, pos + 1] = c & 0xFF
     return out
 
 
@@ -174,40 +289,41 @@ def udp_datagram(frame):
     Checksums are not checked and IPv4 options are skipped: this is what a replay sends, whatever damage
     the capture holds on purpose (the aggregator's own checks are :func:`parse_frame`).
     """
-    if len(frame) < FRAME_OVERHEAD or int.from_bytes(frame[12:14], "big") != ETHERTYPE_IPV4:
+    if len(frame) < FRAME_OVERHEAD or field(frame, "ethertype") != ETHERTYPE_IPV4:
         return None
-    ip = frame[ETH_HEADER_BYTES:]
-    if ip[0] >> 4 != 4:
+    vihl = field(frame, "ip_vihl")
+    if vihl >> 4 != 4:
         return None
-    ihl = (ip[0] & 0x0F) * 4
-    total = int.from_bytes(ip[2:4], "big")
+    ihl = (vihl & 0x0F) * 4
+    total = field(frame, "ip_total_length")
     if (
         ihl < IPV4_HEADER_BYTES
-        or ip[9] != IPPROTO_UDP
-        or int.from_bytes(ip[6:8], "big") & 0x3FFF
-        or total > len(ip)
+        or field(frame, "ip_proto") != IPPROTO_UDP
+        or field(frame, "ip_flags_frag") & 0x3FFF
+        or total > len(frame) - IP_START
         or total < ihl + UDP_HEADER_BYTES
     ):
         return None
-    udp = ip[ihl:]
-    length = int.from_bytes(udp[4:6], "big")
+    # With options the UDP header sits ihl bytes into the IPv4 packet, not at UDP_START.
+    udp = IP_START + ihl
+    length_at = udp + FIELDS["udp_length"][0] - UDP_START
+    length = int.from_bytes(frame[length_at : length_at + FIELDS["udp_length"][1]], "big")
     if length < UDP_HEADER_BYTES or ihl + length > total:
         return None
-    return bytes(udp[UDP_HEADER_BYTES:length])
+    return bytes(frame[udp + UDP_HEADER_BYTES : udp + length])
 
 
 def dport_of(frame):
     """The UDP destination port of a frame read as Ethernet II / IPv4 without options / UDP, unchecked;
     0 for a frame too short to hold one."""
-    if len(frame) < FRAME_OVERHEAD:
-        return 0
-    udp = ETH_HEADER_BYTES + IPV4_HEADER_BYTES
-    return int.from_bytes(frame[udp + 2 : udp + 4], "big")
+    return field(frame, "udp_dport") if len(frame) >= FRAME_OVERHEAD else 0
 
 
 def dst_ip_of(frame):
-    """The IPv4 destination address (4 bytes) of a frame read as Ethernet II / IPv4, unchecked."""
-    return bytes(frame[ETH_HEADER_BYTES + 16 : ETH_HEADER_BYTES + IPV4_HEADER_BYTES])
+    """The IPv4 destination address (4 bytes) of a frame read as Ethernet II / IPv4, unchecked (what
+    there is of it in a shorter frame)."""
+    pos, size = FIELDS["ip_dst"]
+    return bytes(frame[pos : pos + size])
 
 
 class FrameInfo:
@@ -230,31 +346,32 @@ def parse_frame(frame, *, port):
     n = len(frame)
     if n < FRAME_OVERHEAD:
         return None, None, Drop.TRUNCATED
-    ethertype = int.from_bytes(frame[12:14], "big")
-    ip = frame[ETH_HEADER_BYTES : ETH_HEADER_BYTES + IPV4_HEADER_BYTES]
-    total = int.from_bytes(ip[2:4], "big")
+    ethertype = field(frame, "ethertype")
+    total = field(frame, "ip_total_length")
     if ethertype == ETHERTYPE_IPV4 and total > n - ETH_HEADER_BYTES:
         return None, None, Drop.TRUNCATED
     if ethertype != ETHERTYPE_IPV4:
         return None, None, Drop.NOT_IPV4
-    frag = int.from_bytes(ip[6:8], "big")
-    if ip[0] != 0x45 or (frag & 0x3FFF) or total < IPV4_HEADER_BYTES + UDP_HEADER_BYTES:
+    frag = field(frame, "ip_flags_frag")
+    if field(frame, "ip_vihl") != 0x45 or (frag & 0x3FFF) or total < IPV4_HEADER_BYTES + UDP_HEADER_BYTES:
         return None, None, Drop.BAD_IP_HEADER
-    if ones_complement_sum(ip)[0] != 0xFFFF:
+    if ones_complement_sum(ipv4_header(frame))[0] != 0xFFFF:
         return None, None, Drop.BAD_IP_CHECKSUM
-    if ip[9] != IPPROTO_UDP:
+    if field(frame, "ip_proto") != IPPROTO_UDP:
         return None, None, Drop.NOT_UDP
-    udp = frame[ETH_HEADER_BYTES + IPV4_HEADER_BYTES : FRAME_OVERHEAD]
-    dport = int.from_bytes(udp[2:4], "big")
+    dport = field(frame, "udp_dport")
     if dport != port:
         return None, None, Drop.WRONG_PORT
-    udp_len = int.from_bytes(udp[4:6], "big")
+    udp_len = field(frame, "udp_length")
     if udp_len != total - IPV4_HEADER_BYTES:
         return None, None, Drop.BAD_UDP_LENGTH
-    segment = frame[ETH_HEADER_BYTES + IPV4_HEADER_BYTES : ETH_HEADER_BYTES + total]
-    if int.from_bytes(udp[6:8], "big"):
-        s = ones_complement_sum(_pseudo(ip[12:16], ip[16:20], udp_len) + segment)[0]
+    src_ip, dst_ip = field(frame, "ip_src"), field(frame, "ip_dst")
+    segment = frame[UDP_START : ETH_HEADER_BYTES + total]
+    if field(frame, "udp_checksum"):
+        s = ones_complement_sum(pseudo_header(src_ip, dst_ip, udp_len) + segment)[0]
         if s != 0xFFFF:
             return None, None, Drop.BAD_UDP_CHECKSUM
-    info = FrameInfo(frame[6:12], frame[0:6], ip[12:16], ip[16:20], int.from_bytes(udp[0:2], "big"), dport)
+    info = FrameInfo(
+        field(frame, "eth_src"), field(frame, "eth_dst"), src_ip, dst_ip, field(frame, "udp_sport"), dport
+    )
     return segment[UDP_HEADER_BYTES:], info, None

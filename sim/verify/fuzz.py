@@ -44,7 +44,18 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...host import control
-from ...host.frames import build_frame, ones_complement_sum, parse_mac
+from ...host.frames import (
+    FIELDS,
+    IP_START,
+    UDP_START,
+    build_frame,
+    field,
+    ones_complement_sum,
+    parse_mac,
+    pseudo_header,
+    refresh_ip_checksum,
+    set_field,
+)
 from ...host.golden import Destination, RootEntry
 from ...hw.control import ControlSignature
 from ...hw.core import AggregatorCore
@@ -405,29 +416,29 @@ def _fold(s):
 
 def _fix_ip(f):
     """Recompute the IPv4 header checksum of the 20 bytes after a 14-byte Ethernet header, if present."""
-    if len(f) >= 34:
-        f[24:26] = b"\0\0"
-        f[24:26] = struct.pack("!H", ~_fold(int(ones_complement_sum(bytes(f[14:34]))[0])) & 0xFFFF)
+    refresh_ip_checksum(f)
 
 
 def _fix_udp(f):
     """Recompute a nonzero UDP checksum over the bytes the IPv4 total length covers, with the pseudo-header
     taking the UDP length field as it stands (lying or not)."""
-    if len(f) < 42 or f[40:42] == b"\0\0":
+    if len(f) < FRAME_OVERHEAD or field(f, "udp_checksum") == 0:
         return
-    total = struct.unpack_from("!H", f, 16)[0]
-    seg = bytearray(f[34 : 14 + total] if 14 + total <= len(f) else f[34:])
-    seg[6:8] = b"\0\0"
-    pseudo = bytes(f[26:34]) + bytes([0, 17]) + bytes(f[38:40])
+    end = IP_START + field(f, "ip_total_length")
+    seg = bytearray(f[UDP_START:end] if end <= len(f) else f[UDP_START:])
+    # The checksum's place in the segment; a segment cut short of it gets it appended, as the slice assigns.
+    pos, size = FIELDS["udp_checksum"]
+    seg[pos - UDP_START : pos - UDP_START + size] = bytes(size)
+    pseudo = pseudo_header(field(f, "ip_src"), field(f, "ip_dst"), field(f, "udp_length"))
     c = ~_fold(int(ones_complement_sum(pseudo + bytes(seg))[0])) & 0xFFFF
-    f[40:42] = struct.pack("!H", c or 0xFFFF)
+    set_field(f, "udp_checksum", c or 0xFFFF)
 
 
 def _fix_lengths(f):
     """Make the IPv4 total length and UDP length describe the frame as it now is (no padding)."""
-    if len(f) >= 42:
-        f[16:18] = struct.pack("!H", min(0xFFFF, len(f) - 14))
-        f[38:40] = struct.pack("!H", min(0xFFFF, len(f) - 34))
+    if len(f) >= FRAME_OVERHEAD:
+        set_field(f, "ip_total_length", min(0xFFFF, len(f) - IP_START))
+        set_field(f, "udp_length", min(0xFFFF, len(f) - UDP_START))
 
 
 class FrameGen:
@@ -664,7 +675,14 @@ class FrameGen:
         """Byte range of one layer (Ethernet, IPv4, UDP, wanreduce header, elements) of frame ``f``, or
         ``whole``; the whole frame when the chosen layer lies beyond its end."""
         lo, hi = self.py.choice(
-            [(0, 14), (14, 34), (34, 42), (42, 42 + HEADER_BYTES), (42 + HEADER_BYTES, len(f)), whole]
+            [
+                (0, IP_START),
+                (IP_START, UDP_START),
+                (UDP_START, FRAME_OVERHEAD),
+                (FRAME_OVERHEAD, FRAME_OVERHEAD + HEADER_BYTES),
+                (FRAME_OVERHEAD + HEADER_BYTES, len(f)),
+                whole,
+            ]
         )
         hi = len(f) if hi is None else min(hi, len(f))
         return (lo, hi) if lo < hi else (0, len(f))
@@ -677,9 +695,9 @@ class FrameGen:
         return f
 
     def m_truncate(self, f):
-        lo, hi = self.layer(f, whole=(42, None))
+        lo, hi = self.layer(f, whole=(FRAME_OVERHEAD, None))
         del f[self.py.randrange(lo, hi) :]
-        if len(f) >= 42 and self.py.random() < 0.6:
+        if len(f) >= FRAME_OVERHEAD and self.py.random() < 0.6:
             _fix_lengths(f)
         return f
 
@@ -702,60 +720,61 @@ class FrameGen:
         return f
 
     def m_ip_field(self, f):
-        field = self.py.choice(
+        which = self.py.choice(
             ["total", "udp_len", "ttl", "proto", "dport", "sport", "tos", "ident", "ethertype", "ver"]
         )
-        if field == "total":
-            total = struct.unpack_from("!H", f, 16)[0]
+        if which == "total":
+            total = field(f, "ip_total_length")
             value = self.py.choice([0, 20, 27, 28, 29, total - 1, total + 1, total + 100, 0xFFFF])
-            f[16:18] = struct.pack("!H", value & 0xFFFF)
-        elif field == "udp_len":
-            udp = struct.unpack_from("!H", f, 38)[0]
-            f[38:40] = struct.pack("!H", self.py.choice([0, 7, 8, 9, udp - 1, udp + 1, 0xFFFF]) & 0xFFFF)
-        elif field == "ttl":
-            f[22] = self.py.choice([0, 1, 255])
-        elif field == "proto":
-            f[23] = self.py.choice([0, 6, 16, 18, 255])
-        elif field == "dport":
-            f[36:38] = struct.pack("!H", self.py.choice([0, self.s.port - 1, self.s.port + 1, 0xFFFF]))
-        elif field == "sport":
-            f[34:36] = struct.pack("!H", self.py.choice([0, 0xFFFF]))
-        elif field == "tos":
-            f[15] = self.py.choice([0xFF, 0x01])
-        elif field == "ident":
-            f[18:20] = b"\xff\xff"
-        elif field == "ethertype":
-            f[12:14] = struct.pack("!H", self.py.choice([0x86DD, 0x0806, 0x0801, 0x0000, 0xFFFF, 0x8100]))
+            set_field(f, "ip_total_length", value & 0xFFFF)
+        elif which == "udp_len":
+            udp = field(f, "udp_length")
+            set_field(f, "udp_length", self.py.choice([0, 7, 8, 9, udp - 1, udp + 1, 0xFFFF]) & 0xFFFF)
+        elif which == "ttl":
+            set_field(f, "ip_ttl", self.py.choice([0, 1, 255]))
+        elif which == "proto":
+            set_field(f, "ip_proto", self.py.choice([0, 6, 16, 18, 255]))
+        elif which == "dport":
+            set_field(f, "udp_dport", self.py.choice([0, self.s.port - 1, self.s.port + 1, 0xFFFF]))
+        elif which == "sport":
+            set_field(f, "udp_sport", self.py.choice([0, 0xFFFF]))
+        elif which == "tos":
+            set_field(f, "ip_tos", self.py.choice([0xFF, 0x01]))
+        elif which == "ident":
+            set_field(f, "ip_ident", 0xFFFF)
+        elif which == "ethertype":
+            set_field(f, "ethertype", self.py.choice([0x86DD, 0x0806, 0x0801, 0x0000, 0xFFFF, 0x8100]))
         else:
-            f[14] = self.py.choice([0x44, 0x55, 0x65, 0x05, 0xF5, 0x46])
+            set_field(f, "ip_vihl", self.py.choice([0x44, 0x55, 0x65, 0x05, 0xF5, 0x46]))
         return f
 
     def m_ip_options(self, f):
         ihl = self.py.randint(6, 15)
         options = bytes([1] * ((ihl - 5) * 4))  # NOPs
-        f[14] = 0x40 | ihl
-        f[34:34] = options
-        total = struct.unpack_from("!H", f, 16)[0] + len(options)
-        f[16:18] = struct.pack("!H", total & 0xFFFF)
+        set_field(f, "ip_vihl", 0x40 | ihl)
+        f[UDP_START:UDP_START] = options
+        total = field(f, "ip_total_length") + len(options)
+        set_field(f, "ip_total_length", total & 0xFFFF)
         return f
 
     def m_fragment(self, f):
         frag = self.py.choice([0x2000, 0x0001, 0x2001, 0x1FFF, 0x3FFF, 0x00B9])
         if self.py.random() < 0.3:
             frag |= 0x4000  # DF alongside is still a fragment
-        f[20:22] = struct.pack("!H", frag)
+        set_field(f, "ip_flags_frag", frag)
         return f
 
     def m_vlan(self, f):
         tpid = self.py.choice([0x8100, 0x88A8, 0x9100])
-        f[12:12] = struct.pack("!HH", tpid, self.py.randrange(1 << 16))
+        tag = FIELDS["ethertype"][0]  # an 802.1Q tag goes in front of the EtherType
+        f[tag:tag] = struct.pack("!HH", tpid, self.py.randrange(1 << 16))
         return f
 
     def m_udp_csum(self, f):
         if self.py.random() < 0.5:
-            f[40:42] = b"\0\0"  # "not computed": accepted
+            set_field(f, "udp_checksum", 0)  # "not computed": accepted
         else:
-            f[40:42] = b"\xff\xff" if f[40:42] != b"\xff\xff" else b"\xff\xfe"
+            set_field(f, "udp_checksum", 0xFFFF if field(f, "udp_checksum") != 0xFFFF else 0xFFFE)
         return f
 
     def m_splice(self, f):
@@ -804,17 +823,17 @@ class FrameGen:
         kind = self.py.choice(["arp", "ipv6", "vlan", "tcp", "icmp", "udp_port", "options", "fragment"])
         if kind in ("arp", "ipv6", "vlan"):
             ethertype = {"arp": 0x0806, "ipv6": 0x86DD, "vlan": 0x8100}[kind]
-            return bytes.fromhex("ffffffffffff02aabbccddee") + struct.pack("!H", ethertype) + body[14:]
+            return bytes.fromhex("ffffffffffff02aabbccddee") + struct.pack("!H", ethertype) + body[IP_START:]
         dport = self.py.choice([53, 5353, self.s.port + 1]) if kind == "udp_port" else self.s.port
         f = self._udp(body[FRAME_OVERHEAD:], dst_ip=self.s.ip, dport=dport)
         if kind in ("tcp", "icmp"):
-            f[23] = 6 if kind == "tcp" else 1
+            set_field(f, "ip_proto", 6 if kind == "tcp" else 1)
         elif kind == "options":
-            f[14] = 0x46
-            f[34:34] = b"\x01\x01\x01\x00"
-            f[16:18] = struct.pack("!H", len(f) - 14)
+            set_field(f, "ip_vihl", 0x46)
+            f[UDP_START:UDP_START] = b"\x01\x01\x01\x00"
+            set_field(f, "ip_total_length", len(f) - IP_START)
         elif kind == "fragment":
-            f[20:22] = struct.pack("!H", self.py.choice([0x2000, 0x00B9, 0x20B9]))
+            set_field(f, "ip_flags_frag", self.py.choice([0x2000, 0x00B9, 0x20B9]))
         _fix_ip(f)
         return bytes(f)
 
@@ -903,14 +922,14 @@ class FrameGen:
                 continue
             if not framed:
                 data, framed = self.framed(data), True
-            if name in self.PAYLOAD_MUTATIONS:  # a header mutation after a frame one: bytes 42.. in place
-                payload = bytes(data[42:])
+            if name in self.PAYLOAD_MUTATIONS:  # a header mutation after a frame one: in place
+                payload = bytes(data[FRAME_OVERHEAD:])
                 if len(payload) >= HEADER_BYTES:
                     new = getattr(self, f"m_{name}")(payload)
-                    data = data[:42] + bytearray(new)
+                    data = data[:FRAME_OVERHEAD] + bytearray(new)
                 continue
-            if len(data) < 42:
-                data += bytes(42 - len(data))
+            if len(data) < FRAME_OVERHEAD:
+                data += bytes(FRAME_OVERHEAD - len(data))
             data = getattr(self, f"m_{name}")(data)
             # Fix the checksums most of the time so that the mutation, not a checksum, decides the drop.
             if name not in self._NO_FIX and self.py.random() < 0.75:
@@ -1263,7 +1282,7 @@ def run_fuzz(sim, *, n_frames, seed, idle_prob=0.1, max_details=5, job=None, tar
         copies = len(want_out)
     else:  # one copy of each RESULT goes to the first destination (a root's also go to its group)
         first_mac = parse_mac(s.destinations[0].mac)
-        copies = sum(1 for f in want_out if f[:6] == first_mac)
+        copies = sum(1 for f in want_out if field(f, "eth_dst") == first_mac)
     if live_left or fresh_done < fresh or copies != sent:
         _fail(
             report,

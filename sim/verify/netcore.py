@@ -14,9 +14,12 @@ toward the socket; the core's own input stalls are absorbed by the harness.
 
 import time
 
+import numpy as np
+
 from ...host.aggd import contrib_frame_of, members_of
 from ...host.frames import parse_frame
-from ...spec.protocol import UDP_PORT
+from ...host.packet import decode_headers
+from ...spec.protocol import HEADER_BYTES, UDP_PORT
 from .cosim import _DRAIN_FIXED, CLOCK_HZ, RtlCores, gather_site_writes, site_core
 
 __all__ = ["RtlEngine", "prepare"]
@@ -58,12 +61,12 @@ class RtlEngine:
     def feed(self, payload):
         # As the co-simulation does: a datagram that cannot complete its chunk (by the schedule) produces no
         # RESULT, so the core runs only until it has taken it in; one that can runs until its RESULT is out.
-        h = bytes(payload[:32])
         completes = True
-        if len(h) == 32:
-            key = (h[6:8], int.from_bytes(h[8:12], "big"), h[12:16])
+        if len(payload) >= HEADER_BYTES:
+            h = decode_headers(np.frombuffer(bytes(payload[:HEADER_BYTES]), np.uint8))[0]
+            key = (int(h["job"]), int(h["round"]), int(h["chunk"]))
             got = self.arrived.setdefault(key, set())
-            got.add(int.from_bytes(h[16:18], "big"))
+            got.add(int(h["src"]))
             completes = got >= self.members[key[1] % self.period]
         return self.feed_frame(contrib_frame_of(payload, period=self.period), completes=completes)
 

@@ -17,7 +17,7 @@ from ...host.golden import GoldenAggregator, expected_order
 from ...host.packet import encode_headers
 from ...host.protocol import HEADER_DTYPE, bits_dtype, np_dtype
 from ...spec import addressing
-from ...spec.protocol import FLAG_LAST, HEADER_BYTES, MAX_RANKS, UDP_PORT, VERSION, DType, Kind
+from ...spec.protocol import FLAG_LAST, HEADER_BYTES, HEADER_LAYOUT, MAX_RANKS, UDP_PORT, VERSION, DType, Kind
 
 __all__ = [
     "contrib",
@@ -96,42 +96,60 @@ FRAME_FAULTS = [
 ]
 
 
+def _get(p, name, default=None):
+    """Header field ``name`` of payload ``p`` (the layout of PROTOCOL.md), or ``default`` when ``p`` ends
+    before the field does."""
+    pos, size = HEADER_LAYOUT[name]
+    return int.from_bytes(p[pos : pos + size], "big") if len(p) >= pos + size else default
+
+
+def _set(p, name, value):
+    """Set header field ``name`` of payload ``p`` (a bytearray) in place."""
+    pos, size = HEADER_LAYOUT[name]
+    p[pos : pos + size] = int(value).to_bytes(size, "big")
+
+
 def header_fault(rng, payload, kind, *, chunk_bytes, outsider):
     p = bytearray(payload)
     if kind == "magic":
-        p[0] ^= 0x40
+        _set(p, "magic", _get(p, "magic") ^ 0x4000)
     elif kind == "version":
-        p[2] = VERSION + 1
+        _set(p, "version", VERSION + 1)
     elif kind == "kind":
-        p[3] = 5
+        _set(p, "kind", 5)
     elif kind == "dtype":
-        p[4] = 3
+        _set(p, "dtype", 3)
     elif kind == "flags":
-        p[5] |= 0x4
+        _set(p, "flags", _get(p, "flags") | 0x4)
     elif kind == "reserved":
-        p[23] = 1
+        _set(p, "reserved", _get(p, "reserved") & 0xFF00 | 1)  # its low byte set to 1
     elif kind == "count0":
-        p[20:22] = b"\0\0"
+        _set(p, "count", 0)
     elif kind == "length":
-        p = p[:-2] if len(p) > HEADER_BYTES + 2 and rng.random() < 0.5 else p + b"\x11\x22"
+        extra = b"\x11\x22"
+        p = (
+            p[: len(p) - len(extra)]
+            if len(p) > HEADER_BYTES + len(extra) and rng.random() < 0.5
+            else p + extra
+        )
     elif kind == "result":
-        p[3] = int(Kind.RESULT)
+        _set(p, "kind", int(Kind.RESULT))
     elif kind == "bitmap":
-        p[24 + rng.integers(0, 8)] ^= 1 << int(rng.integers(0, 8))
-        if p[24:32] == payload[24:32]:
-            p[31] ^= 0x80
+        # One bit flipped in one byte of the bitmap (which always changes it).
+        pos, size = HEADER_LAYOUT["bitmap"]
+        p[pos + int(rng.integers(0, size))] ^= 1 << int(rng.integers(0, 8))
     elif kind == "src64":
-        p[16:18] = (64 + int(rng.integers(0, 100))).to_bytes(2, "big")
+        _set(p, "src", 64 + int(rng.integers(0, 100)))
     elif kind == "too_large":
-        size = DType(p[4]).size
+        size = DType(_get(p, "dtype")).size
         count = chunk_bytes // size + 1 + int(rng.integers(0, 3))
-        p[20:22] = count.to_bytes(2, "big")
+        _set(p, "count", count)
         p = p[:HEADER_BYTES] + bytes(rng.integers(0, 256, count * size, dtype=np.uint8))
     elif kind == "short":
         p = p[: int(rng.integers(0, HEADER_BYTES))]
     elif kind == "unexpected":
-        p[16:18] = outsider.to_bytes(2, "big")
-        p[24:32] = (1 << outsider).to_bytes(8, "big")
+        _set(p, "src", outsider)
+        _set(p, "bitmap", 1 << outsider)
     return bytes(p)
 
 
@@ -152,25 +170,19 @@ def frame_of(payload, *, src, port=UDP_PORT, udp_checksum=True):
     )
 
 
-def _fix_ip(f):
-    """Recompute the IPv4 header checksum of frame ``f`` (a bytearray) after a change to the header."""
-    f[24:26] = b"\0\0"
-    f[24:26] = fr.ipv4_checksum(bytes(f[14:34])).to_bytes(2, "big")
-
-
 def _shared_damage(f, kind):
     """The damage both fault makers do the same way, to ``f`` (a bytearray) in place: a fragment, a bad IPv4
     checksum, another protocol than UDP, another port. False for any other ``kind``."""
     if kind == "fragment":
-        f[20] |= 0x20
-        _fix_ip(f)
+        fr.set_field(f, "ip_flags_frag", fr.field(f, "ip_flags_frag") | 0x2000)  # more fragments
+        fr.refresh_ip_checksum(f)
     elif kind == "ip_checksum":
-        f[24] ^= 0x01
+        fr.set_field(f, "ip_checksum", fr.field(f, "ip_checksum") ^ 0x0100)
     elif kind == "not_udp":
-        f[23] = 6
-        _fix_ip(f)
+        fr.set_field(f, "ip_proto", 6)
+        fr.refresh_ip_checksum(f)
     elif kind == "port":
-        f[36:38] = (UDP_PORT + 1).to_bytes(2, "big")
+        fr.set_field(f, "udp_dport", UDP_PORT + 1)
     else:
         return False
     return True
@@ -183,18 +195,18 @@ def frame_fault(rng, frame, kind):
     elif kind == "truncated":
         f = f[: int(rng.integers(0, len(f)))]
     elif kind == "not_ipv4":
-        f[12:14] = b"\x81\x00"
+        fr.set_field(f, "ethertype", 0x8100)
     elif kind == "ip_header":
-        f[14] = 0x46 if rng.random() < 0.5 else 0x65
-        _fix_ip(f)
+        fr.set_field(f, "ip_vihl", 0x46 if rng.random() < 0.5 else 0x65)
+        fr.refresh_ip_checksum(f)
     elif kind == "udp_length":
-        f[38:40] = (int.from_bytes(f[38:40], "big") - 2).to_bytes(2, "big")
+        fr.set_field(f, "udp_length", fr.field(f, "udp_length") - 2)
     elif kind == "udp_checksum":
         f[-1] ^= 0x01
     elif kind == "padding":
         f += bytes(rng.integers(0, 256, int(rng.integers(1, 80)), dtype=np.uint8))
     elif kind == "no_udp_checksum":
-        f[40:42] = b"\0\0"
+        fr.set_field(f, "udp_checksum", 0)
     elif kind == "tiny":
         f = f[: int(rng.integers(1, 20))]
     return bytes(f)
@@ -327,7 +339,7 @@ def scenario(
         return jobs, packets
     out = []
     for p in packets:
-        src = int.from_bytes(p[16:18], "big") if len(p) >= 18 else 0
+        src = _get(p, "src", 0)
         f = frame_of(p, src=src, udp_checksum=rng.random() < 0.7)
         out.append(f)
         if rng.random() < faults:  # a damaged copy, so that no contribution is lost for good
@@ -355,6 +367,10 @@ LATE_DROPS = {
 }
 
 
+#: The bytes the ``truncated`` late drop cuts off a frame: one fp16 element, part of a wider one.
+_CUT = 2
+
+
 def late_drop(payload, kind, *, src, frames):
     """``payload`` (a valid CONTRIB) as a packet that fails the late rule ``kind`` of :data:`LATE_DROPS`: a
     frame when ``frames``, else the bare payload. Deterministic, so that a failure names one packet."""
@@ -374,14 +390,14 @@ def late_drop(payload, kind, *, src, frames):
     if _shared_damage(f, kind):
         pass
     elif kind == "truncated":
-        f = f[:-2]  # shorter than the IPv4 total length: the last element is cut
+        f = f[: len(f) - _CUT]  # shorter than the IPv4 total length: the last element is cut
     elif kind == "not_ipv4":
-        f[12:14] = b"\x86\xdd"
+        fr.set_field(f, "ethertype", 0x86DD)
     elif kind == "udp_length":
-        f[38:40] = (int.from_bytes(f[38:40], "big") - 4).to_bytes(2, "big")
+        fr.set_field(f, "udp_length", fr.field(f, "udp_length") - 4)
     elif kind == "udp_checksum":
-        c = int.from_bytes(f[40:42], "big") ^ 0x0101  # never 0, which would mean "not computed"
-        f[40:42] = (c or 0x0101).to_bytes(2, "big")
+        c = fr.field(f, "udp_checksum") ^ 0x0101  # never 0, which would mean "not computed"
+        fr.set_field(f, "udp_checksum", c or 0x0101)
     else:
         raise ValueError(f"Unknown late drop {kind!r}; the kinds are {sorted(LATE_DROPS['frame'])}.")
     return bytes(f)

@@ -94,9 +94,6 @@ def test_protocol_literals_are_not_retyped():
 #: Where a frame's or a header's bytes may be sliced by offset: the framing module (the layout of
 #: Ethernet, IPv4 and UDP in one place). The wanreduce header is read through ``HEADER_LAYOUT`` everywhere.
 FRAMING = {"host/frames.py"}
-#: Files that still slice frames by number, to be moved onto the framing code; each must still do so (a
-#: file that no longer does leaves this list).
-PENDING = {"sim/verify/fuzz.py", "sim/verify/traffic.py", "sim/verify/netcore.py"}
 #: What a sliced value is called when it holds a frame, a header or a part of one.
 _FRAME_NAME = re.compile(
     r"(^|_)(frame|frames|payload|payloads|head|header|headers|hdr|pkt|packet|datagram|segment|seg|udp|ip|f|p|h)$"
@@ -134,10 +131,8 @@ def _numeric_slices():
 def test_frames_are_sliced_only_by_the_framing_code():
     if not (ROOT / "host" / "frames.py").is_file():
         _cannot_read("the source tree is not beside the tests")
-    found = list(_numeric_slices())
-    hits = [text for rel, text in found if rel not in PENDING]
+    hits = [text for _, text in _numeric_slices()]
     assert hits == [], "\n".join(hits)
-    assert {rel for rel, _ in found} >= PENDING, "a pending file no longer slices frames: take it off PENDING"
 
 
 def test_the_slice_check_sees_a_numeric_slice():
