@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.support.inline import INLINE_CORE, sim_replay_options
+from tests.support.cores import INLINE_CORE, sim_replay_options
 from wanreduce.cli import main, sim_replay
 from wanreduce.cli.sim_replay import core_geometry, expectation_line, unexpected_by_round
 from wanreduce.host.golden import Destination, GoldenAggregator
@@ -306,7 +306,7 @@ LEAN = {
 def test_replay_in_line_root_mode(tmp_path, capsys):
     """A root-mode schedule through an in-line core: rank 2 roots chunks 0-1 of its group; chunk 2 (rank
     4's), the other group's RESULT and traffic that is not wanreduce come out of the bypass port. The core
-    is the in-line build other tests run (``tests.support.inline``), asked for with its options, so it is
+    is the in-line build other tests run (``tests.support.cores``), asked for with its options, so it is
     built once: two RESULT destinations (the site's host group and another), each chunk's RESULT going to
     both and then to the root's RESULT group."""
     from wanreduce.host.frames import build_frame

@@ -12,7 +12,7 @@ the same frames are dropped under their codes instead.
 import numpy as np
 import pytest
 
-from tests.support.inline import INLINE_CORE
+from tests.support.cores import INLINE_CORE
 from tests.support.quiet import unused_ok
 from wanreduce.host import control
 from wanreduce.host import frames as fr
