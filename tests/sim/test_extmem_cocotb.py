@@ -23,16 +23,14 @@ MEM_PORTS = 2
 
 
 def _core(width, states="lut"):
+    """The core and its cache key (the W = 512 conversion takes a quarter of a minute: done once, kept)."""
     from wanreduce.hw.core import AggregatorCore
+    from wanreduce.sim.verilator.agg_driver import build_key
 
+    config = tb_core.CORE.replace(width=width)
+    options = dict(buffers="external", mem_ports=MEM_PORTS, mem_addr_width=16, slot_states=states)
     with unused_ok():
-        return AggregatorCore(
-            tb_core.CORE.replace(width=width),
-            buffers="external",
-            mem_ports=MEM_PORTS,
-            mem_addr_width=16,
-            slot_states=states,
-        )
+        return AggregatorCore(config, **options), build_key(config, options)
 
 
 @pytest.mark.parametrize(
@@ -51,7 +49,7 @@ def _core(width, states="lut"):
     ids=["w64", "w64-long", "w64-block", "w512-sweep", "w512"],
 )
 def test_extmem_matches_golden(width, bank_bits, n_packets, only, states):
-    core = _core(width, states)
+    core, key = _core(width, states)
     assert core.slot_table.states == states
     mm = core.ext["map"]
     params = {
@@ -61,7 +59,7 @@ def test_extmem_matches_golden(width, bank_bits, n_packets, only, states):
         "bank_bits": bank_bits,
         "mem_bytes": 1 << 16,
         "stride_bytes": mm.stride_bytes,
-        # The eviction scenario: a real eviction and three late drops in make test, every late drop when slow.
+        # The eviction scenario: a real eviction and three late drops at W = 64, every late drop at W = 512.
         "evict_kinds": [None, "truncated", "udp_checksum", "count_short"] if width == 64 else None,
         "mem_ports": MEM_PORTS,
         **core.config.as_dict(),
@@ -69,4 +67,6 @@ def test_extmem_matches_golden(width, bank_bits, n_packets, only, states):
     # A filter, not ``testcase``: the runner anchors a test case's name at the end, and the sweep's runs are
     # named after their parameters.
     env = {"COCOTB_TEST_FILTER": only} if only else None
-    runner.run(core, top="agg_core_extmem", module="tests.support.tb_extmem", params=params, extra_env=env)
+    runner.run(
+        core, top="agg_core_extmem", module="tests.support.tb_extmem", params=params, extra_env=env, key=key
+    )
