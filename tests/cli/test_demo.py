@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from tests.support.cosim import BANK_BITS, SITE_CORE, demo_memory_bytes
 from wanreduce.cli import main
 
 
@@ -44,12 +45,22 @@ def test_demo_on_the_golden_model(capsys, tmp_path):
 
 @pytest.mark.rtl
 def test_demo_on_the_rtl(capsys, tmp_path):
-    # 32768 elements make the optimizer pick the 3x3 grid: W=64 cores of 256 slots of 3 member buffers, the
-    # build tests/sim/test_cosim.py uses too.
+    # 32768 elements make the optimizer pick the 3x3 grid (two rounds of groups of three); a memory of just
+    # SITE_CORE's slots makes the cores that core, the build tests/sim/test_cosim.py runs too.
     path = tmp_path / "demo.json"
-    code, out, err = _run(capsys, "demo", "--elements", "32768", "--time-limit", "1", "-o", str(path))
+    core = ["--width", str(SITE_CORE.width), "--chunk-bytes", str(SITE_CORE.chunk_bytes)]
+    core += ["--memory", f"{demo_memory_bytes()}B"]
+    code, out, err = _run(capsys, "demo", "--elements", "32768", *core, "--time-limit", "1", "-o", str(path))
     assert code == 0 and "demo: PASS" in out, out + err
-    _check(json.loads(path.read_text()), "rtl")
+    report = json.loads(path.read_text())
+    _check(report, "rtl")
+    built = {k: report[k] for k in ("width", "slots", "members", "bank_slots")}
+    assert built == {
+        "width": SITE_CORE.width,
+        "slots": SITE_CORE.slots,
+        "members": SITE_CORE.members,
+        "bank_slots": 1 << BANK_BITS,
+    }
 
 
 def test_demo_bad_input(capsys):

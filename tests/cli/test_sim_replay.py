@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from tests.support.cores import INLINE_CORE, sim_replay_options
 from wanreduce.cli import main, sim_replay
 from wanreduce.cli.sim_replay import core_geometry, expectation_line, unexpected_by_round
 from wanreduce.host.golden import Destination, GoldenAggregator
@@ -304,7 +305,10 @@ LEAN = {
 @pytest.mark.rtl
 def test_replay_in_line_root_mode(tmp_path, capsys):
     """A root-mode schedule through an in-line core: rank 2 roots chunks 0-1 of its group; chunk 2 (rank
-    4's), the other group's RESULT and traffic that is not wanreduce come out of the bypass port."""
+    4's), the other group's RESULT and traffic that is not wanreduce come out of the bypass port. The core
+    is the in-line build other tests run (``tests.support.cores``), asked for with its options, so it is
+    built once: two RESULT destinations (the site's host group and another), each chunk's RESULT going to
+    both and then to the root's RESULT group."""
     from wanreduce.host.frames import build_frame
     from wanreduce.host.golden import RootEntry
     from wanreduce.host.wan_lean import root_entries
@@ -337,23 +341,63 @@ def test_replay_in_line_root_mode(tmp_path, capsys):
     write_pcap(pcap, frames)
     argv = ["sim-replay", str(pcap), "--rank", "2", "--schedule", str(sched), "--out", str(out)]
     argv += ["--counters", str(counters), "--bypass", str(passed)]
-    rc = main(argv)
+    dests = [
+        Destination("01:00:5e:57:53:02", "239.87.83.2", 47000),
+        Destination("02:00:00:00:00:09", "10.0.0.9", 5000),
+    ]
+    core = INLINE_CORE
+    assert len(dests) == core.dests
+    options = sim_replay_options()
+    for d in dests:
+        options += ["--dest", f"{d.mac},{d.ip},{d.port}"]
+    rc = main(argv + options)
     text, err = capsys.readouterr()
     assert rc == 0, err
     golden = GoldenAggregator(
-        rank=2, jobs={0: entries}, slots=4, members=3, slot_bytes=128, mac="02:57:52:01:00:02",
-        ip="10.87.83.2", destinations=[Destination("01:00:5e:57:53:02", "239.87.83.2", 47000)],
-        bypass_bytes=9216,
+        rank=2, jobs={0: entries}, slots=core.slots, members=core.members, slot_bytes=core.chunk_bytes,
+        mac="02:57:52:01:00:02", ip="10.87.83.2", destinations=dests, bypass_bytes=core.bypass_bytes,
     )  # fmt: skip
     want = [r for f in frames for r in golden.feed_frame(f)]
-    assert read_pcap(out) == want and len(want) == 4  # 2 chunks, each to the hosts and to the group
-    assert [w[30:34] for w in want[1::2]] == [bytes([239, 96, 0, 0])] * 2
+    # 2 chunks, each to the two destinations and then to the group
+    assert read_pcap(out) == want and len(want) == 6
+    assert [w[30:34] for w in want] == [
+        bytes([239, 87, 83, 2]),
+        bytes([10, 0, 0, 9]),
+        bytes([239, 96, 0, 0]),
+    ] * 2
     assert read_pcap(passed) == golden.forwarded and len(golden.forwarded) == 6  # chunk 2 x 3, RESULT, 2
     assert json.loads(counters.read_text()) == golden.counters
     assert "6 forwarded, 0 dropped" in text
     # the bypass pcap is an output like the others: it may not be an input, nor one of them twice
     assert main(argv[:-1] + [str(out), "--force"]) == 2
     assert "--bypass and --out both name" in capsys.readouterr().err
+
+
+def test_default_destination_is_the_site_host_group(files, capsys, monkeypatch):
+    """Without --dest the core gets one RESULT destination, the site's host multicast group. (The replays
+    above name theirs; the core's handling of any destination is what they check. Here the build is
+    faked: what matters is what the command hands the core.)"""
+    from wanreduce.host import control
+    from wanreduce.sim.verilator.agg_driver import CoreResult
+    from wanreduce.spec import regmap
+
+    tmp, sched, pcap, _ = files
+    seen = {}
+
+    class Core:
+        def __init__(self, config, **options):
+            seen["config"] = config
+
+        def run(self, frames, **site):
+            seen["site"] = site
+            counters = control.decode_counters([0] * len(regmap.COUNTER_NAMES))
+            return CoreResult(packets=[], counters=counters, perf={}, stats=None)
+
+    monkeypatch.setattr(sim_replay, "CoreSim", Core)
+    argv = ["sim-replay", str(pcap), "--rank", "2", "--schedule", str(sched), "-o", str(tmp / "o.pcap")]
+    assert main([*argv, "--counters", str(tmp / "c.json")]) == 0, capsys.readouterr().err
+    assert seen["config"].dests == 1
+    assert seen["site"]["destinations"] == [Destination("01:00:5e:57:53:02", "239.87.83.2", 47000)]
 
 
 def test_help_states_the_exit_statuses_and_o_is_out(files, capsys):

@@ -223,13 +223,11 @@ def _core_aggregator(sim):
 
 @pytest.mark.rtl
 def test_sync_through_the_rtl_core_matches_the_fast_path():
+    from tests.support.cores import PAYLOAD_CORE
     from wanreduce.sim.verilator.agg_driver import CoreSim
-    from wanreduce.spec.core import CoreConfig
 
     with unused_ok():
-        sim = CoreSim(
-            CoreConfig(width=64, slots=8, members=3, chunk_bytes=64, dests=1, entry="payload", bypass_bytes=0)
-        )
+        sim = CoreSim(PAYLOAD_CORE)  # the build test_evict_drop's payload case runs too
     rounds = [[[2, 0, 1]], [[1, 3]]]
     for dtype in ("fp32", "bf16"):
         x = _values(4, 6 * 64 // wire_dtype(dtype).size, dtype, seed=4)

@@ -36,18 +36,21 @@ FIFO_BEATS = 32
 
 
 def _top():
+    """The top and its cache key: the Verilog is converted once and kept in the build cache."""
     from wanreduce.hw.axi import AXIAggregator
     from wanreduce.hw.core import AggregatorCore
+    from wanreduce.sim.verilator.agg_driver import build_key
 
+    options = dict(ctl_domain="axil", fifo_beats=FIFO_BEATS)
     with unused_ok():
         core = AggregatorCore(CONFIG)
-        return AXIAggregator(core=core, ctl_domain="axil", fifo_beats=FIFO_BEATS)
+        return AXIAggregator(core=core, **options), build_key(CONFIG, options, kind="AXIAggregator")
 
 
 def test_axi_top():
-    runner.run(
-        _top(), top="axi_agg", module=__name__, params={**CONFIG.as_dict(), "seed": 11, "n_packets": 160}
-    )
+    top, key = _top()
+    params = {**CONFIG.as_dict(), "seed": 11, "n_packets": 160}
+    runner.run(top, top="axi_agg", module=__name__, params=params, key=key)
 
 
 # ---- cocotb side ----------------------------------------------------------------------------------------

@@ -112,7 +112,9 @@ def _build(config):
     if config not in _builds:
         fmt, width = CONFIGS[config]
         lanes = FAddLanes(fmt=fmt, width=width, user_width=USER_WIDTH)
-        _builds[config] = (runner.build(lanes, top=f"fadd_lanes_tb_{config}"), lanes.latency)
+        # Keyed by what makes the design, so its Verilog is converted once and kept in the build cache.
+        key = ("FAddLanes", fmt.name, width, USER_WIDTH)
+        _builds[config] = (runner.build(lanes, top=f"fadd_lanes_tb_{config}", key=key), lanes.latency)
     return _builds[config]
 
 

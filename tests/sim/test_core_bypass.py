@@ -12,15 +12,16 @@ the same frames are dropped under their codes instead.
 import numpy as np
 import pytest
 
+from tests.support.cores import INLINE_CORE
 from tests.support.quiet import unused_ok
 from wanreduce.host import control
 from wanreduce.host import frames as fr
 from wanreduce.host.golden import Destination, RootEntry, expected_order
 from wanreduce.sim.verify import traffic
-from wanreduce.spec.core import CoreConfig
 
-#: A W = 64 core with a bypass port: 8 slots of 4 member buffers of 256 bytes, frames of up to 1536 bytes.
-CORE = CoreConfig(width=64, slots=8, members=4, chunk_bytes=256, dests=2, bypass_bytes=1536)
+#: A W = 64 core with a bypass port: 8 slots of 4 member buffers of 256 bytes, frames of up to 1536 bytes
+#: (the in-line build other tests share).
+CORE = INLINE_CORE
 S, BYPASS = CORE.slots, CORE.bypass_bytes
 MAC, IP = "02:57:52:01:00:03", "10.87.83.3"
 DESTS = [Destination("02:57:52:00:00:03", "239.87.83.3", 47000)]

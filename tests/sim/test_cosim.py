@@ -1,16 +1,17 @@
 """The end-to-end co-simulation on the RTL: three Verilated cores, two rounds, a simulated WAN.
 
-The cores are the demo's build (W=64, 256 slots of 3 member buffers, 1 KiB chunks), so a checkout that ran
-`make demo` reuses the build. Round banks of 4 slots make 12 chunks take three windows per round.
+The cores are ``tests.support.cosim.SITE_CORE`` (W=64, 8 slots of 3 member buffers, 1 KiB chunks), the
+build the RTL demo test runs too. Round banks of 4 slots make 12 chunks take three windows per round.
 """
 
 import numpy as np
 import pytest
 
+from tests.support.cosim import BANK_BITS, SITE_CORE
 from wanreduce.host import wan
 from wanreduce.host.reference import run_reference
 from wanreduce.host.topology import load_topology
-from wanreduce.sim.verify.cosim import RtlCores, site_core
+from wanreduce.sim.verify.cosim import RtlCores
 from wanreduce.spec.schedfile import schedule_from_obj
 
 pytestmark = pytest.mark.rtl
@@ -25,8 +26,8 @@ def test_three_sites_two_rounds_on_the_rtl():
         }
     )
     topo = load_topology("nine-city", sites=list(schedule.sites))
-    cores = RtlCores(site_core(width=64, slots=256, members=3, chunk_bytes=1024), count=3)
-    sites = cores.sites(schedule, bank_bits=2)
+    cores = RtlCores(SITE_CORE, count=3)
+    sites = cores.sites(schedule, bank_bits=BANK_BITS)
     rng = np.random.default_rng(11)
     elements = 12 * 256
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(3)]
@@ -34,9 +35,9 @@ def test_three_sites_two_rounds_on_the_rtl():
         schedule,
         one_way_s=topo.one_way_s,
         site_Bps=12.5e9,
-        chunk_elems=256,
+        chunk_elems=SITE_CORE.chunk_bytes // 4,
         elements=elements,
-        bank_slots=4,
+        bank_slots=1 << BANK_BITS,
         sites=sites,
         tensors=tensors,
         rounds=4,
@@ -53,15 +54,23 @@ def test_three_sites_two_rounds_on_the_rtl():
         assert c["results"] == (2 if s == 2 else 4) * 12
     # the same run on the golden model gives the same bits and the same times to the cycle's precision
     golden = [
-        wan.GoldenSite(schedule, s, slots=256, members=3, slot_bytes=1024, bank_bits=2) for s in range(3)
+        wan.GoldenSite(
+            schedule,
+            s,
+            slots=SITE_CORE.slots,
+            members=SITE_CORE.members,
+            slot_bytes=SITE_CORE.chunk_bytes,
+            bank_bits=BANK_BITS,
+        )
+        for s in range(3)
     ]
     grun = wan.simulate(
         schedule,
         one_way_s=topo.one_way_s,
         site_Bps=12.5e9,
-        chunk_elems=256,
+        chunk_elems=SITE_CORE.chunk_bytes // 4,
         elements=elements,
-        bank_slots=4,
+        bank_slots=1 << BANK_BITS,
         sites=golden,
         tensors=tensors,
         rounds=4,

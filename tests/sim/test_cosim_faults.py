@@ -1,15 +1,16 @@
 """Faults on the WAN of the RTL co-simulation (issue #12): 1% loss, 1% duplication, reordering within a
 round trip and 0.1% corruption, and every site's final tensor is the fault-free one, bit for bit.
 
-The cores are test_cosim's build (W=64, 256 slots of 3 member buffers, 1 KiB chunks, banks of 4 slots). A
-lost RESULT is recovered only through the aggregator's shadow RESULT (seed 21 loses three RESULTs and
-corrupts one CONTRIB, so this checks that path on the RTL). The golden case is the same run on the golden
-model, with a second seed.
+The cores are test_cosim's build (``tests.support.cosim.SITE_CORE``: W=64, 8 slots of 3 member buffers,
+1 KiB chunks, two banks of 4 slots). A lost RESULT is recovered only through the aggregator's shadow RESULT
+(seed 21 loses three RESULTs and corrupts one CONTRIB, so this checks that path on the RTL). The golden
+case is the same run on the golden model, with a second seed.
 """
 
 import numpy as np
 import pytest
 
+from tests.support.cosim import BANK_BITS, SITE_CORE
 from wanreduce.host import wan
 from wanreduce.host.reference import run_reference
 from wanreduce.host.topology import load_topology
@@ -36,13 +37,17 @@ def test_three_sites_bit_exact_under_faults(aggregator, seed):
     )
     topo = load_topology("nine-city", sites=list(schedule.sites))
     if aggregator == "rtl":
-        from wanreduce.sim.verify.cosim import RtlCores, site_core
+        from wanreduce.sim.verify.cosim import RtlCores
 
-        cores = RtlCores(site_core(width=64, slots=256, members=3, chunk_bytes=1024), count=3)
-        sites = cores.sites(schedule, bank_bits=2)
+        cores = RtlCores(SITE_CORE, count=3)
+        sites = cores.sites(schedule, bank_bits=BANK_BITS)
     else:
+        c = SITE_CORE
         sites = [
-            wan.GoldenSite(schedule, s, slots=256, members=3, slot_bytes=1024, bank_bits=2) for s in range(3)
+            wan.GoldenSite(
+                schedule, s, slots=c.slots, members=c.members, slot_bytes=c.chunk_bytes, bank_bits=BANK_BITS
+            )
+            for s in range(3)
         ]
     rng = np.random.default_rng(11)
     elements = 12 * 256
@@ -51,9 +56,9 @@ def test_three_sites_bit_exact_under_faults(aggregator, seed):
         schedule,
         one_way_s=topo.one_way_s,
         site_Bps=12.5e9,
-        chunk_elems=256,
+        chunk_elems=SITE_CORE.chunk_bytes // 4,
         elements=elements,
-        bank_slots=4,
+        bank_slots=1 << BANK_BITS,
         sites=sites,
         tensors=tensors,
         rounds=4,

@@ -13,6 +13,7 @@ checked against the same scenario without the RTL.
 import numpy as np
 import pytest
 
+from tests.support.cores import INLINE_CORE, PAYLOAD_CORE
 from tests.support.quiet import unused_ok
 from wanreduce.host import control
 from wanreduce.host.golden import Destination, RootEntry
@@ -30,8 +31,8 @@ MDEST = "239.87.90.2"
 #: and 512.
 _ENDPOINT = CoreConfig(width=64, slots=2, members=3, chunk_bytes=8, dests=1, bypass_bytes=0)
 FAST = {
-    (64, "inline"): _ENDPOINT.replace(slots=8, members=4, chunk_bytes=256, dests=2, bypass_bytes=1536),
-    (64, "payload"): _ENDPOINT.replace(slots=8, chunk_bytes=64, entry="payload"),
+    (64, "inline"): INLINE_CORE,
+    (64, "payload"): PAYLOAD_CORE,
 }
 SMALL = {
     "endpoint": _ENDPOINT,

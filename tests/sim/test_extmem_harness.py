@@ -2,10 +2,13 @@
 memory model (``sim/verilator/axi_ram.h``: latency, back-pressure, read bursts of different IDs interleaved
 and reordered, AXI rules checked): thousands of frames of ``tb_core``'s workload (jobs, rounds, chunks in
 WAN order, duplicates, stale rounds, malformed packets), every RESULT byte and every counter against the
-golden model. W = 64 in ``make test``; W = 512 (a longer build) is marked slow. Each runs with the slot
-table's states in LUT RAM (``slot_states="lut"``, what these 4-slot builds get by default) and in block
-memories (``"block"``, the 2^20-slot build's, forced on at 4 slots so that slots are reused and busy all
-the time). The 2^20-slot core itself (slow) takes chunks spread over its whole slot range."""
+golden model; an error response drops the chunks of its slot and only those; the slot table's eviction
+scenario under every late drop. W = 64 in ``make test`` (where these are the W = 64 checks of the external
+core: the cocotb module, tests/sim/test_extmem_cocotb.py, runs W = 512 there); W = 512 (a longer build) is
+marked slow. Each runs with the slot table's states in LUT RAM (``slot_states="lut"``, what these 4-slot
+builds get by default) and in block memories (``"block"``, the 2^20-slot build's, forced on at 4 slots so
+that slots are reused and busy all the time). The 2^20-slot core itself (slow) takes chunks spread over
+its whole slot range."""
 
 import numpy as np
 import pytest
@@ -97,6 +100,7 @@ def test_extmem_error_response_drops_the_chunk(states):
         mem_bytes=1 << 16,
         bad=[(1, 0 * stride)],
         ctl_writes=control.config_writes(**site, core=core),
+        ctl_reads=control.counter_reads(),
         drain_cycles=300,
     )
     got = beats_to_packets(out, 64)
@@ -104,6 +108,38 @@ def test_extmem_error_response_drops_the_chunk(states):
     assert len(got) < len(expected), "every RESULT left although chunks were dropped"
     allowed = {bytes(e) for e in expected}
     assert all(bytes(g) in allowed for g in got), "a RESULT left that the golden model never sent"
+    counters = control.decode_counters(st.ctl_reads)
+    assert counters["results"] == golden.counters["results"], "the slot table's completions changed"
+
+
+@pytest.mark.parametrize("states", ["lut", "block"])
+def test_extmem_evict_drop(states):
+    """The slot table's eviction scenario (``traffic.evict_drop_scenario``) with its rotation written to
+    external memory: a CONTRIB that would evict a live chunk and fails a late rule (every late drop of the
+    frame entry) leaves that chunk intact; a valid one really evicts. RESULTs and counters against the
+    golden model, at latencies up to 200 cycles with pauses on every channel."""
+    from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
+
+    core, h = _harness(64, states)
+    for kind in [None, *traffic.LATE_DROPS["frame"]]:
+        jobs, packets, rank = traffic.evict_drop_scenario(kind, frames=True, slots=tb_core.CORE.slots)
+        site = dict(rank=rank, jobs=jobs, mac=tb_core.MAC, ip=tb_core.IP, destinations=tb_core.DESTS)
+        golden = traffic.golden_of(tb_core.CORE, **site)
+        expected = [out for p in packets for out in golden.feed_frame(p)]
+        out, st = h.run(
+            packets_to_beats(packets, 64),
+            latency=(1, 200),
+            pause=0.3,
+            reorder=True,
+            seed=7,
+            mem_bytes=1 << 16,
+            ctl_writes=control.config_writes(**site, core=core),
+            ctl_reads=control.counter_reads(),
+            drain_cycles=600,
+        )
+        assert control.decode_counters(st.ctl_reads) == golden.counters, f"{kind}: counters differ"
+        assert beats_to_packets(out, 64) == expected, f"{kind}: RESULTs differ from the golden model's"
+        assert st.mem_errors == st.mem_drops == 0, kind
 
 
 @pytest.mark.slow
