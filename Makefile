@@ -8,7 +8,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements/ci.lock
 # Two workers on two cores; RTL builds are cached and shared read-only between them (sim/verilator/runner.py).
+# Tests are handed out one at a time, in tests/conftest.py's order (the RTL tests first).
 PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --maxschedchunk 1
 BOARD ?= ecpix5_85
 
 .PHONY: install test test-all sim verilog synth bitstream bitstream-uart bitstream-eth bench prove demo demo-faults demo-root \
@@ -24,14 +26,14 @@ $(STAMP): pyproject.toml requirements/ci.lock
 
 # The suite CI runs: lint, then every test not marked slow (the volume checks live in `make test-all`).
 test: $(STAMP) lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow" --durations=10 tests
+	$(PY) -m pytest $(XDIST) -m "not slow" --durations=10 tests
 
 # Everything, the slow volume tests included.
 test-all: $(STAMP) lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=10 tests
+	$(PY) -m pytest $(XDIST) --durations=10 tests
 
 sim: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "rtl and not slow" tests
+	$(PY) -m pytest $(XDIST) -m "rtl and not slow" tests
 
 verilog: $(STAMP)
 	$(VENV)/bin/wanreduce verilog -o build/verilog --force
