@@ -44,7 +44,7 @@ reset (an adder holds no state that matters). Initiation interval 1. ``FAdd.late
 ECP5 targets (150 MHz fp32, 180 MHz fp16/bf16; see ``docs/fadd.md`` for the measured figures).
 
 All three formats accept any ``stages >= 0``, so lanes of different formats can be run in lockstep:
-:meth:`FAdd.default_stages` gives a format's default, :func:`common_stages` the largest default, which
+``FloatFormat.default_stages`` gives a format's default, :func:`common_stages` the largest default, which
 is what to pass to all of them.
 """
 
@@ -200,6 +200,48 @@ def _lzc(m, bits, name):
     return nodes
 
 
+class _Pipe:
+    """An adder being built: the format's dimensions, named combinational nodes and the registers on the
+    step boundaries (each loading only while ``en``)."""
+
+    def __init__(self, m, en, fmt, stages):
+        self.m, self.en, self.fmt = m, en, fmt
+        self.regs = _boundaries(stages)
+        self.E, self.M, self.P, self.W = fmt.exp_bits, fmt.man_bits, fmt.precision, fmt.width
+        # Aligned significands carry two real guard bits (G, R) below the last place and one pure
+        # sticky bit (S) under them: S never holds a real bit of y, only the OR of everything shifted
+        # below R, which is what makes OR-ing it in exact for subtraction too (see docs/fadd.md).
+        self.G = self.P + 3
+        self.SH = 5 if self.G <= 32 else 6  # shift-amount bits; anything larger means "all of y is sticky"
+        self.emax = (1 << self.E) - 1
+
+    def boundary(self, k, v):
+        for r in range(self.regs.get(k, 0)):
+            nv = {}
+            for name, val in v.items():
+                # Data registers need no reset (only a valid flag would), which spares the
+                # synchronous-reset logic and its fan-out on every pipeline flop.
+                sig = Signal(val.shape(), name=f"p{k}_{r}_{name}", reset_less=True)
+                with self.m.If(self.en):
+                    self.m.d.sync += sig.eq(val)
+                nv[name] = sig
+            v = nv
+        return v
+
+    def comb(self, name, val, shape=None):
+        sig = Signal(shape if shape is not None else val.shape(), name=name)
+        self.m.d.comb += sig.eq(val)
+        return sig
+
+
+_SPECIALS = ("nan", "inf", "inf_sign")
+
+
+def _keep(v, *names):
+    """The values ``names`` of ``v`` and the special-result flags, which every step carries on."""
+    return {n: v[n] for n in (*names, *_SPECIALS)}
+
+
 class FAdd(wiring.Component):
     """Pipelined IEEE-754 adder for one :class:`FloatFormat`; see the module docstring for the algorithm.
 
@@ -224,50 +266,21 @@ class FAdd(wiring.Component):
         w = fmt.width
         super().__init__({"a": In(w), "b": In(w), "en": In(1), "s": Out(w)})
 
-    @staticmethod
-    def default_stages(fmt):
-        """The default pipeline depth (and latency) for ``fmt``."""
-        return fmt.default_stages
-
     def elaborate(self, platform):
         m = Module()
-        fmt = self.fmt
-        E, M, P = fmt.exp_bits, fmt.man_bits, fmt.precision
-        W = fmt.width
-        # Aligned significands carry two real guard bits (G, R) below the last place and one pure
-        # sticky bit (S) under them: S never holds a real bit of y, only the OR of everything shifted
-        # below R, which is what makes OR-ing it in exact for subtraction too (see docs/fadd.md).
-        G = P + 3
-        SH = 5 if G <= 32 else 6  # shift-amount bits; anything larger means "all of y is sticky"
-        emax = (1 << E) - 1
-        regs = _boundaries(self.stages)
+        p = _Pipe(m, self.en, self.fmt, self.stages)
+        steps = (self._unpack, _swap, _align, _add, _count, _shift_exponent, _normalise, _round)
+        v = None
+        for k, step in enumerate(steps, start=1):
+            v = p.boundary(k, step(p, v))
+        m.d.comb += self.s.eq(v["res"])
+        return m
 
-        def boundary(k, v):
-            for r in range(regs.get(k, 0)):
-                nv = {}
-                for name, val in v.items():
-                    # Data registers need no reset (only a valid flag would), which spares the
-                    # synchronous-reset logic and its fan-out on every pipeline flop.
-                    sig = Signal(val.shape(), name=f"p{k}_{r}_{name}", reset_less=True)
-                    with m.If(self.en):
-                        m.d.sync += sig.eq(val)
-                    nv[name] = sig
-                v = nv
-            return v
-
-        def comb(name, val, shape=None):
-            sig = Signal(shape if shape is not None else val.shape(), name=name)
-            m.d.comb += sig.eq(val)
-            return sig
-
-        specials = ("nan", "inf", "inf_sign")
-
-        def keep(v, *names):
-            return {n: v[n] for n in (*names, *specials)}
-
-        # 1. Unpack; compare magnitudes, take both exponent differences (subnormals count as exponent
-        #    1) and both "exponent minus one" in parallel, so that step 2 only has to select. NaN and
-        #    infinity are only half-decoded here (to keep this step shallow) and finished in step 2.
+    def _unpack(self, p, _):
+        """Step 1: unpack; compare magnitudes, take both exponent differences (subnormals count as
+        exponent 1) and both "exponent minus one" in parallel, so that step 2 only has to select. NaN and
+        infinity are only half-decoded here (to keep this step shallow) and finished in step 2."""
+        E, M, W, comb = p.E, p.M, p.W, p.comb
         a, b = self.a, self.b
         ea, eb = a[M : M + E], b[M : M + E]
         a_nz = comb("a_nz", ea != 0)
@@ -276,8 +289,7 @@ class FAdd(wiring.Component):
         eb_eff = comb("eb_eff", Cat(eb[0] | ~b_nz, eb[1:]), E)
         dab = comb("dab", ea_eff - eb_eff, E)
         dba = comb("dba", eb_eff - ea_eff, E)
-
-        v = {
+        return {
             "a": a,
             "b": b,
             "a_nz": a_nz,
@@ -290,165 +302,176 @@ class FAdd(wiring.Component):
             "dba": dba,
             "ea_m1": comb("ea_m1", ea_eff - 1, E),
             "eb_m1": comb("eb_m1", eb_eff - 1, E),
-            "ea_max": comb("ea_max", ea == emax),
-            "eb_max": comb("eb_max", eb == emax),
+            "ea_max": comb("ea_max", ea == p.emax),
+            "eb_max": comb("eb_max", eb == p.emax),
             "fa_zero": comb("fa_zero", a[:M] == 0),
             "fb_zero": comb("fb_zero", b[:M] == 0),
         }
-        v = boundary(1, v)
 
-        # 2. Swap so that x has the larger magnitude (only multiplexers); select the shift and saturate
-        #    its multiples of 4; finish the NaN/infinity decoding.
-        ge = v["a_ge"]
-        x = comb("x", Mux(ge, v["a"], v["b"]), W)
-        y = comb("y", Mux(ge, v["b"], v["a"]), W)
-        d = comb("d", Mux(ge, v["dab"], v["dba"]), E)
-        dh = d[2:SH]
-        if E > SH:
-            # A difference of 2**SH or more shifts all of y into the sticky bit: saturating the multiples
-            # of 4 is enough (a shift of 4 * (2**(SH-2) - 1) already moves all P + 3 bits of y1 below R,
-            # checked below), and it is done beside this step's shift rather than after step 1's
-            # subtraction.
-            assert 4 * ((1 << (SH - 2)) - 1) >= P + 2
-            dh = comb("dh", dh | (d[SH:] != 0).replicate(SH - 2), SH - 2)
-        a_inf = v["ea_max"] & v["fa_zero"]
-        b_inf = v["eb_max"] & v["fb_zero"]
-        sa, sb = v["a"][W - 1], v["b"][W - 1]
-        sig_y = comb("sig_y", Cat(y[:M], Mux(ge, v["b_nz"], v["a_nz"])), P)
-        v = {
-            "sig_x": comb("sig_x", Cat(x[:M], Mux(ge, v["a_nz"], v["b_nz"])), P),
-            # The first two levels of the alignment shift (by d's low two bits, one 4:1 multiplexer per
-            # bit) happen here, so step 3 only shifts by multiples of 4. Three zero bits below y keep
-            # every bit this shift moves, for the sticky bit.
-            "y1": comb("y1", Cat(Const(0, 3), sig_y) >> d[:2], P + 3),
-            "e": comb("e", Cat(x[M] | ~Mux(ge, v["a_nz"], v["b_nz"]), x[M + 1 : M + E]), E),
-            "e_m1": comb("e_m1", Mux(ge, v["ea_m1"], v["eb_m1"]), E),
-            "dh": dh,
-            "sx": x[W - 1],
-            "sy": comb("sy", Mux(ge, sb, sa)),
-            "nan": comb(
-                "nan",
-                (v["ea_max"] & ~v["fa_zero"]) | (v["eb_max"] & ~v["fb_zero"]) | (a_inf & b_inf & (sa != sb)),
-            ),
-            "inf": comb("inf", a_inf | b_inf),
-            "inf_sign": comb("inf_sign", Mux(a_inf, sa, sb)),
-        }
-        v = boundary(2, v)
 
-        # 3. Align y: the rest of the shift (by 4 * d[SH-1:2]) and, in parallel, the OR of y's bits that
-        #    fall below R.
-        y1, dh = v["y1"], v["dh"]
-        span = G + (1 << SH)
-        wide = Cat(Const(0, span - P - 3), y1)
-        for k in range(SH - 2):
-            # One 2:1 multiplexer level per bit of dh, written out so that each level is plainly a
-            # multiplexer on one select net.
-            wide = comb(f"wide{k}", Mux(dh[k], wide >> (4 << k), wide), span)
-        ya = wide[span - G + 1 :]  # y's significand, G and R: G-1 bits
-        # Bit j of y1 lands below R when j <= 4 * dh. ``dh > t`` for every t is a thermometer code of dh,
-        # made by shifting a constant so that it maps to small lookup tables rather than comparators.
-        nh = 1 << (SH - 2)
-        gt = comb("dh_gt", ~(Const((1 << nh) - 1, nh) << dh)[:nh], nh)
-        below = comb("below", Cat(Const(1, 1), *(gt[(j + 3) // 4 - 1] for j in range(1, P + 3))), P + 3)
-        sticky = comb("sticky", (y1 & below) != 0)
-        v = {
-            "xe": Cat(Const(0, 3), v["sig_x"]),
-            "ya": Cat(sticky, ya),
-            "sub": v["sx"] ^ v["sy"],
-            "e": v["e"],
-            "e_m1": v["e_m1"],
-            "sx": v["sx"],
-            "sy": v["sy"],
-            **keep(v),
-        }
-        v = boundary(3, v)
+def _swap(p, v):
+    """Step 2: swap so that x has the larger magnitude (only multiplexers); select the shift and saturate
+    its multiples of 4; finish the NaN/infinity decoding."""
+    E, M, P, W, SH, comb = p.E, p.M, p.P, p.W, p.SH, p.comb
+    ge = v["a_ge"]
+    x = comb("x", Mux(ge, v["a"], v["b"]), W)
+    y = comb("y", Mux(ge, v["b"], v["a"]), W)
+    d = comb("d", Mux(ge, v["dab"], v["dba"]), E)
+    dh = d[2:SH]
+    if E > SH:
+        # A difference of 2**SH or more shifts all of y into the sticky bit: saturating the multiples
+        # of 4 is enough (a shift of 4 * (2**(SH-2) - 1) already moves all P + 3 bits of y1 below R,
+        # checked below), and it is done beside this step's shift rather than after step 1's
+        # subtraction.
+        assert 4 * ((1 << (SH - 2)) - 1) >= P + 2
+        dh = comb("dh", dh | (d[SH:] != 0).replicate(SH - 2), SH - 2)
+    a_inf = v["ea_max"] & v["fa_zero"]
+    b_inf = v["eb_max"] & v["fb_zero"]
+    sa, sb = v["a"][W - 1], v["b"][W - 1]
+    sig_y = comb("sig_y", Cat(y[:M], Mux(ge, v["b_nz"], v["a_nz"])), P)
+    return {
+        "sig_x": comb("sig_x", Cat(x[:M], Mux(ge, v["a_nz"], v["b_nz"])), P),
+        # The first two levels of the alignment shift (by d's low two bits, one 4:1 multiplexer per
+        # bit) happen here, so step 3 only shifts by multiples of 4. Three zero bits below y keep
+        # every bit this shift moves, for the sticky bit.
+        "y1": comb("y1", Cat(Const(0, 3), sig_y) >> d[:2], P + 3),
+        "e": comb("e", Cat(x[M] | ~Mux(ge, v["a_nz"], v["b_nz"]), x[M + 1 : M + E]), E),
+        "e_m1": comb("e_m1", Mux(ge, v["ea_m1"], v["eb_m1"]), E),
+        "dh": dh,
+        "sx": x[W - 1],
+        "sy": comb("sy", Mux(ge, sb, sa)),
+        "nan": comb(
+            "nan",
+            (v["ea_max"] & ~v["fa_zero"]) | (v["eb_max"] & ~v["fb_zero"]) | (a_inf & b_inf & (sa != sb)),
+        ),
+        "inf": comb("inf", a_inf | b_inf),
+        "inf_sign": comb("inf_sign", Mux(a_inf, sa, sb)),
+    }
 
-        # 4. Add or subtract (|x| >= |y|, so the difference is never negative).
-        #    One carry chain for both: x + (y ^ sub...) + sub, the +sub entering through an extra low bit
-        #    (1 + sub carries exactly when sub), so no second adder and no result multiplexer.
-        sub = v["sub"]
-        addend = Cat(sub, v["ya"] ^ sub.replicate(G))
-        r = comb("sum_raw", (Cat(Const(1, 1), v["xe"]) + addend)[1 : G + 2], G + 1)
-        # A subtraction's carry out is the two's-complement wrap, not a carry of the result.
-        s = comb("sum", Cat(r[:G], r[G] & ~sub), G + 1)
-        # The left shift must stop at exponent 1 so that subnormal results keep their leading zeros:
-        # a one at bit e-1 from the top, OR-ed into what the zeros are counted in, stops the count
-        # there, so step 5's count is already min(leading zeros, e-1) and no comparison follows it.
-        # Decoded here, beside the carry chain, from a value known since step 2.
-        lim = comb("lim", Const(1 << (G - 1), G) >> v["e_m1"], G)
-        v = dict(keep(v, "e", "e_m1", "sx", "sy"), s=s, lim=lim)
-        v = boundary(4, v)
 
-        # 5. Leading zeros below the carry bit, limited to e-1 (alone in its step: the count tree is
-        #    the deep part).
-        s = v["s"]
-        tops = _lzc(m, s[:G] | v["lim"], "lzc")
-        v = keep(v, "s", "e", "e_m1", "sx", "sy")
-        if len(tops) == 1:
-            v["lz"] = tops[0][0]
-        else:
-            (v["lz_hi"], v["lz_hi_v"]), (v["lz_lo"], _) = tops
-        v = boundary(5, v)
+def _align(p, v):
+    """Step 3: align y: the rest of the shift (by 4 * d[SH-1:2]) and, in parallel, the OR of y's bits
+    that fall below R."""
+    P, G, SH, comb = p.P, p.G, p.SH, p.comb
+    y1, dh = v["y1"], v["dh"]
+    span = G + (1 << SH)
+    wide = Cat(Const(0, span - P - 3), y1)
+    for k in range(SH - 2):
+        # One 2:1 multiplexer level per bit of dh, written out so that each level is plainly a
+        # multiplexer on one select net.
+        wide = comb(f"wide{k}", Mux(dh[k], wide >> (4 << k), wide), span)
+    ya = wide[span - G + 1 :]  # y's significand, G and R: G-1 bits
+    # Bit j of y1 lands below R when j <= 4 * dh. ``dh > t`` for every t is a thermometer code of dh,
+    # made by shifting a constant so that it maps to small lookup tables rather than comparators.
+    nh = 1 << (SH - 2)
+    gt = comb("dh_gt", ~(Const((1 << nh) - 1, nh) << dh)[:nh], nh)
+    below = comb("below", Cat(Const(1, 1), *(gt[(j + 3) // 4 - 1] for j in range(1, P + 3))), P + 3)
+    sticky = comb("sticky", (y1 & below) != 0)
+    return {
+        "xe": Cat(Const(0, 3), v["sig_x"]),
+        "ya": Cat(sticky, ya),
+        "sub": v["sx"] ^ v["sy"],
+        "e": v["e"],
+        "e_m1": v["e_m1"],
+        "sx": v["sx"],
+        "sy": v["sy"],
+        **_keep(v),
+    }
 
-        # 6. The first two levels of the left shift (by sh's low two bits), so that step 7 only shifts
-        #    by multiples of 4 (bits pushed above G are lost either way); in parallel, the exponent
-        #    after it, exact zero and the sign (IEEE: an exact zero sum is +0 unless both operands
-        #    are -0).
-        if "lz" in v:
-            sh = v["lz"]
-        else:
-            # The count's last level, the choice between its two halves (one LUT), sits here, ahead
-            # of the shift it selects, so that step 5 is the tree below it and the marker's OR.
-            sh = Cat(Mux(v["lz_hi_v"], v["lz_hi"], v["lz_lo"]), ~v["lz_hi_v"])
-        sh = comb("sh", sh, range(G + 1))
-        zero = comb("zero", v["s"] == 0)
-        sign = comb("sign", Mux(zero, v["sx"] & v["sy"], v["sx"]))
-        s1 = comb("s1", (v["s"][:G] << sh[:2])[:G], G)
-        e_left = comb("e_left", v["e_m1"] - sh, E)
-        v = dict(keep(v, "s", "e"), zero=zero, sign=sign, sh=sh, s1=s1, e_left=e_left)
-        v = boundary(6, v)
 
-        # 7. Normalise: right by one on a carry (folding the lost bit into S), else left by sh. The
-        #    biased exponent minus one is what packing needs; overflow and the special results are
-        #    decided here so that step 8 is only the rounding increment and one multiplexer.
-        s, sh = v["s"], v["sh"]
-        carry = s[G]
-        left = v["s1"]
-        for k in range(len(sh) - 2):
-            left = comb(f"left{k}", Mux(sh[k + 2], (left << (4 << k))[:G], left), G)
-        right = Cat(s[1] | s[0], s[2 : G + 1])
-        over = comb("over", carry & (v["e"] >= emax - 1))
-        special = Signal(W, name="special")
-        with m.If(v["nan"]):
-            m.d.comb += special.eq(fmt.qnan)
-        with m.Elif(v["inf"]):
-            m.d.comb += special.eq(Cat(Const(fmt.inf, W - 1), v["inf_sign"]))
-        with m.Elif(over):
-            m.d.comb += special.eq(Cat(Const(fmt.inf, W - 1), v["sign"]))
-        with m.Else():
-            # An exact zero: where e-1 is past the counter's width, the count (and so the shift) stops
-            # at that width, not at exponent 1, and the exponent would not come out 0.
-            m.d.comb += special.eq(Cat(Const(0, W - 1), v["sign"]))
-        v = {
-            "n": comb("n", Mux(carry, right, left), G),
-            "em1": comb("em1", Mux(carry, v["e"], v["e_left"]), E),
-            "use_special": comb("use_special", v["nan"] | v["inf"] | over | v["zero"]),
-            "special": special,
-            "sign": v["sign"],
-        }
-        v = boundary(7, v)
+def _add(p, v):
+    """Step 4: add or subtract (|x| >= |y|, so the difference is never negative).
 
-        # 8. Round to nearest even and pack as ((e-1) << m) + significand + up in one carry chain, so
-        #    that a rounding carry moves into the exponent, and from the largest finite value to
-        #    infinity, by itself.
-        n = v["n"]
-        sig = n[3:]
-        up = n[2] & (n[1] | n[0] | sig[0])
-        enc = comb("enc", Cat(sig[:M], v["em1"]) + Cat(up, Const(0, M - 1), sig[M]), W - 1)
-        res = comb("res", Mux(v["use_special"], v["special"], Cat(enc, v["sign"])), W)
-        v = boundary(_STEPS, {"res": res})
-        m.d.comb += self.s.eq(v["res"])
-        return m
+    One carry chain for both: x + (y ^ sub...) + sub, the +sub entering through an extra low bit
+    (1 + sub carries exactly when sub), so no second adder and no result multiplexer."""
+    G, comb = p.G, p.comb
+    sub = v["sub"]
+    addend = Cat(sub, v["ya"] ^ sub.replicate(G))
+    r = comb("sum_raw", (Cat(Const(1, 1), v["xe"]) + addend)[1 : G + 2], G + 1)
+    # A subtraction's carry out is the two's-complement wrap, not a carry of the result.
+    s = comb("sum", Cat(r[:G], r[G] & ~sub), G + 1)
+    # The left shift must stop at exponent 1 so that subnormal results keep their leading zeros:
+    # a one at bit e-1 from the top, OR-ed into what the zeros are counted in, stops the count
+    # there, so step 5's count is already min(leading zeros, e-1) and no comparison follows it.
+    # Decoded here, beside the carry chain, from a value known since step 2.
+    lim = comb("lim", Const(1 << (G - 1), G) >> v["e_m1"], G)
+    return dict(_keep(v, "e", "e_m1", "sx", "sy"), s=s, lim=lim)
+
+
+def _count(p, v):
+    """Step 5: leading zeros below the carry bit, limited to e-1 (alone in its step: the count tree is
+    the deep part)."""
+    s = v["s"]
+    tops = _lzc(p.m, s[: p.G] | v["lim"], "lzc")
+    v = _keep(v, "s", "e", "e_m1", "sx", "sy")
+    if len(tops) == 1:
+        v["lz"] = tops[0][0]
+    else:
+        (v["lz_hi"], v["lz_hi_v"]), (v["lz_lo"], _) = tops
+    return v
+
+
+def _shift_exponent(p, v):
+    """Step 6: the first two levels of the left shift (by sh's low two bits), so that step 7 only shifts
+    by multiples of 4 (bits pushed above G are lost either way); in parallel, the exponent after it,
+    exact zero and the sign (IEEE: an exact zero sum is +0 unless both operands are -0)."""
+    E, G, comb = p.E, p.G, p.comb
+    if "lz" in v:
+        sh = v["lz"]
+    else:
+        # The count's last level, the choice between its two halves (one LUT), sits here, ahead
+        # of the shift it selects, so that step 5 is the tree below it and the marker's OR.
+        sh = Cat(Mux(v["lz_hi_v"], v["lz_hi"], v["lz_lo"]), ~v["lz_hi_v"])
+    sh = comb("sh", sh, range(G + 1))
+    zero = comb("zero", v["s"] == 0)
+    sign = comb("sign", Mux(zero, v["sx"] & v["sy"], v["sx"]))
+    s1 = comb("s1", (v["s"][:G] << sh[:2])[:G], G)
+    e_left = comb("e_left", v["e_m1"] - sh, E)
+    return dict(_keep(v, "s", "e"), zero=zero, sign=sign, sh=sh, s1=s1, e_left=e_left)
+
+
+def _normalise(p, v):
+    """Step 7: normalise: right by one on a carry (folding the lost bit into S), else left by sh. The
+    biased exponent minus one is what packing needs; overflow and the special results are decided here
+    so that step 8 is only the rounding increment and one multiplexer."""
+    m, fmt, E, G, W, comb = p.m, p.fmt, p.E, p.G, p.W, p.comb
+    s, sh = v["s"], v["sh"]
+    carry = s[G]
+    left = v["s1"]
+    for k in range(len(sh) - 2):
+        left = comb(f"left{k}", Mux(sh[k + 2], (left << (4 << k))[:G], left), G)
+    right = Cat(s[1] | s[0], s[2 : G + 1])
+    over = comb("over", carry & (v["e"] >= p.emax - 1))
+    special = Signal(W, name="special")
+    with m.If(v["nan"]):
+        m.d.comb += special.eq(fmt.qnan)
+    with m.Elif(v["inf"]):
+        m.d.comb += special.eq(Cat(Const(fmt.inf, W - 1), v["inf_sign"]))
+    with m.Elif(over):
+        m.d.comb += special.eq(Cat(Const(fmt.inf, W - 1), v["sign"]))
+    with m.Else():
+        # An exact zero: where e-1 is past the counter's width, the count (and so the shift) stops
+        # at that width, not at exponent 1, and the exponent would not come out 0.
+        m.d.comb += special.eq(Cat(Const(0, W - 1), v["sign"]))
+    return {
+        "n": comb("n", Mux(carry, right, left), G),
+        "em1": comb("em1", Mux(carry, v["e"], v["e_left"]), E),
+        "use_special": comb("use_special", v["nan"] | v["inf"] | over | v["zero"]),
+        "special": special,
+        "sign": v["sign"],
+    }
+
+
+def _round(p, v):
+    """Step 8: round to nearest even and pack as ((e-1) << m) + significand + up in one carry chain, so
+    that a rounding carry moves into the exponent, and from the largest finite value to infinity, by
+    itself."""
+    M, W, comb = p.M, p.W, p.comb
+    n = v["n"]
+    sig = n[3:]
+    up = n[2] & (n[1] | n[0] | sig[0])
+    enc = comb("enc", Cat(sig[:M], v["em1"]) + Cat(up, Const(0, M - 1), sig[M]), W - 1)
+    return {"res": comb("res", Mux(v["use_special"], v["special"], Cat(enc, v["sign"])), W)}
 
 
 class FAddLanes(wiring.Component):
