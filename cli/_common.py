@@ -51,6 +51,8 @@ from ..spec.protocol import HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
 
 __all__ = [
     "int_in",
+    "int_option",
+    "doc_paragraph",
     "header_field",
     "positive_float",
     "number",
@@ -103,6 +105,18 @@ def int_in(lo, hi, what):
         return value
 
     return convert
+
+
+def doc_paragraph(doc, index):
+    """Paragraph ``index`` of a module docstring as one line: a command's ``--help`` description, kept with
+    the command's code."""
+    return doc.split("\n\n")[index].replace("\n", " ")
+
+
+def int_option(parser, flag, lo, hi, *, what=None, **kwargs):
+    """Add ``flag`` to ``parser`` (or an argument group): an integer in lo..hi whose messages name ``what``
+    (the flag itself unless given); ``kwargs`` go to ``add_argument``."""
+    return parser.add_argument(flag, type=int_in(lo, hi, what or flag), **kwargs)
 
 
 def header_field(name, option=None):
@@ -509,9 +523,7 @@ def add_grads_option(p):
 
 def add_port_option(p, what):
     """``--port``: a UDP port, 1..65535, wanreduce's own by default; ``what`` says which port it is."""
-    p.add_argument(
-        "--port", type=int_in(1, 0xFFFF, "--port"), default=UDP_PORT, help=f"{what} (default: {UDP_PORT})"
-    )
+    int_option(p, "--port", 1, 0xFFFF, default=UDP_PORT, help=f"{what} (default: {UDP_PORT})")
 
 
 def add_rank_option(p, help, **kw):
@@ -572,16 +584,20 @@ def add_chunk_option(p, *, default_help):
     model and the gateware), with ``--chunk-elems``, the former count of elements, still accepted;
     :func:`chunk_elems_of` reads either. ``default_help`` says what is used without them."""
     g = p.add_mutually_exclusive_group()
-    g.add_argument(
+    int_option(
+        g,
         "--chunk-bytes",
-        type=int_in(1, MAX_COUNT * 4, "--chunk-bytes"),
+        1,
+        MAX_COUNT * 4,
         default=None,
         metavar="BYTES",
         help=f"payload bytes per packet, a whole number of elements of --dtype ({default_help})",
     )
-    g.add_argument(
+    int_option(
+        g,
         "--chunk-elems",
-        type=int_in(1, MAX_COUNT, "--chunk-elems"),
+        1,
+        MAX_COUNT,
         default=None,
         metavar="N",
         help="elements per packet, instead of --chunk-bytes (its former form, still accepted)",
@@ -622,19 +638,23 @@ def add_experiment_options(p):
         default="1MiB",
         help="aggregator memory per site the schedule and the cores are built for (default: 1MiB)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--elements",
-        type=int_in(1, 1 << 22, "--elements"),
+        1,
+        1 << 22,
         default=65536,
         help="elements of each site's tensor (default: 65536)",
     )
     add_chunk_option(p, default_help=f"default: {DEFAULT_CHUNK_BYTES}")
     add_dtype_option(p)
-    p.add_argument("--seed", type=int_in(0, 2**32 - 1, "--seed"), default=1, help="random seed (default: 1)")
+    int_option(p, "--seed", 0, 2**32 - 1, default=1, help="random seed (default: 1)")
     add_width_option(p)
-    p.add_argument(
+    int_option(
+        p,
         "--time-limit",
-        type=int_in(1, 600, "--time-limit"),
+        1,
+        600,
         default=5,
         help="seconds for the schedule search (default: 5)",
     )
@@ -783,9 +803,11 @@ def add_model_arguments(p, *, memory_help=None):
         metavar="SECONDS",
         help="search budget for the optimizer; small networks finish well before (default: 20)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--seed",
-        type=int_in(0, 2**32 - 1, "--seed"),
+        0,
+        2**32 - 1,
         default=0,
         help="seed of the randomised search (default: 0)",
     )

@@ -16,7 +16,7 @@ from ..host.netio import WanEmulator
 from ..spec.errors import WanreduceError
 from ..spec.protocol import DType
 from ..spec.schedfile import load_schedule
-from ._common import add_dtype_option, add_port_option, int_in, progress
+from ._common import add_dtype_option, add_port_option, doc_paragraph, int_option, progress
 
 __all__ = ["register", "run", "make_engine", "ENGINES"]
 
@@ -28,7 +28,7 @@ def register(sub):
     p = sub.add_parser(
         "aggd",
         help="one site's software aggregator over real UDP multicast",
-        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        description=doc_paragraph(__doc__, 1),
     )
     p.add_argument("--schedule", required=True, help="the schedule file (wanreduce schedule -o)")
     p.add_argument("--rank", required=True, help="this site: a name of the schedule's sites or a rank")
@@ -38,7 +38,7 @@ def register(sub):
         help="IPv4 address of the only interface to listen and send on (default: 127.0.0.1, loopback)",
     )
     add_port_option(p, "UDP port")
-    p.add_argument("--job", type=int_in(0, 0xFFFF, "--job"), default=0, help="job id (default: 0)")
+    int_option(p, "--job", 0, 0xFFFF, default=0, help="job id (default: 0)")
     add_dtype_option(p, "element type of the chunks")
     p.add_argument(
         "--engine",

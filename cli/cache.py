@@ -6,7 +6,7 @@ import time
 from ..host.units import format_size
 from ..sim.verilator import runner, toolchain
 from ..spec.errors import WanreduceError
-from ._common import add_json_option, int_in, plural, print_json
+from ._common import add_json_option, int_option, plural, print_json
 
 __all__ = ["register", "run"]
 
@@ -26,9 +26,11 @@ def register(sub):
         "--clear", action="store_true", help="remove every cached build; the next run rebuilds what it needs"
     )
     what.add_argument("--list", action="store_true", help="list every build with its size and last use")
-    what.add_argument(
+    int_option(
+        what,
         "--prune",
-        type=int_in(0, 36500, "--prune"),
+        0,
+        36500,
         metavar="DAYS",
         help="remove the builds not used for DAYS days",
     )

@@ -22,7 +22,8 @@ from ._common import (
     add_report_options,
     chunk_elems_of,
     config_of,
-    int_in,
+    doc_paragraph,
+    int_option,
     non_negative,
     print_json,
     progress,
@@ -38,7 +39,7 @@ def register(sub):
     p = _PARSER = sub.add_parser(
         "demo",
         help="all sites synchronise on the RTL under the optimised schedule",
-        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        description=doc_paragraph(__doc__, 0),
     )
     add_experiment_options(p)
     p.add_argument(
@@ -60,9 +61,11 @@ def register(sub):
         default=0.5,
         help="root mode: uniform WAN jitter J in ms the plan absorbs and the WAN adds (default: 0.5)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--background",
-        type=int_in(0, 100_000, "--background"),
+        0,
+        100_000,
         default=40,
         help="root mode: frames of other traffic mixed into each site's input (default: 40)",
     )

@@ -38,7 +38,8 @@ from ._common import (
     add_port_option,
     add_report_options,
     chunk_elems_of,
-    int_in,
+    doc_paragraph,
+    int_option,
 )
 from .aggd import ENGINES, make_engine
 
@@ -63,7 +64,7 @@ def register(sub):
     p = sub.add_parser(
         "demo-net",
         help="all sites as processes over real UDP multicast, with an emulated WAN",
-        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        description=doc_paragraph(__doc__, 1),
     )
     add_experiment_options(p)
     p.add_argument(
@@ -91,15 +92,19 @@ def register(sub):
         "--interface)",
     )
     add_port_option(p, "UDP port")
-    p.add_argument(
+    int_option(
+        p,
         "--job",
-        type=int_in(0, 0xFFFF, "--job"),
+        0,
+        0xFFFF,
         default=0,
         help="job id, which picks the multicast groups (default: 0)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--deadline",
-        type=int_in(1, 3600, "--deadline"),
+        1,
+        3600,
         default=300,
         help="seconds the whole run may take (default: 300)",
     )

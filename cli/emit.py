@@ -29,7 +29,7 @@ from ._common import (
     flattened,
     header_field,
     heartbeat,
-    int_in,
+    int_option,
     plural,
     positive_float,
     print_json,
@@ -84,18 +84,22 @@ def register(sub):
         metavar="udp://HOST:PORT",
         help="send each frame's UDP payload as a datagram at its send time instead",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--rounds",
-        type=int_in(1, 1 << 20, "--rounds"),
+        1,
+        1 << 20,
         default=None,
         help="rounds to emit (default: one schedule period)",
     )
     p.add_argument("--job", type=header_field("job"), default=0, help="job id (default: 0)")
     add_wan_option(p, default_help="default: the schedule's params.topology if embedded, else nine-city")
     add_chunk_option(p, default_help="default: the schedule's params.chunk_bytes")
-    p.add_argument(
+    int_option(
+        p,
         "--bank-slots",
-        type=int_in(1, 1 << 24, "--bank-slots"),
+        1,
+        1 << 24,
         default=None,
         help="window slots per round bank (default: params.bank_slots, else from "
         "params.memory_bytes and chunk_bytes)",

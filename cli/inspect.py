@@ -7,7 +7,7 @@ from ..host.frames import parse_frame
 from ..host.pcap import read_pcap
 from ..host.validate import check_payload
 from ..spec.protocol import Drop, DType, Kind
-from ._common import add_capture_argument, add_json_option, add_port_option, int_in, print_json
+from ._common import add_capture_argument, add_json_option, add_port_option, int_option, print_json
 
 __all__ = ["register", "run", "describe"]
 
@@ -23,9 +23,11 @@ def register(sub):
     )
     add_capture_argument(p, "capture to read", dest="pcap", metavar="FILE.pcap")
     add_port_option(p, "UDP destination port of wanreduce traffic")
-    p.add_argument(
+    int_option(
+        p,
         "--slot-bytes",
-        type=int_in(1, 1 << 30, "--slot-bytes"),
+        1,
+        1 << 30,
         default=None,
         help="apply the too_large rule for this per-member slot size (default: not applied)",
     )

@@ -19,7 +19,7 @@ from ._common import (
     chunk_elems_of,
     flattened,
     header_field,
-    int_in,
+    int_option,
     load_npy,
     print_json,
 )
@@ -65,9 +65,11 @@ def register(sub):
         default=0,
         help="index of the first chunk (default: 0)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--period",
-        type=int_in(1, addressing.MAX_PERIOD, "--period"),
+        1,
+        addressing.MAX_PERIOD,
         default=1,
         help="rounds in the schedule's period; picks the round's multicast group (default: 1)",
     )

@@ -22,7 +22,7 @@ from ._common import (
     add_dtype_option,
     add_force_option,
     add_json_option,
-    int_in,
+    int_option,
     load_npy,
     print_json,
     progress,
@@ -48,16 +48,20 @@ def register(sub):
     p.add_argument("input", metavar="IN.npy", help="(N, 2) operand bit patterns (read only, never written)")
     p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns, - for stdout")
     add_dtype_option(p, "floating-point format")
-    p.add_argument(
+    int_option(
+        p,
         "--width",
-        type=int_in(32, 2048, "--width"),
+        32,
+        2048,
         default=SIM_WIDTH,
         help="beat width in bits, a multiple of the format's width; lanes = width / format "
         f"width (default: {SIM_WIDTH}, the width the other simulating commands build)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--stages",
-        type=int_in(1, 32, "--stages"),
+        1,
+        32,
         default=None,
         help="adder pipeline stages, 1..32 (default: the format's default, 8)",
     )

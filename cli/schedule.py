@@ -18,7 +18,7 @@ from ..spec.errors import WanreduceError
 from ..spec.schedfile import MAX_RANKS
 from ._common import (
     SLOW_SEARCH_S,
-    int_in,
+    int_option,
     modes_from_args,
     print_json,
     progress,
@@ -41,9 +41,11 @@ def register(subparsers):
         "PROTOCOL.md's schedule file.",
     )
     add_cost_options(p, memory_help="FPGA reorder-buffer memory per site (default: 1MiB)")
-    p.add_argument(
+    int_option(
+        p,
         "--group-size",
-        type=int_in(2, MAX_RANKS, "--group-size"),
+        2,
+        MAX_RANKS,
         default=None,
         metavar="K",
         help="only rotating groups of K sites (default: any size from 2 to N)",

@@ -49,7 +49,7 @@ from ._common import (
     add_port_option,
     add_rank_option,
     add_width_option,
-    int_in,
+    int_option,
     plural,
     print_json,
     progress,
@@ -130,24 +130,30 @@ def register(sub):
     p.add_argument(
         "--schedule", metavar="S.json", required=True, help="schedule file of PROTOCOL.md (required)"
     )
-    p.add_argument(
+    int_option(
+        p,
         "--slots",
-        type=int_in(1, MAX_SLOTS, "--slots"),
+        1,
+        MAX_SLOTS,
         default=None,
         help=f"reorder-buffer slots S, a power of two up to {MAX_SLOTS} (default: the most that the "
         "schedule file's params.memory_bytes holds, each G member buffers and a shadow RESULT)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--chunk-bytes",
-        type=int_in(4, MAX_SLOT_BYTES, "--chunk-bytes"),
+        4,
+        MAX_SLOT_BYTES,
         default=None,
         help="bytes of one member buffer C, a multiple of 4 (default: the schedule file's "
         "params.chunk_bytes)",
     )
     add_width_option(p)
-    p.add_argument(
+    int_option(
+        p,
         "--members",
-        type=int_in(1, MAX_RANKS, "--members"),
+        1,
+        MAX_RANKS,
         default=None,
         help="member buffers per slot G (default: the schedule's largest group)",
     )
@@ -190,9 +196,11 @@ def register(sub):
         help="build the core in line and write the frames it forwards on its bypass port here "
         "(default: no bypass port; frames that are not the core's work are dropped and counted)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--bypass-bytes",
-        type=int_in(8, 1 << 20, "--bypass-bytes"),
+        8,
+        1 << 20,
         default=9216,
         help="with --bypass: the longest frame the bypass port forwards, a multiple of the datapath's "
         "bytes per beat (default: 9216)",

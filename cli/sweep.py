@@ -14,7 +14,7 @@ from ._common import (
     SLOW_SEARCH_S,
     STDOUT,
     add_output_option,
-    int_in,
+    int_option,
     modes_from_args,
     print_json,
     progress,
@@ -64,9 +64,11 @@ def register(subparsers):
         metavar="LOW:HIGH",
         help="memory sizes to sweep, doubling from LOW to HIGH (default: 64KiB:16GiB)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--steps-per-doubling",
-        type=int_in(1, 16, "--steps-per-doubling"),
+        1,
+        16,
         default=1,
         metavar="K",
         help="sweep points per factor of 2 in memory, 1..16 (default: 1)",

@@ -27,6 +27,7 @@ from ._common import (
     add_force_option,
     add_output_option,
     int_in,
+    int_option,
     positive_float,
     progress,
 )
@@ -76,9 +77,12 @@ def register(subparsers):
         help=f"lm: validation loss (nats per byte) every site's model must reach (default: {dl.target}); "
         f"digits: test accuracy (default: {d.target})",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--h",
-        type=int_in(1, 10_000, "H"),
+        1,
+        10_000,
+        what="H",
         default=d.h,
         help=f"digits: inner steps between DiLoCo outer steps (default: {d.h}); lm: H = 10 and 50 both run",
     )
@@ -90,22 +94,31 @@ def register(subparsers):
         help="aggregation: 'packets' through the golden aggregator, 'fast' its bit-identical "
         f"numpy form (default: {d.engine})",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--max-steps",
-        type=int_in(1, 1_000_000, "the step limit"),
+        1,
+        1_000_000,
+        what="the step limit",
         default=None,
         help=f"lm: step limit of every grid point (default: {dl.max_steps}); digits: of the every-step and "
         f"gossip methods (default: {d.max_steps})",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--diloco-steps",
-        type=int_in(1, 1_000_000, "the DiLoCo step limit"),
+        1,
+        1_000_000,
+        what="the DiLoCo step limit",
         default=d.diloco_steps,
         help=f"digits: step limit of the DiLoCo methods (default: {d.diloco_steps})",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--seed",
-        type=int_in(0, 2**31 - 1, "the seed"),
+        0,
+        2**31 - 1,
+        what="the seed",
         default=d.seed,
         help=f"seed of the data split, the model and the batches (default: {d.seed})",
     )

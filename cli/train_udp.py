@@ -12,7 +12,7 @@ from ..host.costmodel import CostModel, CostParams
 from ..host.schedule import optimize, plan_to_schedule
 from ..host.topology import load_topology
 from ..spec.errors import WanreduceError
-from ._common import add_port_option, int_in, progress
+from ._common import add_port_option, int_option, progress
 
 __all__ = ["add_options", "run_udp"]
 
@@ -26,9 +26,11 @@ def add_options(p):
         help="gloo: the experiment of every method; udp: DDP steps whose gradients go through aggregator "
         "processes over real UDP, checked bit for bit against the fast path (default: gloo)",
     )
-    p.add_argument(
+    int_option(
+        p,
         "--udp-steps",
-        type=int_in(1, 1000, "--udp-steps"),
+        1,
+        1000,
         default=5,
         help="with --transport udp: DDP steps to train (default: 5)",
     )

@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..spec import regmap as regs
 from ..spec.protocol import MAX_RANKS, UDP_PORT, Drop
-from .schedule_table import BANK_BITS
+from .schedule_table import BANK_BITS, schedule_write_members
 
 __all__ = ["ControlSignature", "Control"]
 
@@ -82,13 +82,7 @@ class Control(wiring.Component):
                 "dest_mac": Out(48).array(dests),
                 "dest_ip": Out(32).array(dests),
                 "dest_port": Out(16).array(dests),
-                "sched_addr": Out(range(jobs * rounds)),
-                "sched_data": Out(64),
-                "sched_order": Out(8).array(members),
-                "sched_lo": Out(32),
-                "sched_hi": Out(32, init=0xFFFF_FFFF),
-                "sched_mdest": Out(32),
-                "sched_en": Out(1),
+                **schedule_write_members(Out, jobs=jobs, rounds=rounds, members=members),
                 "bypass_en": Out(1, init=int(bypass)),
                 "ev_bypass": In(1),
                 "ev_forwarded": In(1),

@@ -40,8 +40,9 @@ from .header_parser import HeaderParser
 from .layouts import Beat, Completion, PayloadBeat
 from .reduce import Reduce
 from .result_builder import ResultBuilder
-from .schedule_table import ScheduleTable
+from .schedule_table import SCHEDULE_WRITE, ScheduleTable
 from .slot_table import SlotTable
+from .stream import alike
 
 __all__ = ["AggregatorCore"]
 
@@ -145,12 +146,11 @@ class AggregatorCore(wiring.Component):
             "entry": 0 if self.entry == "frame" else 1,
             "bypass_bytes": self.bypass_bytes,
         }
+        capacities = {
+            name: getattr(self.config, name) for name in ("jobs", "rounds", "dests", "slots", "members")
+        }
         m.submodules.control = ctl = Control(
-            jobs=self.jobs,
-            rounds=self.rounds,
-            dests=self.dests,
-            slots=self.slots,
-            members=self.members,
+            **{name: getattr(self.config, name) for name in capacities},
             params=params,
             port=self.port,
             bypass=self.bypass_buffer is not None,
@@ -184,12 +184,10 @@ class AggregatorCore(wiring.Component):
         m.submodules.schedule = sched = self.schedule
         wiring.connect(m, header.o, sched.i)
         for j in range(self.jobs):
-            m.d.comb += _alike(sched, ctl, ("job_id", "job_period", "job_bank"), j)
-        m.d.comb += _alike(
-            sched, ctl, ("sched_addr", "sched_data", "sched_lo", "sched_hi", "sched_mdest", "sched_en")
-        )
+            m.d.comb += alike(sched, ctl, ("job_id", "job_period", "job_bank"), j)
+        m.d.comb += alike(sched, ctl, [name for name in SCHEDULE_WRITE if name != "sched_order"])
         for k in range(self.members):
-            m.d.comb += sched.sched_order[k].eq(ctl.sched_order[k])
+            m.d.comb += alike(sched, ctl, ["sched_order"], k)
 
         m.submodules.slots = slots = self.slot_table
         if self.ext:
@@ -200,10 +198,10 @@ class AggregatorCore(wiring.Component):
                 slots.i.valid.eq(sched.o.valid & writer.room),
                 sched.o.ready.eq(slots.i.ready & writer.room),
             ]
-            m.d.comb += _alike(writer, slots, ("wr_en", "wr_end", "wr_slot", "wr_member", "wr_data"))
+            m.d.comb += alike(writer, slots, ("wr_en", "wr_end", "wr_slot", "wr_member", "wr_data"))
         else:
             wiring.connect(m, sched.o, slots.i)
-        m.d.comb += _alike(ctl, slots, ("ev_valid", "ev_code", "ev_result", "ev_reemit", "ev_evict"))
+        m.d.comb += alike(ctl, slots, ("ev_valid", "ev_code", "ev_result", "ev_reemit", "ev_evict"))
         if self.bypass_buffer is not None:
             # The verdict of each frame, in input order: forward what is not this core's work.
             code = slots.ev_code
@@ -256,9 +254,9 @@ class AggregatorCore(wiring.Component):
             max_payload = protocol.HEADER_BYTES + self.chunk_bytes
             m.submodules.fanout = fan = Fanout(width=W, dests=self.dests, max_payload=max_payload)
             wiring.connect(m, result.o, fan.i)
-            m.d.comb += _alike(fan, ctl, ("mac", "ip", "port", "ndest"))
+            m.d.comb += alike(fan, ctl, ("mac", "ip", "port", "ndest"))
             for d in range(self.dests):
-                m.d.comb += _alike(fan, ctl, ("dest_mac", "dest_ip", "dest_port"), d)
+                m.d.comb += alike(fan, ctl, ("dest_mac", "dest_ip", "dest_port"), d)
             wiring.connect(m, fan.o, wiring.flipped(self.o))
         else:
             m.d.comb += _beats_into(result.o, self.o)
@@ -279,14 +277,12 @@ class AggregatorCore(wiring.Component):
         )
         m.d.comb += [
             *_fifo_into(queue, pre.i),
-            pre.closed.eq(writer.closed),
-            pre.retired.eq(writer.retired),
+            *alike(pre, writer, ("closed", "retired")),
             pre.werr.eq(writer.err),
             pre.werr_slot.eq(writer.err_slot),
             pre.freed.eq(red.release),
             pre.freed_slot.eq(red.release_slot),
-            slots.release.eq(pre.release),
-            slots.release_slot.eq(pre.release_slot),
+            *alike(slots, pre, ("release", "release_slot")),
             self.mem_errors.eq(pre.errors),
             self.mem_drops.eq(pre.drops),
         ]
@@ -300,14 +296,6 @@ class AggregatorCore(wiring.Component):
                     m.d.comb += getattr(port, name).eq(getattr(side, name))
                 else:
                     m.d.comb += getattr(side, name).eq(getattr(port, name))
-
-
-def _alike(dst, src, names, index=None):
-    """``dst``'s ports driven by ``src``'s of the same ``names`` (element ``index`` of port arrays): the
-    control port's registers and the stages' inputs they set carry one name on both sides."""
-    if index is None:
-        return [getattr(dst, name).eq(getattr(src, name)) for name in names]
-    return [getattr(dst, name)[index].eq(getattr(src, name)[index]) for name in names]
 
 
 def _fifo_into(queue, dst):

@@ -37,10 +37,29 @@ from .fifo import BlockFIFO
 from .layouts import ParsedBeat, ScheduledBeat
 from .stream import priority_select
 
-__all__ = ["ScheduleTable", "BANK_BITS"]
+__all__ = ["ScheduleTable", "BANK_BITS", "SCHEDULE_WRITE", "schedule_write_members"]
 
 #: Width of a job entry's bank-bits register; any value of at least log2 S means "slot = chunk mod S".
 BANK_BITS = 6
+
+
+def schedule_write_members(flow, *, jobs, rounds, members):
+    """The table's write port as component members, ``flow`` ``In`` on the table and ``Out`` on the register
+    file that drives it: the entry's address, its bitmap word, the summation order (``members`` bytes), the
+    root stripe ``lo``..``hi`` (inclusive), the multicast destinations and the write enable."""
+    return {
+        "sched_addr": flow(range(jobs * rounds)),
+        "sched_data": flow(64),
+        "sched_order": flow(8).array(members),
+        "sched_lo": flow(32),
+        "sched_hi": flow(32, init=0xFFFF_FFFF),
+        "sched_mdest": flow(32),
+        "sched_en": flow(1),
+    }
+
+
+#: The names of :func:`schedule_write_members`.
+SCHEDULE_WRITE = tuple(schedule_write_members(In, jobs=1, rounds=1, members=1))
 
 
 class ScheduleTable(wiring.Component):
@@ -79,13 +98,7 @@ class ScheduleTable(wiring.Component):
                 "job_id": In(16).array(jobs),
                 "job_period": In(range(rounds + 1)).array(jobs),
                 "job_bank": In(BANK_BITS).array(jobs),
-                "sched_addr": In(range(jobs * rounds)),
-                "sched_data": In(64),
-                "sched_order": In(8).array(members),
-                "sched_lo": In(32),
-                "sched_hi": In(32, init=0xFFFF_FFFF),
-                "sched_mdest": In(32),
-                "sched_en": In(1),
+                **schedule_write_members(In, jobs=jobs, rounds=rounds, members=members),
             }
         )
 

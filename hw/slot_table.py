@@ -733,15 +733,9 @@ class SlotTable(wiring.Component):
         ctx.new = Signal(ctx.state_layout)
         m.d.comb += ctx.new.eq(ctx.st_e)  # the shadow tag stays unless this packet completes a chunk
         with m.If(ctx.claims[2]):
-            m.d.comb += [
-                ctx.new.job.eq(ctx.desc.job),
-                ctx.new.round.eq(ctx.desc.round),
-                ctx.new.chunk.eq(ctx.desc.chunk),
-                ctx.new.dtype.eq(ctx.desc.dtype),
-                ctx.new.count.eq(ctx.desc.count),
-                ctx.new.group.eq(ctx.desc.group),
-                ctx.new.flags.eq(ctx.desc.flags),
-            ]
+            # The claiming packet's descriptor, all but its source, becomes the slot's tag.
+            tag = ("job", "round", "chunk", "dtype", "count", "group", "flags")
+            m.d.comb += [ctx.new[name].eq(ctx.desc[name]) for name in tag]
         with m.Else():
             m.d.comb += ctx.new.flags.eq(ctx.st_e.flags | ctx.desc.flags)
         m.d.comb += ctx.new.bitmap.eq(

@@ -11,6 +11,8 @@ kept register copies.
 * :func:`kept_copies`: the next value of a register kept as several flip-flops, some complemented: the
   synthesis merges flip-flops of one input but not a flip-flop and its complement, so each copy drives
   only its own sinks (a register of a few hundred loads otherwise puts one long net on the critical path).
+* :func:`alike`: ports of one name on two components, one driving the other (a register file's outputs
+  into the stage they configure, pins passed up through a wrapper).
 
 The functions build expressions or statements only (:func:`kept_copies` the registers' next values, of
 registers the caller owns): they add no pipeline stage, so their latency is 0 cycles, and they take no part
@@ -29,6 +31,7 @@ __all__ = [
     "balanced_tree",
     "keep_and_tree",
     "kept_copies",
+    "alike",
 ]
 
 
@@ -138,3 +141,10 @@ def kept_copies(copies, value):
             v = (~v & ((1 << len(signal)) - 1)) if isinstance(v, int) else ~v
         out.append(signal.eq(v))
     return out
+
+
+def alike(dst, src, names, index=None):
+    """``dst``'s ports driven by ``src``'s ports of the same ``names`` (element ``index`` of port arrays)."""
+    if index is None:
+        return [getattr(dst, name).eq(getattr(src, name)) for name in names]
+    return [getattr(dst, name)[index].eq(getattr(src, name)[index]) for name in names]

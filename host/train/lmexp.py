@@ -18,16 +18,7 @@ import numpy as np
 
 from ...spec.errors import WanreduceError
 from .. import hbm
-from .compare import (
-    RunConfig,
-    best_wanreduce,
-    mean_sync_s,
-    pick_methods,
-    run_topology,
-    setting_for,
-    setting_record,
-    trajectory,
-)
+from . import compare
 from .methods import LM_METHODS, build_costs, latency_floor, simulate_clock
 
 __all__ = ["LMConfig", "run_lm_experiment", "DEFAULT_GRID"]
@@ -42,7 +33,7 @@ DEFAULT_GRID = {
 
 
 @dataclass
-class LMConfig(RunConfig):
+class LMConfig(compare.RunConfig):
     """The language-model run (the defaults are what ``make train`` runs)."""
 
     context: int = 128
@@ -116,7 +107,7 @@ def _trajectories(methods, costs, cfg):
                 if trajs[key]["syncs"] != costs[m.name].rounds:
                     raise WanreduceError(f"{m.name} syncs other rounds than its family {fam}")
                 continue
-            trajs[key] = trajectory(
+            trajs[key] = compare.trajectory(
                 json.dumps([fam, gi]),
                 m,
                 costs[m.name].rounds,
@@ -158,7 +149,7 @@ def _method_entry(m, cost, setting, cfg, runs, trajs):
         sync_bytes=setting.bytes_for(m),
         wire_dtype=cfg.dtype,
         detail=cost.detail,
-        sync_s=mean_sync_s(cost),
+        sync_s=compare.mean_sync_s(cost),
         available=True,
         chosen=chosen["params"],
         steps_to_target=chosen["steps_to_target"],
@@ -184,7 +175,7 @@ def _sweep(methods, costs, setting, cfg, chosen):
             steps[m.name] = float(clock[last] / last)
         base, base_step = times.get("colocated"), steps.get("colocated")
         ratios = {n: (t / base if t is not None and base else None) for n, t in times.items()}
-        best = best_wanreduce(ratios)
+        best = compare.best_wanreduce(ratios)
         rows.append(
             dict(
                 tokens_per_step=tokens,
@@ -204,10 +195,10 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
     from .runner import run_sites
 
     cfg.check()
-    setting = setting_for(cfg, setting)
-    topo = run_topology(cfg)
+    setting = compare.setting_for(cfg, setting)
+    topo = compare.run_topology(cfg)
     known = LM_METHODS()
-    methods = pick_methods(known, cfg.methods)
+    methods = compare.pick_methods(known, cfg.methods)
     if "colocated" not in {m.name for m in methods}:
         methods.insert(0, known[0])  # every ratio is over colocated's
     t0 = time.perf_counter()
@@ -239,7 +230,7 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
         e["ratio_vs_colocated"] = t / base if (t is not None and base) else None
         e["per_step_ratio"] = e["s_per_step"] / base_step
         e["utilisation_vs_colocated"] = base_step / e["s_per_step"]
-    best_ratio, best = best_wanreduce({n: e["ratio_vs_colocated"] for n, e in out.items()})
+    best_ratio, best = compare.best_wanreduce({n: e["ratio_vs_colocated"] for n, e in out.items()})
     diameter, floor = latency_floor(topo, setting, base_step)
     sweep = _sweep(methods, costs, setting, cfg, chosen)
     plans = {}
@@ -249,7 +240,7 @@ def run_lm_experiment(cfg, setting=None, *, log=print):
             plans[f"{m.transport} at {setting.memory_of(m)} B, {setting.bytes_for(m) / 1e9:g} GB"] = c.plan
     return {
         "task": "lm",
-        "setting": setting_record(setting),
+        "setting": compare.setting_record(setting),
         "memory_assumption": "on-chip build: 42 MB (root mode) and 1 MiB; the ample-memory build is "
         f"{hbm.AMPLE_LABEL}, costed with the HBM's bandwidth and latency",
         "config": {k: v for k, v in asdict(cfg).items() if k != "methods"},

@@ -39,8 +39,9 @@ from amaranth.lib.wiring import In, Out
 from ...spec import regmap
 from ..board import BOARD_CORE, EHXPLLL_FILTER, EHXPLLL_HELD, EHXPLLL_MODES, UARTBridge
 from ..core import AggregatorCore
+from ..stream import alike
 from .mac import RX_COUNTERS, TX_COUNTERS, EthMac, RgmiiSignature
-from .mdio import PhyManager
+from .mdio import MDIO_OUTPUTS, PhyManager, mdio_pins
 
 __all__ = [
     "EthBoard",
@@ -170,10 +171,7 @@ class EthBoard(wiring.Component):
         super().__init__(
             {
                 "rgmii": Out(RgmiiSignature()),
-                "mdc": Out(1),
-                "mdio_o": Out(1),
-                "mdio_oe": Out(1),
-                "mdio_i": In(1, init=1),
+                **mdio_pins(i_init=1),
                 "phy_rst_n": Out(1),
                 "uart_rx": In(1, init=1),
                 "uart_tx": Out(1, init=1),
@@ -198,9 +196,7 @@ class EthBoard(wiring.Component):
             self.uart_tx.eq(bridge.tx),
             bridge.o.ready.eq(1),  # 'I' beats: taken and discarded
             bridge.i.valid.eq(0),  # 'O': no beat
-            self.mdc.eq(phy.mdc),
-            self.mdio_o.eq(phy.mdio_o),
-            self.mdio_oe.eq(phy.mdio_oe),
+            *alike(self, phy, MDIO_OUTPUTS),
             phy.mdio_i.eq(self.mdio_i),
             self.phy_rst_n.eq(phy.phy_rst_n),
             self.link.eq(phy.link),

@@ -12,11 +12,23 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["MdioMaster", "PhyManager", "BMSR", "BMSR_LINK"]
+from ..stream import alike
+
+__all__ = ["MdioMaster", "PhyManager", "BMSR", "BMSR_LINK", "MDIO_OUTPUTS", "mdio_pins"]
 
 #: Basic mode status register and its link-status bit (clause 22.2.4.2).
 BMSR, BMSR_LINK = 1, 2
 _PREAMBLE, _FRAME = 32, 32
+
+
+def mdio_pins(*, o_init=0, i_init=0):
+    """The management pins as component members: ``mdc`` and the MDIO pin's buffer (``mdio_o``, ``mdio_oe``,
+    ``mdio_i``), with the output's and the input's values before anything drives them."""
+    return {"mdc": Out(1), "mdio_o": Out(1, init=o_init), "mdio_oe": Out(1), "mdio_i": In(1, init=i_init)}
+
+
+#: The outputs among :func:`mdio_pins`, which a wrapper passes up from the block it wraps.
+MDIO_OUTPUTS = ("mdc", "mdio_o", "mdio_oe")
 
 
 class MdioMaster(wiring.Component):
@@ -42,10 +54,8 @@ class MdioMaster(wiring.Component):
                 "wdata": In(16),
                 "rdata": Out(16),
                 "busy": Out(1),
-                "mdc": Out(1),
-                "mdio_o": Out(1, init=1),
-                "mdio_oe": Out(1),
-                "mdio_i": In(1),
+                # The pin idles high (pulled up), so the buffer's output starts there too.
+                **mdio_pins(o_init=1),
             }
         )
 
@@ -114,10 +124,7 @@ class PhyManager(wiring.Component):
                 "phy_rst_n": Out(1),
                 "link": Out(1),
                 "reads": Out(16),
-                "mdc": Out(1),
-                "mdio_o": Out(1),
-                "mdio_oe": Out(1),
-                "mdio_i": In(1),
+                **mdio_pins(),
             }
         )
 
@@ -125,9 +132,7 @@ class PhyManager(wiring.Component):
         m = Module()
         m.submodules.mdio = mdio = MdioMaster(divisor=self.divisor)
         m.d.comb += [
-            self.mdc.eq(mdio.mdc),
-            self.mdio_o.eq(mdio.mdio_o),
-            self.mdio_oe.eq(mdio.mdio_oe),
+            *alike(self, mdio, MDIO_OUTPUTS),
             mdio.mdio_i.eq(self.mdio_i),
             mdio.phy.eq(self.phy),
             mdio.reg.eq(BMSR),
