@@ -6,8 +6,8 @@
     rxd/rx_ctl ─► DDRInput ─► RxMac ─► RxPacker ─► AsyncFIFO ═╗        (eth_rx, 125 MHz, a byte a cycle)
                                                               ╚═► FrameBuffer ─► o     (sync: the core's)
     i ─► FrameBuffer ═╗                                                                 (sync)
-                      ╚═► AsyncFIFO ─► TxMac ─► DDROutput ─► txd/tx_ctl       (eth_tx, 125 MHz)
-                                         "1,0" ─► DDROutput ─► tx_clk          (eth_tx90: 90° after eth_tx)
+                      ╚═► AsyncFIFOBuffered ─► TxMac ─► DDROutput ─► txd/tx_ctl   (eth_tx, 125 MHz)
+                                                 "1,0" ─► DDROutput ─► tx_clk      (eth_tx90: 90° after eth_tx)
 
 The receive clock comes from the PHY (``rx_clk``); its data are sampled as an RGMII PHY with its receive
 delay presents them (the data change half a cycle away from the edge that takes them). The transmit side
@@ -77,7 +77,7 @@ class EthMac(wiring.Component):
     outside), ``eth_rx`` (made here from ``rx_clk``, reset from ``sync``'s reset).
 
     Latency: a received frame starts leaving on ``o`` about 10 core cycles after its last byte; a frame on
-    ``i`` starts its preamble about 8 transmit cycles after its last beat. Back-pressure: ``o`` may wait as
+    ``i`` starts its preamble about 9 transmit cycles after its last beat. Back-pressure: ``o`` may wait as
     long as the receive buffer holds (two longest frames); after that arriving frames are dropped and
     counted ``rx_overflow``. ``i`` waits while the transmit buffer is full.
     """
@@ -157,8 +157,10 @@ class EthMac(wiring.Component):
         m.d.eth_tx += [tx_rst[0].eq(ResetSignal("eth_tx")), tx_rst[1].eq(tx_rst[0])]
         m.d.comb += [ClockSignal("mac_tx").eq(ClockSignal("eth_tx")), ResetSignal("mac_tx").eq(tx_rst[1])]
         m.submodules.tx_buf = tx_buf = FrameBuffer(width=W, depth=self.tx_depth, status_bits=1)
-        m.submodules.tx_cdc = tx_cdc = fifo.AsyncFIFO(
-            width=Beat(W).size, depth=8, r_domain="mac_tx", w_domain="sync"
+        # Buffered: the read side's ready and data are registers of the transmit clock, so the crossing's
+        # pointer decoding ends there and does not run on into the MAC's byte logic in the same cycle.
+        m.submodules.tx_cdc = tx_cdc = fifo.AsyncFIFOBuffered(
+            width=Beat(W).size, depth=9, r_domain="mac_tx", w_domain="sync"
         )
         m.submodules.tx_mac = tx_mac = _rename(TxMac(width=W), "mac_tx")
         m.submodules.tx_ddr = tx_ddr = DDROutput(width=5, domain="mac_tx", primitive=self.primitive)
