@@ -7,7 +7,7 @@
                                                               ╚═► FrameBuffer ─► o     (sync: the core's)
     i ─► FrameBuffer ═╗                                                                 (sync)
                       ╚═► AsyncFIFOBuffered ─► TxMac ─► DDROutput ─► txd/tx_ctl   (eth_tx, 125 MHz)
-                                                 "1,0" ─► DDROutput ─► tx_clk      (eth_tx90: 90° after eth_tx)
+                                                 "1,0" ─► DDROutput ─► tx_clk   (eth_tx90: 90° after eth_tx)
 
 The receive clock comes from the PHY (``rx_clk``); its data are sampled as an RGMII PHY with its receive
 delay presents them (the data change half a cycle away from the edge that takes them). The transmit side
