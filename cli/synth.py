@@ -3,14 +3,17 @@
 Thin over :mod:`wanreduce.sim.synth.flow`: ``ecp5`` (the bare W=64 core through Yosys and nextpnr-ecp5, one
 placement per seed), ``paths`` (Yosys only, paths ranked by an estimated delay), ``xcup`` (the W=512 core
 through ``synth_xilinx -family xcup``: an estimate, no timing), ``bitstream`` (a board top), ``report``
-(build/synth.md from the results present) and ``all`` (what ``make synth`` runs). The tools are the
+(build/synth.md from the results present), ``all`` (what ``make synth`` runs) and ``fadd`` (the lone adder
+lanes, at any pipeline depth, as the ``fadd`` benchmark places them). The tools are the
 YoWASP builds of the ``synth`` extra; their first call compiles them (about 30 s).
 """
 
 import argparse
 import json
 
+from ..hw.schedule_table import MOD_STAGES
 from ..sim.synth import flow
+from ._common import int_option
 
 __all__ = ["register"]
 
@@ -45,6 +48,7 @@ def register(sub):
     pe.add_argument(
         "--mod-stages",
         type=int,
+        choices=MOD_STAGES,
         default=None,
         help="the schedule table's modulo pipeline stages (default: the core's)",
     )
@@ -55,8 +59,10 @@ def register(sub):
         help="nextpnr's timing-driven rip-up in the router: re-route the critical nets (default: off)",
     )
     pp = flows.add_parser("paths", help="synth_ecp5 only, paths ranked by an estimated delay (no P&R)")
-    pp.add_argument("--mod-stages", type=int, default=None, help="as for ecp5 (default: the core's)")
-    pp.add_argument("--count", type=int, default=40, help="endpoints to list (default: 40)")
+    pp.add_argument(
+        "--mod-stages", type=int, choices=MOD_STAGES, default=None, help="as for ecp5 (default: the core's)"
+    )
+    int_option(pp, "--count", 1, 10_000, default=40, help="endpoints to list (default: 40)")
     pp.add_argument("--under", default=None, help="only endpoints whose name starts so, e.g. frame.")
     pp.add_argument(
         "--name", default="paths_core", help="work folder under build/synth (default: paths_core)"
@@ -84,7 +90,24 @@ def register(sub):
         default="ecpix5_85",
         help="ecpix5_85, ecpix5_45 (one port) or versa_ecp5 (two ports, in line) (default: ecpix5_85)",
     )
-    pn.add_argument("--seed", type=int, default=1, help="placement seed (default: 1)")
+    int_option(pn, "--seed", 0, 2**31 - 1, default=1, help="placement seed (default: 1)")
+    pf = flows.add_parser(
+        "fadd", help="the lone adder lanes through synth_ecp5 + nextpnr-ecp5, as the fadd benchmark has them"
+    )
+    pf.add_argument(
+        "formats",
+        nargs="*",
+        choices=("fp32", "fp16", "bf16"),
+        metavar="FORMAT",
+        help="fp32, fp16 and/or bf16 (default: all three)",
+    )
+    int_option(pf, "--stages", 0, 32, default=None, help="pipeline stages (default: each format's own)")
+    pf.add_argument(
+        "--seeds",
+        type=_seed_list,
+        default=None,
+        help="placement seeds; the Fmax is their median (default: the benchmark's)",
+    )
     flows.add_parser("report", help="write build/synth.md from the results present")
     flows.add_parser(
         "all",
@@ -130,6 +153,8 @@ def run(args):
             r = eth_flow.bitstream(args.board, seed=args.seed)
             prefix = eth_flow.BUILDS.get(args.board, "board")
             print(_shown({**eth_flow.figures(r, prefix), "fmax_all": r["fmax_all"]}))
+        if args.flow == "fadd":
+            _lanes(args)
         if args.flow in ("report", "all"):
             print(flow.report())
     except (RuntimeError, ValueError) as exc:
@@ -138,3 +163,13 @@ def run(args):
 
         raise WanreduceError(str(exc)) from None
     return 0
+
+
+def _lanes(args):
+    from ..hw.fadd import FloatFormat
+    from ..sim.bench import fadd
+
+    seeds = {"seeds": args.seeds} if args.seeds else {}
+    for name in args.formats or [f.name for f in FloatFormat.all()]:
+        r = fadd.synth(FloatFormat.from_name(name), stages=args.stages, **seeds)
+        print(_shown({"format": name, **r}))

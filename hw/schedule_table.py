@@ -37,10 +37,12 @@ from .fifo import BlockFIFO
 from .layouts import ParsedBeat, ScheduledBeat
 from .stream import priority_select
 
-__all__ = ["ScheduleTable", "BANK_BITS", "SCHEDULE_WRITE", "schedule_write_members"]
+__all__ = ["ScheduleTable", "BANK_BITS", "MOD_STAGES", "SCHEDULE_WRITE", "schedule_write_members"]
 
 #: Width of a job entry's bank-bits register; any value of at least log2 S means "slot = chunk mod S".
 BANK_BITS = 6
+#: The depths the round-modulo pipeline can have: its 32 steps split evenly over the stages.
+MOD_STAGES = (1, 2, 4, 8, 16, 32)
 
 
 def schedule_write_members(flow, *, jobs, rounds, members):
@@ -80,7 +82,7 @@ class ScheduleTable(wiring.Component):
             raise ValueError("The job and round capacities of the schedule table must be powers of two.")
         if rounds > 128:
             raise ValueError(f"The schedule table holds at most 128 rounds per job, not {rounds}.")
-        if mod_stages not in (1, 2, 4, 8, 16, 32):
+        if mod_stages not in MOD_STAGES:
             raise ValueError(f"The modulo pipeline needs a number of stages dividing 32, not {mod_stages}.")
         if not 1 <= members <= protocol.MAX_RANKS:
             raise ValueError(f"The members per slot must be in 1..{protocol.MAX_RANKS}, not {members}.")

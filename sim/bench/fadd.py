@@ -14,14 +14,12 @@ numpy / ml_dtypes; the figures are mismatch counts (must be 0) and harness throu
 Figures: ``fadd_<fmt>_luts``, ``fadd_<fmt>_ffs``, ``fadd_<fmt>_fmax_mhz`` (with ``_fmax_min_mhz`` and
 ``_fmax_max_mhz``, the spread over the seeds), ``fadd_<fmt>_stages``,
 ``fadd_<fmt>_pairs_checked``, ``fadd_<fmt>_mismatches``, ``fadd_<fmt>_harness_mpairs_per_s``.
-``python -m wanreduce.sim.bench.fadd [--no-synth] [--no-volume] [--stages N] [fp32 ...]`` runs parts.
+``wanreduce synth fadd [--stages N] [--seeds S,...] [fp32 ...]`` runs the synthesis alone, at any depth.
 """
 
-import argparse
 import json
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -163,24 +161,3 @@ NOTES = {
     f"fadd_{f}_fmax_mhz": f"median over nextpnr seeds {', '.join(map(str, SEEDS))} of one synthesis"
     for f in _FORMATS
 }
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(
-        prog="python -m wanreduce.sim.bench.fadd", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("formats", nargs="*", default=[], help="fp32, fp16 and/or bf16 (default: all three)")
-    p.add_argument("--no-synth", action="store_true", help="skip synthesis (default: run it)")
-    p.add_argument("--no-volume", action="store_true", help="skip the volume check (default: run it)")
-    p.add_argument(
-        "--stages", type=int, default=None, help="pipeline stages (default: each format's default)"
-    )
-    args = p.parse_args(argv)
-    fmts = [FloatFormat.from_name(f) for f in args.formats] or None
-    res = run(fmts, do_synth=not args.no_synth, do_volume=not args.no_volume, stages=args.stages)
-    print(json.dumps(res, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
