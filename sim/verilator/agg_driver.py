@@ -17,6 +17,7 @@ API::
 """
 
 import dataclasses
+import inspect
 
 import numpy as np
 
@@ -82,8 +83,14 @@ TOP = "agg_core"
 
 def build_key(config, options, kind="AggregatorCore"):
     """The key the Verilog of a core build is cached under: its configuration (a
-    :class:`~wanreduce.spec.core.CoreConfig`) and its build options."""
-    return (kind, sorted({**config.as_dict(), **options}.items()))
+    :class:`~wanreduce.spec.core.CoreConfig`) and its build options; for an ``AggregatorCore``, less those
+    given at their default (so that ``port=UDP_PORT`` and no ``port`` share one build)."""
+    defaults = {}
+    if kind == "AggregatorCore":
+        params = inspect.signature(AggregatorCore).parameters.values()
+        defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    given = {k: v for k, v in options.items() if k not in defaults or defaults[k] != v}
+    return (kind, sorted({**config.as_dict(), **given}.items()))
 
 
 @dataclasses.dataclass

@@ -137,3 +137,17 @@ def test_build_key_names_the_cocotb_version(monkeypatch):
     monkeypatch.setattr(cocotb, "__version__", "0.0.0-other")
     runner.build(Incr(), top="incr")
     assert keys[0][-1] != keys[1][-1] and keys[1][-1] == "0.0.0-other"
+
+
+def test_core_build_key_ignores_options_at_their_default():
+    from wanreduce.sim.verilator.agg_driver import build_key
+    from wanreduce.spec.core import DEFAULT
+    from wanreduce.spec.protocol import UDP_PORT
+
+    assert build_key(DEFAULT, {"port": UDP_PORT, "queue_depth": 4}) == build_key(DEFAULT, {})
+    assert build_key(DEFAULT, {"port": UDP_PORT + 1}) != build_key(DEFAULT, {})
+    assert build_key(DEFAULT, {"queue_depth": 8}) != build_key(DEFAULT, {"queue_depth": 4})
+    # Another kind's options are its own: never dropped by the core's defaults.
+    assert build_key(DEFAULT, {"port": UDP_PORT}, kind="AXIAggregator") != build_key(
+        DEFAULT, {}, kind="AXIAggregator"
+    )
