@@ -146,11 +146,9 @@ class AggregatorCore(wiring.Component):
             "entry": 0 if self.entry == "frame" else 1,
             "bypass_bytes": self.bypass_bytes,
         }
-        capacities = {
-            name: getattr(self.config, name) for name in ("jobs", "rounds", "dests", "slots", "members")
-        }
+        capacities = {n: getattr(self.config, n) for n in ("jobs", "rounds", "dests", "slots", "members")}
         m.submodules.control = ctl = Control(
-            **{name: getattr(self.config, name) for name in capacities},
+            **capacities,
             params=params,
             port=self.port,
             bypass=self.bypass_buffer is not None,
