@@ -271,3 +271,31 @@ def test_train_counts_sites_with_site_count_and_the_former_sites():
     assert new.sites == old.sites == 3
     # Everywhere else --sites names cities: the number has a name of its own.
     assert parser.parse_args(["schedule", "--sites", "AMS,LON"]).sites == "AMS,LON"
+
+
+@pytest.mark.parametrize(
+    "argv, flag, rule",
+    [
+        (["schedule", "--group-size", "1"], "--group-size", "2..64"),
+        (["emit", "s.json", "--rounds", "0"], "--rounds", "1.."),
+        (["demo-net", "--deadline", "x"], "--deadline", "an integer"),
+        (["rtl-add", "a.npy", "b.npy", "--stages", "33"], "--stages", "1..32"),
+        (["synth", "fadd", "--stages", "40"], "--stages", "0..32"),
+        (["synth", "eth", "--seed", "-1"], "--seed", "0.."),
+        (["synth", "paths", "--count", "0"], "--count", "1.."),
+        (["train", "--h", "0"], "H", "1..10000"),
+    ],
+)
+def test_an_integer_option_out_of_range_is_one_line_naming_it(capsys, argv, flag, rule):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    line = err.strip().splitlines()[-1]
+    typed = next(a for a in argv if a.startswith("--"))
+    assert f"wanreduce {argv[0]}" in line and f"argument {typed}: {flag} must be" in line and rule in line
+
+
+def test_synth_choices_are_checked_before_any_tool_runs(capsys):
+    code, _, err = run(capsys, "synth", "fadd", "fp64")
+    assert code == 2 and "invalid choice: 'fp64'" in err
+    code, _, err = run(capsys, "synth", "paths", "--mod-stages", "3")
+    assert code == 2 and "invalid choice: 3" in err

@@ -15,6 +15,7 @@ from amaranth.sim import Simulator
 
 from wanreduce.hw.stream import (
     SkidBuffer,
+    alike,
     balanced_tree,
     first_match,
     keep_and_tree,
@@ -193,3 +194,15 @@ def test_kept_copies_follow_value():
         assert (ctx.get(one), ctx.get(one_n)) == (1, 0)
 
     _run(m, tb)
+
+
+def test_alike_drives_each_named_port_from_the_same_name():
+    from types import SimpleNamespace
+
+    src = SimpleNamespace(a=Signal(4), b=Signal(4), arr=[Signal(2), Signal(2)])
+    dst = SimpleNamespace(a=Signal(4), b=Signal(4), arr=[Signal(2), Signal(2)])
+    stmts = alike(dst, src, ("a", "b"))
+    assert len(stmts) == 2
+    assert all(st.lhs is getattr(dst, n) and st.rhs is getattr(src, n) for st, n in zip(stmts, "ab"))
+    (st,) = alike(dst, src, ["arr"], 1)
+    assert st.lhs is dst.arr[1] and st.rhs is src.arr[1]
