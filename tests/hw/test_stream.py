@@ -203,6 +203,7 @@ def test_alike_drives_each_named_port_from_the_same_name():
     dst = SimpleNamespace(a=Signal(4), b=Signal(4), arr=[Signal(2), Signal(2)])
     stmts = alike(dst, src, ("a", "b"))
     assert len(stmts) == 2
-    assert all(st.lhs is getattr(dst, n) and st.rhs is getattr(src, n) for st, n in zip(stmts, "ab", strict=True))
+    for st, name in zip(stmts, "ab", strict=True):
+        assert st.lhs is getattr(dst, name) and st.rhs is getattr(src, name)
     (st,) = alike(dst, src, ["arr"], 1)
     assert st.lhs is dst.arr[1] and st.rhs is src.arr[1]
