@@ -51,7 +51,6 @@ class TxMac(wiring.Component):
         sent = Signal(range(ethernet.MIN_PAYLOAD_FRAME_BYTES + 1))  # frame bytes so far, saturating
         step = Signal(range(max(ethernet.ETH_PREAMBLE_BYTES, ethernet.ETH_IFG_BYTES) + 1))
         broken = Signal()
-        lanes = Array(cur.data.word_select(j, 8) for j in range(B))
         fcs_bytes = Array(fcs.crc.word_select(j, 8) for j in range(4))
         byte, en = Signal(8), Signal()
         m.d.comb += fcs.data.eq(byte)
@@ -73,8 +72,11 @@ class TxMac(wiring.Component):
                 with m.Else():
                     m.d.comb += byte.eq(ethernet.PREAMBLE_BYTE)
             with m.State("DATA"):
-                m.d.comb += [en.eq(1), byte.eq(lanes[k]), fcs.valid.eq(1)]
+                # The beat's bytes leave from its low end, shifted down a byte a cycle: the byte on the
+                # line and into the FCS is a register's, not a choice among the beat's lanes.
+                m.d.comb += [en.eq(1), byte.eq(cur.data[:8]), fcs.valid.eq(1)]
                 m.d.sync += [
+                    cur.data.eq(cur.data >> 8),
                     k.eq(k + 1),
                     sent.eq(Mux(sent == ethernet.MIN_PAYLOAD_FRAME_BYTES, sent, sent + 1)),
                 ]
