@@ -47,7 +47,10 @@ class TxMac(wiring.Component):
         B = self.width // 8
         m.submodules.crc = fcs = crc.catalog.CRC32_ETHERNET(data_width=8).create()
         cur = Signal(Beat(self.width))
-        k = Signal(range(B))  # byte index in ``cur``
+        # Bytes of ``cur`` after the one going out, and whether it is the beat's last, both as registers so
+        # that asking the FIFO for the next beat is decided from flip-flops (``bytes == 0`` sends one byte).
+        left = Signal(range(B))
+        end = Signal()
         sent = Signal(range(ethernet.MIN_PAYLOAD_FRAME_BYTES + 1))  # frame bytes so far, saturating
         step = Signal(range(max(ethernet.ETH_PREAMBLE_BYTES, ethernet.ETH_IFG_BYTES) + 1))
         broken = Signal()
@@ -61,7 +64,8 @@ class TxMac(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.r_rdy):
                     m.d.comb += self.r_en.eq(1)
-                    m.d.sync += [cur.eq(self.r_data), k.eq(0), sent.eq(0), step.eq(0), broken.eq(0)]
+                    m.d.sync += [cur.eq(self.r_data), sent.eq(0), step.eq(0), broken.eq(0)]
+                    m.d.sync += _beat_bytes(left, end, self.r_data.bytes)
                     m.next = "PREAMBLE"
             with m.State("PREAMBLE"):
                 m.d.comb += en.eq(1)
@@ -77,11 +81,11 @@ class TxMac(wiring.Component):
                 m.d.comb += [en.eq(1), byte.eq(cur.data[:8]), fcs.valid.eq(1)]
                 m.d.sync += [
                     cur.data.eq(cur.data >> 8),
-                    k.eq(k + 1),
+                    left.eq(left - 1),
+                    end.eq(left == 1),
                     sent.eq(Mux(sent == ethernet.MIN_PAYLOAD_FRAME_BYTES, sent, sent + 1)),
                 ]
-                with m.If((k == cur.bytes - 1) | (cur.bytes == 0)):
-                    m.d.sync += k.eq(0)
+                with m.If(end):
                     with m.If(cur.last):
                         m.d.sync += step.eq(0)
                         with m.If(sent + 1 < ethernet.MIN_PAYLOAD_FRAME_BYTES):
@@ -90,7 +94,7 @@ class TxMac(wiring.Component):
                             m.next = "FCS"
                     with m.Elif(self.r_rdy):
                         m.d.comb += self.r_en.eq(1)
-                        m.d.sync += cur.eq(self.r_data)
+                        m.d.sync += [cur.eq(self.r_data), *_beat_bytes(left, end, self.r_data.bytes)]
                     with m.Else():
                         # The next beat is late: the frame is lost; mark it and wait for its beats.
                         m.d.sync += [broken.eq(1), self.underrun.eq(1)]
@@ -119,3 +123,8 @@ class TxMac(wiring.Component):
                 with m.If(step == ethernet.ETH_IFG_BYTES - 2):
                     m.next = "IDLE"
         return m
+
+
+def _beat_bytes(left, end, nbytes):
+    """``left`` and ``end`` for a beat of ``nbytes`` just loaded: its first byte goes out next."""
+    return [left.eq(Mux(nbytes == 0, 0, nbytes - 1)), end.eq(nbytes <= 1)]

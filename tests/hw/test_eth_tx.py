@@ -77,7 +77,7 @@ def _wire(payload):
     return bytes([0x55] * 7 + [0xD5]) + body + zlib.crc32(body).to_bytes(4, "little")
 
 
-@pytest.mark.parametrize("width", [64, 128])
+@pytest.mark.parametrize("width", [64, 128, 512])
 def test_frames_go_out_framed_padded_with_their_fcs_and_a_12_byte_gap(width):
     rng = random.Random(width)
     frames = [rng.randbytes(n) for n in (14, 59, 60, 61, 64, 200, width // 8 * 3 + 1, 1514)]
