@@ -3,11 +3,11 @@
 ::
 
     rx_clk ─► eth_rx domain
-    rxd/rx_ctl ─► DDRInput ─► RxMac ─► RxPacker ─► AsyncFIFO ═╗        (eth_rx, 125 MHz, a byte a cycle)
-                                                              ╚═► FrameBuffer ─► o     (sync: the core's)
+    rxd/rx_ctl ─► DDRInput ─► reg ─► RxMac ─► RxPacker ─► AsyncFIFO ═╗  (eth_rx, 125 MHz, a byte a cycle)
+                                                                     ╚═► FrameBuffer ─► o  (sync)
     i ─► FrameBuffer ═╗                                                                 (sync)
-                      ╚═► AsyncFIFOBuffered ─► TxMac ─► DDROutput ─► txd/tx_ctl   (eth_tx, 125 MHz)
-                                                 "1,0" ─► DDROutput ─► tx_clk   (eth_tx90: 90° after eth_tx)
+                      ╚═► AsyncFIFOBuffered ─► SkidBuffer ─► TxMac ─► DDROutput ─► txd/tx_ctl  (eth_tx)
+                                                              "1,0" ─► DDROutput ─► tx_clk  (eth_tx90)
 
 The receive clock comes from the PHY (``rx_clk``); its data are sampled as an RGMII PHY with its receive
 delay presents them (the data change half a cycle away from the edge that takes them). The transmit side
@@ -25,6 +25,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...spec import ethernet, regmap
 from ..layouts import Beat, check_width
+from ..stream import SkidBuffer
 from .ddr import DDRInput, DDROutput, check_primitive
 from .framebuf import FrameBuffer
 from .mac_rx import RxBeat, RxMac, RxPacker, RxStatus
@@ -77,7 +78,7 @@ class EthMac(wiring.Component):
     outside), ``eth_rx`` (made here from ``rx_clk``, reset from ``sync``'s reset).
 
     Latency: a received frame starts leaving on ``o`` about 10 core cycles after its last byte; a frame on
-    ``i`` starts its preamble about 9 transmit cycles after its last beat. Back-pressure: ``o`` may wait as
+    ``i`` starts its preamble about 10 transmit cycles after its last beat. Back-pressure: ``o`` may wait as
     long as the receive buffer holds (two longest frames); after that arriving frames are dropped and
     counted ``rx_overflow``. ``i`` waits while the transmit buffer is full.
     """
@@ -119,11 +120,15 @@ class EthMac(wiring.Component):
         # The frame buffer drops a frame whose status field (code and ``lost`` count) is not zero.
         status_bits = RxBeat(W).size - Beat(W).size
         m.submodules.rx_buf = rx_buf = FrameBuffer(width=W, depth=self.rx_depth, status_bits=status_bits)
+        # A register stage after the DDR cells: the receive MAC may be placed away from the pins, and the
+        # wire to it then has a cycle of its own instead of sharing one with the MAC's CRC logic.
+        rx_q0, rx_q1 = Signal(5, reset_less=True), Signal(5, reset_less=True)
+        m.d.eth_rx += [rx_q0.eq(rx_ddr.q0), rx_q1.eq(rx_ddr.q1)]
         m.d.comb += [
             rx_ddr.d.eq(Cat(pins.rxd, pins.rx_ctl)),
-            rx_mac.data.eq(Cat(rx_ddr.q0[:4], rx_ddr.q1[:4])),
-            rx_mac.dv.eq(rx_ddr.q0[4]),
-            rx_mac.er.eq(rx_ddr.q0[4] ^ rx_ddr.q1[4]),
+            rx_mac.data.eq(Cat(rx_q0[:4], rx_q1[:4])),
+            rx_mac.dv.eq(rx_q0[4]),
+            rx_mac.er.eq(rx_q0[4] ^ rx_q1[4]),
             rx_pack.i_valid.eq(rx_mac.o_valid),
             rx_pack.i_data.eq(rx_mac.o_data),
             rx_pack.i_end.eq(rx_mac.o_end),
@@ -157,11 +162,13 @@ class EthMac(wiring.Component):
         m.d.eth_tx += [tx_rst[0].eq(ResetSignal("eth_tx")), tx_rst[1].eq(tx_rst[0])]
         m.d.comb += [ClockSignal("mac_tx").eq(ClockSignal("eth_tx")), ResetSignal("mac_tx").eq(tx_rst[1])]
         m.submodules.tx_buf = tx_buf = FrameBuffer(width=W, depth=self.tx_depth, status_bits=1)
-        # Buffered: the read side's ready and data are registers of the transmit clock, so the crossing's
-        # pointer decoding ends there and does not run on into the MAC's byte logic in the same cycle.
+        # The crossing's read side is registered (the buffered FIFO), and a skid buffer sits between it and
+        # the MAC, so no combinational path joins the crossing's pointers and the MAC's byte logic in either
+        # direction: the placer may put them apart.
         m.submodules.tx_cdc = tx_cdc = fifo.AsyncFIFOBuffered(
             width=Beat(W).size, depth=9, r_domain="mac_tx", w_domain="sync"
         )
+        m.submodules.tx_skid = tx_skid = _rename(SkidBuffer(Beat(W)), "mac_tx")
         m.submodules.tx_mac = tx_mac = _rename(TxMac(width=W), "mac_tx")
         m.submodules.tx_ddr = tx_ddr = DDROutput(width=5, domain="mac_tx", primitive=self.primitive)
         m.submodules.tx_clk_ddr = tx_clk_ddr = DDROutput(width=1, domain="eth_tx90", primitive=self.primitive)
@@ -174,9 +181,12 @@ class EthMac(wiring.Component):
             tx_cdc.w_en.eq(tx_buf.o.valid),
             tx_cdc.w_data.eq(tx_buf.o.payload),
             tx_buf.o.ready.eq(tx_cdc.w_rdy),
-            tx_mac.r_data.eq(tx_cdc.r_data),
-            tx_mac.r_rdy.eq(tx_cdc.r_rdy),
-            tx_cdc.r_en.eq(tx_mac.r_en),
+            tx_skid.i.payload.eq(tx_cdc.r_data),
+            tx_skid.i.valid.eq(tx_cdc.r_rdy),
+            tx_cdc.r_en.eq(tx_skid.i.ready),
+            tx_mac.r_data.eq(tx_skid.o.payload),
+            tx_mac.r_rdy.eq(tx_skid.o.valid),
+            tx_skid.o.ready.eq(tx_mac.r_en),
             tx_ddr.d0.eq(Cat(tx_mac.data[:4], tx_mac.en)),
             tx_ddr.d1.eq(Cat(tx_mac.data[4:], tx_mac.en ^ tx_mac.er)),
             pins.txd.eq(tx_ddr.q[:4]),
