@@ -124,22 +124,21 @@ class EthMac(wiring.Component):
         # wire to it then has a cycle of its own instead of sharing one with the MAC's CRC logic.
         rx_q0, rx_q1 = Signal(5, reset_less=True), Signal(5, reset_less=True)
         m.d.eth_rx += [rx_q0.eq(rx_ddr.q0), rx_q1.eq(rx_ddr.q1)]
+        fields = ("valid", "data", "end", "status")
         m.d.comb += [
             rx_ddr.d.eq(Cat(pins.rxd, pins.rx_ctl)),
             rx_mac.data.eq(Cat(rx_q0[:4], rx_q1[:4])),
             rx_mac.dv.eq(rx_q0[4]),
             rx_mac.er.eq(rx_q0[4] ^ rx_q1[4]),
-            rx_pack.i_valid.eq(rx_mac.o_valid),
-            rx_pack.i_data.eq(rx_mac.o_data),
-            rx_pack.i_end.eq(rx_mac.o_end),
-            rx_pack.i_status.eq(rx_mac.o_status),
+            # The packer's inputs are the MAC's outputs, field by field.
+            *(getattr(rx_pack, f"i_{f}").eq(getattr(rx_mac, f"o_{f}")) for f in fields),
             rx_cdc.w_en.eq(rx_pack.w_en),
             rx_cdc.w_data.eq(rx_pack.w_data),
             rx_pack.w_rdy.eq(rx_cdc.w_rdy),
-            rx_buf.i.valid.eq(rx_cdc.r_rdy),
-            rx_buf.i.payload.eq(rx_cdc.r_data),  # the same fields in the same order, status and lost last
-            rx_cdc.r_en.eq(rx_buf.i.ready),
         ]
+        # The crossing's words are the frame buffer's beats: the same fields in the same order, status and
+        # lost-frame count last.
+        wiring.connect(m, rx_cdc.r_stream, rx_buf.i)
         wiring.connect(m, rx_buf.o, wiring.flipped(self.o))
         code, lost = rx_buf.ev_status[:3], rx_buf.ev_status[3:]
         for name, status in RX_COUNTERS.items():
@@ -178,15 +177,6 @@ class EthMac(wiring.Component):
             tx_buf.i.payload.bytes.eq(self.i.payload.bytes),
             tx_buf.i.payload.last.eq(self.i.payload.last),
             self.i.ready.eq(tx_buf.i.ready),
-            tx_cdc.w_en.eq(tx_buf.o.valid),
-            tx_cdc.w_data.eq(tx_buf.o.payload),
-            tx_buf.o.ready.eq(tx_cdc.w_rdy),
-            tx_skid.i.payload.eq(tx_cdc.r_data),
-            tx_skid.i.valid.eq(tx_cdc.r_rdy),
-            tx_cdc.r_en.eq(tx_skid.i.ready),
-            tx_mac.r_data.eq(tx_skid.o.payload),
-            tx_mac.r_rdy.eq(tx_skid.o.valid),
-            tx_skid.o.ready.eq(tx_mac.r_en),
             tx_ddr.d0.eq(Cat(tx_mac.data[:4], tx_mac.en)),
             tx_ddr.d1.eq(Cat(tx_mac.data[4:], tx_mac.en ^ tx_mac.er)),
             pins.txd.eq(tx_ddr.q[:4]),
@@ -195,6 +185,9 @@ class EthMac(wiring.Component):
             tx_clk_ddr.d1.eq(0),
             pins.tx_clk.eq(tx_clk_ddr.q),
         ]
+        wiring.connect(m, tx_buf.o, tx_cdc.w_stream)
+        wiring.connect(m, tx_cdc.r_stream, tx_skid.i)
+        wiring.connect(m, tx_skid.o, tx_mac.i)
         with m.If(tx_buf.ev_valid):
             m.d.sync += self.tx_queued.eq(self.tx_queued + 1)
         with m.If(tx_buf.ev_full):

@@ -1,13 +1,13 @@
 """Transmit side of the gigabit MAC, in the transmit clock's domain: one byte per cycle.
 
-:class:`TxMac` reads whole frames as beats from an ``AsyncFIFO``'s read side (the frame buffer on the
+:class:`TxMac` reads whole frames as beats from a stream (the crossing's FIFO; the frame buffer on the
 core's side puts a frame there only once all of it is stored, and that side is several times faster
 than the line, so a frame never runs dry once started) and sends each as preamble and delimiter, its
 bytes, zero padding to 60 bytes, the FCS computed with ``amaranth.lib.crc``, and the 12-byte gap.
 """
 
 from amaranth.hdl import Array, Module, Mux, Signal
-from amaranth.lib import crc, wiring
+from amaranth.lib import crc, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...spec import ethernet
@@ -19,7 +19,7 @@ __all__ = ["TxMac"]
 class TxMac(wiring.Component):
     """Frame sender, one byte per cycle of its ``sync`` domain (rename it to the transmit clock's).
 
-    Ports: ``r_data``/``r_rdy``/``r_en`` (an ``AsyncFIFO``'s read side of :func:`Beat` beats), out
+    Ports: ``i`` (a stream of :func:`Beat` beats, taken the cycle ``i.ready`` is set), out
     ``data``/``en``/``er`` (a byte per cycle for the PHY interface), ``sent`` (one cycle per frame sent)
     and ``underrun`` (one cycle per frame whose next beat was missing: its remaining bytes go out with
     ``er`` so that the receiver drops it). Latency: the first preamble byte 1 cycle after a beat is there.
@@ -31,9 +31,7 @@ class TxMac(wiring.Component):
         self.width = width
         super().__init__(
             {
-                "r_data": In(Beat(width)),
-                "r_rdy": In(1),
-                "r_en": Out(1),
+                "i": In(stream.Signature(Beat(width))),
                 "data": Out(8),
                 "en": Out(1),
                 "er": Out(1),
@@ -62,10 +60,10 @@ class TxMac(wiring.Component):
 
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(self.r_rdy):
-                    m.d.comb += self.r_en.eq(1)
-                    m.d.sync += [cur.eq(self.r_data), sent.eq(0), step.eq(0), broken.eq(0)]
-                    m.d.sync += _beat_bytes(left, end, self.r_data.bytes)
+                with m.If(self.i.valid):
+                    m.d.comb += self.i.ready.eq(1)
+                    m.d.sync += [cur.eq(self.i.payload), sent.eq(0), step.eq(0), broken.eq(0)]
+                    m.d.sync += _beat_bytes(left, end, self.i.payload.bytes)
                     m.next = "PREAMBLE"
             with m.State("PREAMBLE"):
                 m.d.comb += en.eq(1)
@@ -92,9 +90,9 @@ class TxMac(wiring.Component):
                             m.next = "PAD"
                         with m.Else():
                             m.next = "FCS"
-                    with m.Elif(self.r_rdy):
-                        m.d.comb += self.r_en.eq(1)
-                        m.d.sync += [cur.eq(self.r_data), *_beat_bytes(left, end, self.r_data.bytes)]
+                    with m.Elif(self.i.valid):
+                        m.d.comb += self.i.ready.eq(1)
+                        m.d.sync += [cur.eq(self.i.payload), *_beat_bytes(left, end, self.i.payload.bytes)]
                     with m.Else():
                         # The next beat is late: the frame is lost; mark it and wait for its beats.
                         m.d.sync += [broken.eq(1), self.underrun.eq(1)]
@@ -106,9 +104,9 @@ class TxMac(wiring.Component):
                     m.next = "FCS"
             with m.State("DRAIN"):
                 m.d.comb += en.eq(1)
-                with m.If(self.r_rdy):
-                    m.d.comb += self.r_en.eq(1)
-                    with m.If(self.r_data.last):
+                with m.If(self.i.valid):
+                    m.d.comb += self.i.ready.eq(1)
+                    with m.If(self.i.payload.last):
                         m.d.sync += step.eq(0)
                         m.next = "FCS"
             with m.State("FCS"):

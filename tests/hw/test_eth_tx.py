@@ -31,13 +31,13 @@ def _send(width, frames, *, late=None, cycles=None):
             ready = bool(queue)
             if ready and queue[0][0] == late and held < 40:
                 ready, held = False, held + 1
-            ctx.set(dut.r_rdy, ready)
+            ctx.set(dut.i.valid, ready)
             if ready:
                 _, word, n, last = queue[0]
-                ctx.set(dut.r_data.data, word)
-                ctx.set(dut.r_data.bytes, n)
-                ctx.set(dut.r_data.last, last)
-            taken = ready and ctx.get(dut.r_en)
+                ctx.set(dut.i.payload.data, word)
+                ctx.set(dut.i.payload.bytes, n)
+                ctx.set(dut.i.payload.last, last)
+            taken = ready and ctx.get(dut.i.ready)
             await ctx.tick()
             if taken:
                 queue.pop(0)
