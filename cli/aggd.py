@@ -2,7 +2,7 @@
 
 It reads a schedule file, joins the CONTRIB multicast group of every round its rank takes part in on the
 interface given (loopback by default), aggregates with the golden model's rules and arithmetic, a batch
-of datagrams at a time (``--engine golden``: one at a time; ``--engine rtl``: the Verilated core), and
+of datagrams at a time (``--aggregator golden``: one at a time; ``--aggregator rtl``: the Verilated core), and
 multicasts every RESULT to the site's host group. SIGINT or
 SIGTERM stops it cleanly; SIGUSR1 prints its counters as one JSON line, as it does on exit.
 """
@@ -18,10 +18,25 @@ from ..spec.protocol import DType
 from ..spec.schedfile import load_schedule
 from ._common import add_dtype_option, add_port_option, doc_paragraph, int_option, progress
 
-__all__ = ["register", "run", "make_engine", "ENGINES"]
+__all__ = ["register", "run", "make_engine", "add_engine_option", "ENGINES"]
 
-#: What ``--engine`` picks from.
+#: What ``--aggregator`` picks from.
 ENGINES = ("batch", "golden", "rtl")
+
+
+def add_engine_option(p, whose):
+    """``--aggregator`` (``--engine``, its former name, still accepted): what runs ``whose`` rules, the name
+    ``demo`` gives the same choice."""
+    p.add_argument(
+        "--aggregator",
+        "--engine",
+        dest="engine",
+        choices=ENGINES,
+        default="batch",
+        help=f"{whose}: the golden model's rules on whole batches of datagrams, the golden model itself (one "
+        "at a time), or the Verilated core (built once per configuration) (default: batch; --engine is its "
+        "former name)",
+    )
 
 
 def register(sub):
@@ -40,13 +55,7 @@ def register(sub):
     add_port_option(p, "UDP port")
     int_option(p, "--job", 0, 0xFFFF, default=0, help="job id (default: 0)")
     add_dtype_option(p, "element type of the chunks")
-    p.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="batch",
-        help="the golden model's rules on whole batches of datagrams, the golden model itself (one at a "
-        "time), or the Verilated core (built once per configuration) (default: batch)",
-    )
+    add_engine_option(p, "the aggregator")
     p.add_argument(
         "--delay-scale",
         type=float,

@@ -41,7 +41,7 @@ from ._common import (
     doc_paragraph,
     int_option,
 )
-from .aggd import ENGINES, make_engine
+from .aggd import add_engine_option, make_engine
 
 __all__ = ["register", "run"]
 
@@ -67,13 +67,7 @@ def register(sub):
         description=doc_paragraph(__doc__, 1),
     )
     add_experiment_options(p)
-    p.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="batch",
-        help="each aggregator's engine: the golden model's rules on batches of datagrams, the golden model "
-        "one datagram at a time, or a Verilated core (default: batch)",
-    )
+    add_engine_option(p, "each site's aggregator")
     add_fault_options(p)
     p.add_argument(
         "--delay-scale",

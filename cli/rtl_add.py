@@ -1,8 +1,9 @@
 """``wanreduce rtl-add``: add operand pairs with the Verilated adder lanes, for checking from outside.
 
-IN.npy is an (N, 2) array of operand bit patterns (uint32 for fp32, uint16 for fp16 and bf16); OUT.npy
-receives the (N,) sums' bit patterns as computed by :class:`wanreduce.hw.fadd.FAddLanes` in the C++
-harness, never by numpy. ``--check`` additionally compares them with numpy / ml_dtypes.
+Read an (N, 2) array of operand bit patterns (uint32 for fp32, uint16 for fp16 and bf16), add each pair
+with the RTL adder lanes (FAddLanes) simulated by Verilator in the C++ harness, never by numpy, and write
+the (N,) sums' bit patterns. NaN results are the canonical quiet NaN (0x7FC00000, 0x7E00, 0x7FC0).
+With --check, also compare them with numpy / ml_dtypes.
 """
 
 import time
@@ -22,6 +23,7 @@ from ._common import (
     add_dtype_option,
     add_force_option,
     add_json_option,
+    doc_paragraph,
     int_option,
     load_npy,
     print_json,
@@ -38,12 +40,9 @@ def register(sub):
     p = sub.add_parser(
         "rtl-add",
         help="add operand bit patterns with the Verilated fp adder lanes",
-        description="Read an (N, 2) array of operand bit patterns (uint32 for fp32, uint16 for fp16 and "
-        "bf16), add each pair with the RTL adder lanes simulated by Verilator, and write the (N,) sums' "
-        "bit patterns. The first run for a dtype/width/stages builds the simulation (Amaranth's "
-        f"conversion, then Verilator: {FIRST_BUILD}); later runs "
-        "reuse it, and the time reported is the simulation's alone. NaN results are the canonical quiet NaN "
-        "(0x7FC00000, 0x7E00, 0x7FC0).",
+        description=f"{doc_paragraph(__doc__, 1)} The first run for a dtype/width/stages builds the "
+        f"simulation (Amaranth's conversion, then Verilator: {FIRST_BUILD}); later runs reuse it, and the "
+        "time reported is the simulation's alone.",
     )
     p.add_argument("input", metavar="IN.npy", help="(N, 2) operand bit patterns (read only, never written)")
     p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns, - for stdout")

@@ -299,3 +299,12 @@ def test_synth_choices_are_checked_before_any_tool_runs(capsys):
     assert code == 2 and "invalid choice: 'fp64'" in err
     code, _, err = run(capsys, "synth", "paths", "--mod-stages", "3")
     assert code == 2 and "invalid choice: 3" in err
+
+
+@pytest.mark.parametrize("command", [["aggd", "--schedule", "s.json", "--rank", "0"], ["demo-net"]])
+def test_aggregator_names_the_engine_and_engine_is_its_former_name(command):
+    parser = build_parser()
+    new = parser.parse_args([*command, "--aggregator", "golden"])
+    old = parser.parse_args([*command, "--engine", "golden"])
+    assert new.engine == old.engine == "golden"
+    assert parser.parse_args(command).engine == "batch"
