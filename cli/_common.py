@@ -52,7 +52,7 @@ from ..spec.protocol import HEADER_LAYOUT, MAX_RANKS, UDP_PORT, DType
 __all__ = [
     "int_in",
     "int_option",
-    "doc_paragraph",
+    "add_command",
     "header_field",
     "positive_float",
     "number",
@@ -107,10 +107,11 @@ def int_in(lo, hi, what):
     return convert
 
 
-def doc_paragraph(doc, index):
-    """Paragraph ``index`` of a module docstring as one line: a command's ``--help`` description, kept with
-    the command's code."""
-    return doc.split("\n\n")[index].replace("\n", " ")
+def add_command(sub, name, *, help, doc, paragraph=1, more=""):
+    """Add subcommand ``name`` to ``sub`` with its one-line ``help``; its ``--help`` description is paragraph
+    ``paragraph`` of its module docstring ``doc`` as one line (then ``more``), so the two say one thing."""
+    description = " ".join(filter(None, (doc.split("\n\n")[paragraph].replace("\n", " "), more)))
+    return sub.add_parser(name, help=help, description=description)
 
 
 def int_option(parser, flag, lo, hi, *, what=None, **kwargs):

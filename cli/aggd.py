@@ -16,7 +16,7 @@ from ..host.netio import WanEmulator
 from ..spec.errors import WanreduceError
 from ..spec.protocol import DType
 from ..spec.schedfile import load_schedule
-from ._common import add_dtype_option, add_port_option, doc_paragraph, int_option, progress
+from ._common import add_command, add_dtype_option, add_port_option, int_option, progress
 
 __all__ = ["register", "run", "make_engine", "add_engine_option", "ENGINES"]
 
@@ -40,11 +40,7 @@ def add_engine_option(p, whose):
 
 
 def register(sub):
-    p = sub.add_parser(
-        "aggd",
-        help="one site's software aggregator over real UDP multicast",
-        description=doc_paragraph(__doc__, 1),
-    )
+    p = add_command(sub, "aggd", help="one site's software aggregator over real UDP multicast", doc=__doc__)
     p.add_argument("--schedule", required=True, help="the schedule file (wanreduce schedule -o)")
     p.add_argument("--rank", required=True, help="this site: a name of the schedule's sites or a rank")
     p.add_argument(

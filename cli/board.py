@@ -9,16 +9,17 @@ use (``wanreduce.host.control``), then reads the core's counters and the board's
 from ..host.board import BAUDS, BoardLink, board_config_writes, read_counters
 from ..spec.errors import WanreduceError
 from ..spec.schedfile import load_schedule
-from ._common import add_json_option, add_rank_option, doc_paragraph, header_field, print_json
+from ._common import add_command, add_json_option, add_rank_option, header_field, print_json
 
 __all__ = ["register", "run"]
 
 
 def register(sub):
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "board",
         help="configure an aggregator board over its serial port and read its counters",
-        description=doc_paragraph(__doc__, 1),
+        doc=__doc__,
     )
     p.add_argument("port", metavar="PORT", help="the board's serial port, e.g. /dev/ttyUSB1")
     p.add_argument("--schedule", metavar="S.json", default=None, help="schedule file to load (default: none)")

@@ -16,13 +16,13 @@ from ..spec.protocol import DType
 from ._common import (
     DEFAULT_CHUNK_BYTES,
     Outputs,
+    add_command,
     add_experiment_options,
     add_fault_options,
     add_json_option,
     add_report_options,
     chunk_elems_of,
     config_of,
-    doc_paragraph,
     int_option,
     non_negative,
     print_json,
@@ -36,10 +36,12 @@ _PARSER = None
 
 def register(sub):
     global _PARSER
-    p = _PARSER = sub.add_parser(
+    p = _PARSER = add_command(
+        sub,
         "demo",
         help="all sites synchronise on the RTL under the optimised schedule",
-        description=doc_paragraph(__doc__, 0),
+        doc=__doc__,
+        paragraph=0,
     )
     add_experiment_options(p)
     p.add_argument(

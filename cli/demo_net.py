@@ -33,12 +33,12 @@ from ..spec.protocol import Drop, DType
 from ._common import (
     DEFAULT_CHUNK_BYTES,
     Outputs,
+    add_command,
     add_experiment_options,
     add_fault_options,
     add_port_option,
     add_report_options,
     chunk_elems_of,
-    doc_paragraph,
     int_option,
 )
 from .aggd import add_engine_option, make_engine
@@ -61,10 +61,11 @@ _WORK = (
 
 
 def register(sub):
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "demo-net",
         help="all sites as processes over real UDP multicast, with an emulated WAN",
-        description=doc_paragraph(__doc__, 1),
+        doc=__doc__,
     )
     add_experiment_options(p)
     add_engine_option(p, "each site's aggregator")

@@ -20,10 +20,10 @@ from ..spec.errors import WanreduceError
 from ._common import (
     SIM_WIDTH,
     Outputs,
+    add_command,
     add_dtype_option,
     add_force_option,
     add_json_option,
-    doc_paragraph,
     int_option,
     load_npy,
     print_json,
@@ -37,12 +37,13 @@ FIRST_BUILD = "about 10 s on an idle machine, 40 s on a busy one"
 
 
 def register(sub):
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "rtl-add",
         help="add operand bit patterns with the Verilated fp adder lanes",
-        description=f"{doc_paragraph(__doc__, 1)} The first run for a dtype/width/stages builds the "
-        f"simulation (Amaranth's conversion, then Verilator: {FIRST_BUILD}); later runs reuse it, and the "
-        "time reported is the simulation's alone.",
+        doc=__doc__,
+        more=f"The first run for a dtype/width/stages builds the simulation (Amaranth's conversion, then "
+        f"Verilator: {FIRST_BUILD}); later runs reuse it, and the time reported is the simulation's alone.",
     )
     p.add_argument("input", metavar="IN.npy", help="(N, 2) operand bit patterns (read only, never written)")
     p.add_argument("output", metavar="OUT.npy", help="where to write the (N,) sum bit patterns, - for stdout")
