@@ -29,7 +29,7 @@ from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beat
 from wanreduce.spec import regmap
 from wanreduce.spec.core import CoreConfig
 
-__all__ = ["CORE", "config_of", "DESTS", "MAC", "IP"]
+__all__ = ["CORE", "config_of", "golden_workload", "order_workload", "DESTS", "MAC", "IP"]
 
 #: The small core the core's cocotb and harness tests build (at W = 64 or 512): its size does not matter to
 #: them, and few slots and members make slot conflicts frequent.
@@ -47,30 +47,64 @@ def config_of(params):
     return CoreConfig(**{name: params[name] for name in CORE.as_dict()})
 
 
+def golden_workload(core, seed, n_packets, *, ordered=False, bank_bits=None):
+    """The mixed workload of ``core_matches_golden`` for a core built with ``core``, from ``seed``:
+    ``(rank, jobs, banks, packets, golden, expected)``, the golden model fed every packet and what it sent.
+    The C++ harness's run of the same checks (``tests/sim/test_core_harness.py``) takes it from here too."""
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(0, 8))
+    frames = core.entry == "frame"
+    jobs, packets = traffic.scenario(
+        rng, core, rank=rank, n_packets=n_packets, frames=frames, ordered=ordered, bank_bits=bank_bits
+    )
+    banks = None if bank_bits is None else {j: bank_bits for j in jobs}
+    golden = traffic.golden_of(
+        core, rank=rank, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks
+    )
+    return rank, jobs, banks, packets, golden, expected_of(golden, packets, entry=core.entry)
+
+
+def order_workload(core, seed):
+    """The workload of ``core_sums_in_schedule_order`` (site rank 0): ``(jobs, banks, packets, golden,
+    expected)``; AssertionError unless the golden model's three RESULTs differ.
+
+    Ranks 1, 2, 3 summed as (1, 2, 3) and (3, 1, 2) in the two rounds of job 5 (round banks of half the
+    slots) and as (2, 3, 1) in job 6. Lane k of the first three holds 1e8, -1e8 and 1 arranged so that only
+    order k adds the 1 after the two large terms have cancelled; the other lanes are random."""
+    jobs = {5: [[1, 2, 3], [3, 1, 2]], 6: [[2, 3, 1]]}
+    banks = {5: (core.slots - 1).bit_length() - 1}
+    rng = np.random.default_rng(seed)
+    count = core.chunk_bytes // 4
+    big, one = np.float32(1e8), np.float32(1.0)
+    values = {r: rng.standard_normal(count).astype(np.float32) * np.float32(1e4) for r in (1, 2, 3)}
+    for lane, (a, b, c) in enumerate([(big, -big, one), (one, big, -big), (-big, one, big)]):
+        values[1][lane], values[2][lane], values[3][lane] = a, b, c
+    packets = []
+    for job, round_ in ((5, 0), (5, 1), (6, 0)):
+        for src in (3, 1, 2):
+            bits = values[src].view(np.uint32)
+            payload = traffic.contrib(
+                job=job, round=round_, chunk=0, src=src, group=7, dtype=0, elems_bits=bits
+            )
+            packets.append(traffic.frame_of(payload, src=src) if core.entry == "frame" else payload)
+    golden = traffic.golden_of(core, rank=0, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks)
+    expected = expected_of(golden, packets, entry=core.entry)
+    sums = {bytes(e)[-4 * count :] for e in expected}
+    assert golden.counters["results"] == 3 and len(sums) == 3, "the three orders should round differently"
+    return jobs, banks, packets, golden, expected
+
+
 @cocotb.test()
 @cocotb.parametrize(idle=[0.0, 0.3], backpressure=[0.0, 0.5])
 async def core_matches_golden(dut, idle, backpressure):
     p = runner.params()
     core = config_of(p)
-    width, entry = core.width, core.entry
+    width = core.width
     seed = p["seed"] * 4 + int(idle > 0) * 2 + int(backpressure > 0)
-    rng = np.random.default_rng(seed)
-    rank = int(rng.integers(0, 8))
-    bits = p.get("bank_bits")
-    jobs, packets = traffic.scenario(
-        rng,
-        core,
-        rank=rank,
-        n_packets=p["n_packets"],
-        frames=entry == "frame",
-        ordered=p.get("ordered", False),
-        bank_bits=bits,
+    w = golden_workload(
+        core, seed, p["n_packets"], ordered=p.get("ordered", False), bank_bits=p.get("bank_bits")
     )
-    banks = None if bits is None else {j: bits for j in jobs}
-    golden = traffic.golden_of(
-        core, rank=rank, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks
-    )
-    expected = expected_of(golden, packets, entry=entry)
+    rank, jobs, banks, packets, golden, expected = w
 
     tb = CoreTB(dut, width=width, idle=idle, backpressure=backpressure, seed=seed)
     await tb.reset()
@@ -104,35 +138,8 @@ async def core_matches_golden(dut, idle, backpressure):
 async def core_sums_in_schedule_order(dut):
     p = runner.params()
     core = config_of(p)
-    width, entry, slots = core.width, core.entry, core.slots
-    # Ranks 1, 2, 3 summed as (1, 2, 3) and (3, 1, 2) in the two rounds of job 5 (round banks of half the
-    # slots) and as (2, 3, 1) in job 6. Lane k of the first three holds 1e8, -1e8 and 1 arranged so that
-    # only order k adds the 1 after the two large terms have cancelled; the other lanes are random.
-    jobs = {5: [[1, 2, 3], [3, 1, 2]], 6: [[2, 3, 1]]}
-    banks = {5: (slots - 1).bit_length() - 1}
-    rng = np.random.default_rng(p["seed"])
-    count = core.chunk_bytes // 4
-    big, one = np.float32(1e8), np.float32(1.0)
-    values = {r: rng.standard_normal(count).astype(np.float32) * np.float32(1e4) for r in (1, 2, 3)}
-    for lane, (a, b, c) in enumerate([(big, -big, one), (one, big, -big), (-big, one, big)]):
-        values[1][lane], values[2][lane], values[3][lane] = a, b, c
-    packets = []
-    for job, round_ in ((5, 0), (5, 1), (6, 0)):
-        for src in (3, 1, 2):
-            payload = traffic.contrib(
-                job=job,
-                round=round_,
-                chunk=0,
-                src=src,
-                group=7,
-                dtype=0,
-                elems_bits=values[src].view(np.uint32),
-            )
-            packets.append(traffic.frame_of(payload, src=src) if entry == "frame" else payload)
-    golden = traffic.golden_of(core, rank=0, jobs=jobs, mac=MAC, ip=IP, destinations=DESTS, bank_bits=banks)
-    expected = expected_of(golden, packets, entry=entry)
-    sums = {bytes(e)[-4 * count :] for e in expected}
-    assert golden.counters["results"] == 3 and len(sums) == 3, "the three orders should round differently"
+    width = core.width
+    jobs, banks, packets, golden, expected = order_workload(core, p["seed"])
 
     tb = CoreTB(dut, width=width, seed=p["seed"])
     await tb.reset()
