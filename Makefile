@@ -11,6 +11,10 @@ PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements
 # Tests are handed out one at a time, in tests/conftest.py's order (the RTL tests first).
 PYTEST_WORKERS ?= 2
 XDIST := -n $(PYTEST_WORKERS) --maxschedchunk 1
+# Bytecode is kept even where the environment says not to (PYTHONDONTWRITEBYTECODE): every worker, cocotb
+# simulation and CLI subprocess of a run imports the package and the tests, and compiling them again in each
+# costs a fresh clone's run a few seconds per process.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 BOARD ?= ecpix5_85
 
 .PHONY: install test test-all sim verilog synth bitstream bitstream-uart bitstream-eth bench prove demo demo-faults demo-root \
@@ -26,14 +30,14 @@ $(STAMP): pyproject.toml requirements/ci.lock
 
 # The suite CI runs: lint, then every test not marked slow (the volume checks live in `make test-all`).
 test: $(STAMP) lint
-	$(PY) -m pytest $(XDIST) -m "not slow" --durations=10 tests
+	$(PYTEST) $(XDIST) -m "not slow" --durations=10 tests
 
 # Everything, the slow volume tests included.
 test-all: $(STAMP) lint
-	$(PY) -m pytest $(XDIST) --durations=10 tests
+	$(PYTEST) $(XDIST) --durations=10 tests
 
 sim: $(STAMP)
-	$(PY) -m pytest $(XDIST) -m "rtl and not slow" tests
+	$(PYTEST) $(XDIST) -m "rtl and not slow" tests
 
 verilog: $(STAMP)
 	$(VENV)/bin/wanreduce verilog -o build/verilog --force
