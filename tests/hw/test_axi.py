@@ -26,6 +26,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer, with_timeout
 
 from tests.support import tb_core
+from tests.support.cores import PORTS_ONLY
 from tests.support.quiet import unused_ok
 from wanreduce.sim.verilator import runner
 
@@ -50,7 +51,7 @@ def _top():
 def test_axi_top():
     top, key = _top()
     params = {**CONFIG.as_dict(), "seed": 11, "n_packets": 160}
-    runner.run(top, top="axi_agg", module=__name__, params=params, key=key)
+    runner.run(top, top="axi_agg", module=__name__, params=params, key=key, build_args=PORTS_ONLY)
 
 
 # ---- cocotb side ----------------------------------------------------------------------------------------

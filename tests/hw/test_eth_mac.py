@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from tests.support.cores import PORTS_ONLY
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl
@@ -15,7 +16,7 @@ def mac_build():
     from wanreduce.sim.verify import eth_tb
 
     text = eth_tb.stable_verilog("wanreduce.sim.verify.eth_tb:mac_design", top=eth_tb.TOP)
-    return runner.build(text, top=eth_tb.TOP)
+    return runner.build(text, top=eth_tb.TOP, build_args=PORTS_ONLY)
 
 
 @pytest.mark.parametrize("case", ["mac_receives", "mac_transmits"])

@@ -10,6 +10,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
+from tests.support.cores import PORTS_ONLY
 from wanreduce.hw.fadd import FAddLanes, FloatFormat
 from wanreduce.sim.verify import fadd_check as fc
 from wanreduce.sim.verilator import runner
@@ -114,7 +115,8 @@ def _build(config):
         lanes = FAddLanes(fmt=fmt, width=width, user_width=USER_WIDTH)
         # Keyed by what makes the design, so its Verilog is converted once and kept in the build cache.
         key = ("FAddLanes", fmt.name, width, USER_WIDTH)
-        _builds[config] = (runner.build(lanes, top=f"fadd_lanes_tb_{config}", key=key), lanes.latency)
+        build = runner.build(lanes, top=f"fadd_lanes_tb_{config}", key=key, build_args=PORTS_ONLY)
+        _builds[config] = (build, lanes.latency)
     return _builds[config]
 
 

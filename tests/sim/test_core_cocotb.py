@@ -17,6 +17,7 @@ two Verilated builds are in ``make test-all``.
 import pytest
 
 from tests.support import tb_core
+from tests.support.cores import PORTS_ONLY
 from tests.support.quiet import unused_ok
 from wanreduce.sim.verilator import runner
 
@@ -45,4 +46,11 @@ def test_core_matches_golden(width, entry, ordered, bank_bits):
     config = tb_core.CORE.replace(width=width, entry=entry)
     params = {"n_packets": 160, "seed": width, "ordered": ordered, "bank_bits": bank_bits, **config.as_dict()}
     core, key = _core(config)
-    runner.run(core, top=f"agg_core_{entry}", module="tests.support.tb_core", params=params, key=key)
+    runner.run(
+        core,
+        top=f"agg_core_{entry}",
+        module="tests.support.tb_core",
+        params=params,
+        key=key,
+        build_args=PORTS_ONLY,
+    )

@@ -14,6 +14,7 @@ reused at once), when slow."""
 import pytest
 
 from tests.support import tb_core
+from tests.support.cores import PORTS_ONLY
 from tests.support.quiet import unused_ok
 from wanreduce.sim.verilator import runner
 
@@ -68,5 +69,11 @@ def test_extmem_matches_golden(width, bank_bits, n_packets, only, states):
     # named after their parameters.
     env = {"COCOTB_TEST_FILTER": only} if only else None
     runner.run(
-        core, top="agg_core_extmem", module="tests.support.tb_extmem", params=params, extra_env=env, key=key
+        core,
+        top="agg_core_extmem",
+        module="tests.support.tb_extmem",
+        params=params,
+        extra_env=env,
+        key=key,
+        build_args=PORTS_ONLY,
     )
