@@ -30,6 +30,7 @@ from ...spec import addressing, ethernet, protocol, regmap
 from ...spec.core import CoreConfig
 from ..verilator import runner
 from . import traffic
+from .cocotb_build import PORTS_ONLY
 from .core_tb import counter_diff, expected_of
 
 __all__ = ["TOP", "CORE", "UART_DIVISOR", "BUILD_ARGS", "board_design", "board_build", "UartHost", "BoardTB"]
@@ -71,20 +72,8 @@ def _scenario(rng, n_packets):
     return rank, dests, mac, ip, jobs, frames
 
 
-#: Verilator options of the boards' simulation builds. cocotb's runner makes every signal of every module
-#: accessible (``--public-flat-rw``): for a whole core that nearly triples the C++ Verilator writes and
-#: stops it optimising across the design, while these testbenches touch only the top's ports, so only the
-#: top module stays public. One C++ file, not a dozen: at -O0 each file's share of parsing the runtime
-#: headers costs more than compiling files in parallel wins on two busy cores.
-BUILD_ARGS = (
-    "--no-public-flat-rw",
-    "--public-depth",
-    "1",
-    "--output-split",
-    "0",
-    "--output-split-cfuncs",
-    "0",
-)
+#: Verilator options of the boards' simulation builds: their testbenches touch only the top's ports.
+BUILD_ARGS = PORTS_ONLY
 
 
 def board_design():

@@ -26,8 +26,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer, with_timeout
 
 from tests.support import tb_core
-from tests.support.cores import PORTS_ONLY
 from tests.support.quiet import unused_ok
+from wanreduce.sim.verify.cocotb_build import PORTS_ONLY
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.support.cores import PORTS_ONLY
+from wanreduce.sim.verify.cocotb_build import PORTS_ONLY
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl

@@ -10,9 +10,9 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-from tests.support.cores import PORTS_ONLY
 from wanreduce.hw.fadd import FAddLanes, FloatFormat
 from wanreduce.sim.verify import fadd_check as fc
+from wanreduce.sim.verify.cocotb_build import PORTS_ONLY
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl

@@ -17,8 +17,8 @@ two Verilated builds are in ``make test-all``.
 import pytest
 
 from tests.support import tb_core
-from tests.support.cores import PORTS_ONLY
 from tests.support.quiet import unused_ok
+from wanreduce.sim.verify.cocotb_build import PORTS_ONLY
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl

@@ -14,8 +14,8 @@ reused at once), when slow."""
 import pytest
 
 from tests.support import tb_core
-from tests.support.cores import PORTS_ONLY
 from tests.support.quiet import unused_ok
+from wanreduce.sim.verify.cocotb_build import PORTS_ONLY
 from wanreduce.sim.verilator import runner
 
 pytestmark = pytest.mark.rtl

@@ -5,18 +5,9 @@ of ``tests/sim/test_evict_drop.py`` and the in-line root mode of ``wanreduce sim
 (``tests/cli/test_sim_replay.py``, which asks for it with its options). :data:`PAYLOAD_CORE`: the training
 sync through the RTL (``tests/host/test_train.py``) and the payload case of ``test_evict_drop``. The
 co-simulation's end-point core is ``tests.support.cosim.SITE_CORE``.
-
-:data:`PORTS_ONLY`: the Verilator arguments of the cocotb builds whose testbenches touch only the top's
-ports.
 """
 
 from wanreduce.spec.core import CoreConfig
-
-#: cocotb builds every Verilator model with each internal signal readable and writable over VPI
-#: (``--public-flat-rw``); a testbench that drives and reads only the top's ports needs the top module's
-#: scope alone (depth 1, which cocotb needs to find its root handle). The whole core's C++ is then much
-#: smaller: the W = 512 core's cocotb test takes some 40 % less CPU time, build included.
-PORTS_ONLY = ("--no-public-flat-rw", "--public-depth", "1")
 
 #: A W = 64 core with a bypass port: 8 slots of 4 member buffers of 256 bytes, two RESULT destinations,
 #: frames of up to 1536 bytes forwarded.
