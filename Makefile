@@ -6,15 +6,17 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q -c requirements/ci.lock
+PIP    := $(VENV)/bin/pip install --disable-pip-version-check -q --no-compile -c requirements/ci.lock
 # Two workers on two cores; RTL builds are cached and shared read-only between them (sim/verilator/runner.py).
 # Tests are handed out one at a time, in tests/conftest.py's order (the RTL tests first).
 PYTEST_WORKERS ?= 2
 XDIST := -n $(PYTEST_WORKERS) --maxschedchunk 1
-# Bytecode is kept even where the environment says not to (PYTHONDONTWRITEBYTECODE): every worker, cocotb
-# simulation and CLI subprocess of a run imports the package and the tests, and compiling them again in each
-# costs a fresh clone's run a few seconds per process.
-PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
+# Bytecode is compiled when first imported (pip's --no-compile: compiling every file of PyTorch and the rest
+# at install time took half of a fresh clone's install) and then kept, even where the environment says not
+# to (PYTHONDONTWRITEBYTECODE): every test worker, cocotb simulation and CLI subprocess imports the package
+# and the tests, and compiling them again in each costs seconds per process.
+export PYTHONDONTWRITEBYTECODE :=
+PYTEST := $(PY) -m pytest
 BOARD ?= ecpix5_85
 
 .PHONY: install test test-all sim verilog synth bitstream bitstream-uart bitstream-eth bench prove demo demo-faults demo-root \
