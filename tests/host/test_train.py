@@ -223,14 +223,14 @@ def _core_aggregator(sim):
 
 @pytest.mark.rtl
 def test_sync_through_the_rtl_core_matches_the_fast_path():
-    from tests.support.cores import PAYLOAD_CORE
-    from wanreduce.sim.verilator.agg_driver import CoreSim
+    from tests.support.cores import fuzz_core_sim
 
     with unused_ok():
-        sim = CoreSim(PAYLOAD_CORE)  # the build test_evict_drop's payload case runs too
+        sim = fuzz_core_sim("payload")
     rounds = [[[2, 0, 1]], [[1, 3]]]
     for dtype in ("fp32", "bf16"):
-        x = _values(4, 6 * 64 // wire_dtype(dtype).size, dtype, seed=4)
+        # As many 64-byte chunks per round as the build has slots.
+        x = _values(4, sim.config.slots * 64 // wire_dtype(dtype).size, dtype, seed=4)
         got = run_rounds(
             x,
             rounds,

@@ -13,7 +13,7 @@ checked against the same scenario without the RTL.
 import numpy as np
 import pytest
 
-from tests.support.cores import INLINE_CORE, PAYLOAD_CORE
+from tests.support.cores import INLINE_CORE, fuzz_core_sim
 from tests.support.quiet import unused_ok
 from wanreduce.host import control
 from wanreduce.host.golden import Destination, RootEntry
@@ -24,15 +24,16 @@ from wanreduce.spec.core import CoreConfig
 
 DESTS = [Destination(addressing.host_mac(2), addressing.site_group_ip(2), 47000)]
 MDEST = "239.87.90.2"
-#: The builds the variants run on, (width, build) → core configuration (its width replaced by the run's).
-#: ``make test`` runs the scenario at W = 64 on cores its other tests build already (the in-line core's,
-#: the training check's), so it costs no build; the end point there is the co-simulation's 256-slot core,
+#: The builds the variants run on, (width, build) → core configuration (its width replaced by the run's;
+#: None: the fuzzer's payload-entry build, ``tests.support.cores.fuzz_core_sim``). ``make test`` runs the
+#: scenario at W = 64 on cores its other tests build already (the in-line core's, the fuzzer's), so it
+#: costs no build; the end point there is the co-simulation's 256-slot core,
 #: whose Verilog export alone takes a minute, so it is slow like the scenario's own two-slot cores at W = 64
 #: and 512.
 _ENDPOINT = CoreConfig(width=64, slots=2, members=3, chunk_bytes=8, dests=1, bypass_bytes=0)
 FAST = {
     (64, "inline"): INLINE_CORE,
-    (64, "payload"): PAYLOAD_CORE,
+    (64, "payload"): None,
 }
 SMALL = {
     "endpoint": _ENDPOINT,
@@ -164,7 +165,12 @@ VARIANTS = (
 
 @pytest.mark.parametrize("width,build,params", VARIANTS)
 def test_rtl_keeps_the_live_chunk(width, build, params):
-    cores = _cores(params, width)
+    if params is None:
+        with unused_ok():
+            cores = fuzz_core_sim("payload")
+        params = cores.config
+    else:
+        cores = _cores(params, width)
     for index, kind in enumerate(_kinds(_entry(params))):
         want, golden = _golden(kind, params)
         got, counters, passed = _run(cores, index, kind, params)
