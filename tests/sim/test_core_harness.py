@@ -7,14 +7,15 @@ in round banks of 2 and 4 of the 8 slots.
 In ``make test`` (not slow): the checks of the core's W = 64 cocotb runs (``tests.support.tb_core``: the
 mixed workload under idle gaps and output back-pressure on and off, byte for byte and every counter, and
 three summation orders of one group giving the golden model's three different RESULTs), through the
-harness on the fuzzer's W = 64 builds (``FuzzSim``: the same 4 slots of 4 member buffers of 64 bytes), which
-``tests/sim/test_fuzz.py`` builds anyway; the cocotb runs at W = 64, a Verilated build each, are in
-``make test-all``."""
+harness on the fuzzer's W = 64 builds (``tests.support.cores.fuzz_core_sim``: the same 4 slots of 4 member
+buffers of 64 bytes), which ``tests/sim/test_fuzz.py`` builds anyway; the cocotb runs at W = 64, a
+Verilated build each, are in ``make test-all``."""
 
 import numpy as np
 import pytest
 
 from tests.support import tb_core
+from tests.support.cores import fuzz_core_sim
 from tests.support.quiet import unused_ok
 from wanreduce.host import control
 from wanreduce.host.golden import Destination
@@ -101,48 +102,23 @@ def test_volume(width, entry):
 COCOTB_RUNS = {"frame": {"ordered": True, "bank_bits": 1}, "payload": {"ordered": False, "bank_bits": None}}
 
 
-def _stream(sim, packets, writes, *, idle, backpressure, seed):
-    """``packets`` through ``sim``'s harness after the control writes ``writes``: (packets out, counters)."""
-    from wanreduce.sim.verilator.agg_driver import beats_to_packets, packets_to_beats
-
-    beats = packets_to_beats(packets, sim.width)
-    out, stats = sim.harness.run(
-        beats,
-        idle_prob=idle,
-        backpressure_prob=backpressure,
-        seed=seed,
-        drain_cycles=2048,
-        ctl_writes=writes,
-        ctl_reads=control.counter_reads(),
-        max_cycles=50_000 + 200 * len(beats),
-    )
-    assert not stats.timed_out
-    return beats_to_packets(out, sim.width), control.decode_counters(stats.ctl_reads)
-
-
 @pytest.mark.parametrize("entry", ["frame", "payload"])
 def test_cocotb_checks_on_the_fuzz_build(entry):
-    from wanreduce.sim.verify.fuzz import FuzzSim
-
     with unused_ok():
-        sim = FuzzSim(width=64, entry=entry)
+        sim = fuzz_core_sim(entry)
     core, run = sim.config, COCOTB_RUNS[entry]
     assert (core.slots, core.members, core.chunk_bytes) == (tb_core.CORE.slots, 4, 64)
+    site = {"destinations": tb_core.DESTS, "mac": tb_core.MAC, "ip": tb_core.IP}
     for idle, backpressure in [(0.0, 0.0), (0.0, 0.5), (0.3, 0.0), (0.3, 0.5)]:
         seed = 64 * 4 + int(idle > 0) * 2 + int(backpressure > 0)
         rank, jobs, banks, packets, golden, expected = tb_core.golden_workload(core, seed, 160, **run)
-        writes = control.config_writes(
-            rank=rank, jobs=jobs, destinations=tb_core.DESTS, mac=tb_core.MAC, ip=tb_core.IP, core=sim.core,
-            bank_bits=banks,
+        res = sim.run(
+            packets, idle_prob=idle, backpressure_prob=backpressure, seed=seed, rank=rank, jobs=jobs,
+            bank_bits=banks, **site,
         )  # fmt: skip
-        got, counters = _stream(sim, packets, writes, idle=idle, backpressure=backpressure, seed=seed)
-        assert counters == golden.counters, (idle, backpressure)
-        assert got == expected, (idle, backpressure)
+        assert res.counters == golden.counters, (idle, backpressure)
+        assert res.packets == expected, (idle, backpressure)
         assert golden.counters["results"] > 0
     jobs, banks, packets, golden, expected = tb_core.order_workload(core, 64)
-    writes = control.config_writes(
-        rank=0, jobs=jobs, destinations=tb_core.DESTS, mac=tb_core.MAC, ip=tb_core.IP, core=sim.core,
-        bank_bits=banks,
-    )  # fmt: skip
-    got, _ = _stream(sim, packets, writes, idle=0.0, backpressure=0.0, seed=64)
-    assert got == expected, "a RESULT is not the sum in the schedule's order"
+    res = sim.run(packets, seed=64, rank=0, jobs=jobs, bank_bits=banks, **site)
+    assert res.packets == expected, "a RESULT is not the sum in the schedule's order"
