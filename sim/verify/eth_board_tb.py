@@ -33,7 +33,7 @@ from . import traffic
 from .cocotb_build import PORTS_ONLY
 from .core_tb import counter_diff, expected_of
 
-__all__ = ["TOP", "CORE", "UART_DIVISOR", "BUILD_ARGS", "board_design", "board_build", "UartHost", "BoardTB"]
+__all__ = ["TOP", "CORE", "UART_DIVISOR", "board_design", "board_build", "UartHost", "BoardTB"]
 
 TOP = "eth_board"
 #: A small core: the build is shared by the tests, its size does not matter to them.
@@ -72,10 +72,6 @@ def _scenario(rng, n_packets):
     return rank, dests, mac, ip, jobs, frames
 
 
-#: Verilator options of the boards' simulation builds: their testbenches touch only the top's ports.
-BUILD_ARGS = PORTS_ONLY
-
-
 def board_design():
     """The board top as the testbench runs it: DDR models, a small core, a fast UART, short PHY times."""
     from ...hw.eth.board import EthBoard
@@ -88,7 +84,7 @@ def board_build(factory="board_design", top=TOP):
     once (:func:`wanreduce.sim.verify.eth_tb.stable_verilog`, the runner's build cache)."""
     from .eth_tb import stable_verilog
 
-    return runner.build(stable_verilog(f"{__name__}:{factory}", top=top), top=top, build_args=BUILD_ARGS)
+    return runner.build(stable_verilog(f"{__name__}:{factory}", top=top), top=top, build_args=PORTS_ONLY)
 
 
 class UartHost:

@@ -4,8 +4,8 @@ control over the UART, RESULTs byte for byte against the golden model (``wanredu
 One build of the board top (DDR cell models, a small core) serves the module: the end-to-end run (UART
 answers, configuration, the workload with the MAC's error cases, counters), in ``make test``, and
 ``wanreduce board`` over a pseudo-terminal, in ``make test-all``. The build keeps only the top's ports
-public (``eth_board_tb.BUILD_ARGS``), which makes it cheap enough for ``make test``. The two-port in-line
-board is a second build and stays in ``make test-all`` too."""
+public (``wanreduce.sim.verify.cocotb_build.PORTS_ONLY``), which makes it cheap enough for ``make test``.
+The two-port in-line board is a second build and stays in ``make test-all`` too."""
 
 import json
 
