@@ -107,7 +107,8 @@ def test_cocotb_checks_on_the_fuzz_build(entry):
     with unused_ok():
         sim = fuzz_core_sim(entry)
     core, run = sim.config, COCOTB_RUNS[entry]
-    assert (core.slots, core.members, core.chunk_bytes) == (tb_core.CORE.slots, 4, 64)
+    c = tb_core.CORE
+    assert (core.slots, core.members, core.chunk_bytes) == (c.slots, c.members, c.chunk_bytes)
     site = {"destinations": tb_core.DESTS, "mac": tb_core.MAC, "ip": tb_core.IP}
     for idle, backpressure in [(0.0, 0.0), (0.0, 0.5), (0.3, 0.0), (0.3, 0.5)]:
         seed = 64 * 4 + int(idle > 0) * 2 + int(backpressure > 0)
