@@ -106,7 +106,6 @@ class RtlCores:
                 ldflags="-shared",
                 jobs=runner.BUILD_JOBS,
                 opt="-O1",
-                slow_opt="-O0",
             )
 
         toolchain.setup()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import objcache, toolchain
 
-__all__ = ["PORTS_HEADER", "IO_HEADER", "RNG_HEADER", "cflags", "driver_text", "build_cpp"]
+__all__ = ["PORTS_HEADER", "IO_HEADER", "RNG_HEADER", "ONE_UNIT", "cflags", "driver_text", "build_cpp"]
 
 #: The port helpers every C++ driver includes (``#include "ports.h"``).
 PORTS_HEADER = Path(__file__).resolve().with_name("ports.h")
@@ -21,6 +21,12 @@ PORTS_HEADER = Path(__file__).resolve().with_name("ports.h")
 IO_HEADER = PORTS_HEADER.with_name("driver_io.h")
 #: The drivers' and the AXI memory model's random source (``#include "rng.h"``).
 RNG_HEADER = PORTS_HEADER.with_name("rng.h")
+#: The make variable that compiles a model as one translation unit (``verilated.mk``'s ``__ALL.cpp``)
+#: rather than one object per generated file. Split, every file parses the runtime's headers again and the
+#: build first makes two precompiled headers of them, which costs a core's build more compute than the
+#: split saves: builds run beside each other (the suite's workers, a co-simulation beside its harness), so
+#: compute, not one build's wall time, is what a run waits for.
+ONE_UNIT = "VM_PARALLEL_BUILDS=0"
 
 
 def cflags(extra=""):
@@ -33,9 +39,7 @@ def driver_text(driver):
     return "\0".join(Path(p).read_text() for p in (driver, PORTS_HEADER, IO_HEADER, RNG_HEADER))
 
 
-def build_cpp(
-    out, *, top, verilog, driver, output, cflags="", ldflags=None, jobs=1, opt="-O2", slow_opt="-O1"
-):
+def build_cpp(out, *, top, verilog, driver, output, cflags="", ldflags=None, jobs=1, opt="-O2"):
     """Verilate ``verilog`` (the text of module ``top``) with the C++ ``driver`` into ``out/obj/<output>``:
     an executable, or a shared library when ``ldflags`` is ``"-shared"``. The model's class is ``Vtop``
     whatever the module is called, so one driver serves every design. Raises RuntimeError with the log's
@@ -49,7 +53,7 @@ def build_cpp(
     cmd += ["--top-module", top, "--prefix", "Vtop", "-Mdir", str(out / "obj"), "-o", output]
     cmd += ["-CFLAGS", cflags] if cflags else []
     cmd += ["-LDFLAGS", ldflags] if ldflags else []
-    cmd += ["-MAKEFLAGS", f"OPT_FAST={opt} OPT_GLOBAL={opt} OPT_SLOW={slow_opt}"]
+    cmd += ["-MAKEFLAGS", f"{ONE_UNIT} OPT_FAST={opt} OPT_GLOBAL={opt}"]
     runtime = objcache.make_variable(toolchain.cache_root(), toolchain.verilator_root() / "include")
     cmd += ["-MAKEFLAGS", runtime] if runtime else []
     cmd += [str(toolchain.WAIVER), str(vfile), str(driver)]

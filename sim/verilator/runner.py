@@ -47,7 +47,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import objcache, toolchain
+from . import cxx, objcache, toolchain
 
 __all__ = [
     "Build",
@@ -65,9 +65,9 @@ __all__ = [
     "prune_cache",
 ]
 
-#: Compile jobs of one model build. Verilator splits a core into dozens of files; a build alone (the
-#: suite's last ones, a first demo) takes the machine's two cores, and two builds at once (two pytest
-#: workers) oversubscribe them only briefly. Not part of a build's key: it does not change the model.
+#: Compile jobs of one model build: the model (one unit, :data:`.cxx.ONE_UNIT`), its driver and the
+#: runtime's objects not cached yet compile side by side. Not part of a build's key: it does not change
+#: the model.
 BUILD_JOBS = max(1, min(os.cpu_count() or 1, 4))
 
 #: Environment variable carrying the JSON-encoded test parameters into the cocotb process.
@@ -190,6 +190,7 @@ def cached_build(kind, key_parts, build_fn):
         toolchain.verilator_version(),
         os.environ.get("CXXFLAGS", ""),
         os.environ.get("MAKEFLAGS", ""),
+        cxx.ONE_UNIT,  # how every model is compiled
         *key_parts,
     ):
         h.update(part.encode())
@@ -244,7 +245,7 @@ def build(design, *, top, build_args=(), waves=False, opt="-O0", key=None):
         # cocotb runs make itself; MAKEFLAGS is the way in for make variables.
         runtime = objcache.make_variable(toolchain.cache_root(), toolchain.verilator_root() / "include")
         os.environ["MAKEFLAGS"] = (
-            f"{saved or ''} -j{BUILD_JOBS} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt} {runtime}".strip()
+            f"{saved or ''} -j{BUILD_JOBS} {cxx.ONE_UNIT} OPT_FAST={opt} OPT_GLOBAL={opt} {runtime}".strip()
         )
         try:
             sim.build(

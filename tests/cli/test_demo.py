@@ -45,15 +45,16 @@ def test_demo_on_the_golden_model(capsys, tmp_path):
 
 @pytest.mark.rtl
 def test_demo_on_the_rtl(capsys, tmp_path):
-    # 32768 elements make the optimizer pick the 3x3 grid (two rounds of groups of three); a memory of just
-    # SITE_CORE's slots makes the cores that core, the build tests/sim/test_cosim.py runs too.
+    # A memory of just SITE_CORE's slots makes the cores that core, the build tests/sim/test_cosim.py runs
+    # too, and makes the optimizer pick the 3x3 grid (two rounds of groups of three).
     path = tmp_path / "demo.json"
     core = ["--width", str(SITE_CORE.width), "--chunk-bytes", str(SITE_CORE.chunk_bytes)]
     core += ["--memory", f"{demo_memory_bytes()}B"]
-    code, out, err = _run(capsys, "demo", "--elements", "32768", *core, "--time-limit", "1", "-o", str(path))
+    code, out, err = _run(capsys, "demo", "--elements", "8192", *core, "--time-limit", "1", "-o", str(path))
     assert code == 0 and "demo: PASS" in out, out + err
     report = json.loads(path.read_text())
     _check(report, "rtl")
+    assert [len(group) for rnd in report["schedule"] for group in rnd] == [3] * 6
     built = {k: report[k] for k in ("width", "slots", "members", "bank_slots")}
     assert built == {
         "width": SITE_CORE.width,
