@@ -44,13 +44,15 @@ def test_demo_on_the_golden_model(capsys, tmp_path):
 
 
 @pytest.mark.rtl
-def test_demo_on_the_rtl(capsys, tmp_path):
+@pytest.mark.parametrize("elements", [8192, pytest.param(32768, marks=pytest.mark.slow)])
+def test_demo_on_the_rtl(capsys, tmp_path, elements):
     # A memory of just SITE_CORE's slots makes the cores that core, the build tests/sim/test_cosim.py runs
-    # too, and makes the optimizer pick the 3x3 grid (two rounds of groups of three).
+    # too, and makes the optimizer pick the 3x3 grid (two rounds of groups of three) at either size: 32
+    # chunks of each tensor per site, four times the core's slots, or (make test-all) 128.
     path = tmp_path / "demo.json"
     core = ["--width", str(SITE_CORE.width), "--chunk-bytes", str(SITE_CORE.chunk_bytes)]
-    core += ["--memory", f"{demo_memory_bytes()}B"]
-    code, out, err = _run(capsys, "demo", "--elements", "8192", *core, "--time-limit", "1", "-o", str(path))
+    core += ["--memory", f"{demo_memory_bytes()}B", "--elements", str(elements)]
+    code, out, err = _run(capsys, "demo", *core, "--time-limit", "1", "-o", str(path))
     assert code == 0 and "demo: PASS" in out, out + err
     report = json.loads(path.read_text())
     _check(report, "rtl")
